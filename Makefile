@@ -1,0 +1,30 @@
+# Two entry points: `make run` (dashboard) and `make test` (whole suite).
+# Both build the local virtual environment at .venv from requirements.txt first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+PORT ?= 8501
+
+.PHONY: run test install browser bench
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+run: install
+	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.headless true
+
+browser:
+	bash scripts/install_browser.sh
+
+test: install browser
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) bench/layer_speed.py
+	$(PY) bench/memory.py

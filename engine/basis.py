@@ -1,0 +1,181 @@
+"""Sketched matrix multiplication: exact forward and exact dX, sketched dW.
+
+For a dense layer ``Y = X W`` with ``X ∈ R^{B×N}`` (all leading dims of ``x`` are
+flattened into the B sketched rows) and ``W ∈ R^{N×M}``::
+
+    dX = dY Wᵀ                                     (exact)
+    dW ≈ X̂ᵀ dŶ,  X̂ = c · γ_X · S X,  dŶ = c · γ_dY · S dY,  c = 1 − λ
+
+with a random sketch ``S ∈ R^{R×B}`` drawn afresh from ``key`` at every step.
+
+Estimators (the family studied in the paper, selected by name):
+
+=============  ==================  ==================  ==========
+name           S                   invariant scalars   E[dW]
+=============  ==================  ==================  ==========
+exact          (none)              --                  dW
+basis          balanced hash       yes                 biased
+countsketch    uniform hash        no                  c² dW
+balanced       balanced hash       no                  c² dW
+scalars        uniform hash        yes                 biased
+gaussian       N(0, 1/R) entries   no                  c² dW
+=============  ==================  ==================  ==========
+
+Hash sketches have ``S[r, b] = s(b)·[h(b) = r]`` with Rademacher signs ``s``.
+Uniform hashing draws ``h(b)`` independently; balanced hashing is a random
+permutation of ``arange(B) mod R``, so every bin holds ⌊B/R⌋ or ⌈B/R⌉ rows. In
+both cases ``E[SᵀS] = I``, so the estimator without scalars is unbiased. The
+invariant scalar ``γ_X = ‖X‖_F / (‖SX‖_F + ε)`` makes the sketch keep exactly the
+Frobenius norm of X (likewise for dY), trading a small bias for lower variance.
+
+R is clipped to B. At R = B balanced hashing is a signed permutation, so
+``SᵀS = I`` and dW is exact up to the factor c².
+
+Only ``X̂`` (R×N), ``W`` and ``key`` are saved for the backward pass; the hash
+and signs are replayed from ``key``. The balanced sketch is a row gather
+followed by a reshape-sum, O(B·N), with no scatter and no dense R×B product.
+Sketches are accumulated in float32 whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+ESTIMATORS = ("exact", "basis", "countsketch", "balanced", "scalars", "gaussian")
+_HASH_KIND = {
+    "basis": "balanced",
+    "countsketch": "uniform",
+    "balanced": "balanced",
+    "scalars": "uniform",
+    "gaussian": "gaussian",
+}
+_USES_SCALARS = {"basis", "scalars"}
+_EPS = 1e-12
+
+
+class Sketch(NamedTuple):
+    """Everything that defines S ∈ R^{R×B}; rebuilt from the key in the backward pass."""
+
+    kind: str  # "balanced", "uniform" or "gaussian"
+    rank: int
+    rows: int
+    perm: jax.Array | None  # balanced: row order; row perm[i] goes to bin i mod R
+    bins: jax.Array | None  # uniform: h(b)
+    signs: jax.Array | None  # Rademacher s, indexed like perm (balanced) or b (uniform)
+    dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
+
+
+def validate(estimator: str, rank: int, lam: float) -> None:
+    """Raise ``ValueError`` naming the fix for an unknown estimator, rank < 1 or λ ∉ [0, 1)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(
+            f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}"
+        )
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank must be an integer >= 1 (got {rank!r}); use rank=1 or more")
+    if not (isinstance(lam, (int, float)) and 0.0 <= lam < 1.0):
+        raise ValueError(f"lam (λ) must be in [0, 1) (got {lam!r}); use 0.0 for no shrink")
+
+
+def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
+    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins."""
+    k_hash, k_sign = jax.random.split(key)
+    if kind == "gaussian":
+        dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
+        return Sketch(kind, rank, rows, None, None, None, dense)
+    signs = jax.random.rademacher(k_sign, (rows,), jnp.float32)
+    if kind == "balanced":
+        perm = jax.random.permutation(k_hash, rows)
+        return Sketch(kind, rank, rows, perm, None, signs, None)
+    bins = jax.random.randint(k_hash, (rows,), 0, rank)
+    return Sketch(kind, rank, rows, None, bins, signs, None)
+
+
+def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
+    """Return S a (R × F, float32) for a of shape (B, F)."""
+    a = a.astype(jnp.float32)
+    if sketch.kind == "gaussian":
+        return sketch.dense @ a
+    if sketch.kind == "uniform":
+        return jax.ops.segment_sum(
+            a * sketch.signs[:, None], sketch.bins, num_segments=sketch.rank
+        )
+    full, rem = divmod(sketch.rows, sketch.rank)
+    ordered = jnp.take(a, sketch.perm, axis=0) * sketch.signs[:, None]
+    out = ordered[: full * sketch.rank].reshape(full, sketch.rank, -1).sum(axis=0)
+    if rem:
+        out = out.at[:rem].add(ordered[full * sketch.rank :])
+    return out
+
+
+def sketch_rows(
+    a: jax.Array, sketch: Sketch, *, scalars: bool, shrink: float
+) -> jax.Array:
+    """X̂ = (1 − λ) · γ · S a with γ = ‖a‖_F / (‖S a‖_F + ε) when ``scalars``, else γ = 1."""
+    sa = apply_sketch(sketch, a)
+    if scalars:
+        norm_a = jnp.linalg.norm(a.astype(jnp.float32))
+        sa = sa * (norm_a / (jnp.linalg.norm(sa) + _EPS))
+    return sa * shrink if shrink != 1.0 else sa
+
+
+def sketched_matmul(
+    x: jax.Array,
+    w: jax.Array,
+    key: jax.Array,
+    *,
+    rank: int,
+    lam: float = 0.0,
+    estimator: str = "basis",
+) -> jax.Array:
+    """``y = x @ w`` whose backward pass returns exact dX and a sketched dW.
+
+    Args:
+      x: (..., N); every leading dim is a sketched row, B = prod(x.shape[:-1]).
+      w: (N, M).
+      key: PRNG key, fresh each step; it only draws S (its gradient is zero).
+      rank: R ≥ 1, clipped to B.
+      lam: shrink λ ∈ [0, 1); both sketches are scaled by (1 − λ).
+      estimator: one of ``ESTIMATORS``; ``exact`` is an ordinary matmul.
+    """
+    validate(estimator, rank, lam)
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
+        raise ValueError(
+            f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)}; "
+            "x must be (..., N) and w (N, M)"
+        )
+    if estimator == "exact":
+        return x @ w
+    lead = x.shape[:-1]
+    rows = math.prod(lead)
+    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator)
+    return y.reshape(*lead, w.shape[1])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _sketched_2d(x, w, key, rank, lam, estimator):
+    return x @ w
+
+
+def _fwd(x, w, key, rank, lam, estimator):
+    sketch = draw_sketch(key, _HASH_KIND[estimator], x.shape[0], rank)
+    x_hat = sketch_rows(x, sketch, scalars=estimator in _USES_SCALARS, shrink=1.0 - lam)
+    x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
+    return x @ w, (x_hat, w, key, x_dtype)
+
+
+def _bwd(rank, lam, estimator, residuals, dy):
+    x_hat, w, key, x_dtype = residuals
+    sketch = draw_sketch(key, _HASH_KIND[estimator], dy.shape[0], rank)
+    dy_hat = sketch_rows(dy, sketch, scalars=estimator in _USES_SCALARS, shrink=1.0 - lam)
+    dx = (dy @ w.T).astype(x_dtype.dtype)
+    dw = (x_hat.T @ dy_hat).astype(w.dtype)
+    return dx, dw, None
+
+
+_sketched_2d.defvjp(_fwd, _bwd)
