@@ -1,0 +1,217 @@
+"""The sketched matmul checked against the math of Algorithm 1."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.ad_checkpoint import saved_residuals
+
+from engine.basis import ESTIMATORS, apply_sketch, draw_sketch, sketch_rows, sketched_matmul
+
+SKETCHED = [e for e in ESTIMATORS if e != "exact"]
+HASH_KIND = {"balanced": "balanced", "uniform": "uniform"}
+
+
+def _data(shape_x=(4, 16, 12), m=7, seed=0):
+    kx, kw, kg = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(kx, shape_x)
+    w = jax.random.normal(kw, (shape_x[-1], m))
+    g = jax.random.normal(kg, (*shape_x[:-1], m))
+    return x, w, g
+
+
+def _grads(x, w, g, key, **kw):
+    """(dX, dW) of the loss Σ g ⊙ (x @ w): a loss linear in y, so dY = g."""
+    loss = lambda x, w: jnp.sum(g * sketched_matmul(x, w, key, **kw))
+    return jax.grad(loss, argnums=(0, 1))(x, w)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("rank", [1, 5, 64])
+def test_dx_is_exact_for_every_estimator(estimator, rank):
+    x, w, g = _data()
+    dx, _ = _grads(x, w, g, jax.random.key(1), rank=rank, lam=0.3, estimator=estimator)
+    np.testing.assert_allclose(dx, g @ w.T, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_forward_is_the_exact_product(estimator):
+    x, w, _ = _data()
+    y = sketched_matmul(x, w, jax.random.key(2), rank=3, lam=0.5, estimator=estimator)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("estimator", ["basis", "balanced"])
+@pytest.mark.parametrize("lam", [0.0, 0.01, 0.25])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_full_rank_balanced_sketch_gives_exact_dw_times_shrink(estimator, lam, seed):
+    x, w, g = _data()
+    b = 4 * 16
+    exact_dw = x.reshape(b, -1).T @ g.reshape(b, -1)
+    for rank in (b, 10 * b):  # R > B is clipped to B
+        _, dw = _grads(x, w, g, jax.random.key(seed), rank=rank, lam=lam, estimator=estimator)
+        np.testing.assert_allclose(dw, exact_dw * (1 - lam) ** 2, rtol=1e-5, atol=1e-5)
+
+
+def _dense_s(kind, rows, rank, key):
+    """S itself, read off by sketching the identity: S I_B = S."""
+    return np.asarray(apply_sketch(draw_sketch(key, kind, rows, rank), jnp.eye(rows)))
+
+
+@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (7, 3), (13, 13), (9, 1)])
+def test_balanced_hash_fills_every_bin_evenly(rows, rank):
+    for seed in range(5):
+        s = _dense_s("balanced", rows, rank, jax.random.key(seed))
+        assert s.shape == (rank, rows)
+        assert np.all(np.abs(s[s != 0]) == 1.0)
+        np.testing.assert_array_equal((s != 0).sum(axis=0), 1)  # every row in one bin
+        per_bin = (s != 0).sum(axis=1)
+        assert set(per_bin) <= {rows // rank, -(-rows // rank)}
+        assert per_bin.sum() == rows
+
+
+def test_uniform_hash_is_a_signed_assignment_with_uneven_bins():
+    s = _dense_s("uniform", 64, 8, jax.random.key(0))
+    np.testing.assert_array_equal((s != 0).sum(axis=0), 1)
+    assert np.all(np.abs(s[s != 0]) == 1.0)
+    assert len(set((s != 0).sum(axis=1))) > 1  # independent hashing: bins differ in size
+
+
+def test_balanced_hash_permutes_rows_between_steps():
+    a = _dense_s("balanced", 32, 4, jax.random.key(0))
+    b = _dense_s("balanced", 32, 4, jax.random.key(1))
+    assert not np.array_equal(a != 0, b != 0)
+
+
+@pytest.mark.parametrize("estimator", ["countsketch", "balanced", "gaussian"])
+@pytest.mark.parametrize("lam", [0.0, 0.2])
+def test_unbiased_estimators_mean_converges_to_exact_dw(estimator, lam):
+    """Monte Carlo over K keys: every entry of mean(dW) − (1−λ)² dW lies within
+    z·σ/√K, with σ the sample std of that entry and z = 5.5: with 36 entries the
+    chance of a false failure is below 36 · 4e-8 (Gaussian tails of the mean)."""
+    x, w, g = _data(shape_x=(24, 4), m=3, seed=3)
+    k = 20000
+    keys = jax.random.split(jax.random.key(11), k)
+    dws = jax.jit(jax.vmap(lambda key: _grads(x, w, g, key, rank=4, lam=lam, estimator=estimator)[1]))(keys)
+    dws = np.asarray(dws, np.float64)
+    target = np.asarray(x.T @ g, np.float64) * (1 - lam) ** 2
+    mean, std = dws.mean(axis=0), dws.std(axis=0, ddof=1)
+    assert np.all(std > 0)  # a genuinely random estimator
+    assert np.all(np.abs(mean - target) <= 5.5 * std / np.sqrt(k))
+
+
+@pytest.mark.parametrize("estimator", ["basis", "scalars"])
+def test_invariant_scalars_are_biased_with_the_predicted_factor(estimator):
+    """X = [a; a], dY = [c; d] with c ⊥ d and |c| = |d|, R = 1. Signs agree with
+    probability 1/2: X̂ = ±√2·a, dŶ = ±(c + d), so d̂W = √2·aᵀ(c + d); otherwise
+    S X = 0 and d̂W = 0. Hence E[d̂W] = dW/√2 exactly: the scalars' bias."""
+    a = jnp.array([[1.0, 2.0, -1.0]])
+    x = jnp.concatenate([a, a])
+    g = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    w = jnp.zeros((3, 2))
+    keys = jax.random.split(jax.random.key(0), 4000)
+    dws = np.asarray(jax.vmap(lambda k: _grads(x, w, g, k, rank=1, estimator=estimator)[1])(keys))
+    exact = np.asarray(x.T @ g)
+    ratio = dws.mean(axis=0) / exact
+    # the fraction of agreeing signs is Binomial(4000, 1/2): 5σ = 0.04 on the ratio
+    np.testing.assert_allclose(ratio, 1 / np.sqrt(2), atol=0.04 * np.sqrt(2))
+    assert np.all(np.isin(np.round(dws / (np.sqrt(2) * exact), 5), [0.0, 1.0]))
+
+
+@pytest.mark.parametrize("estimator", ["basis", "scalars"])
+@pytest.mark.parametrize("rank", [1, 3, 8, 40])
+def test_invariant_scalars_keep_the_frobenius_norm(estimator, rank):
+    x, _, _ = _data(shape_x=(40, 12))
+    kind = "balanced" if estimator == "basis" else "uniform"
+    for seed in range(4):
+        sk = draw_sketch(jax.random.key(seed), kind, 40, rank)
+        x_hat = sketch_rows(x, sk, scalars=True, shrink=1.0)
+        assert x_hat.shape == (rank, 12)
+        np.testing.assert_allclose(jnp.linalg.norm(x_hat), jnp.linalg.norm(x), rtol=1e-6)
+        shrunk = sketch_rows(x, sk, scalars=True, shrink=0.9)
+        np.testing.assert_allclose(jnp.linalg.norm(shrunk), 0.9 * jnp.linalg.norm(x), rtol=1e-6)
+
+
+def _mean_cosine(estimator, x, w, g, n_keys=400):
+    exact = np.asarray(x.T @ g).ravel()
+    keys = jax.random.split(jax.random.key(5), n_keys)
+    dws = jax.jit(jax.vmap(lambda k: _grads(x, w, g, k, rank=8, estimator=estimator)[1]))(keys)
+    dws = np.asarray(dws).reshape(n_keys, -1)
+    cos = dws @ exact / (np.linalg.norm(dws, axis=1) * np.linalg.norm(exact))
+    return cos.mean(), cos.std(ddof=1) / np.sqrt(n_keys)
+
+
+def test_balanced_hashing_reduces_variance_against_countsketch():
+    x, w, g = _data(shape_x=(64, 16), m=16, seed=7)
+    balanced, se_b = _mean_cosine("balanced", x, w, g)
+    count, se_c = _mean_cosine("countsketch", x, w, g)
+    assert balanced >= count
+    assert 0.0 < count < 1.0 and 0.0 < balanced < 1.0
+
+
+@pytest.mark.parametrize("estimator", SKETCHED)
+def test_layer_saves_only_the_sketch_never_x(estimator):
+    b, n, m, r = 64, 24, 40, 4
+    x, w, _ = _data(shape_x=(4, 16, n), m=m)
+    # Σ y keeps nothing of its own, so every residual below is the layer's
+    loss = lambda x, w, key: jnp.sum(sketched_matmul(x, w, key, rank=r, estimator=estimator))
+    saved = saved_residuals(loss, x, w, jax.random.key(0))
+    shapes = [tuple(aval.shape) for aval, _ in saved]
+    assert (r, n) in shapes
+    for shape in shapes:
+        assert shape not in {(b, n), (4, 16, n)}
+        assert int(np.prod(shape)) < b * n
+    assert not any("argument x" in why for _, why in saved)
+
+
+def test_exact_estimator_saves_x():
+    x, w, g = _data(shape_x=(64, 24), m=40)
+    loss = lambda x, w: jnp.sum(g * sketched_matmul(x, w, None, rank=4, estimator="exact"))
+    assert any("argument x" in why for _, why in saved_residuals(loss, x, w))
+
+
+def test_bfloat16_input_keeps_dtypes_and_accumulates_in_float32():
+    x, w, g = _data(shape_x=(256, 32), m=16)
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    loss = lambda x, w: jnp.sum(g.astype(jnp.bfloat16) * sketched_matmul(x, w, jax.random.key(0), rank=256, estimator="basis")).astype(jnp.float32)
+    dx, dw = jax.grad(loss, argnums=(0, 1))(xb, wb)
+    assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
+    exact = np.asarray(xb.astype(jnp.float32).T @ g.astype(jnp.bfloat16).astype(jnp.float32))
+    np.testing.assert_allclose(np.asarray(dw, np.float32), exact, rtol=2e-2, atol=0.25)
+
+
+def test_jit_matches_eager():
+    x, w, g = _data()
+    key = jax.random.key(4)
+    eager = _grads(x, w, g, key, rank=6, estimator="basis")
+    jitted = jax.jit(lambda x, w, k: _grads(x, w, g, k, rank=6, estimator="basis"))(x, w, key)
+    for a, b in zip(eager, jitted):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fresh_key_gives_a_fresh_sketch():
+    x, w, g = _data()
+    _, a = _grads(x, w, g, jax.random.key(0), rank=4, estimator="basis")
+    _, b = _grads(x, w, g, jax.random.key(1), rank=4, estimator="basis")
+    assert not np.allclose(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(rank=0), "rank must be an integer >= 1"),
+        (dict(rank=2.5), "rank must be an integer >= 1"),
+        (dict(rank=4, lam=1.0), r"\[0, 1\)"),
+        (dict(rank=4, lam=-0.1), r"\[0, 1\)"),
+        (dict(rank=4, estimator="sketchy"), "choose one of exact, basis, countsketch"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, match):
+    x, w, _ = _data()
+    with pytest.raises(ValueError, match=match):
+        sketched_matmul(x, w, jax.random.key(0), **kwargs)
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="shape mismatch"):
+        sketched_matmul(jnp.ones((4, 3)), jnp.ones((5, 2)), jax.random.key(0), rank=2)
