@@ -32,8 +32,9 @@ R is clipped to B. At R = B balanced hashing is a signed permutation, so
 ``SᵀS = I`` and dW is exact up to the factor c².
 
 Only ``X̂`` (R×N), ``W`` and ``key`` are saved for the backward pass; the hash
-and signs are replayed from ``key``. The balanced sketch is a row gather
-followed by a reshape-sum, O(B·N), with no scatter and no dense R×B product.
+and signs are replayed from ``key``. A hash sketch costs one pass over its input:
+a segment sum (O(B·N)), or at small R the signed one-hot product S·a, measured
+faster on CPU there (see ``DENSE_MAX_RANK``).
 Sketches are accumulated in float32 whatever the input dtype.
 """
 
@@ -63,10 +64,8 @@ class Sketch(NamedTuple):
 
     kind: str  # "balanced", "uniform" or "gaussian"
     rank: int
-    rows: int
-    perm: jax.Array | None  # balanced: row order; row perm[i] goes to bin i mod R
-    bins: jax.Array | None  # uniform: h(b)
-    signs: jax.Array | None  # Rademacher s, indexed like perm (balanced) or b (uniform)
+    bins: jax.Array | None  # hash sketches: h(b) ∈ [0, R)
+    signs: jax.Array | None  # hash sketches: s(b) ∈ {−1, +1}
     dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
 
 
@@ -83,17 +82,32 @@ def validate(estimator: str, rank: int, lam: float) -> None:
 
 
 def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
-    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins."""
+    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
+
+    Balanced: h = RandomPermutation(arange(B) mod R). Uniform: h(b) ~ U{0..R−1} iid.
+    """
     k_hash, k_sign = jax.random.split(key)
     if kind == "gaussian":
         dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
-        return Sketch(kind, rank, rows, None, None, None, dense)
+        return Sketch(kind, rank, None, None, dense)
     signs = jax.random.rademacher(k_sign, (rows,), jnp.float32)
     if kind == "balanced":
-        perm = jax.random.permutation(k_hash, rows)
-        return Sketch(kind, rank, rows, perm, None, signs, None)
-    bins = jax.random.randint(k_hash, (rows,), 0, rank)
-    return Sketch(kind, rank, rows, None, bins, signs, None)
+        # argsort of iid 32-bit keys is a uniform permutation (one sort, where
+        # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
+        # rows in order, and bins stay balanced whatever the order
+        order = jnp.argsort(jax.random.bits(k_hash, (rows,), jnp.uint32))
+        bins = (order % rank).astype(jnp.int32)
+    else:
+        bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
+    return Sketch(kind, rank, bins, signs, None)
+
+
+# Up to this rank a hash sketch is applied as the signed one-hot product S·a (2·R·B·F
+# flops, one streaming pass); above it, as a segment sum (B·F adds, scattered). On the
+# 2-core CPU at B = 4096, F = 1024 the product is faster up to R ≈ 16 (0.9 ms at R = 1,
+# 1.3 ms at R = 8) and the segment sum beyond (≈ 1.5 ms at any R, 29 ms for the product
+# at R = 1024); see bench/layer_speed.py.
+DENSE_MAX_RANK = 16
 
 
 def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
@@ -101,16 +115,10 @@ def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
     a = a.astype(jnp.float32)
     if sketch.kind == "gaussian":
         return sketch.dense @ a
-    if sketch.kind == "uniform":
-        return jax.ops.segment_sum(
-            a * sketch.signs[:, None], sketch.bins, num_segments=sketch.rank
-        )
-    full, rem = divmod(sketch.rows, sketch.rank)
-    ordered = jnp.take(a, sketch.perm, axis=0) * sketch.signs[:, None]
-    out = ordered[: full * sketch.rank].reshape(full, sketch.rank, -1).sum(axis=0)
-    if rem:
-        out = out.at[:rem].add(ordered[full * sketch.rank :])
-    return out
+    if sketch.rank <= DENSE_MAX_RANK:
+        onehot = sketch.bins[None, :] == jnp.arange(sketch.rank, dtype=jnp.int32)[:, None]
+        return jnp.where(onehot, sketch.signs[None, :], 0.0) @ a
+    return jax.ops.segment_sum(a * sketch.signs[:, None], sketch.bins, num_segments=sketch.rank)
 
 
 def sketch_rows(
