@@ -1,0 +1,149 @@
+"""Background runs against a real SQLite file: concurrency, cancel, failure, stale rows."""
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from engine.jobs import JobManager
+from engine.train import RunConfig
+from storage import RunStore
+
+TINY = RunConfig(preset="tiny", steps=40, eval_interval=2, probe_interval=4, val_batches=2, rank=4)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    yield s
+    s.close()
+
+
+def test_two_parallel_runs_and_a_reader_lose_nothing(store, tmp_path):
+    manager = JobManager(store, max_concurrent=2)
+    ids = manager.submit([TINY, dataclasses.replace(TINY, estimator="exact")])
+    reader = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    seen, errors, done = {}, [], threading.Event()
+
+    def read():
+        after = 0
+        try:
+            while not done.is_set():
+                rows = reader.metrics(ids, after_id=after)
+                for row in rows.itertuples():
+                    seen[row.id] = (row.run_id, row.step, row.name, row.value)
+                after = int(rows["id"].max()) if len(rows) else after
+                time.sleep(0.01)
+        except Exception as e:  # pragma: no cover - the assertion below reports it
+            errors.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    running_together = False
+    while manager.pending():
+        running_together |= sum(r.status == "running" for r in store.list_runs()) == 2
+        time.sleep(0.05)
+    manager.wait(ids)
+    done.set(), t.join()
+    manager.shutdown()
+    assert not errors
+    assert running_together
+    assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+    final = store.metrics(ids)
+    final_reader = reader.metrics(ids, after_id=max(seen) if seen else 0)
+    assert set(seen) | set(final_reader["id"]) == set(final["id"])
+    for run_id in ids:
+        steps = set(final.loc[(final.run_id == run_id) & (final.name == "val_loss"), "step"])
+        assert steps == {0, *range(2, 41, 2)}
+        assert store.get_run(run_id).steps_done == 40
+    probes = final[final.name == "cos_mean"]
+    assert set(probes["run_id"]) == {ids[0]}  # only the sketched run is probed
+    assert set(probes["step"]) == set(range(4, 41, 4))
+
+
+def test_cancel_mid_run_keeps_metrics(store):
+    steps_seen = []
+    manager = JobManager(store, on_step=lambda run_id, step, loss: steps_seen.append(step))
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=100_000))
+    while len(steps_seen) < 10:
+        time.sleep(0.01)
+    assert manager.cancel(run_id)
+    assert manager.wait([run_id], timeout=60)
+    run = store.get_run(run_id)
+    assert run.status == "cancelled" and run.finished_at is not None
+    kept = store.metrics([run_id], names=["val_loss"])
+    assert len(kept) >= 5 and kept["step"].max() <= run.steps_done
+    assert run.steps_done < 100_000
+    manager.shutdown()
+
+
+def test_cancel_from_another_process_through_the_database(store, tmp_path):
+    steps_seen = []
+    manager = JobManager(store, on_step=lambda run_id, step, loss: steps_seen.append(step))
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=100_000))
+    while len(steps_seen) < 5:
+        time.sleep(0.01)
+    other = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")  # e.g. the CLI's `cancel`
+    assert other.request_cancel(run_id)
+    assert manager.wait([run_id], timeout=60)
+    assert store.get_run(run_id).status == "cancelled"
+    manager.shutdown()
+
+
+def test_cancel_while_queued_never_starts(store):
+    manager = JobManager(store, max_concurrent=1)
+    first, second = manager.submit([dataclasses.replace(TINY, steps=30), TINY])
+    manager.cancel(second)
+    manager.wait()
+    assert store.get_run(second).status == "cancelled"
+    assert store.get_run(second).started_at is None
+    assert store.metrics([second]).empty
+    assert store.get_run(first).status == "finished"
+    manager.shutdown()
+
+
+def test_forced_nan_fails_with_the_reason_and_keeps_metrics(store):
+    manager = JobManager(store)
+    [run_id] = manager.submit(dataclasses.replace(TINY, estimator="exact", lr=1e12, eval_interval=1))
+    manager.wait()
+    run = store.get_run(run_id)
+    assert run.status == "failed"
+    assert "training loss became" in run.error and "lower lr" in run.error
+    assert not store.metrics([run_id], names=["val_loss"]).empty
+    manager.shutdown()
+
+
+def test_a_failing_run_does_not_stop_the_queue(store):
+    manager = JobManager(store)
+    bad, good = manager.submit([
+        dataclasses.replace(TINY, dataset="files", dataset_options={"path": "/nonexistent/*.txt"}),
+        dataclasses.replace(TINY, steps=4),
+    ])
+    manager.wait()
+    assert store.get_run(bad).status == "failed" and "no file matches" in store.get_run(bad).error
+    assert store.get_run(good).status == "finished"
+    manager.shutdown()
+
+
+def test_stale_running_row_is_marked_interrupted_at_start_up(store):
+    run_id = store.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
+    assert store.claim(run_id, "localhost-that-died:999999999")
+    with store._session(write=True) as s:  # an old heartbeat, as a dead process leaves it
+        from datetime import datetime, timedelta, timezone
+        from storage.models import Run
+        s.get(Run, run_id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    manager = JobManager(store)
+    assert manager.interrupted == [run_id]
+    assert store.get_run(run_id).status == "interrupted"
+    manager.shutdown()
+
+
+def test_run_rows_record_the_environment(store):
+    manager = JobManager(store)
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=2))
+    manager.wait()
+    run = store.get_run(run_id)
+    assert run.versions["jax"] and run.device.startswith("cpu")
+    assert RunConfig.from_dict(run.config) == dataclasses.replace(TINY, steps=2)
+    manager.shutdown()
