@@ -1,0 +1,195 @@
+"""Chart builders: pure functions from the frames of :mod:`app.logic` to Plotly figures.
+
+Colours: a curve or bar takes ``PALETTE[color_id % len(PALETTE)]`` where
+``color_id`` is its run id (or its seed group's smallest run id), so a run keeps
+its colour on every chart and every page. Exact baselines in memory charts are
+grey. Every axis has a title with its unit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#bcbd22", "#17becf", "#393b79", "#e6550d", "#31a354",
+)
+BASELINE_COLOR = "#b0b0b0"
+CATEGORY_COLORS = {
+    "sketched_inputs": "#1f77b4",
+    "nonlinearity": "#ff7f0e",
+    "attention": "#2ca02c",
+    "loss_logits": "#d62728",
+    "other": "#7f7f7f",
+}
+MARKERS_UP_TO = 60  # curves with at most this many points also draw their points
+X_TITLES = {"step": "step", "wall_time": "wall time (s)"}
+
+
+def color(color_id: int) -> str:
+    """The colour of run (or seed group) ``color_id``: the same on every chart."""
+    return PALETTE[int(color_id) % len(PALETTE)]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
+    fig.update_layout(
+        title=title, height=height, margin=dict(l=60, r=20, t=50 if title else 20, b=50),
+        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0),
+        hovermode="closest", template="plotly_white", uirevision=title or "chart",
+    )
+    return fig
+
+
+def wrap(label: str, width: int = 14) -> str:
+    """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
+    for bar-axis categories; a longer word stays whole."""
+    lines: list[str] = []
+    for word in str(label).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def _no_data(fig: go.Figure, message: str) -> go.Figure:
+    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=14, color="#888"))
+    return fig
+
+
+def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str, legend: set[str], **cell) -> None:
+    """Add each trace of a series frame; a trace gets a legend entry once, the first
+    time it is added (``legend`` holds the traces already listed)."""
+    for (color_id, trace), rows in frame.groupby(["color_id", "trace"], sort=False):
+        c = color(color_id)
+        show_legend = trace not in legend
+        legend.add(trace)
+        banded = rows["lo"].notna().any()
+        if banded:
+            band = rows.dropna(subset=["lo", "hi"])
+            fig.add_trace(go.Scatter(x=band["x"], y=band["hi"], mode="lines", line=dict(width=0, color=c),
+                                     legendgroup=trace, showlegend=False, hoverinfo="skip", name=f"{trace} +std"), **cell)
+            fig.add_trace(go.Scatter(x=band["x"], y=band["lo"], mode="lines", line=dict(width=0, color=c),
+                                     fill="tonexty", fillcolor=_rgba(c, 0.2), legendgroup=trace, showlegend=False,
+                                     hoverinfo="skip", name=f"{trace} −std"), **cell)
+        mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
+        extra = " (mean of %{customdata} runs)" if banded else ""
+        fig.add_trace(go.Scatter(
+            x=rows["x"], y=rows["y"], mode=mode, name=trace, legendgroup=trace, showlegend=show_legend,
+            line=dict(color=c, width=2), marker=dict(size=5, color=c), customdata=rows["n"],
+            hovertemplate=f"<b>{trace}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
+        ), **cell)
+
+
+def line_figure(
+    frame: pd.DataFrame,
+    *,
+    x: str = "step",
+    y_title: str,
+    title: str | None = None,
+    log_y: bool = False,
+    height: int = 380,
+) -> go.Figure:
+    """Curves from a ``logic.series`` frame, in its order: one line per trace in its colour; a
+    trace with ``lo``/``hi`` also gets a translucent ± std band (two fill traces
+    before its line). ``x`` (``step`` or ``wall_time``) names the x axis; ``log_y``
+    makes the y axis logarithmic. An empty frame gives an empty chart that says so."""
+    x_title = X_TITLES[x]
+    fig = go.Figure()
+    if frame.empty:
+        _no_data(fig, "no points yet")
+    else:
+        _add_curves(fig, frame, x_title, y_title, set())
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    return _layout(fig, title, height)
+
+
+def panels_figure(
+    panels: dict[str, pd.DataFrame],
+    *,
+    x: str = "step",
+    y_title: str,
+    title: str | None = None,
+    columns: int = 3,
+    height_per_row: int = 280,
+) -> go.Figure:
+    """One subplot per named ``logic.series`` frame (e.g. one per layer), sharing the
+    y axis; a trace keeps its colour in every panel and appears once in the legend."""
+    names = list(panels)
+    if not names:
+        return _layout(_no_data(go.Figure(), "no points yet"), title, height_per_row)
+    cols = max(1, min(columns, len(names)))
+    rows = math.ceil(len(names) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, shared_yaxes=True,
+                        horizontal_spacing=0.05, vertical_spacing=0.18 if rows > 1 else 0.1)
+    legend: set[str] = set()
+    for i, name in enumerate(names):
+        r, c = divmod(i, cols)
+        _add_curves(fig, panels[name], X_TITLES[x], y_title, legend, row=r + 1, col=c + 1)
+        fig.update_xaxes(title_text=X_TITLES[x], row=r + 1, col=c + 1)
+    for r in range(rows):
+        fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
+    return _layout(fig, title, height_per_row * rows + 80)
+
+
+def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
+    """Grouped bars from a ``logic.memory_frame``: one panel per quantity (saved for
+    backward, peak, XLA temp), for each curve a bar in its colour beside a grey bar
+    for the exact baseline of its config, the ratio to that baseline written on the
+    coloured bar (``0.994×``). Bars are in MiB; bar labels are wrapped (:func:`wrap`)."""
+    if frame.empty:
+        return _layout(_no_data(go.Figure(), "no memory figures recorded"), title, height)
+    quantities = list(dict.fromkeys(frame["quantity"]))
+    fig = make_subplots(rows=1, cols=len(quantities), subplot_titles=quantities, horizontal_spacing=0.08)
+    for i, quantity in enumerate(quantities, start=1):
+        q = frame[frame["quantity"] == quantity]
+        has_base = q["baseline_mib"].notna()
+        labels = [wrap(t) for t in q["trace"]]
+        fig.add_trace(go.Bar(
+            x=labels, y=q["mib"], name="run (its ratio to exact on top)", showlegend=i == 1, legendgroup="run",
+            marker=dict(color=[color(c) for c in q["color_id"]]),
+            text=[f"{r:.3f}×" if pd.notna(r) else "" for r in q["ratio"]], textposition="outside",
+            textfont=dict(size=13), cliponaxis=False,
+            hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB<extra></extra>",
+        ), row=1, col=i)
+        fig.add_trace(go.Bar(
+            x=[label for label, b in zip(labels, has_base) if b], y=q["baseline_mib"][has_base], name="exact baseline of its config",
+            showlegend=i == 1, legendgroup="baseline", marker=dict(color=BASELINE_COLOR),
+            hovertemplate="<b>%{x}</b><br>exact baseline %{y:,.3f} MiB<extra></extra>",
+        ), row=1, col=i)
+        top = max(q["mib"].max(), q["baseline_mib"].max() if has_base.any() else 0)
+        fig.update_yaxes(title_text="MiB", range=[0, 1.18 * top if top > 0 else 1], row=1, col=i)
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(tickangle=0)
+    return _layout(fig, title, height)
+
+
+def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
+    """Stacked bars from a ``logic.breakdown_frame``: one bar per run and one per its
+    exact baseline (labels wrapped), stacked by category in fixed category colours, in MiB."""
+    fig = go.Figure()
+    if frame.empty:
+        _no_data(fig, "no per-category memory recorded")
+    else:
+        bars = list(dict.fromkeys(frame["bar"]))
+        for category in dict.fromkeys(frame["category"]):
+            part = frame[frame["category"] == category].set_index("bar").reindex(bars)
+            fig.add_trace(go.Bar(
+                x=[wrap(b) for b in bars], y=part["mib"], name=category, marker=dict(color=CATEGORY_COLORS.get(category, "#999")),
+                hovertemplate=f"<b>%{{x}}</b><br>{category}: %{{y:,.3f}} MiB<extra></extra>",
+            ))
+        fig.update_layout(barmode="stack")
+        fig.update_xaxes(tickangle=0)
+    fig.update_yaxes(title_text="saved for backward (MiB)")
+    return _layout(fig, title, height)

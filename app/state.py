@@ -1,0 +1,112 @@
+"""What the pages share: the process-wide store and job manager, and per-session state.
+
+- ``lab()``: one ``RunStore`` and one ``JobManager`` per database URL for the whole
+  server process (``st.cache_resource``): every browser tab and every reload sees
+  the same runs and the same queue. The URL is ``storage.resolve_url()``
+  (``$BASIS_LAB_DB_URL`` or the default SQLite file), read on every call, so a
+  process (or a test) with another URL gets its own pair.
+- The selection: the run ids the user picked (Runs table, Compare picker, or the
+  runs just launched), kept in ``st.session_state`` under ``SELECTED``.
+- ``metrics(store, ids)``: this session's ``logic.MetricsCache`` for the URL, so a
+  live refresh reads only metric rows newer than the last it read.
+- ``paused()``: the sidebar's switch that stops live refreshes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import pandas as pd
+import streamlit as st
+
+from app.logic import MetricsCache
+from engine.jobs import JobManager
+from storage import RunStore, StorageError, resolve_url
+
+REFRESH_S = 2.0  # live refresh period while runs are active
+IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
+SELECTED = "selected_runs"
+PAUSED = "paused"
+MAX_CONCURRENT = 1
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The database and the one job manager that trains into it."""
+
+    store: RunStore
+    manager: JobManager
+
+
+@st.cache_resource(show_spinner=False)
+def _lab(url: str) -> Lab:
+    """Created once per URL and process; runs keep training when the page goes away."""
+    store = RunStore(url)
+    return Lab(store, JobManager(store, max_concurrent=MAX_CONCURRENT))
+
+
+def db_url() -> str:
+    """The database URL this process uses now."""
+    return resolve_url()
+
+
+def lab() -> Lab:
+    """The store and job manager of the current database URL (created once per process)."""
+    return _lab(db_url())
+
+
+def selected() -> list[int]:
+    """The run ids selected in this session, in the order they were picked."""
+    return list(st.session_state.get(SELECTED, []))
+
+
+def set_selected(run_ids: Iterable[int]) -> None:
+    """Replace this session's selection (duplicates dropped, order kept)."""
+    st.session_state[SELECTED] = list(dict.fromkeys(int(i) for i in run_ids))
+
+
+def paused() -> bool:
+    """Whether the sidebar's switch has paused live refreshes."""
+    return bool(st.session_state.get(PAUSED, False))
+
+
+def refresh_every(active: bool, idle: float | None = None) -> float | None:
+    """The ``run_every`` of a live fragment: None when paused, ``REFRESH_S`` while
+    runs are active, else ``idle`` (None: no refresh)."""
+    if paused():
+        return None
+    return REFRESH_S if active else idle
+
+
+def keep_widget_state(prefix: str) -> None:
+    """Let widget values whose keys start with ``prefix`` survive a switch to another
+    page (Streamlit drops the state of widgets a run does not draw): call it on
+    every run, before the page is drawn."""
+    for key in [k for k in st.session_state.keys() if isinstance(k, str) and k.startswith(prefix)]:
+        st.session_state[key] = st.session_state[key]
+
+
+def guarded(fn: Callable) -> Callable:
+    """``fn`` that shows a ``StorageError`` (a database that went away, a run
+    deleted meanwhile) as an error message on the page instead of a traceback."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StorageError as e:
+            st.error(f"Database error: {e}", icon=":material/error:")
+
+    return run
+
+
+def metrics(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
+    """Every metric row of ``run_ids`` (ordered by id), reading only rows newer than
+    what this session already holds for the current database."""
+    key = f"metrics_cache::{db_url()}"
+    cache = st.session_state.get(key)
+    if cache is None:
+        cache = st.session_state[key] = MetricsCache()
+    return cache.update(store, run_ids)

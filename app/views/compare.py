@@ -1,0 +1,137 @@
+"""Compare: live loss, gradient-cosine and memory charts and the paper's Table 3 for the selected runs."""
+
+import streamlit as st
+
+from app import charts, logic, state
+from engine.summary import comparable_key, run_summary
+from storage import ACTIVE_STATUSES
+
+PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+lab = state.lab()
+store = lab.store
+st.title("Compare")
+records = {r.id: r for r in store.list_runs()}
+if not records:
+    st.info("No runs yet: launch a sweep, then compare its runs here while they train.")
+    st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
+    st.stop()
+
+if "compare.pick" in st.session_state:  # the picker is on the page: it holds the selection
+    picked = [i for i in st.session_state["compare.pick"] if i in records]  # less runs deleted meanwhile
+    st.session_state["compare.pick"] = picked
+    state.set_selected(picked)
+    default = None
+else:
+    default = [i for i in state.selected() if i in records]
+    if not default:  # nothing selected yet: the latest sweep, the runs comparable to the newest
+        newest = comparable_key(records[max(records)].config)
+        default = [i for i in sorted(records) if comparable_key(records[i].config) == newest][-12:]
+        st.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
+    state.set_selected(default)
+
+st.multiselect(
+    "Runs", options=sorted(records, reverse=True), default=default, key="compare.pick",
+    format_func=lambda i: f"#{i} {records[i].name}",
+    on_change=lambda: state.set_selected(st.session_state["compare.pick"]),
+)
+ids = state.selected()
+if not ids:
+    st.info("Pick one or more runs above (or tick them on the Runs page).")
+    st.stop()
+
+c1, c2, c3, c4 = st.columns([1.2, 2, 1, 1])
+x = c1.radio("x axis", ("step", "wall_time"), horizontal=True, key="compare.x",
+             format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
+smoothing = c2.slider("EMA smoothing", 0.0, 0.99, 0.0, 0.01, key="compare.smoothing",
+                      help="Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value.")
+log_y = c3.toggle("log y", key="compare.log_y")
+pool = c4.toggle("pool seeds", value=True, key="compare.pool",
+                 help="Runs that differ only by seed become one curve: the mean with a ± std band.")
+
+
+def _status_line(runs: dict) -> None:
+    """Counts by status, and a progress bar per queued or running run."""
+    counts = {}
+    for run in runs.values():
+        counts[run.status] = counts.get(run.status, 0) + 1
+    st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
+    for run in (r for r in runs.values() if r.status in ACTIVE_STATUSES):
+        steps = max(run.steps or 1, 1)
+        st.progress(min(run.steps_done / steps, 1.0), text=f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}")
+
+
+def _plot(fig, key: str) -> None:
+    """A chart whose zoom survives live refreshes (stable key, ``uirevision``)."""
+    st.plotly_chart(fig, width="stretch", config=PLOT_CONFIG, key=key)
+
+
+def _view() -> None:
+    """Everything below the controls; a live fragment when runs are active."""
+    records_now = {r.id: r for r in store.list_runs() if r.id in ids}
+    if not records_now:
+        st.info("The selected runs were deleted.")
+        return
+    info = logic.describe_runs(list(records_now.values()))
+    metrics = state.metrics(store, list(records_now))
+    _status_line(records_now)
+    if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
+        st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
+
+    st.subheader("Loss")
+    left, right = st.columns(2)
+    with left:
+        s = logic.series(metrics, info, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+        _plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y), "val")
+    with right:
+        s = logic.series(metrics, info, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+        _plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)", log_y=log_y), "train")
+
+    st.subheader("Gradient quality: cosine of sketched dW to exact dW")
+    layers = logic.layer_names(metrics)
+    if not layers:
+        st.info("Cosines are probed for sketched runs only (every probe interval); none of the selected runs has one yet.")
+    else:
+        per_layer = st.toggle("per layer", key="compare.per_layer")
+        if per_layer:
+            panels = {layer: logic.series(metrics, info, f"cos/{layer}", smoothing=smoothing, pool_seeds=pool) for layer in layers}
+            _plot(charts.panels_figure(panels, y_title="cosine"), "cos_layers")
+        else:
+            s = logic.series(metrics, info, "cos_mean", smoothing=smoothing, pool_seeds=pool)
+            _plot(charts.line_figure(s, y_title="cosine (mean over sketched layers)", title="Mean cosine over sketched layers"), "cos")
+
+    st.subheader("Memory")
+    summary_end = run_summary(logic.FrameStore(records_now.values(), metrics), list(records_now))
+    mem = logic.memory_frame(summary_end, info, pool_seeds=pool)
+    if mem.empty:
+        st.info("Memory figures are recorded at step 0 of each run; none yet.")
+    else:
+        _plot(charts.memory_figure(mem, title="Activation memory per train step, against exact backprop of the same config"), "memory")
+        notes = ["**Saved for backward**: residual bytes a train step keeps for its backward pass (parameters excluded)."]
+        if "Peak device memory" not in set(mem["quantity"]):
+            notes.append("**Peak device memory** is recorded at the end of GPU runs only.")
+        st.caption(" ".join(notes))
+    breakdown = logic.breakdown_frame(metrics, info, pool_seeds=pool)
+    if not breakdown.empty:
+        _plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
+
+    st.subheader("Summary (the paper's Table 3 form)")
+    steps = sorted(set(metrics.loc[metrics["name"] == "val_loss", "step"]))
+    if not steps:
+        st.info("The summary appears after the first validation (step 0).")
+        return
+    # keyed by the step count: while runs train, each new validation moves the slider to the end
+    at = st.select_slider("at step", options=steps, value=steps[-1], key=f"compare.at.{len(steps)}",
+                          help="Each run's last value at or before this step.") if len(steps) > 1 else steps[0]
+    summary = summary_end if at == steps[-1] else run_summary(logic.FrameStore(records_now.values(), metrics), list(records_now), at_step=at)
+    table = logic.summary_table(summary, info)
+    st.dataframe(table, hide_index=True, width="stretch", placeholder="—")
+    notes = ["Memory compression: exact saved bytes ÷ this method's saved bytes.",
+             "Δ val vs exact: against the exact run of the same seed and config (— when there is none)."]
+    if "paper val loss" in table:
+        notes.append("Paper val loss: the paper's Table 3, after 50,000 steps.")
+    st.caption(" ".join(notes))
+
+
+all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)
+st.fragment(run_every=state.refresh_every(not all_ended))(state.guarded(_view))()

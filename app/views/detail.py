@@ -1,0 +1,121 @@
+"""Run detail: one run's status, error, notes, every chart, its config and its environment."""
+
+import json
+from datetime import datetime
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, logic, state
+from engine.summary import run_summary
+from engine.timing import format_seconds
+from storage import ACTIVE_STATUSES, RunNotFoundError
+
+PLOT_CONFIG = {"displaylogo": False}
+
+lab = state.lab()
+store = lab.store
+st.title("Run detail")
+records = {r.id: r for r in store.list_runs()}
+if not records:
+    st.info("No runs yet: launch one, then open it here.")
+    st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
+    st.stop()
+
+wanted = st.session_state.pop("detail.run", None)  # set by the Runs page's Details button
+if wanted is None and "detail.pick" not in st.session_state:
+    wanted = st.query_params.get("run")  # a link to ?run=ID
+if wanted is not None and str(wanted).isdigit() and int(wanted) in records:
+    st.session_state["detail.pick"] = int(wanted)
+elif st.session_state.get("detail.pick") not in records:
+    picked = [i for i in state.selected() if i in records]
+    st.session_state["detail.pick"] = picked[0] if picked else max(records)
+run_id = st.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
+                      format_func=lambda i: f"#{i} {records[i].name}")
+st.query_params["run"] = str(run_id)
+
+
+def _plot(fig, key: str) -> None:
+    """A chart whose zoom survives live refreshes (stable key, ``uirevision``)."""
+    st.plotly_chart(fig, width="stretch", config=PLOT_CONFIG, key=key)
+
+
+def _view() -> None:
+    """The run's status, numbers and charts; a live fragment while it is active."""
+    try:
+        run = store.get_run(run_id)
+    except RunNotFoundError:
+        st.info("This run was deleted.")
+        return
+    if (run.status in ACTIVE_STATUSES) != active:
+        st.rerun()  # the run started or ended: redraw with the matching refresh rate
+    info = logic.describe_runs([run])
+    metrics = state.metrics(store, [run_id])
+    summary = run_summary(logic.FrameStore([run], metrics), [run_id])
+    row = summary.iloc[0]
+    st.subheader(f"{run.name}  ·  {logic.STATUS_LABELS.get(run.status, run.status)}")
+    if run.status in ACTIVE_STATUSES:
+        steps = max(run.steps or 1, 1)
+        st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")
+        if st.button("Stop this run", icon=":material/stop_circle:", key="detail.stop"):
+            lab.manager.cancel(run_id)
+            st.toast("Stop requested.")
+    m = st.columns(6)
+    m[0].metric(f"steps done (of {run.steps:,})" if run.steps else "steps done", f"{run.steps_done:,}")
+    m[1].metric("val loss", f"{row.val_loss:.4f}" if pd.notna(row.val_loss) else "—")
+    m[2].metric("train loss", f"{row.train_loss:.4f}" if pd.notna(row.train_loss) else "—")
+    m[3].metric("mean cos", f"{row.cos_mean:.3f}" if pd.notna(row.cos_mean) else "—")
+    m[4].metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—")
+    m[5].metric("wall time", format_seconds(row.wall_s))
+    if run.error:
+        st.error(f"This run {run.status}: {run.error.splitlines()[0]}")
+        if len(run.error.splitlines()) > 1:
+            with st.expander("Full error text"):
+                st.code(run.error, language="text")
+    if run.notes:
+        st.info(run.notes, icon=":material/edit_note:")
+
+    left, right = st.columns(2)
+    with left:
+        s = logic.series(metrics, info, "val_loss", pool_seeds=False)
+        _plot(charts.line_figure(s, y_title="validation loss (nats/token)", title="Validation loss"), "d.val")
+    with right:
+        s = logic.series(metrics, info, "train_loss", pool_seeds=False)
+        _plot(charts.line_figure(s, y_title="train loss (nats/token)", title="Train loss (mean since last eval)"), "d.train")
+    layers = logic.layer_names(metrics)
+    if layers:
+        panels = {layer: logic.series(metrics, info, f"cos/{layer}", pool_seeds=False) for layer in layers}
+        _plot(charts.panels_figure(panels, y_title="cosine", title="Cosine of sketched dW to exact dW, per layer"), "d.cos")
+        panels = {layer: logic.series(metrics, info, f"rel_err/{layer}", pool_seeds=False) for layer in layers}
+        _plot(charts.panels_figure(panels, y_title="‖dŴ − dW‖ / ‖dW‖", title="Relative error of sketched dW, per layer"), "d.rel")
+    elif not info["method"].eq("exact").all():
+        st.caption("No dW probe yet (probes run every probe interval).")
+    left, right = st.columns(2)
+    with left:
+        s = logic.series(metrics, info, "tokens_per_s", pool_seeds=False)
+        _plot(charts.line_figure(s, y_title="throughput (tokens/s)", title="Training throughput"), "d.tps")
+    with right:
+        mem = logic.memory_frame(summary, info, pool_seeds=False)
+        _plot(charts.memory_figure(mem, title="Activation memory against exact backprop"), "d.mem")
+    breakdown = logic.breakdown_frame(metrics, info, pool_seeds=False)
+    if not breakdown.empty:
+        _plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
+
+
+active = records[run_id].status in ACTIVE_STATUSES
+st.fragment(run_every=state.refresh_every(active))(state.guarded(_view))()
+
+run = records[run_id]
+left, right = st.columns(2)
+with left:
+    st.subheader("Config")
+    st.dataframe(pd.DataFrame({"field": list(run.config), "value": [json.dumps(v) if isinstance(v, (dict, list)) else str(v) for v in run.config.values()]}),
+                 hide_index=True, width="stretch")
+with right:
+    st.subheader("Environment")
+    env = {"device": run.device, "git commit": run.git_commit, "worker": run.owner,
+           "created (UTC)": run.created_at, "started (UTC)": run.started_at, "finished (UTC)": run.finished_at}
+    env.update({f"{name} version": v for name, v in run.versions.items()})
+    shown = ["—" if v is None else v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else str(v) for v in env.values()]
+    st.dataframe(pd.DataFrame({"item": list(env), "value": shown}),
+                 hide_index=True, width="stretch")

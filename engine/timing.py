@@ -1,0 +1,170 @@
+"""How long a run will take, before it is launched.
+
+A run's wall time is modelled as
+
+    startup + steps · step_s · (1 + eval_share + probe_share)
+
+where ``step_s`` is the time of one compiled train step, ``startup`` covers data
+loading and the compilations before step 1 (train step, eval, probe, memory
+figures), ``eval_share`` is the validation passes (each batch a forward pass,
+about a third of a train step) per step, and ``probe_share`` the dW probes (an
+exact and a sketched backward pass, about two train steps) per step.
+
+``step_s`` and ``startup`` come from finished runs with the same timing key when
+the database has any (their ``tokens_per_s`` and the wall time of their step-0
+record), else from :func:`measure_step`, which compiles and times the real train
+step on random tokens (cached per timing key for the life of the process).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine.steps import init_state, make_optimizer, make_train_step
+from engine.train import ConfigError, RunConfig, initial_params, run_keys, sketch_key
+from storage import RunStore
+
+EVAL_COST = 1 / 3  # a validation batch (forward only) relative to a train step
+PROBE_COST = 2.0  # a dW probe (two backward passes) relative to a train step
+STARTUP_COMPILES = 4  # train step, eval, probe and the memory listing compile before step 1
+
+_MEASURED: dict[tuple, "StepTiming"] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Seconds per train step and per run start-up, and where they came from."""
+
+    step_s: float
+    startup_s: float
+    source: str  # "measured" or "history (n runs)"
+
+
+def timing_key(config: RunConfig) -> tuple:
+    """What a run's step time depends on: the model (less λ, and less the rank
+    when exact), the effective batch size and the optimizer."""
+    model = config.model_config()
+    if config.is_exact:
+        model = model.replace(estimator="exact", rank=1, lam=0.0)
+    else:
+        model = model.replace(lam=0.0)
+    return (model, config.effective_batch_size, config.optimizer)
+
+
+def measure_step(config: RunConfig, steps: int = 3) -> StepTiming:
+    """Compile ``config``'s train step and time ``steps`` steps on random tokens
+    after one warm-up step; start-up is ``STARTUP_COMPILES`` times the compile
+    time. Cached per (:func:`timing_key`, ``steps``) for the life of the process."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"steps must be an integer >= 1 (got {steps!r})")
+    key = (timing_key(config), steps)
+    with _LOCK:
+        hit = _MEASURED.get(key)
+    if hit is None:
+        hit = _time_steps(config, steps)
+        with _LOCK:
+            _MEASURED[key] = hit
+    return hit
+
+
+def measured(config: RunConfig, steps: int = 3) -> StepTiming | None:
+    """The result of an earlier :func:`measure_step` for ``config``'s timing key, or None."""
+    with _LOCK:
+        return _MEASURED.get((timing_key(config), steps))
+
+
+def measure_step_seconds(config: RunConfig, steps: int = 3) -> float:
+    """Seconds per compiled train step of ``config`` (see :func:`measure_step`)."""
+    return measure_step(config, steps).step_s
+
+
+def _time_steps(config: RunConfig, steps: int) -> StepTiming:
+    cfg = config.model_config()
+    optimizer = make_optimizer(config.optimizer, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    state = init_state(initial_params(config), optimizer)
+    shape = (config.effective_batch_size, config.effective_seq_len + 1)
+    batch = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, shape), jnp.int32)
+    root = run_keys(config.seed)[1]
+    t0 = time.perf_counter()
+    step = make_train_step(cfg, optimizer).lower(state, batch, sketch_key(root, 0)).compile()
+    compile_s = time.perf_counter() - t0
+    state, loss = step(state, batch, sketch_key(root, 0))
+    jax.block_until_ready(loss)
+    t0 = time.perf_counter()
+    for i in range(1, steps + 1):
+        state, loss = step(state, batch, sketch_key(root, i))
+        jax.block_until_ready(loss)
+    step_s = (time.perf_counter() - t0) / steps
+    return StepTiming(step_s=step_s, startup_s=STARTUP_COMPILES * compile_s, source="measured")
+
+
+def timing_from_history(store: RunStore, config: RunConfig) -> StepTiming | None:
+    """Step time and start-up of ``config`` from the finished runs in ``store``
+    with the same timing key, or None when there are none.
+
+    Step time: the median over those runs of B·T / median(tokens_per_s);
+    start-up: the median wall time of their step-0 records.
+    """
+    key = timing_key(config)
+    same = []
+    for r in store.list_runs(statuses=["finished"]):
+        try:
+            if timing_key(RunConfig.from_dict(r.config)) == key:
+                same.append(r.id)
+        except (ConfigError, TypeError):
+            continue
+    if not same:
+        return None
+    m = store.metrics(same, names=["tokens_per_s", "val_loss"])
+    tps = m[m["name"] == "tokens_per_s"].groupby("run_id")["value"].median()
+    tps = tps[np.isfinite(tps) & (tps > 0)]
+    if tps.empty:
+        return None
+    tokens = config.effective_batch_size * config.effective_seq_len
+    step_s = statistics.median(tokens / v for v in tps)
+    first = m[(m["name"] == "val_loss") & (m["step"] == 0)]["wall_time"]
+    startup = float(first.median()) if len(first) else 0.0
+    n = len(tps)
+    return StepTiming(step_s=float(step_s), startup_s=startup, source=f"history ({n} run{'s' if n > 1 else ''})")
+
+
+def run_seconds(config: RunConfig, timing: StepTiming) -> float:
+    """Estimated wall time of one run of ``config`` (see the module docstring)."""
+    evals = config.steps // config.eval_interval + 1
+    probes = 0 if config.is_exact or not config.probe_interval else config.steps // config.probe_interval
+    step_equivalents = config.steps + evals * config.val_batches * EVAL_COST + probes * PROBE_COST
+    return timing.startup_s + step_equivalents * timing.step_s
+
+
+def grid_seconds(configs: Sequence[RunConfig], timings: Sequence[StepTiming], concurrent: int = 1) -> float:
+    """Estimated wall time of a grid trained ``concurrent`` runs at a time on a
+    shared machine: the summed run times divided by ``concurrent`` (runs at once
+    share the cores), never less than the longest run."""
+    if len(configs) != len(timings):
+        raise ValueError(f"{len(configs)} configs but {len(timings)} timings")
+    if not configs:
+        return 0.0
+    each = [run_seconds(c, t) for c, t in zip(configs, timings)]
+    return max(sum(each) / max(1, concurrent), max(each))
+
+
+def format_seconds(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``; ``?`` for NaN or None."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
