@@ -452,26 +452,6 @@ class MetricsCache:
         return self.frame
 
 
-class FrameStore:
-    """A read-only stand-in for ``RunStore`` over runs and metric rows already read,
-    for the engine's store-based summaries (``engine.summary.run_summary``): a live
-    refresh then computes them without reading the database again."""
-
-    def __init__(self, records: Iterable, metrics: pd.DataFrame):
-        self._records = sorted(records, key=lambda r: r.id)
-        self._metrics = metrics
-
-    def list_runs(self) -> list:
-        return list(self._records)
-
-    def metrics(self, run_ids, *, names=None, after_id: int = 0) -> pd.DataFrame:
-        m = self._metrics
-        keep = m["run_id"].isin([int(i) for i in run_ids]) & (m["id"] > after_id)
-        if names is not None:
-            keep &= m["name"].isin([names] if isinstance(names, str) else list(names))
-        return m[keep].sort_values("id").reset_index(drop=True)
-
-
 # ----------------------------------------------------------------------------- memory
 
 
@@ -488,7 +468,7 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     of its config, in MiB: saved-activation bytes against ``mem_saved_bytes_exact``;
     peak and XLA temp bytes against the exact run of the same comparable config and
     seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib.
-    ``summary`` is ``engine.summary.run_summary``; quantities no run recorded are left out."""
+    ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
     s = summary.merge(info[["run_id", "key", "color_id", "group"]], on="run_id")
@@ -565,7 +545,7 @@ def _mean_std(mean: float, std: float, signed: bool = False) -> str:
 
 
 def summary_table(summary: pd.DataFrame, info: pd.DataFrame) -> pd.DataFrame:
-    """The paper's Table 3 form for the runs of ``summary`` (``run_summary``), seeds
+    """The paper's Table 3 form for the runs of ``summary`` (``summarize``), seeds
     pooled within each comparable config: method, rank, λ, seeds, step, memory
     compression (exact saved bytes / saved bytes, ``×``), final train and validation
     loss and Δ val to exact (``mean ± std`` when there are several seeds, ``—``

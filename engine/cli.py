@@ -22,7 +22,7 @@ from engine.grid import expand_grid, parse_ranks
 from engine.model import PRESETS, SKETCHED_LAYER_CHOICES
 from engine.steps import OPTIMIZERS
 from engine.summary import MIB, run_summary
-from engine.train import ConfigError, RunConfig, load_data
+from engine.train import ConfigError, RunConfig, check_data
 
 EXIT_BAD_INPUT = 2
 
@@ -135,17 +135,6 @@ def _grid(args) -> list[RunConfig]:
     with_exact, ranks = parse_ranks(args.ranks)
     base = _base_config(args, estimator="exact")
     return expand_grid(base, estimators=args.estimators, ranks=ranks, seeds=args.seeds, lams=args.lams, with_exact=with_exact)
-
-
-def check_data(configs: list[RunConfig]) -> None:
-    """Load (and cache) every distinct dataset of ``configs`` so a missing file or a
-    too-short corpus fails before any run is written."""
-    seen = set()
-    for c in configs:
-        key = repr((c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len, c.val_batches))
-        if key not in seen:
-            seen.add(key)
-            load_data(c)
 
 
 def _train(args, configs: list[RunConfig]) -> int:

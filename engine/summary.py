@@ -25,50 +25,64 @@ def comparable_key(config: dict) -> str:
 
 
 def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.DataFrame:
-    """One row per run: the last value of each summary metric at a step ≤ ``at_step``
-    (default: the end), the step reached, and Δ val loss to the exact run of the
-    same seed and comparable config (NaN when there is none)."""
-    runs = {r.id: r for r in store.list_runs() if r.id in set(run_ids)}
-    metrics = store.metrics(list(runs), names=list(SUMMARY_METRICS))
+    """``summarize`` of the given runs, read from ``store``."""
+    wanted = {int(i) for i in run_ids}
+    records = [r for r in store.list_runs() if r.id in wanted]
+    return summarize(records, store.metrics(sorted(wanted), names=list(SUMMARY_METRICS)), at_step)
+
+
+def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+    """One row per run record: the last value of each summary metric at a step
+    ≤ ``at_step`` (default: the end), the step reached, ``config_key``
+    (``comparable_key`` of its config) and Δ val loss to the exact run of the same
+    seed and comparable config (NaN when there is none). ``metrics`` has the columns
+    of ``RunStore.metrics``; rows of other runs or names are ignored."""
+    runs = {r.id: r for r in records}
+    metrics = metrics[metrics["run_id"].isin(list(runs)) & metrics["name"].isin(SUMMARY_METRICS)]
     if at_step is not None:
         metrics = metrics[metrics["step"] <= at_step]
     last = metrics.sort_values("id").groupby(["run_id", "name"])["value"].last().unstack()
+    reached = metrics.groupby("run_id").agg(step=("step", "max"), wall_s=("wall_time", "max"))
     rows = []
     for run_id, r in runs.items():
         row = {
             "run_id": run_id, "name": r.name, "status": r.status, "estimator": r.estimator,
             "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset,
-            "step": int(metrics.loc[metrics["run_id"] == run_id, "step"].max()) if (metrics["run_id"] == run_id).any() else 0,
-            "wall_s": float(metrics.loc[metrics["run_id"] == run_id, "wall_time"].max()) if (metrics["run_id"] == run_id).any() else np.nan,
-            "key": comparable_key(r.config),
+            "step": int(reached.at[run_id, "step"]) if run_id in reached.index else 0,
+            "wall_s": float(reached.at[run_id, "wall_s"]) if run_id in reached.index else np.nan,
+            "config_key": comparable_key(r.config),
         }
         for m in SUMMARY_METRICS:
-            row[m] = last.loc[run_id, m] if run_id in last.index and m in last.columns else np.nan
+            row[m] = last.at[run_id, m] if run_id in last.index and m in last.columns else np.nan
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "step", "wall_s", "key", *SUMMARY_METRICS])
-    if frame.empty:
-        return frame.drop(columns="key").assign(delta_val_vs_exact=pd.Series(dtype=float))
-    exact = frame[frame["estimator"] == "exact"].set_index(["key", "seed"])["val_loss"]
+    columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "step", "wall_s", "config_key", *SUMMARY_METRICS]
+    frame = pd.DataFrame(rows, columns=columns)
+    exact = frame[frame["estimator"] == "exact"].set_index(["config_key", "seed"])["val_loss"]
     exact = exact[~exact.index.duplicated(keep="last")]
     frame["delta_val_vs_exact"] = [
-        row.val_loss - exact.get((row.key, row.seed), np.nan) for row in frame.itertuples()
+        row.val_loss - exact.get((row.config_key, row.seed), np.nan) for row in frame.itertuples()
     ]
-    return frame.drop(columns="key").sort_values("run_id").reset_index(drop=True)
+    return frame.sort_values("run_id").reset_index(drop=True)
 
 
 def table3(summary: pd.DataFrame) -> pd.DataFrame:
-    """The paper's Table 3 form, seeds pooled: method, rank, λ, memory compression
-    (measured: exact saved bytes / saved bytes), final train and validation loss
-    and Δ to exact as mean ± std over seeds, and the paper's value at the paper preset."""
+    """The paper's Table 3 form, seeds pooled within a comparable config: method,
+    rank, λ, memory compression (measured: exact saved bytes / saved bytes), final
+    train and validation loss and Δ to exact as mean ± std over seeds, and the
+    paper's value at the paper preset."""
     if summary.empty:
         return pd.DataFrame()
-    groups = summary.assign(rank=summary["rank"].astype("Int64")).groupby(
-        ["preset", "estimator", "rank", "lam"], dropna=False, sort=True
+    summary = summary.assign(
+        rank=summary["rank"].astype("Int64"),
+        compression=summary["mem_saved_bytes_exact"] / summary["mem_saved_bytes"],
+    )
+    groups = summary.groupby(
+        ["config_key", "preset", "estimator", "rank", "lam"], dropna=False, sort=True
     )
     out = groups.agg(
         seeds=("seed", "nunique"),
         step=("step", "min"),
-        compression=("mem_saved_ratio", lambda s: float(np.mean(1.0 / s))),
+        compression=("compression", "mean"),
         train_loss=("train_loss", "mean"),
         train_loss_std=("train_loss", "std"),
         val_loss=("val_loss", "mean"),

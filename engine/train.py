@@ -196,6 +196,17 @@ def load_data(config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
     return train_tokens, val
 
 
+def check_data(configs) -> None:
+    """Load (and cache) every distinct dataset of ``configs``, so a missing file or
+    a too-short corpus fails before any run is written."""
+    seen = set()
+    for c in configs:
+        key = repr((c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len, c.val_batches))
+        if key not in seen:
+            seen.add(key)
+            load_data(c)
+
+
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, and
     the compiled step's temp bytes (XLA memory analysis)."""

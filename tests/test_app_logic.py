@@ -259,15 +259,6 @@ def test_metrics_cache_reads_only_new_rows_and_follows_the_selection(store):
     assert only_b["id"].is_monotonic_increasing
 
 
-def test_frame_store_gives_run_summary_the_same_answer_as_the_database(store):
-    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, estimator="exact"))]
-    frame_store = logic.FrameStore(store.list_runs(), store.metrics(ids))
-    for at_step in (None, 20):
-        pd.testing.assert_frame_equal(run_summary(frame_store, ids, at_step=at_step), run_summary(store, ids, at_step=at_step))
-    got = frame_store.metrics([ids[0]], names="val_loss", after_id=3)
-    pd.testing.assert_frame_equal(got, store.metrics([ids[0]], names=["val_loss"], after_id=3))
-
-
 # ----------------------------------------------------------------------------- memory and summary
 
 

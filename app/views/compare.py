@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import charts, logic, state
-from engine.summary import comparable_key, run_summary
+from engine.summary import comparable_key, summarize
 from storage import ACTIVE_STATUSES
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -101,7 +101,7 @@ def _view() -> None:
             _plot(charts.line_figure(s, y_title="cosine (mean over sketched layers)", title="Mean cosine over sketched layers"), "cos")
 
     st.subheader("Memory")
-    summary_end = run_summary(logic.FrameStore(records_now.values(), metrics), list(records_now))
+    summary_end = summarize(records_now.values(), metrics)
     mem = logic.memory_frame(summary_end, info, pool_seeds=pool)
     if mem.empty:
         st.info("Memory figures are recorded at step 0 of each run; none yet.")
@@ -123,7 +123,7 @@ def _view() -> None:
     # keyed by the step count: while runs train, each new validation moves the slider to the end
     at = st.select_slider("at step", options=steps, value=steps[-1], key=f"compare.at.{len(steps)}",
                           help="Each run's last value at or before this step.") if len(steps) > 1 else steps[0]
-    summary = summary_end if at == steps[-1] else run_summary(logic.FrameStore(records_now.values(), metrics), list(records_now), at_step=at)
+    summary = summary_end if at == steps[-1] else summarize(records_now.values(), metrics, at_step=at)
     table = logic.summary_table(summary, info)
     st.dataframe(table, hide_index=True, width="stretch", placeholder="—")
     notes = ["Memory compression: exact saved bytes ÷ this method's saved bytes.",

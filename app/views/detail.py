@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, logic, state
-from engine.summary import run_summary
+from engine.summary import summarize
 from engine.timing import format_seconds
 from storage import ACTIVE_STATUSES, RunNotFoundError
 
@@ -51,7 +51,7 @@ def _view() -> None:
         st.rerun()  # the run started or ended: redraw with the matching refresh rate
     info = logic.describe_runs([run])
     metrics = state.metrics(store, [run_id])
-    summary = run_summary(logic.FrameStore([run], metrics), [run_id])
+    summary = summarize([run], metrics)
     row = summary.iloc[0]
     st.subheader(f"{run.name}  ·  {logic.STATUS_LABELS.get(run.status, run.status)}")
     if run.status in ACTIVE_STATUSES:

@@ -7,7 +7,7 @@ import streamlit as st
 from app import logic, state
 from engine import data, timing
 from engine.basis import ESTIMATORS
-from engine.cli import check_data
+from engine.train import check_data
 from engine.model import PRESETS, SKETCHED_LAYER_CHOICES
 from engine.steps import OPTIMIZERS
 from engine.train import ConfigError
