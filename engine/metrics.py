@@ -7,19 +7,48 @@ sketched backward pass; for every sketched kernel W_l
 
 Memory: the bytes a train step keeps for its backward pass are the residuals of
 ``jax.vjp`` of the loss (JAX's saved-residual listing), minus the parameters,
-which live in memory anyway.
+which live in memory anyway. ``memory_breakdown`` sorts them into
+
+- ``sketched_inputs``: what dense layers keep for dW: their input X when exact;
+  X̂ (R×N) and the sketch key when sketched,
+- ``nonlinearity``: LayerNorm and GELU state (their inputs, or their internals),
+- ``attention``: Q, K, V and the probabilities or the row log-sum-exp,
+- ``loss_logits``: the cross-entropy's B·T×V softmax, or what the fused head keeps
+  (dX and dW or dẐ),
+- ``other``: everything else (token indices, block inputs and matmul outputs kept
+  by a ``remat`` policy).
+
+A residual is placed by the ``checkpoint_name`` tag its consumer gives it
+(``engine.layers``), else by the file or function that produced it.
+``compiled_memory`` adds what XLA reports for the whole compiled train step.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax._src.ad_checkpoint import saved_residuals
 
+from engine.layers import ATTENTION, DENSE_INPUT, NONLINEARITY
 from engine.model import GPTConfig, loss_fn
+from engine.steps import init_state, make_train_step
+
+LOSS_LOGITS = "loss_logits"
+CATEGORIES = (DENSE_INPUT, NONLINEARITY, ATTENTION, LOSS_LOGITS, "other")
+# producer of an untagged residual → category; the first fragment found wins
+_SOURCES = (
+    ("basis.py:", DENSE_INPUT),  # X̂ of a sketched layer
+    ("normalization.py:", NONLINEARITY),  # flax LayerNorm internals
+    ("(gelu)", NONLINEARITY),  # tanh terms of engine.layers.gelu
+    ("attention.py:", ATTENTION),  # probabilities, log-sum-exp
+    ("head.py:", LOSS_LOGITS),  # fused head: dX and dW or dẐ
+    ("optax", LOSS_LOGITS),  # softmax of the logits
+)
 
 
 def layer_name(path: tuple[str, ...]) -> str:
@@ -64,16 +93,68 @@ def dw_similarity(cfg: GPTConfig, params, batch, key) -> dict[str, dict[str, flo
     }
 
 
+def _listing(cfg: GPTConfig, params, batch, key) -> list[tuple[jax.core.AbstractValue, str]]:
+    listing = saved_residuals(lambda p, b, k: loss_fn(cfg, p, b, k), params, batch, key)
+    return [(a, why) for a, why in listing if not why.startswith("from the argument p")]
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape)) * aval.dtype.itemsize
+
+
 def residuals(cfg: GPTConfig, params, batch, key) -> list[tuple[int, str]]:
     """(bytes, description) of every residual the loss keeps for its backward pass,
     parameters excluded."""
-    listing = saved_residuals(lambda p, b, k: loss_fn(cfg, p, b, k), params, batch, key)
-    out = []
-    for aval, description in listing:
-        if description.startswith("from the argument p"):
-            continue
-        out.append((int(np.prod(aval.shape)) * aval.dtype.itemsize, description))
+    return [(_nbytes(aval), why) for aval, why in _listing(cfg, params, batch, key)]
+
+
+def residual_category(aval, description: str) -> str:
+    """The ``CATEGORIES`` entry of one residual of the saved-residual listing."""
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
+        return DENSE_INPUT  # only sketches draw keys
+    tag = re.match(r"named '([^']*)'", description)
+    if tag:
+        return tag.group(1) if tag.group(1) in CATEGORIES else "other"
+    for fragment, category in _SOURCES:
+        if fragment in description:
+            return category
+    return "other"
+
+
+def memory_breakdown(cfg: GPTConfig, params, batch, key) -> dict[str, int]:
+    """Bytes saved for the backward pass per category; they sum to ``saved_activation_bytes``."""
+    out = dict.fromkeys(CATEGORIES, 0)
+    for aval, why in _listing(cfg, params, batch, key):
+        out[residual_category(aval, why)] += _nbytes(aval)
     return out
+
+
+def compiled_stats(compiled) -> dict[str, int]:
+    """What XLA and the device report for a compiled function: ``temp_bytes`` (scratch
+    buffers), ``argument_bytes``, ``output_bytes``, ``alias_bytes`` (outputs reusing
+    donated inputs) and ``device_peak_bytes`` (the allocator's peak so far, on
+    backends that report it; not on CPU)."""
+    out = {}
+    analysis = compiled.memory_analysis()
+    if analysis is not None:
+        out.update(
+            temp_bytes=int(analysis.temp_size_in_bytes),
+            argument_bytes=int(analysis.argument_size_in_bytes),
+            output_bytes=int(analysis.output_size_in_bytes),
+            alias_bytes=int(analysis.alias_size_in_bytes),
+        )
+    stats = jax.devices()[0].memory_stats()
+    if stats and "peak_bytes_in_use" in stats:
+        out["device_peak_bytes"] = int(stats["peak_bytes_in_use"])
+    return out
+
+
+def compiled_memory(
+    cfg: GPTConfig, optimizer: optax.GradientTransformation, params, batch, key
+) -> dict[str, int]:
+    """``compiled_stats`` of the jitted train step (``engine.steps.make_train_step``)."""
+    state = jax.eval_shape(lambda p: init_state(p, optimizer), params)
+    return compiled_stats(make_train_step(cfg, optimizer).lower(state, batch, key).compile())
 
 
 def saved_activation_bytes(cfg: GPTConfig, params, batch, key) -> int:

@@ -9,8 +9,27 @@ bias. Which dense layers use the sketched dW is ``GPTConfig.sketched_layers``:
 - ``all``: ``mlp+head`` plus the attention q/k/v and output projections
 - ``none``: nothing sketched (exact backprop whatever the estimator)
 
-Parameter names and shapes never depend on the estimator, rank or sketched
-layers, so every method of a seed starts from the same parameters.
+Memory options (none changes a parameter name or shape, so every method of a
+seed starts from the same parameters whatever its estimator, rank, layers or options):
+
+- ``head_chunk``: 0 = logits then cross-entropy; C > 0 = the head fused with the
+  loss in chunks of C rows (``engine.head``): the B·T×V logits are never kept.
+- ``attention``: ``xla`` (``jax.nn.dot_product_attention``) or ``recompute``
+  (``engine.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
+- ``recompute_activations``: LayerNorm and GELU keep only their inputs and recompute
+  the rest in the backward pass; an output is then kept only by an exact dense layer
+  that needs it, never for a sketched one.
+- ``remat``: ``jax.checkpoint`` around every block: ``none``, ``dots_saveable``
+  (keep matmul outputs, recompute the rest) or ``full`` (keep the block input).
+
+``head_chunk``, ``attention`` and ``recompute_activations`` change no number beyond
+float rounding; ``remat`` changes none at all. Defaults: ``recompute`` attention and
+recomputed activations are on (no slower on this project's 2-core CPU at the
+presets, faster at long T); the fused head is off (0): it is faster there too (an
+exact step of the paper preset takes 22 instead of 32 ms with head_chunk=256) but it
+changes what a run's memory figures count (dX and dW instead of the logits), and
+``engine.train`` defines those on the unfused head; ``remat`` is off (it costs a
+forward pass per block).
 """
 
 from __future__ import annotations
@@ -23,8 +42,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jax.ad_checkpoint import checkpoint_name
+
+from engine.attention import ATTENTION_CHOICES, causal_attention
 from engine.basis import validate
-from engine.layers import SketchedDense
+from engine.layers import ATTENTION, NONLINEARITY, FusedHead, SketchedDense, gelu
 
 SKETCHED_LAYER_CHOICES = ("mlp+head", "mlp", "all", "none")
 _GROUPS = {
@@ -34,6 +56,11 @@ _GROUPS = {
     "none": set(),
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT_POLICIES = {
+    "none": None,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
 
 
 @dataclass(frozen=True)
@@ -48,12 +75,34 @@ class GPTConfig:
     rank: int = 32
     lam: float = 0.0
     dtype: str = "float32"
+    head_chunk: int = 0
+    attention: str = "recompute"
+    recompute_activations: bool = True
+    remat: str = "none"
 
     def __post_init__(self):
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
+        chunk = self.head_chunk
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise ValueError(
+                f"head_chunk must be an integer >= 0 (got {chunk!r}); "
+                "0 = unfused head, C > 0 = fused head in chunks of C rows"
+            )
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(
+                f"attention must be one of {', '.join(ATTENTION_CHOICES)} (got {self.attention!r})"
+            )
+        if not isinstance(self.recompute_activations, bool):
+            raise ValueError(
+                f"recompute_activations must be True or False (got {self.recompute_activations!r})"
+            )
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(
+                f"remat must be one of {', '.join(REMAT_POLICIES)} (got {self.remat!r})"
+            )
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -140,7 +189,8 @@ class CausalSelfAttention(nn.Module):
         head_dim = d // cfg.n_heads
         qkv = _dense(cfg, "attn", 3 * d, "qkv")(x)
         q, k, v = jnp.split(qkv.reshape(b, t, 3 * cfg.n_heads, head_dim), 3, axis=2)
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        q, k, v = (checkpoint_name(a, ATTENTION) for a in (q, k, v))
+        y = causal_attention(q, k, v, cfg.attention)
         return _dense(cfg, "attn", d, "out")(y.reshape(b, t, d))
 
 
@@ -150,8 +200,14 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         d = self.cfg.d_model
-        h = nn.gelu(_dense(self.cfg, "mlp", 4 * d, "fc")(x))
-        return _dense(self.cfg, "mlp", d, "proj")(h)
+        h = _dense(self.cfg, "mlp", 4 * d, "fc")(x)
+        return _dense(self.cfg, "mlp", d, "proj")(gelu(h, recompute=self.cfg.recompute_activations))
+
+
+def _layer_norm(cfg: GPTConfig, name: str, x: jax.Array) -> jax.Array:
+    """``nn.LayerNorm``; with ``recompute_activations`` it keeps only its input."""
+    norm = nn.remat(nn.LayerNorm) if cfg.recompute_activations else nn.LayerNorm
+    return norm(name=name)(checkpoint_name(x, NONLINEARITY))
 
 
 class Block(nn.Module):
@@ -159,8 +215,8 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + CausalSelfAttention(self.cfg, name="attn")(nn.LayerNorm(name="ln_1")(x))
-        return x + MLP(self.cfg, name="mlp")(nn.LayerNorm(name="ln_2")(x))
+        x = x + CausalSelfAttention(self.cfg, name="attn")(_layer_norm(self.cfg, "ln_1", x))
+        return x + MLP(self.cfg, name="mlp")(_layer_norm(self.cfg, "ln_2", x))
 
 
 class GPT(nn.Module):
@@ -178,9 +234,20 @@ class GPT(nn.Module):
         tok = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, name="wte")(idx)
         pos = self.param("wpe", init, (cfg.seq_len, cfg.d_model))[:t]
         x = (tok + pos).astype(DTYPES[cfg.dtype])
+        block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
         for i in range(cfg.n_layers):
-            x = Block(cfg, name=f"block_{i}")(x)
-        x = nn.LayerNorm(name="ln_f")(x)
+            x = block(cfg, name=f"block_{i}")(x)
+        x = _layer_norm(cfg, "ln_f", x)
+        if targets is not None and cfg.head_chunk:
+            return FusedHead(
+                cfg.vocab_size,
+                cfg.head_chunk,
+                estimator=cfg.estimator_for("head"),
+                rank=cfg.rank,
+                lam=cfg.lam,
+                dtype=DTYPES[cfg.dtype],
+                name="head",
+            )(x, targets)
         logits = _dense(cfg, "head", cfg.vocab_size, "head", use_bias=False)(x)
         if targets is None:
             return logits

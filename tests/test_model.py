@@ -136,6 +136,10 @@ def test_sequence_longer_than_config_is_rejected():
         (dict(n_layers=0), "n_layers must be an integer >= 1"),
         (dict(dtype="float16"), "dtype must be one of"),
         (dict(estimator="basis", rank=0), "rank must be"),
+        (dict(head_chunk=-1), "head_chunk must be an integer >= 0"),
+        (dict(attention="flash"), "attention must be one of"),
+        (dict(remat="blocks"), "remat must be one of"),
+        (dict(recompute_activations="yes"), "recompute_activations must be True or False"),
     ],
 )
 def test_bad_model_config(changes, match):
