@@ -124,9 +124,9 @@ class GPTConfig:
         return self.estimator if group in _GROUPS[self.sketched_layers] else "exact"
 
     def sketched_kernel_paths(self) -> list[tuple[str, ...]]:
-        """Param-tree paths of the kernels whose dW is sketched (empty when exact)."""
-        if self.estimator == "exact":
-            return []
+        """Param-tree paths of the kernels in the ``sketched_layers`` groups: the
+        layers whose dW this config sketches (for ``exact``, the layers a sketched
+        run of the same config would sketch, so its dW probe is the reference 1.0)."""
         groups = _GROUPS[self.sketched_layers]
         paths = []
         for i in range(self.n_layers):

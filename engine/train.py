@@ -26,7 +26,7 @@ import numpy as np
 
 from engine import data
 from engine.basis import ESTIMATORS
-from engine.metrics import make_dw_probe, saved_activation_bytes
+from engine.metrics import compiled_stats, make_dw_probe, memory_breakdown
 from engine.model import DTYPES, PRESETS, SKETCHED_LAYER_CHOICES, GPTConfig, init_params
 from engine.steps import OPTIMIZERS, init_state, make_eval_step, make_optimizer, make_train_step
 
@@ -208,25 +208,20 @@ def check_data(configs) -> None:
 
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
-    """Saved-activation bytes of this run's step and of its exact baseline, and
-    the compiled step's temp bytes (XLA memory analysis)."""
+    """Saved-activation bytes of this run's step and of its exact baseline, in total
+    and per category (``engine.metrics.CATEGORIES``), and the compiled step's XLA
+    temp bytes."""
     cfg = config.model_config()
-    saved = saved_activation_bytes(cfg, params, batch, key)
-    exact = saved_activation_bytes(cfg.replace(estimator="exact"), params, batch, None)
-    out = {
-        "mem_saved_bytes": float(saved),
-        "mem_saved_bytes_exact": float(exact),
-        "mem_saved_ratio": saved / exact,
-    }
-    analysis = compiled_step.memory_analysis()
-    if analysis is not None:
-        out["mem_temp_bytes"] = float(analysis.temp_size_in_bytes)
+    mine = memory_breakdown(cfg, params, batch, key)
+    exact = memory_breakdown(cfg.replace(estimator="exact"), params, batch, None)
+    out = {f"mem_bytes/{c}": float(v) for c, v in mine.items()}
+    out.update({f"mem_bytes_exact/{c}": float(v) for c, v in exact.items()})
+    saved, saved_exact = sum(mine.values()), sum(exact.values())
+    out.update(mem_saved_bytes=float(saved), mem_saved_bytes_exact=float(saved_exact), mem_saved_ratio=saved / saved_exact)
+    stats = compiled_stats(compiled_step)
+    if "temp_bytes" in stats:
+        out["mem_temp_bytes"] = float(stats["temp_bytes"])
     return out
-
-
-def device_peak_bytes() -> float | None:
-    stats = jax.devices()[0].memory_stats()
-    return float(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
 def train(
@@ -286,8 +281,8 @@ def train(
                 val_loss=float(eval_fn(state.params, val)),
                 tokens_per_s=len(losses) * tokens_per_step / step_seconds,
             )
-            if step == config.steps and (peak := device_peak_bytes()) is not None:
-                values["mem_peak_bytes"] = peak
+            if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
+                values["mem_peak_bytes"] = float(peak)
             losses, step_seconds = [], 0.0
         if values:
             yield Record(step, time.perf_counter() - start, values)

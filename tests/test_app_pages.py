@@ -142,8 +142,9 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
         assert trace["x"] == rows["step"].tolist() == [0, 3, 6]
         np.testing.assert_allclose(trace["y"], rows["value"])
     cos = figs["Mean cosine over sketched layers"]
-    assert [t["name"] for t in cos["data"]] == ["basis R=2 s0", "basis R=8 s0"]
+    assert [t["name"] for t in cos["data"]] == ["exact s0", "basis R=2 s0", "basis R=8 s0"]
     assert all(-1 <= y <= 1 for t in cos["data"] for y in t["y"])
+    assert all(abs(y - 1) < 1e-5 for y in cos["data"][0]["y"])  # exact: the reference line
     memory = figs["Activation memory per train step, against exact backprop of the same config"]
     ratios = [text for t in memory["data"] for text in t.get("text", []) or [] if text]
     assert ratios and all(re.fullmatch(r"\d\.\d{3}×", text) for text in ratios)

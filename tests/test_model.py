@@ -79,8 +79,11 @@ def test_probe_is_one_at_full_rank_and_below_one_at_small_rank():
         assert v["cos"] < 0.9 and v["rel_err"] > 0.1
 
 
-def test_probe_is_empty_for_exact():
-    assert dw_similarity(TINY, init_params(TINY, jax.random.key(0)), _batch(), jax.random.key(1)) == {}
+def test_probe_of_exact_is_one_on_the_layers_a_sketched_run_would_sketch():
+    probe = dw_similarity(TINY, init_params(TINY, jax.random.key(0)), _batch(), jax.random.key(1))
+    assert set(probe) == {"block_0/mlp/fc", "block_0/mlp/proj", "block_1/mlp/fc", "block_1/mlp/proj", "head"}
+    for v in probe.values():
+        assert v["cos"] == pytest.approx(1.0, abs=1e-6) and v["rel_err"] == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("estimator,rank", [("exact", 1), ("basis", 8)])

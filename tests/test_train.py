@@ -94,6 +94,10 @@ def test_records_carry_losses_probes_and_memory():
     assert first["mem_saved_bytes"] < first["mem_saved_bytes_exact"]
     assert first["mem_saved_ratio"] == pytest.approx(first["mem_saved_bytes"] / first["mem_saved_bytes_exact"])
     assert first["mem_temp_bytes"] > 0
+    from engine.metrics import CATEGORIES
+    for prefix, total in (("mem_bytes/", "mem_saved_bytes"), ("mem_bytes_exact/", "mem_saved_bytes_exact")):
+        assert sum(first[f"{prefix}{c}"] for c in CATEGORIES) == first[total]
+    assert first[f"mem_bytes/{CATEGORIES[0]}"] < first[f"mem_bytes_exact/{CATEGORIES[0]}"]
     by_step = {r.step: r.values for r in records}
     assert {"train_loss", "val_loss", "tokens_per_s"} <= set(by_step[3]) and "cos_mean" not in by_step[3]
     probe = by_step[2]
