@@ -32,9 +32,9 @@ R is clipped to B. At R = B balanced hashing is a signed permutation, so
 ``SᵀS = I`` and dW is exact up to the factor c².
 
 Only ``X̂`` (R×N), ``W`` and ``key`` are saved for the backward pass; the hash
-and signs are replayed from ``key``. A hash sketch costs one pass over its input:
-a segment sum (O(B·N)), or at small R the signed one-hot product S·a, measured
-faster on CPU there (see ``DENSE_MAX_RANK``).
+and signs are replayed from ``key`` (inside one jit XLA computes them once for both
+passes). A hash sketch costs one pass over its input: a segment sum (O(B·N)), or
+with few rows or small R the signed one-hot product S·a (see ``DENSE_MAX_RANK``).
 Sketches are accumulated in float32 whatever the input dtype.
 """
 
@@ -95,30 +95,62 @@ def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
         # argsort of iid 32-bit keys is a uniform permutation (one sort, where
         # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
         # rows in order, and bins stay balanced whatever the order
-        order = jnp.argsort(jax.random.bits(k_hash, (rows,), jnp.uint32))
-        bins = (order % rank).astype(jnp.int32)
+        bins = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32)) % rank
     else:
         bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
     return Sketch(kind, rank, bins, signs, None)
 
 
-# Up to this rank a hash sketch is applied as the signed one-hot product S·a (2·R·B·F
-# flops, one streaming pass); above it, as a segment sum (B·F adds, scattered). On the
-# 2-core CPU at B = 4096, F = 1024 the product is faster up to R ≈ 16 (0.9 ms at R = 1,
-# 1.3 ms at R = 8) and the segment sum beyond (≈ 1.5 ms at any R, 29 ms for the product
-# at R = 1024); see bench/layer_speed.py.
-DENSE_MAX_RANK = 16
+def _argsort(keys: jax.Array) -> jax.Array:
+    """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
+
+    The keys alone are sorted, each key's rank found by binary search, and the order
+    is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
+    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
+    ``jnp.argsort`` itself runs.
+    """
+    n = keys.shape[0]
+    ordered = jnp.sort(keys)
+
+    def invert_ranks(keys):
+        rank = jnp.searchsorted(ordered, keys).astype(jnp.int32)
+        index = jnp.arange(n, dtype=jnp.int32)
+        return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
+
+    tie = jnp.any(ordered[1:] == ordered[:-1])
+    return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
+
+
+# A hash sketch is applied in one of two ways. With few rows or small R, as the signed
+# one-hot product S·a (2·R·B·F flops, one streaming pass). Otherwise as a segment sum of
+# the rows of a into 2R bins, h(b) when s(b) = +1 and R + h(b) when s(b) = −1, then the
+# first R minus the last R: one scattered pass over a, where scattering a·s would first
+# write a signed copy of a. Measured on the 2-core CPU, at B = 4096, F = 1024: the
+# segment sum 0.63–0.68 ms at any R (a·s scattered: 1.35 ms), the product 0.46 ms at
+# R = 1, 0.50 at R = 2, 0.55 at R = 4, 0.80 at R = 8, 2.1 at R = 32. At B = 64, F = 50257
+# (the LM head's dY) the product wins at every R (0.39, 0.52, 1.14 ms at R = 1, 8, 32
+# against 0.53, 1.15, 1.92): scattering into wide rows costs more per element.
+DENSE_MAX_RANK = 4
+_DENSE_MAX_ROWS = 256
 
 
 def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
-    """Return S a (R × F, float32) for a of shape (B, F)."""
+    """Return S a (R × F, float32) for a of shape (B, F).
+
+    Hash sketches take s(b) ∈ {−1, 0, +1}: a row with s(b) = 0 (padding) is left out.
+    """
     a = a.astype(jnp.float32)
+    rank = sketch.rank
     if sketch.kind == "gaussian":
         return sketch.dense @ a
-    if sketch.rank <= DENSE_MAX_RANK:
-        onehot = sketch.bins[None, :] == jnp.arange(sketch.rank, dtype=jnp.int32)[:, None]
+    if rank <= DENSE_MAX_RANK or a.shape[0] <= _DENSE_MAX_ROWS:
+        onehot = sketch.bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
         return jnp.where(onehot, sketch.signs[None, :], 0.0) @ a
-    return jax.ops.segment_sum(a * sketch.signs[:, None], sketch.bins, num_segments=sketch.rank)
+    # sign-split bins; s(b) = 0 maps to 2R, out of range, which segment_sum drops
+    split = jnp.where(sketch.signs > 0, sketch.bins, sketch.bins + rank)
+    split = jnp.where(sketch.signs == 0, 2 * rank, split)
+    sums = jax.ops.segment_sum(a, split, num_segments=2 * rank)
+    return sums[:rank] - sums[rank:]
 
 
 def sketch_rows(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
-from engine.basis import ESTIMATORS, apply_sketch, draw_sketch, sketch_rows, sketched_matmul
+from engine.basis import ESTIMATORS, _argsort, apply_sketch, draw_sketch, sketch_rows, sketched_matmul
 
 SKETCHED = [e for e in ESTIMATORS if e != "exact"]
 HASH_KIND = {"balanced": "balanced", "uniform": "uniform"}
@@ -58,7 +58,7 @@ def _dense_s(kind, rows, rank, key):
     return np.asarray(apply_sketch(draw_sketch(key, kind, rows, rank), jnp.eye(rows)))
 
 
-@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (7, 3), (13, 13), (9, 1)])
+@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (7, 3), (13, 13), (9, 1), (300, 7), (520, 520)])
 def test_balanced_hash_fills_every_bin_evenly(rows, rank):
     for seed in range(5):
         s = _dense_s("balanced", rows, rank, jax.random.key(seed))
@@ -75,6 +75,48 @@ def test_uniform_hash_is_a_signed_assignment_with_uneven_bins():
     np.testing.assert_array_equal((s != 0).sum(axis=0), 1)
     assert np.all(np.abs(s[s != 0]) == 1.0)
     assert len(set((s != 0).sum(axis=1))) > 1  # independent hashing: bins differ in size
+
+
+@pytest.mark.parametrize("n,modulus", [(1, 0), (7, 0), (4096, 0), (300, 50), (64, 2)])
+def test_fast_argsort_is_the_stable_argsort(n, modulus):
+    """Distinct keys take the rank-inversion path; tied keys (taken mod a small
+    modulus) fall back to jnp.argsort."""
+    keys = jax.random.bits(jax.random.key(n), (n,), jnp.uint32)
+    if modulus:
+        keys = keys % modulus
+    expect = np.argsort(np.asarray(keys), kind="stable")
+    np.testing.assert_array_equal(_argsort(keys), expect)
+    np.testing.assert_array_equal(jax.jit(_argsort)(keys), expect)
+    batch = jnp.stack([keys, keys[::-1]])
+    np.testing.assert_array_equal(jax.vmap(_argsort)(batch)[1], np.argsort(np.asarray(keys)[::-1], kind="stable"))
+
+
+def _s_from_hash(sketch, rows):
+    """S[h(b), b] = s(b), built entrywise from the hash and the signs."""
+    s = np.zeros((sketch.rank, rows), np.float32)
+    s[np.asarray(sketch.bins), np.arange(rows)] = np.asarray(sketch.signs)
+    return s
+
+
+# both ways apply_sketch computes S a: the one-hot product (few rows or small R) and the
+# sign-split segment sum (many rows and larger R)
+@pytest.mark.parametrize("rows,rank", [(64, 8), (200, 200), (1000, 1), (1000, 4), (300, 5), (1000, 40), (700, 700)])
+@pytest.mark.parametrize("kind", ["balanced", "uniform"])
+def test_apply_sketch_is_the_product_with_s(kind, rows, rank):
+    sk = draw_sketch(jax.random.key(rows + rank), kind, rows, rank)
+    a = jax.random.normal(jax.random.key(1), (rows, 5))
+    np.testing.assert_allclose(apply_sketch(sk, a), _s_from_hash(sk, rows) @ np.asarray(a), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows,rank", [(40, 4), (1000, 1), (1000, 40)])
+def test_apply_sketch_leaves_out_rows_with_zero_sign(rows, rank):
+    sk = draw_sketch(jax.random.key(3), "balanced", rows, rank)
+    kept = jnp.arange(rows) % 3 != 0
+    sk = sk._replace(signs=jnp.where(kept, sk.signs, 0.0))
+    a = jax.random.normal(jax.random.key(1), (rows, 5))
+    expect = apply_sketch(sk._replace(signs=sk.signs[kept], bins=sk.bins[kept]), a[kept])
+    np.testing.assert_allclose(apply_sketch(sk, a), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(apply_sketch(sk, a), _s_from_hash(sk, rows) @ np.asarray(a), rtol=1e-5, atol=1e-5)
 
 
 def test_balanced_hash_permutes_rows_between_steps():
