@@ -70,6 +70,8 @@ def _config_parent() -> argparse.ArgumentParser:
     g.add_argument("--val-batches", type=int, default=d.val_batches)
     g.add_argument("--probe-interval", type=int, default=d.probe_interval, help="steps between dW-cosine probes (0 = never)")
     g.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"))
+    g.add_argument("--head-chunk", type=int, default=d.head_chunk,
+                   help="fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored (0 = off)")
     return p
 
 
@@ -85,7 +87,7 @@ def _base_config(args, **fields) -> RunConfig:
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
         dataset=args.dataset, dataset_options=options, val_tokens=args.val_tokens,
         eval_interval=args.eval_interval, val_batches=args.val_batches,
-        probe_interval=args.probe_interval, dtype=args.dtype, **fields,
+        probe_interval=args.probe_interval, dtype=args.dtype, head_chunk=args.head_chunk, **fields,
     )
 
 

@@ -63,6 +63,7 @@ class RunConfig:
     probe_interval: int = 100
     seed: int = 0
     dtype: str = "float32"
+    head_chunk: int = 0
     name: str | None = None
 
     def __post_init__(self):
@@ -79,6 +80,7 @@ class RunConfig:
         _check_int("val_tokens", self.val_tokens, 1)
         _check_int("probe_interval", self.probe_interval, 0, note=" (0 = never)")
         _check_int("seed", self.seed, 0)
+        _check_int("head_chunk", self.head_chunk, 0, note=" (rows per chunk of the fused LM head; 0 = unfused)")
         for name in ("batch_size", "seq_len"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 1, note=" (or None for the preset's)")
@@ -117,6 +119,7 @@ class RunConfig:
             rank=self.rank,
             lam=self.lam,
             dtype=self.dtype,
+            head_chunk=self.head_chunk,
         )
 
     def exact_baseline(self) -> "RunConfig":

@@ -32,6 +32,7 @@ TINY = RunConfig(preset="tiny", steps=6, eval_interval=3, probe_interval=2, val_
         (dict(batch_size=0), "batch_size", ">= 1"),
         (dict(dtype="float64"), "dtype", "float32"),
         (dict(seed=-1), "seed", ">= 0"),
+        (dict(head_chunk=-8), "head_chunk", ">= 0"),
     ],
 )
 def test_bad_config_names_the_field_and_the_range(changes, field, allowed):
@@ -124,6 +125,19 @@ def test_memory_figures_drop_by_inputs_minus_sketches():
     removed = 4 * ((64 - 4) * 32 + (64 - 4) * 128 + (64 - 4) * 32)
     diff = rec.values["mem_saved_bytes_exact"] - rec.values["mem_saved_bytes"]
     assert removed - 64 <= diff <= removed
+
+
+def test_fused_head_run_drops_the_logits_and_trains_identically():
+    """head_chunk fuses the LM head with the loss: the same losses (exact), and the
+    B·T×V logits (64 × 50257 floats on the tiny preset) are no longer kept."""
+    exact = dataclasses.replace(TINY, estimator="exact")
+    plain, fused = list(train(exact)), list(train(dataclasses.replace(exact, head_chunk=24)))
+    for a, b in zip(plain, fused, strict=True):
+        for name in ("train_loss", "val_loss"):
+            if name in a.values:
+                assert b.values[name] == pytest.approx(a.values[name], rel=1e-5)
+    logits = 64 * 50257 * 4
+    assert plain[0].values["mem_bytes/loss_logits"] >= logits > fused[0].values["mem_bytes/loss_logits"]
 
 
 def test_stop_flag_is_checked_before_every_step():
