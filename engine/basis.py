@@ -48,15 +48,15 @@ import jax
 import jax.numpy as jnp
 
 ESTIMATORS = ("exact", "basis", "countsketch", "balanced", "scalars", "gaussian")
-_HASH_KIND = {
+SKETCH_KIND = {  # the S each non-exact estimator draws
     "basis": "balanced",
     "countsketch": "uniform",
     "balanced": "balanced",
     "scalars": "uniform",
     "gaussian": "gaussian",
 }
-_USES_SCALARS = {"basis", "scalars"}
-_EPS = 1e-12
+USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scalars
+EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
 
 
 class Sketch(NamedTuple):
@@ -160,7 +160,7 @@ def sketch_rows(
     sa = apply_sketch(sketch, a)
     if scalars:
         norm_a = jnp.linalg.norm(a.astype(jnp.float32))
-        sa = sa * (norm_a / (jnp.linalg.norm(sa) + _EPS))
+        sa = sa * (norm_a / (jnp.linalg.norm(sa) + EPS))
     return sa * shrink if shrink != 1.0 else sa
 
 
@@ -203,16 +203,16 @@ def _sketched_2d(x, w, key, rank, lam, estimator):
 
 
 def _fwd(x, w, key, rank, lam, estimator):
-    sketch = draw_sketch(key, _HASH_KIND[estimator], x.shape[0], rank)
-    x_hat = sketch_rows(x, sketch, scalars=estimator in _USES_SCALARS, shrink=1.0 - lam)
+    sketch = draw_sketch(key, SKETCH_KIND[estimator], x.shape[0], rank)
+    x_hat = sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
     return x @ w, (x_hat, w, key, x_dtype)
 
 
 def _bwd(rank, lam, estimator, residuals, dy):
     x_hat, w, key, x_dtype = residuals
-    sketch = draw_sketch(key, _HASH_KIND[estimator], dy.shape[0], rank)
-    dy_hat = sketch_rows(dy, sketch, scalars=estimator in _USES_SCALARS, shrink=1.0 - lam)
+    sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
+    dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
     dx = (dy @ w.T).astype(x_dtype.dtype)
     dw = (x_hat.T @ dy_hat).astype(w.dtype)
     return dx, dw, None

@@ -27,18 +27,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from engine.basis import Sketch, apply_sketch, draw_sketch, sketch_rows, validate
-
-# S of each estimator and whether it applies the invariant scalars (engine.basis's table)
-_KIND = {
-    "basis": "balanced",
-    "countsketch": "uniform",
-    "balanced": "balanced",
-    "scalars": "uniform",
-    "gaussian": "gaussian",
-}
-_USES_SCALARS = {"basis", "scalars"}
-_EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε), as in sketch_rows
+from engine.basis import EPS, SKETCH_KIND, USES_SCALARS, Sketch, apply_sketch, draw_sketch, sketch_rows, validate
 
 
 def head_loss(
@@ -127,7 +116,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
     if exact:  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ for chunks of rows
         sketch, parts, acc = None, None, jnp.zeros((v, x.shape[1]), jnp.float32)
     else:
-        sketch = draw_sketch(key, _KIND[estimator], rows, rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
 
     def body(carry, xs):
@@ -152,9 +141,9 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
     dx = dx.reshape(-1, x.shape[1])[:rows]
     if exact:
         return total / rows, (dx, acc.T.astype(w.dtype))
-    scalars = estimator in _USES_SCALARS
+    scalars = estimator in USES_SCALARS
     x_hat = sketch_rows(x, sketch, scalars=scalars, shrink=1.0 - lam)
-    dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + _EPS)) if scalars else acc
+    dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
     w_dtype = jnp.zeros((0,), w.dtype)  # zero-size: carries w's dtype for dW
     return total / rows, (dx, x_hat, dz_hat * (1.0 - lam), w_dtype)
 
