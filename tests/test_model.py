@@ -1,7 +1,6 @@
 """The GPT around the sketched layers, and the dW probe."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
