@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.steps import init_state, make_optimizer, make_train_step
-from engine.train import ConfigError, RunConfig, initial_params, run_keys, sketch_key
+from engine.steps import init_state, make_train_step
+from engine.train import ConfigError, RunConfig, initial_params, optimizer_for, run_keys, sketch_key
 from storage import RunStore
 
 EVAL_COST = 1 / 3  # a validation batch (forward only) relative to a train step
@@ -90,7 +90,7 @@ def measure_step_seconds(config: RunConfig, steps: int = 3) -> float:
 
 def _time_steps(config: RunConfig, steps: int) -> StepTiming:
     cfg = config.model_config()
-    optimizer = make_optimizer(config.optimizer, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    optimizer = optimizer_for(config)
     state = init_state(initial_params(config), optimizer)
     shape = (config.effective_batch_size, config.effective_seq_len + 1)
     batch = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, shape), jnp.int32)

@@ -188,6 +188,11 @@ def initial_params(config: RunConfig):
     return init_params(config.model_config(), run_keys(config.seed)[0])
 
 
+def optimizer_for(config: RunConfig):
+    """The optax optimizer ``config`` names, with its lr, momentum and weight decay."""
+    return make_optimizer(config.optimizer, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
 def load_data(config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
     """(train tokens, fixed validation batches) of ``config``."""
     train_tokens, val_tokens = data.load_splits(
@@ -239,7 +244,7 @@ def train(
     param_key, sketch_root = run_keys(config.seed)
     train_tokens, val = load_data(config)
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
-    optimizer = make_optimizer(config.optimizer, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    optimizer = optimizer_for(config)
     eval_fn = make_eval_step(cfg)
     probe_names, probe = make_dw_probe(cfg)
     state = init_state(init_params(cfg, param_key), optimizer)
