@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import jax
 import jax.numpy as jnp
 

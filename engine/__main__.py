@@ -1,5 +1,3 @@
-import sys
+from engine.cli import main_exit
 
-from engine.cli import main
-
-sys.exit(main())
+main_exit()

@@ -16,13 +16,12 @@ import time
 import pandas as pd
 from tqdm import tqdm
 
-from engine import data
-from engine.basis import ESTIMATORS
-from engine.grid import expand_grid, parse_ranks
-from engine.model import PRESETS, SKETCHED_LAYER_CHOICES
-from engine.steps import OPTIMIZERS
+from engine.config import (
+    DATA_OPTIONS, GROUPS, SWEEP_AXES, ConfigError, FieldSpec, RunConfig, Sweep, base_type, default_of, from_flat,
+    parse_estimators, parse_lams, parse_ranks, parse_seeds, schema,
+)
 from engine.summary import MIB, run_summary
-from engine.train import ConfigError, RunConfig, check_data
+from engine.train import check_data
 
 EXIT_BAD_INPUT = 2
 
@@ -31,83 +30,84 @@ class CliError(Exception):
     """Bad command-line input: printed without a traceback, exit status 2."""
 
 
-def _csv(kind):
-    def parse(text: str):
-        try:
-            return [kind(t) for t in text.split(",") if t.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind.__name__}") from None
-    return parse
-
-
 def _db_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--db", metavar="URL", help="SQLAlchemy URL or SQLite path (default: $BASIS_LAB_DB_URL or the default file)")
     return p
 
 
-def _config_parent() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    d = RunConfig()
-    g = p.add_argument_group("run configuration")
-    g.add_argument("--preset", default=d.preset, choices=tuple(PRESETS))
-    g.add_argument("--layers", dest="sketched_layers", default=d.sketched_layers, choices=SKETCHED_LAYER_CHOICES, help="which dense layers are sketched")
-    g.add_argument("--lam", type=float, default=d.lam, help="shrink λ in [0, 1); the paper's code used 0.01 (default %(default)s)")
-    g.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
-    g.add_argument("--lr", type=float, default=d.lr)
-    g.add_argument("--momentum", type=float, default=d.momentum)
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    g.add_argument("--steps", type=int, default=d.steps)
-    g.add_argument("--batch-size", type=int, help="default: the preset's")
-    g.add_argument("--seq-len", type=int, help="default: the preset's")
-    g.add_argument("--dataset", default=d.dataset, choices=data.SOURCES)
-    g.add_argument("--data-path", help="files: a .txt/.jsonl/.parquet path or glob")
-    g.add_argument("--data-files", help="fineweb-edu: a local mirror (path or glob) instead of the Hub")
-    g.add_argument("--text-field", help="files: the text column of .jsonl/.parquet (default text)")
-    g.add_argument("--max-documents", type=int, help="fineweb-edu: number of documents to stream")
-    g.add_argument("--val-tokens", type=int, default=d.val_tokens)
-    g.add_argument("--eval-interval", type=int, default=d.eval_interval)
-    g.add_argument("--val-batches", type=int, default=d.val_batches)
-    g.add_argument("--probe-interval", type=int, default=d.probe_interval, help="steps between dW-cosine probes (0 = never)")
-    g.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"))
-    g.add_argument("--head-chunk", type=int, default=d.head_chunk,
-                   help="fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored (0 = off)")
-    return p
+def _typed(kind: type, name: str):
+    """argparse ``type`` of a field: int/float/str, with a message naming the field."""
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    return parse if kind in (int, float) else str
 
 
-def _base_config(args, **fields) -> RunConfig:
-    options = {
-        "path": args.data_path, "data_files": args.data_files,
-        "text_field": args.text_field, "max_documents": args.max_documents,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
-    return RunConfig(
-        preset=args.preset, sketched_layers=args.sketched_layers, lam=args.lam,
-        optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
-        steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
-        dataset=args.dataset, dataset_options=options, val_tokens=args.val_tokens,
-        eval_interval=args.eval_interval, val_batches=args.val_batches,
-        probe_interval=args.probe_interval, dtype=args.dtype, head_chunk=args.head_chunk, **fields,
-    )
+def _help(s: FieldSpec, default) -> str:
+    unit = f" [{s.unit}]" if s.unit else ""
+    shown = s.none if default is None and s.none else default
+    return f"{s.help}{unit} (default: {shown})".replace("%", "%%")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, sweep: bool) -> None:
+    """One flag per field of the schema ``cls`` (``--field-name`` plus its aliases), in
+    argument groups named after the field groups. With ``sweep`` the swept fields
+    (estimator, rank, λ, seed) take lists instead (``--ranks exact,1,8,32``; the
+    singular spelling is an alias)."""
+    groups = {g: parser.add_argument_group(f"{title.lower()} options") for g, title in GROUPS.items()}
+    for f, s, tp in schema(cls):
+        kind, optional = base_type(tp)
+        group, default = groups[s.group], default_of(f)
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "dataset_options":
+            for opt in DATA_OPTIONS:
+                group.add_argument(opt.cli_flag, dest=opt.name, type=_typed(opt.kind, opt.name),
+                                   help=f"{'/'.join(opt.sources)}: {opt.help}".replace("%", "%%"))
+            continue
+        if sweep and s.swept:
+            plural, _ = SWEEP_AXES[f.name]
+            text = {"rank": "exact,1,8,32", "estimator": "basis"}.get(f.name, str(default))
+            group.add_argument("--" + plural, flag, dest=plural, default=text, metavar="LIST",
+                               help=f"comma list: {s.help}" + (" ('exact' adds exact backprop once per seed)" if f.name == "rank" else "")
+                               + f" (default: {text})")
+            continue
+        kwargs = {"dest": f.name, "default": default, "help": _help(s, default)}
+        if s.allowed() is not None:
+            kwargs["choices"] = s.allowed()
+        elif kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = _typed(kind, f.name)
+        group.add_argument(flag, *s.aliases, **kwargs)
+
+
+def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
+    """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
+    values = vars(args)
+    if not sweep:
+        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+                     seeds=(args.seed,))
+    with_exact, ranks = parse_ranks(values["ranks"])
+    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
+    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
+                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    db, cfg = _db_parent(), _config_parent()
+    db = _db_parent()
     parser = argparse.ArgumentParser(prog="python -m engine", description="BASIS Lab: sketched-backprop training runs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", parents=[db, cfg], help="train one run in the foreground")
-    run.add_argument("--estimator", default="basis", choices=ESTIMATORS)
-    run.add_argument("--rank", type=int, default=RunConfig().rank)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--name", help="a name for the run (default: e.g. 'basis R=8 s0')")
-
-    sweep = sub.add_parser("sweep", parents=[db, cfg], help="a grid over estimators × ranks × λ × seeds")
-    sweep.add_argument("--estimators", type=_csv(str), default=["basis"], help=f"comma list of {', '.join(ESTIMATORS)}")
-    sweep.add_argument("--ranks", default="exact,1,8,32", help="comma list; 'exact' adds exact backprop (default %(default)s)")
-    sweep.add_argument("--lams", type=_csv(float), help="comma list of λ (overrides --lam)")
-    sweep.add_argument("--seeds", type=_csv(int), default=[0])
-    sweep.add_argument("--concurrent", type=int, default=1, help="runs trained at once")
+    run = sub.add_parser("run", parents=[db], help="train one run in the foreground",
+                         description="Train one run in the foreground. Every run field is a flag.")
+    add_config_flags(run, sweep=False)
+    sweep = sub.add_parser("sweep", parents=[db], help="a grid over estimators × ranks × λ × seeds",
+                           description="Train a grid of runs: estimators × ranks × λs × seeds, exact once per seed.")
+    add_config_flags(sweep, sweep=True)
+    sweep.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
 
     sub.add_parser("list", parents=[db], help="all runs")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
@@ -127,16 +127,10 @@ def _open_store(url):
 
 
 def _grid(args) -> list[RunConfig]:
-    if args.command == "run":
-        if args.estimator not in ESTIMATORS:
-            raise CliError(f"unknown estimator {args.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
-        return [_base_config(args, estimator=args.estimator, rank=args.rank, seed=args.seed, name=args.name)]
-    unknown = [e for e in args.estimators if e not in ESTIMATORS]
-    if unknown:
-        raise CliError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
-    with_exact, ranks = parse_ranks(args.ranks)
-    base = _base_config(args, estimator="exact")
-    return expand_grid(base, estimators=args.estimators, ranks=ranks, seeds=args.seeds, lams=args.lams, with_exact=with_exact)
+    grid = sweep_from_args(args, sweep=args.command == "sweep")
+    for clip in grid.clipped():
+        print(f"note: {clip}; the run records R={clip.effective}", file=sys.stderr)
+    return grid.expand()
 
 
 def _train(args, configs: list[RunConfig]) -> int:
@@ -154,7 +148,8 @@ def _train(args, configs: list[RunConfig]) -> int:
         with lock:
             bar = bars[run_id]
             bar.update(step - bar.n)
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if loss is not None:
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
     manager = JobManager(store, max_concurrent=concurrent, on_step=on_step)
     if manager.interrupted:
@@ -258,3 +253,8 @@ def main(argv=None) -> int:
     except (CliError, ConfigError, StorageError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def main_exit() -> None:
+    """The ``basis-lab`` console script: ``main()`` as the process exit status."""
+    sys.exit(main())

@@ -25,7 +25,8 @@ from typing import Callable, Iterable
 
 import jax
 
-from engine.train import Record, RunConfig, TrainingDiverged, train
+from engine.config import RunConfig
+from engine.train import Record, TrainingDiverged, train
 from storage import RunStore, current_owner
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def create_run(store: RunStore, config: RunConfig, env: dict) -> int:
         name=config.label(),
         config=config.to_dict(),
         estimator="exact" if config.is_exact else config.estimator,
-        rank=None if config.is_exact else config.rank,
+        rank=None if config.is_exact else config.effective_rank,
         lam=config.lam,
         seed=config.seed,
         preset=config.preset,
@@ -186,7 +187,7 @@ class JobManager:
                     event.set()
             return event.is_set()
 
-        def on_step(step: int, loss: float) -> None:
+        def on_step(step: int, loss: float | None) -> None:
             steps_done[0] = step
             if self.on_step:
                 self.on_step(run_id, step, loss)

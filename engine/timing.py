@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.steps import init_state, make_train_step
-from engine.train import ConfigError, RunConfig, initial_params, optimizer_for, run_keys, sketch_key
+from engine.config import ConfigError, RunConfig
+from engine.train import initial_params, optimizer_for, run_keys, sketch_key
 from storage import RunStore
 
 EVAL_COST = 1 / 3  # a validation batch (forward only) relative to a train step
@@ -142,7 +143,7 @@ def run_seconds(config: RunConfig, timing: StepTiming) -> float:
     """Estimated wall time of one run of ``config`` (see the module docstring)."""
     evals = config.steps // config.eval_interval + 1
     probes = 0 if config.is_exact or not config.probe_interval else config.steps // config.probe_interval
-    step_equivalents = config.steps + evals * config.val_batches * EVAL_COST + probes * PROBE_COST
+    step_equivalents = config.steps + evals * config.effective_val_batches * EVAL_COST + probes * PROBE_COST
     return timing.startup_s + step_equivalents * timing.step_s
 
 
@@ -168,3 +169,20 @@ def format_seconds(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def describe_sources(timings) -> str:
+    """Where the step times came from: ``timed by 2 earlier runs``, ``measured``, or
+    ``timed by earlier runs for 1 model, measured for 2 models``."""
+    timings = [t for t in timings if t is not None]
+    measured = sum(t.source == "measured" for t in timings)
+    history = len(timings) - measured
+
+    def models(n: int) -> str:
+        return f"{n} model{'s' if n != 1 else ''}"
+
+    if not history:
+        return "measured"
+    if not measured:
+        return "timed by earlier runs"
+    return f"timed by earlier runs for {models(history)}, measured for {models(measured)}"

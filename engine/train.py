@@ -1,4 +1,4 @@
-"""Run configuration and the training loop.
+"""The training loop.
 
 Randomness of a run with seed s comes from three independent streams, so runs
 of the same seed differ only by their estimator:
@@ -14,154 +14,24 @@ and one at the last step. It checks ``should_stop`` before every step.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from engine import data
-from engine.basis import ESTIMATORS
+from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.metrics import compiled_stats, make_dw_probe, memory_breakdown
-from engine.model import DTYPES, PRESETS, SKETCHED_LAYER_CHOICES, GPTConfig, init_params
-from engine.steps import OPTIMIZERS, init_state, make_eval_step, make_optimizer, make_train_step
-
-
-class ConfigError(ValueError):
-    """A run configuration value is out of range; the message names the field."""
+from engine.model import init_params
+from engine.steps import init_state, make_eval_step, make_optimizer, make_train_step
 
 
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run. ``batch_size``/``seq_len`` None → the preset's."""
-
-    preset: str = "paper"
-    sketched_layers: str = "mlp+head"
-    estimator: str = "basis"
-    rank: int = 32
-    lam: float = 0.0
-    optimizer: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    steps: int = 2000
-    batch_size: int | None = None
-    seq_len: int | None = None
-    dataset: str = "classics"
-    dataset_options: dict = field(default_factory=dict)
-    val_tokens: int = 65536
-    eval_interval: int = 100
-    val_batches: int = 8
-    probe_interval: int = 100
-    seed: int = 0
-    dtype: str = "float32"
-    head_chunk: int = 0
-    name: str | None = None
-
-    def __post_init__(self):
-        _check_choice("preset", self.preset, tuple(PRESETS))
-        _check_choice("sketched_layers", self.sketched_layers, SKETCHED_LAYER_CHOICES)
-        _check_choice("estimator", self.estimator, ESTIMATORS)
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("dataset", self.dataset, data.SOURCES)
-        _check_choice("dtype", self.dtype, tuple(DTYPES))
-        _check_int("rank", self.rank, 1)
-        _check_int("steps", self.steps, 1)
-        _check_int("eval_interval", self.eval_interval, 1)
-        _check_int("val_batches", self.val_batches, 1)
-        _check_int("val_tokens", self.val_tokens, 1)
-        _check_int("probe_interval", self.probe_interval, 0, note=" (0 = never)")
-        _check_int("seed", self.seed, 0)
-        _check_int("head_chunk", self.head_chunk, 0, note=" (rows per chunk of the fused LM head; 0 = unfused)")
-        for name in ("batch_size", "seq_len"):
-            if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1, note=" (or None for the preset's)")
-        _check_real("lam", self.lam, 0.0, 1.0, "[0, 1)")
-        _check_real("lr", self.lr, 0.0, math.inf, "(0, inf)", open_low=True)
-        _check_real("momentum", self.momentum, 0.0, 1.0, "[0, 1)")
-        _check_real("weight_decay", self.weight_decay, 0.0, math.inf, "[0, inf)")
-        if not isinstance(self.dataset_options, dict):
-            raise ConfigError(f"dataset_options must be a dict (got {self.dataset_options!r})")
-        try:
-            self.model_config()
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-
-    @property
-    def preset_model(self) -> GPTConfig:
-        return PRESETS[self.preset].model
-
-    @property
-    def is_exact(self) -> bool:
-        return self.estimator == "exact" or self.sketched_layers == "none"
-
-    @property
-    def effective_batch_size(self) -> int:
-        return self.batch_size or PRESETS[self.preset].batch_size
-
-    @property
-    def effective_seq_len(self) -> int:
-        return self.seq_len or self.preset_model.seq_len
-
-    def model_config(self) -> GPTConfig:
-        return self.preset_model.replace(
-            seq_len=self.effective_seq_len,
-            sketched_layers=self.sketched_layers,
-            estimator=self.estimator,
-            rank=self.rank,
-            lam=self.lam,
-            dtype=self.dtype,
-            head_chunk=self.head_chunk,
-        )
-
-    def exact_baseline(self) -> "RunConfig":
-        """The same run with exact backprop: the reference for memory and loss."""
-        return dataclasses.replace(self, estimator="exact", name=None)
-
-    def label(self) -> str:
-        """A short human name: ``exact s0``, ``basis R=8 λ=0.01 s0``."""
-        if self.name:
-            return self.name
-        if self.is_exact:
-            return f"exact s{self.seed}"
-        lam = f" λ={self.lam:g}" if self.lam else ""
-        return f"{self.estimator} R={self.rank}{lam} s{self.seed}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "RunConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown run config field(s) {unknown}; known: {sorted(known)}")
-        return cls(**values)
-
-
-def _check_choice(name: str, value, choices: tuple) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
-
-
-def _check_int(name: str, value, minimum: int, note: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}{note} (got {value!r})")
-
-
-def _check_real(name, value, low, high, shown, open_low=False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if open_low else value >= low) and value < high
-    if not ok:
-        raise ConfigError(f"{name} must be in {shown} (got {value!r})")
 
 
 @dataclass(frozen=True)
@@ -199,7 +69,7 @@ def load_data(config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
         config.dataset, val_tokens=config.val_tokens, **config.dataset_options
     )
     val = data.validation_batches(
-        val_tokens, config.effective_batch_size, config.effective_seq_len, config.val_batches
+        val_tokens, config.effective_batch_size, config.effective_seq_len, config.effective_val_batches
     )
     return train_tokens, val
 
@@ -209,7 +79,7 @@ def check_data(configs) -> None:
     a too-short corpus fails before any run is written."""
     seen = set()
     for c in configs:
-        key = repr((c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len, c.val_batches))
+        key = (c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len, c.effective_val_batches)
         if key not in seen:
             seen.add(key)
             load_data(c)
@@ -232,14 +102,64 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
     return out
 
 
+class Checkpointer(Protocol):
+    """Where a run's checkpoints live (``engine.checkpoints.RunCheckpoints``)."""
+
+    def latest_step(self) -> int | None: ...
+
+    def save(self, step: int, state, extra: dict, *, final: bool = False) -> None: ...
+
+    def restore_latest_valid(self, target) -> tuple[int, object, dict, list[str]]: ...
+
+
+@dataclass
+class _Window:
+    """The train losses since the last eval, still on the device, and their step time."""
+
+    losses: list = field(default_factory=list)  # (step, device scalar)
+    checked: list = field(default_factory=list)  # host floats already checked finite
+    seconds: float = 0.0
+
+    def read(self, lr: float) -> None:
+        """Bring the pending losses to the host (one sync) and stop at the first non-finite one."""
+        if not self.losses:
+            return
+        values = np.asarray(jax.device_get(jnp.stack([v for _, v in self.losses])), dtype=np.float64)
+        for (step, _), value in zip(self.losses, values):
+            if not math.isfinite(value):
+                raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})")
+        self.checked.extend(values.tolist())
+        self.losses = []
+
+    def state(self) -> dict:
+        return {"losses": list(self.checked), "seconds": self.seconds}
+
+
 def train(
     config: RunConfig,
     *,
     should_stop: Callable[[], bool] = lambda: False,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float | None], None] | None = None,
+    checkpoints: Checkpointer | None = None,
+    resume: bool = False,
+    on_resume: Callable[[int, list[str]], None] | None = None,
 ) -> Iterator[Record]:
     """Train ``config`` and yield its ``Record``s; raises ``TrainingDiverged`` on a
-    non-finite loss (after yielding everything measured before it)."""
+    non-finite loss (after yielding everything measured before it).
+
+    Losses stay on the device between reads: they are read (one sync) before any
+    record is yielded, so a non-finite loss is caught before anything after it is
+    recorded. ``on_step(step, loss)`` is called every step, with the loss only at
+    reads (None otherwise). With ``checkpoints``, the run saves its state (parameters,
+    optimizer state, the batch sampler's generator, the loss window and wall time)
+    every ``checkpoint_interval`` steps (by default: at the first eval boundary a
+    minute of training after the last), when ``should_stop`` ends it, and at its
+    last step; with ``resume`` it continues from the latest checkpoint exactly as an
+    uninterrupted run would (no step-0 record then). ``on_resume(step, notes)`` is
+    called before the first record with the step it continues from (0: from the
+    start) and why newer checkpoints were skipped, so the caller can drop the
+    records it already holds past that step.
+    """
     cfg = config.model_config()
     param_key, sketch_root = run_keys(config.seed)
     train_tokens, val = load_data(config)
@@ -250,49 +170,99 @@ def train(
     state = init_state(init_params(cfg, param_key), optimizer)
     val = jnp.asarray(val)
     tokens_per_step = config.effective_batch_size * config.effective_seq_len
+    shape = (config.effective_batch_size, config.effective_seq_len + 1)
 
     start = time.perf_counter()
-    batch = jnp.asarray(sampler.next())
+    example = jnp.zeros(shape, jnp.int32)  # shapes alone decide the compiled step and the memory figures
     key0 = sketch_key(sketch_root, 0)
-    step_fn = make_train_step(cfg, optimizer).lower(state, batch, key0).compile()
-    first = {"val_loss": float(eval_fn(state.params, val))}
-    first.update(memory_figures(config, state.params, batch, step_fn, key0))
-    yield Record(0, time.perf_counter() - start, first)
+    step_fn = make_train_step(cfg, optimizer).lower(state, example, key0).compile()
+    window, done, offset = _Window(), 0, 0.0
+    extra, notes = None, []
+    if checkpoints is not None and resume and checkpoints.latest_step() is not None:
+        try:
+            _, state, extra, notes = checkpoints.restore_latest_valid(state)
+        except ValueError as e:  # CheckpointError: none is readable
+            notes = [str(e)]
+    if on_resume is not None and resume:
+        on_resume(int(extra["step"]) if extra else 0, notes)
+    if extra is not None:
+        sampler.set_state(extra["sampler"])
+        window.checked, window.seconds = list(extra["window"]["losses"]), float(extra["window"]["seconds"])
+        done, offset = int(extra["step"]), float(extra["wall_time"])
+    else:
+        first = {"val_loss": float(eval_fn(state.params, val))}
+        first.update(memory_figures(config, state.params, example, step_fn, key0))
+        yield Record(0, time.perf_counter() - start, first)
+    last_saved, last_saved_at = done, time.perf_counter()
 
-    losses: list[float] = []
-    step_seconds = 0.0
-    for step in range(1, config.steps + 1):
-        if should_stop():
+    def wall() -> float:
+        return offset + time.perf_counter() - start
+
+    def save(step: int, *, final: bool = False) -> None:
+        nonlocal last_saved, last_saved_at
+        if checkpoints is None or (step == last_saved and not final):
             return
+        extra = {"step": step, "sampler": sampler.state(), "window": window.state(), "wall_time": wall(),
+                 "config": config.to_dict()}
+        checkpoints.save(step, state, extra, final=final)
+        last_saved, last_saved_at = step, time.perf_counter()
+
+    # Step time is wall time between syncs, less probes, evals, writes and checkpoints.
+    segment = time.perf_counter()
+
+    def lap() -> None:
+        jax.block_until_ready(state)
+        window.seconds += time.perf_counter() - segment
+
+    for step in range(done + 1, config.steps + 1):
+        if should_stop():
+            window.read(config.lr)
+            save(step - 1)
+            return
+        batch = jnp.asarray(sampler.next())
         key = sketch_key(sketch_root, step)
-        probe_now = probe_names and config.probe_interval and step % config.probe_interval == 0
-        if probe_now:
-            cos, rel = probe(state.params, batch, key)
-        t0 = time.perf_counter()
-        state, loss = step_fn(state, batch, key)
-        loss = float(loss)
-        step_seconds += time.perf_counter() - t0
-        if not math.isfinite(loss):
-            raise TrainingDiverged(f"training loss became {loss} at step {step}; lower lr (now {config.lr})")
-        losses.append(loss)
-        if on_step:
-            on_step(step, loss)
+        probe_now = bool(probe_names) and config.probe_interval and step % config.probe_interval == 0
+        eval_now = step % config.eval_interval == 0 or step == config.steps
         values: dict[str, float] = {}
         if probe_now:
-            cos, rel = np.asarray(cos), np.asarray(rel)
+            lap()
+            cos, rel = (np.asarray(a) for a in probe(state.params, batch, key))
             values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
             values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
             values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
-        if step % config.eval_interval == 0 or step == config.steps:
+            segment = time.perf_counter()
+        state, loss = step_fn(state, batch, key)
+        window.losses.append((step, loss))
+        if probe_now or eval_now:
+            window.read(config.lr)
+        if on_step:
+            on_step(step, window.checked[-1] if (probe_now or eval_now) else None)
+        if eval_now:
+            lap()
             values.update(
-                train_loss=float(np.mean(losses)),
+                train_loss=float(np.mean(window.checked)),
                 val_loss=float(eval_fn(state.params, val)),
-                tokens_per_s=len(losses) * tokens_per_step / step_seconds,
+                tokens_per_s=len(window.checked) * tokens_per_step / window.seconds,
             )
             if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
                 values["mem_peak_bytes"] = float(peak)
-            losses, step_seconds = [], 0.0
+            window = _Window()
         if values:
-            yield Record(step, time.perf_counter() - start, values)
-        if step < config.steps:
-            batch = jnp.asarray(sampler.next())
+            if not eval_now:
+                lap()
+            yield Record(step, wall(), values)
+        if step == config.steps:
+            save(step, final=True)
+        elif _checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at):
+            lap()
+            save(step)
+        if values or step == last_saved:
+            segment = time.perf_counter()
+
+
+def _checkpoint_due(config: RunConfig, step: int, eval_now: bool, last_saved: int, seconds_since: float) -> bool:
+    """Every ``checkpoint_interval`` steps; by default at the first eval boundary
+    ``CHECKPOINT_SECONDS`` of training after the last checkpoint."""
+    if config.checkpoint_interval is not None:
+        return step - last_saved >= config.checkpoint_interval
+    return eval_now and seconds_since >= CHECKPOINT_SECONDS

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from engine.jobs import JobManager
-from engine.train import RunConfig
+from engine.config import RunConfig
 from storage import RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=2, probe_interval=4, val_batches=2, rank=4)

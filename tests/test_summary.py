@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.summary import PAPER_TABLE3, run_summary, summarize, table3
-from engine.train import RunConfig
+from engine.config import RunConfig
 from storage import RunStore
 
 BASE = RunConfig(preset="paper", steps=20)

@@ -8,7 +8,8 @@ import pytest
 
 import engine.train as train_mod
 from engine import data
-from engine.train import ConfigError, RunConfig, TrainingDiverged, train
+from engine.config import ConfigError, RunConfig
+from engine.train import TrainingDiverged, train
 
 TINY = RunConfig(preset="tiny", steps=6, eval_interval=3, probe_interval=2, val_batches=2, rank=4)
 
