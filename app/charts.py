@@ -1,4 +1,4 @@
-"""Chart builders: pure functions from the frames of :mod:`app.logic` to Plotly figures.
+"""Chart builders: pure functions from the frames of :mod:`app.frames` to Plotly figures.
 
 Colours: a curve or bar takes ``PALETTE[color_id % len(PALETTE)]`` where
 ``color_id`` is its run id (or its seed group's smallest run id), so a run keeps
@@ -100,7 +100,7 @@ def line_figure(
     log_y: bool = False,
     height: int = 380,
 ) -> go.Figure:
-    """Curves from a ``logic.series`` frame, in its order: one line per trace in its colour; a
+    """Curves from a ``frames.series`` frame, in its order: one line per trace in its colour; a
     trace with ``lo``/``hi`` also gets a translucent ± std band (two fill traces
     before its line). ``x`` (``step`` or ``wall_time``) names the x axis; ``log_y``
     makes the y axis logarithmic. An empty frame gives an empty chart that says so."""
@@ -124,7 +124,7 @@ def panels_figure(
     columns: int = 3,
     height_per_row: int = 280,
 ) -> go.Figure:
-    """One subplot per named ``logic.series`` frame (e.g. one per layer), sharing the
+    """One subplot per named ``frames.series`` frame (e.g. one per layer), sharing the
     y axis; a trace keeps its colour in every panel and appears once in the legend."""
     names = list(panels)
     if not names:
@@ -144,7 +144,7 @@ def panels_figure(
 
 
 def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
-    """Grouped bars from a ``logic.memory_frame``: one panel per quantity (saved for
+    """Grouped bars from a ``frames.memory_frame``: one panel per quantity (saved for
     backward, peak, XLA temp), for each curve a bar in its colour beside a grey bar
     for the exact baseline of its config, the ratio to that baseline written on the
     coloured bar (``0.994×``). Bars are in MiB; bar labels are wrapped (:func:`wrap`)."""
@@ -176,7 +176,7 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
 
 
 def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
-    """Stacked bars from a ``logic.breakdown_frame``: one bar per run and one per its
+    """Stacked bars from a ``frames.breakdown_frame``: one bar per run and one per its
     exact baseline (labels wrapped), stacked by category in fixed category colours, in MiB."""
     fig = go.Figure()
     if frame.empty:

@@ -6,17 +6,10 @@ happens in the job manager's worker threads, which write to the database; the
 pages only read it.
 """
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts only app/ on the path
-    sys.path.insert(0, str(ROOT))
-
-import streamlit as st  # noqa: E402
-
-from app import state  # noqa: E402
-from storage import StorageError  # noqa: E402
+from app import state
+from storage import StorageError
 
 st.set_page_config(page_title="BASIS Lab", page_icon=":material/science:", layout="wide")
 

@@ -7,9 +7,12 @@
   process (or a test) with another URL gets its own pair.
 - The selection: the run ids the user picked (Runs table, Compare picker, or the
   runs just launched), kept in ``st.session_state`` under ``SELECTED``.
-- ``metrics(store, ids)``: this session's ``logic.MetricsCache`` for the URL, so a
+- ``metrics(store, ids)``: this session's ``app.cache.MetricsCache`` for the URL, so a
   live refresh reads only metric rows newer than the last it read.
 - ``paused()``: the sidebar's switch that stops live refreshes.
+- What one page hands another (a run to open in Run detail, a sweep to clone into
+  Launch, the Runs page's open dialog and its last message): typed accessors
+  below, so no page reads a bare session-state key of another.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Callable, Iterable
 import pandas as pd
 import streamlit as st
 
-from app.logic import MetricsCache
+from app.cache import MetricsCache
+from engine.config import Sweep
 from engine.jobs import JobManager
 from storage import RunStore, StorageError, resolve_url
 
@@ -29,6 +33,11 @@ REFRESH_S = 2.0  # live refresh period while runs are active
 IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
 SELECTED = "selected_runs"
 PAUSED = "paused"
+_DETAIL_RUN = "detail.run"
+_CLONE = "launch.clone"
+_DIALOG = "runs.dialog"
+_FLASH = "runs.flash"
+_EPOCH = "runs.epoch"
 MAX_CONCURRENT = 1
 
 
@@ -110,3 +119,53 @@ def metrics(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
     if cache is None:
         cache = st.session_state[key] = MetricsCache()
     return cache.update(store, run_ids)
+
+
+def open_detail(run_id: int) -> None:
+    """Ask Run detail to show ``run_id`` next time it is drawn."""
+    st.session_state[_DETAIL_RUN] = int(run_id)
+
+
+def take_detail() -> int | None:
+    """The run another page asked Run detail to show (once)."""
+    return st.session_state.pop(_DETAIL_RUN, None)
+
+
+def clone_to_launch(sweep: Sweep) -> None:
+    """Ask Launch to fill its form with ``sweep`` next time it is drawn."""
+    st.session_state[_CLONE] = sweep
+
+
+def take_clone() -> Sweep | None:
+    """The sweep another page asked Launch to show (once)."""
+    return st.session_state.pop(_CLONE, None)
+
+
+def dialog() -> tuple | None:
+    """The Runs page's open dialog: ``("delete", [ids])`` or ``("edit", id)``, or None."""
+    return st.session_state.get(_DIALOG)
+
+
+def set_dialog(value: tuple | None) -> None:
+    if value is None:
+        st.session_state.pop(_DIALOG, None)
+    else:
+        st.session_state[_DIALOG] = value
+
+
+def flash(message: str) -> None:
+    """A message for the Runs page to show after the next rerun."""
+    st.session_state[_FLASH] = message
+
+
+def take_flash() -> str | None:
+    return st.session_state.pop(_FLASH, None)
+
+
+def table_epoch() -> int:
+    """Bumped when runs are deleted, so the Runs table (and its selection) is rebuilt."""
+    return st.session_state.get(_EPOCH, 0)
+
+
+def bump_table_epoch() -> None:
+    st.session_state[_EPOCH] = table_epoch() + 1

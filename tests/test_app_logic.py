@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import logic
+from app import form, frames, tables
+from app.cache import MetricsCache
 from engine import timing
 from engine.summary import MIB, run_summary
-from engine.train import ConfigError, RunConfig
+from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from storage import RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
@@ -68,62 +69,75 @@ def store(tmp_path):
 
 
 def test_parse_seeds_accepts_lists_and_ranges():
-    assert logic.parse_seeds("0") == [0]
-    assert logic.parse_seeds("0, 1,2") == [0, 1, 2]
-    assert logic.parse_seeds("3 1 3") == [3, 1]
-    assert logic.parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
+    assert parse_seeds("0") == [0]
+    assert parse_seeds("0, 1,2") == [0, 1, 2]
+    assert parse_seeds("3 1 3") == [3, 1]
+    assert parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
 
 
 @pytest.mark.parametrize("text, message", [
     ("", "seeds: give at least one seed"),
     ("a", "seeds: 'a' is not a seed"),
     ("4-2", "seeds: range '4-2' is empty"),
+    ("99999999999999999999", r"seed must be an integer in \[0, 4294967296\)"),
 ])
 def test_parse_seeds_names_the_field(text, message):
     with pytest.raises(ConfigError, match=message):
-        logic.parse_seeds(text)
+        parse_seeds(text)
 
 
-def test_parse_ranks_takes_typed_values():
-    assert logic.parse_ranks([32, "8", " 1 ", 8]) == [1, 8, 32]
-    with pytest.raises(ConfigError, match=r"rank must be an integer >= 1 \(got 'x'\)"):
-        logic.parse_ranks(["x"])
-    with pytest.raises(ConfigError, match=r"rank must be an integer >= 1 \(got 0\)"):
-        logic.parse_ranks([0])
+def test_parse_ranks_takes_exactly_what_is_typed():
+    assert parse_ranks("8") == (False, [8])  # not 8 and 128
+    assert parse_ranks("3") == (False, [3])  # not 32
+    assert parse_ranks("32, 8 ,1, 8") == (False, [32, 8, 1])
+    assert parse_ranks("exact, 1") == (True, [1])
+    with pytest.raises(ConfigError, match=r"ranks: 'x' is neither 'exact' nor an integer >= 1"):
+        parse_ranks("x")
+    with pytest.raises(ConfigError, match=r"ranks: 0 is not an integer >= 1"):
+        parse_ranks("0")
 
 
-def test_build_grid_one_run_per_estimator_rank_seed_and_exact_once_per_seed():
-    form = logic.LaunchForm(estimators=("exact", "basis", "countsketch"), ranks=(8, 2), seeds="0,1", steps=10)
-    configs = logic.build_grid(form)
+def _form(**changes):
+    values = form.values_of(form.DEFAULT_SWEEP)
+    values.update(changes)
+    return form.to_sweep(values)
+
+
+def test_form_sweep_one_run_per_estimator_rank_seed_and_exact_once_per_seed():
+    configs = _form(estimators=["exact", "basis", "countsketch"], ranks="8, 2", seeds="0,1", steps=10).expand()
     assert len(configs) == 2 * (1 + 2 * 2)
     assert sorted((c.estimator, c.rank if not c.is_exact else None, c.seed) for c in configs) == sorted(
         [("exact", None, s) for s in (0, 1)] + [(e, r, s) for e in ("basis", "countsketch") for r in (2, 8) for s in (0, 1)])
     assert all(c.steps == 10 and c.preset == "tiny" for c in configs)
-    frame = logic.grid_frame(configs)
-    assert list(frame.columns) == ["run", "estimator", "rank", "λ", "seed", "steps"]
-    assert frame["rank"].isna().sum() == 2
+
+
+def test_form_ranks_above_bt_clip_and_collapse():
+    grid = _form(estimators=["basis"], ranks="64, 128", seeds="0")  # tiny: B·T = 64
+    assert [str(c) for c in grid.clipped()] == ["R=128 clips to R=64 (B·T = 64 rows)"]
+    assert [c.rank for c in grid.expand()] == [64]
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"lam": 1.5}, r"lam must be in \[0, 1\) \(got 1.5\)"),
+    ({"lams": "1.5"}, r"lam must be in \[0, 1\) \(got 1.5\)"),
     ({"steps": 0}, r"steps must be an integer >= 1 \(got 0\)"),
     ({"lr": -0.1}, r"lr must be in \(0, inf\)"),
-    ({"estimators": ()}, "estimators: choose at least one"),
-    ({"estimators": ("basis",), "ranks": ()}, "ranks: estimators"),
+    ({"estimators": []}, "estimators: choose at least one"),
+    ({"estimators": ["basis"], "ranks": ""}, "ranks: give at least one rank"),
     ({"batch_size": 0}, r"batch_size must be an integer >= 1"),
 ])
-def test_build_grid_rejects_bad_values_with_the_config_message(change, message):
+def test_form_rejects_bad_values_with_the_config_message(change, message):
     with pytest.raises(ConfigError, match=message):
-        logic.build_grid(dataclasses.replace(logic.LaunchForm(), **change))
+        _form(**change)
 
 
-def test_paper_form_is_the_papers_run():
-    configs = logic.build_grid(logic.PAPER_FORM)
+def test_paper_settings_are_the_papers_run():
+    configs = form.PAPER_SWEEP.expand()
     sketched = [c for c in configs if not c.is_exact]
     assert {c.rank for c in sketched} == {1, 8, 16, 32, 64}
     assert all(c.lam == 0.01 and c.preset == "paper" and c.optimizer == "sgd" and c.lr == 0.01
                and c.momentum == 0.9 and c.steps == 50_000 and c.eval_interval == 1000 for c in sketched)
     assert [c.lam for c in configs if c.is_exact] == [0.0]
+    assert form.to_sweep(form.values_of(form.PAPER_SWEEP)) == form.PAPER_SWEEP
 
 
 # ----------------------------------------------------------------------------- runs table
@@ -134,22 +148,22 @@ def test_runs_view_progress_duration_and_filters(store):
     b = fake_run(store, dataclasses.replace(TINY, estimator="exact"), status="running", steps_done=10)
     store.set_notes(b, "baseline for the memory check")
     now = datetime.now(timezone.utc) + timedelta(seconds=30)
-    view = logic.runs_view(store.runs_frame(), now=now)
-    assert list(view.columns) == logic.RUNS_COLUMNS
+    view = tables.runs_view(store.runs_frame(), now=now)
+    assert list(view.columns) == tables.RUNS_COLUMNS
     assert view["id"].tolist() == [a, b]
     assert view["progress"].tolist() == [1.0, 0.25]
-    assert view["status"].tolist() == ["✓ finished", "▶ running"]
+    assert view["status"].tolist() == ["finished", "running"]
     assert view.loc[1, "duration_s"] >= 30  # running: up to now
     assert view.loc[0, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
-    assert logic.filter_runs(view, "BASELINE")["id"].tolist() == [b]
-    assert logic.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
-    assert logic.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
-    assert logic.runs_view(store.runs_frame().iloc[:0]).empty
+    assert tables.filter_runs(view, "BASELINE")["id"].tolist() == [b]
+    assert tables.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
+    assert tables.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
+    assert tables.runs_view(store.runs_frame().iloc[:0]).empty
 
 
 def test_merge_selection_keeps_runs_hidden_by_a_filter():
-    assert logic.merge_selection([1, 5, 3], visible=[3, 4], chosen=[4]) == [1, 5, 4]
-    assert logic.merge_selection([], visible=[1, 2], chosen=[2, 1]) == [2, 1]
+    assert tables.merge_selection([1, 5, 3], visible=[3, 4], chosen=[4]) == [1, 5, 4]
+    assert tables.merge_selection([], visible=[1, 2], chosen=[2, 1]) == [2, 1]
 
 
 # ----------------------------------------------------------------------------- groups and labels
@@ -164,20 +178,20 @@ def test_describe_runs_groups_seeds_and_names_setups(store):
     configs = [dataclasses.replace(TINY, estimator="exact", seed=s) for s in (0, 1)]
     configs += [dataclasses.replace(TINY, rank=8, seed=s) for s in (0, 1)]
     configs += [dataclasses.replace(TINY, rank=8, steps=20)]
-    info = logic.describe_runs(_records(store, configs))
+    info = frames.describe_runs(_records(store, configs))
     assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
     assert info["color_id"].tolist() == [1, 1, 3, 3, 5]
     assert info["setup"].tolist() == ["steps=40"] * 4 + ["steps=20"]
-    pooled = logic.trace_labels(info, pool_seeds=True)
+    pooled = frames.trace_labels(info, pool_seeds=True)
     assert pooled.tolist() == ["exact · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 s0 [steps=20]"]
-    single = logic.trace_labels(info, pool_seeds=False)
+    single = frames.trace_labels(info, pool_seeds=False)
     assert single[1] == "exact s0 [steps=40]" and single[4] == "basis R=8 s1 [steps=40]"
 
 
 def test_trace_labels_disambiguate_equal_names(store):
-    info = logic.describe_runs(_records(store, [TINY, TINY]))
-    assert logic.trace_labels(info, pool_seeds=False).tolist() == ["basis R=32 s0 #1", "basis R=32 s0 #2"]
-    assert logic.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2 runs"] * 2
+    info = frames.describe_runs(_records(store, [TINY, TINY]))
+    assert frames.trace_labels(info, pool_seeds=False).tolist() == ["basis R=32 s0 #1", "basis R=32 s0 #2"]
+    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2 runs"] * 2
 
 
 # ----------------------------------------------------------------------------- smoothing and pooling
@@ -185,28 +199,28 @@ def test_trace_labels_disambiguate_equal_names(store):
 
 def test_ema_is_debiased_and_identity_at_zero():
     x = np.array([1.0, 2.0, 3.0, np.nan, 5.0])
-    np.testing.assert_array_equal(logic.ema(x, 0.0), x)
-    np.testing.assert_allclose(logic.ema(np.full(6, 4.0), 0.9), 4.0)  # a constant stays constant
-    got = logic.ema([1.0, 3.0], 0.5)
+    np.testing.assert_array_equal(frames.ema(x, 0.0), x)
+    np.testing.assert_allclose(frames.ema(np.full(6, 4.0), 0.9), 4.0)  # a constant stays constant
+    got = frames.ema([1.0, 3.0], 0.5)
     assert got[0] == 1.0 and got[1] == pytest.approx((0.25 * 1 + 0.5 * 3) / 0.75)
-    assert np.isnan(logic.ema(x, 0.5)[3])
+    assert np.isnan(frames.ema(x, 0.5)[3])
     with pytest.raises(ValueError):
-        logic.ema(x, 1.0)
+        frames.ema(x, 1.0)
 
 
 def test_thin_keeps_first_and_last():
     frame = pd.DataFrame({"x": range(1000)})
-    out = logic.thin(frame, 10)
+    out = frames.thin(frame, 10)
     assert len(out) == 10 and out["x"].iloc[0] == 0 and out["x"].iloc[-1] == 999
-    assert logic.thin(frame, 2000) is frame
+    assert frames.thin(frame, 2000) is frame
 
 
 def test_series_pools_seeds_into_mean_and_std(store):
     configs = [dataclasses.replace(TINY, seed=s) for s in (0, 1, 2)] + [dataclasses.replace(TINY, estimator="exact")]
-    info = logic.describe_runs(_records(store, configs))
+    info = frames.describe_runs(_records(store, configs))
     metrics = store.metrics(info["run_id"].tolist())
-    s = logic.series(metrics, info, "val_loss")
-    assert list(s.columns) == logic.SERIES_COLUMNS
+    s = frames.series(metrics, info, "val_loss")
+    assert list(s.columns) == frames.SERIES_COLUMNS
     pooled = s[s["trace"] == "basis R=32 · mean of 3 seeds"]
     raw = metrics[(metrics["name"] == "val_loss") & metrics["run_id"].isin([1, 2, 3])].pivot(index="step", columns="run_id", values="value")
     assert pooled["x"].tolist() == raw.index.tolist()
@@ -215,13 +229,13 @@ def test_series_pools_seeds_into_mean_and_std(store):
     assert (pooled["n"] == 3).all() and (pooled["color_id"] == 1).all()
     exact = s[s["trace"] == "exact s0"]
     assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color_id"] == 4).all()
-    unpooled = logic.series(metrics, info, "val_loss", pool_seeds=False)
+    unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
     assert sorted(unpooled["color_id"].unique()) == [1, 2, 3, 4] and unpooled["lo"].isna().all()
-    by_wall = logic.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
+    by_wall = frames.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
     assert by_wall["x"].max() == pytest.approx(0.5 + 0.01 * TINY.steps)
-    smooth = logic.series(metrics, info, "val_loss", smoothing=0.6, pool_seeds=False)
+    smooth = frames.series(metrics, info, "val_loss", smoothing=0.6, pool_seeds=False)
     assert smooth["y"].iloc[-1] > unpooled["y"].iloc[-1]  # smoothing lags a falling curve
-    assert logic.series(metrics, info, "no_such_metric").empty
+    assert frames.series(metrics, info, "no_such_metric").empty
 
 
 # ----------------------------------------------------------------------------- metrics cache
@@ -242,7 +256,7 @@ class CountingStore:
 def test_metrics_cache_reads_only_new_rows_and_follows_the_selection(store):
     a, b = fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, rank=8))
     spy = CountingStore(store)
-    cache = logic.MetricsCache()
+    cache = MetricsCache()
     first = cache.update(spy, [a])
     pd.testing.assert_frame_equal(first.reset_index(drop=True), store.metrics([a]))
     last = int(first["id"].max())
@@ -267,8 +281,8 @@ def test_memory_frame_ratios_against_the_exact_baseline(store):
     sk = fake_run(store, dataclasses.replace(TINY, rank=8), saved=6.5e6)
     store.add_metrics(exact, [(40, 1.0, "mem_peak_bytes", 40e6)])
     store.add_metrics(sk, [(40, 1.0, "mem_peak_bytes", 30e6)])
-    info = logic.describe_runs([store.get_run(exact), store.get_run(sk)])
-    mem = logic.memory_frame(run_summary(store, [exact, sk]), info)
+    info = frames.describe_runs([store.get_run(exact), store.get_run(sk)])
+    mem = frames.memory_frame(run_summary(store, [exact, sk]), info)
     saved = mem[mem["quantity"] == "Saved for backward"].set_index("trace")
     assert saved.loc["basis R=8 s0", "mib"] == pytest.approx(6.5e6 / MIB)
     assert saved.loc["basis R=8 s0", "ratio"] == pytest.approx(0.5)
@@ -281,11 +295,11 @@ def test_memory_frame_ratios_against_the_exact_baseline(store):
 
 def test_breakdown_frame_is_empty_without_categories_and_stacks_with_them(store):
     plain = fake_run(store, TINY)
-    info = logic.describe_runs([store.get_run(plain)])
-    assert logic.breakdown_frame(store.metrics([plain]), info).empty
+    info = frames.describe_runs([store.get_run(plain)])
+    assert frames.breakdown_frame(store.metrics([plain]), info).empty
     run = fake_run(store, dataclasses.replace(TINY, rank=8), breakdown=True, saved=10e6)
-    info = logic.describe_runs([store.get_run(run)])
-    frame = logic.breakdown_frame(store.metrics([run]), info)
+    info = frames.describe_runs([store.get_run(run)])
+    frame = frames.breakdown_frame(store.metrics([run]), info)
     assert frame["bar"].unique().tolist() == ["basis R=8 s0", "basis R=8 s0 · exact"]
     assert frame.groupby("bar")["mib"].sum().tolist() == pytest.approx([10e6 / MIB, 13e6 / MIB])
     assert set(frame["category"]) == {"sketched_inputs", "nonlinearity", "loss_logits"}
@@ -295,8 +309,8 @@ def test_summary_table_pools_seeds_with_std_and_shows_the_papers_numbers(store):
     paper = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10, lam=0.01)
     ids = [fake_run(store, dataclasses.replace(paper, estimator="exact", lam=0.0, seed=s), final=6.6) for s in (0, 1)]
     ids += [fake_run(store, dataclasses.replace(paper, rank=8, seed=s), final=6.8) for s in (0, 1)]
-    info = logic.describe_runs([store.get_run(i) for i in ids])
-    table = logic.summary_table(run_summary(store, ids), info)
+    info = frames.describe_runs([store.get_run(i) for i in ids])
+    table = tables.summary_table(run_summary(store, ids), info)
     assert table["method"].tolist() == ["exact", "basis"]
     assert table["seeds"].tolist() == [2, 2]
     assert table["paper val loss"].tolist() == ["6.616", "6.762"]
@@ -307,8 +321,8 @@ def test_summary_table_pools_seeds_with_std_and_shows_the_papers_numbers(store):
 
 def test_summary_table_without_seeds_or_paper(store):
     ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, steps=20))]
-    info = logic.describe_runs([store.get_run(i) for i in ids])
-    table = logic.summary_table(run_summary(store, ids), info)
+    info = frames.describe_runs([store.get_run(i) for i in ids])
+    table = tables.summary_table(run_summary(store, ids), info)
     assert "paper val loss" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
     assert table["Δ val vs exact"].tolist() == ["—", "—"]
     assert "±" not in table.loc[0, "val loss"]

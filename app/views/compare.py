@@ -2,11 +2,11 @@
 
 import streamlit as st
 
-from app import charts, logic, state
-from engine.summary import comparable_key, summarize
+from app import charts, frames, state, tables
+from app.display import plot
+from engine.config import comparable_key
+from engine.summary import summarize
 from storage import ACTIVE_STATUSES
-
-PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 lab = state.lab()
 store = lab.store
@@ -61,18 +61,13 @@ def _status_line(runs: dict) -> None:
         st.progress(min(run.steps_done / steps, 1.0), text=f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}")
 
 
-def _plot(fig, key: str) -> None:
-    """A chart whose zoom survives live refreshes (stable key, ``uirevision``)."""
-    st.plotly_chart(fig, width="stretch", config=PLOT_CONFIG, key=key)
-
-
 def _view() -> None:
     """Everything below the controls; a live fragment when runs are active."""
     records_now = {r.id: r for r in store.list_runs() if r.id in ids}
     if not records_now:
         st.info("The selected runs were deleted.")
         return
-    info = logic.describe_runs(list(records_now.values()))
+    info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
     _status_line(records_now)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
@@ -81,39 +76,39 @@ def _view() -> None:
     st.subheader("Loss")
     left, right = st.columns(2)
     with left:
-        s = logic.series(metrics, info, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        _plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y), "val")
+        s = frames.series(metrics, info, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+        plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y), "val")
     with right:
-        s = logic.series(metrics, info, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        _plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)", log_y=log_y), "train")
+        s = frames.series(metrics, info, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+        plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)", log_y=log_y), "train")
 
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
-    layers = logic.layer_names(metrics)
+    layers = frames.layer_names(metrics)
     if not layers:
         st.info("Cosines are probed for sketched runs only (every probe interval); none of the selected runs has one yet.")
     else:
         per_layer = st.toggle("per layer", key="compare.per_layer")
         if per_layer:
-            panels = {layer: logic.series(metrics, info, f"cos/{layer}", smoothing=smoothing, pool_seeds=pool) for layer in layers}
-            _plot(charts.panels_figure(panels, y_title="cosine"), "cos_layers")
+            panels = {layer: frames.series(metrics, info, f"cos/{layer}", smoothing=smoothing, pool_seeds=pool) for layer in layers}
+            plot(charts.panels_figure(panels, y_title="cosine"), "cos_layers")
         else:
-            s = logic.series(metrics, info, "cos_mean", smoothing=smoothing, pool_seeds=pool)
-            _plot(charts.line_figure(s, y_title="cosine (mean over sketched layers)", title="Mean cosine over sketched layers"), "cos")
+            s = frames.series(metrics, info, "cos_mean", smoothing=smoothing, pool_seeds=pool)
+            plot(charts.line_figure(s, y_title="cosine (mean over sketched layers)", title="Mean cosine over sketched layers"), "cos")
 
     st.subheader("Memory")
     summary_end = summarize(records_now.values(), metrics)
-    mem = logic.memory_frame(summary_end, info, pool_seeds=pool)
+    mem = frames.memory_frame(summary_end, info, pool_seeds=pool)
     if mem.empty:
         st.info("Memory figures are recorded at step 0 of each run; none yet.")
     else:
-        _plot(charts.memory_figure(mem, title="Activation memory per train step, against exact backprop of the same config"), "memory")
+        plot(charts.memory_figure(mem, title="Activation memory per train step, against exact backprop of the same config"), "memory")
         notes = ["**Saved for backward**: residual bytes a train step keeps for its backward pass (parameters excluded)."]
         if "Peak device memory" not in set(mem["quantity"]):
             notes.append("**Peak device memory** is recorded at the end of GPU runs only.")
         st.caption(" ".join(notes))
-    breakdown = logic.breakdown_frame(metrics, info, pool_seeds=pool)
+    breakdown = frames.breakdown_frame(metrics, info, pool_seeds=pool)
     if not breakdown.empty:
-        _plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
+        plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
 
     st.subheader("Summary (the paper's Table 3 form)")
     steps = sorted(set(metrics.loc[metrics["name"] == "val_loss", "step"]))
@@ -124,7 +119,7 @@ def _view() -> None:
     at = st.select_slider("at step", options=steps, value=steps[-1], key=f"compare.at.{len(steps)}",
                           help="Each run's last value at or before this step.") if len(steps) > 1 else steps[0]
     summary = summary_end if at == steps[-1] else summarize(records_now.values(), metrics, at_step=at)
-    table = logic.summary_table(summary, info)
+    table = tables.summary_table(summary, info)
     st.dataframe(table, hide_index=True, width="stretch", placeholder="—")
     notes = ["Memory compression: exact saved bytes ÷ this method's saved bytes.",
              "Δ val vs exact: against the exact run of the same seed and config (— when there is none)."]

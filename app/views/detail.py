@@ -6,12 +6,11 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import charts, logic, state
+from app import charts, frames, state
+from app.display import plot, status_text
 from engine.summary import summarize
 from engine.timing import format_seconds
 from storage import ACTIVE_STATUSES, RunNotFoundError
-
-PLOT_CONFIG = {"displaylogo": False}
 
 lab = state.lab()
 store = lab.store
@@ -22,7 +21,7 @@ if not records:
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
     st.stop()
 
-wanted = st.session_state.pop("detail.run", None)  # set by the Runs page's Details button
+wanted = state.take_detail()  # set by the Runs page's Details button
 if wanted is None and "detail.pick" not in st.session_state:
     wanted = st.query_params.get("run")  # a link to ?run=ID
 if wanted is not None and str(wanted).isdigit() and int(wanted) in records:
@@ -35,11 +34,6 @@ run_id = st.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
 st.query_params["run"] = str(run_id)
 
 
-def _plot(fig, key: str) -> None:
-    """A chart whose zoom survives live refreshes (stable key, ``uirevision``)."""
-    st.plotly_chart(fig, width="stretch", config=PLOT_CONFIG, key=key)
-
-
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
     try:
@@ -49,11 +43,11 @@ def _view() -> None:
         return
     if (run.status in ACTIVE_STATUSES) != active:
         st.rerun()  # the run started or ended: redraw with the matching refresh rate
-    info = logic.describe_runs([run])
+    info = frames.describe_runs([run])
     metrics = state.metrics(store, [run_id])
     summary = summarize([run], metrics)
     row = summary.iloc[0]
-    st.subheader(f"{run.name}  ·  {logic.STATUS_LABELS.get(run.status, run.status)}")
+    st.subheader(f"{run.name}  ·  {status_text(run.status)}")
     if run.status in ACTIVE_STATUSES:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")
@@ -77,29 +71,29 @@ def _view() -> None:
 
     left, right = st.columns(2)
     with left:
-        s = logic.series(metrics, info, "val_loss", pool_seeds=False)
-        _plot(charts.line_figure(s, y_title="validation loss (nats/token)", title="Validation loss"), "d.val")
+        s = frames.series(metrics, info, "val_loss", pool_seeds=False)
+        plot(charts.line_figure(s, y_title="validation loss (nats/token)", title="Validation loss"), "d.val")
     with right:
-        s = logic.series(metrics, info, "train_loss", pool_seeds=False)
-        _plot(charts.line_figure(s, y_title="train loss (nats/token)", title="Train loss (mean since last eval)"), "d.train")
-    layers = logic.layer_names(metrics)
+        s = frames.series(metrics, info, "train_loss", pool_seeds=False)
+        plot(charts.line_figure(s, y_title="train loss (nats/token)", title="Train loss (mean since last eval)"), "d.train")
+    layers = frames.layer_names(metrics)
     if layers:
-        panels = {layer: logic.series(metrics, info, f"cos/{layer}", pool_seeds=False) for layer in layers}
-        _plot(charts.panels_figure(panels, y_title="cosine", title="Cosine of sketched dW to exact dW, per layer"), "d.cos")
-        panels = {layer: logic.series(metrics, info, f"rel_err/{layer}", pool_seeds=False) for layer in layers}
-        _plot(charts.panels_figure(panels, y_title="‖dŴ − dW‖ / ‖dW‖", title="Relative error of sketched dW, per layer"), "d.rel")
+        panels = {layer: frames.series(metrics, info, f"cos/{layer}", pool_seeds=False) for layer in layers}
+        plot(charts.panels_figure(panels, y_title="cosine", title="Cosine of sketched dW to exact dW, per layer"), "d.cos")
+        panels = {layer: frames.series(metrics, info, f"rel_err/{layer}", pool_seeds=False) for layer in layers}
+        plot(charts.panels_figure(panels, y_title="‖dŴ − dW‖ / ‖dW‖", title="Relative error of sketched dW, per layer"), "d.rel")
     elif not info["method"].eq("exact").all():
         st.caption("No dW probe yet (probes run every probe interval).")
     left, right = st.columns(2)
     with left:
-        s = logic.series(metrics, info, "tokens_per_s", pool_seeds=False)
-        _plot(charts.line_figure(s, y_title="throughput (tokens/s)", title="Training throughput"), "d.tps")
+        s = frames.series(metrics, info, "tokens_per_s", pool_seeds=False)
+        plot(charts.line_figure(s, y_title="throughput (tokens/s)", title="Training throughput"), "d.tps")
     with right:
-        mem = logic.memory_frame(summary, info, pool_seeds=False)
-        _plot(charts.memory_figure(mem, title="Activation memory against exact backprop"), "d.mem")
-    breakdown = logic.breakdown_frame(metrics, info, pool_seeds=False)
+        mem = frames.memory_frame(summary, info, pool_seeds=False)
+        plot(charts.memory_figure(mem, title="Activation memory against exact backprop"), "d.mem")
+    breakdown = frames.breakdown_frame(metrics, info, pool_seeds=False)
     if not breakdown.empty:
-        _plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
+        plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
 
 
 active = records[run_id].status in ACTIVE_STATUSES

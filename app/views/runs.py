@@ -4,15 +4,14 @@ The table refreshes in a fragment. Delete and rename open a modal dialog from a
 full run; while one is open the table does not refresh (a refresh would close it).
 """
 
+import json
 import zlib
 
 import streamlit as st
 
-from app import logic, state
-from storage import ENDED_STATUSES, RUN_STATUSES, RunNotFoundError, StorageError, long_frame, to_csv_bytes, wide_frame
+from app import display, form, state, tables
+from storage import ACTIVE_STATUSES, ENDED_STATUSES, RUN_STATUSES, RunNotFoundError, StorageError, long_frame, to_csv_bytes, wide_frame
 
-DIALOG = "runs.dialog"  # ("delete", [ids]) or ("edit", id) while a dialog is open
-ACTIVE_LABELS = (logic.STATUS_LABELS["queued"], logic.STATUS_LABELS["running"])
 
 lab = state.lab()
 store = lab.store
@@ -21,9 +20,9 @@ store = lab.store
 def _close_dialog(message: str | None = None) -> None:
     """Close the open dialog and rerun the app (``st.rerun``: does not return);
     ``message`` is shown as a toast after the rerun."""
-    st.session_state.pop(DIALOG, None)
+    state.set_dialog(None)
     if message:
-        st.session_state["runs.flash"] = message
+        state.flash(message)
     st.rerun()
 
 
@@ -41,7 +40,7 @@ def _delete_dialog(ids: list[int]) -> None:
             except StorageError as e:
                 problems.append(str(e))
         state.set_selected([i for i in state.selected() if i not in records])
-        st.session_state["runs.epoch"] = st.session_state.get("runs.epoch", 0) + 1
+        state.bump_table_epoch()
         _close_dialog("; ".join(problems) or f"Deleted {len(records)} run(s).")
     if c2.button("Cancel", key="runs.delete.cancel"):
         _close_dialog()
@@ -75,8 +74,8 @@ def _actions(view, chosen: list[int]) -> None:
     """The buttons for the ticked rows: compare, stop, delete, rename, details, CSV."""
     rows = view[view["id"].isin(chosen)]
     ids = [int(i) for i in rows["id"]]
-    active = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in ACTIVE_LABELS]
-    running = [int(i) for i, s in zip(rows["id"], rows["status"]) if s == logic.STATUS_LABELS["running"]]
+    active = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in ACTIVE_STATUSES]
+    running = [int(i) for i, s in zip(rows["id"], rows["status"]) if s == "running"]
     n = len(ids)
     st.caption(f"{n} selected" if n else "Tick rows to compare, stop, delete, rename or export them.")
     row = st.container(horizontal=True, vertical_alignment="bottom")
@@ -91,13 +90,13 @@ def _actions(view, chosen: list[int]) -> None:
         if running:
             st.error(f"Run(s) {', '.join(map(str, running))} are running: stop them first, then delete.")
         else:
-            st.session_state[DIALOG] = ("delete", ids)
+            state.set_dialog(("delete", ids))
             st.rerun()
     if row.button("Rename…", icon=":material/edit:", disabled=n != 1, key="runs.edit", help="Rename the run or add notes."):
-        st.session_state[DIALOG] = ("edit", ids[0])
+        state.set_dialog(("edit", ids[0]))
         st.rerun()
     if row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"):
-        st.session_state["detail.run"] = ids[0]
+        state.open_detail(ids[0])
         st.switch_page("views/detail.py")
     if n:
         fmt = row.radio("CSV format", ("long", "wide"), horizontal=True, key="runs.csv_format",
@@ -119,9 +118,9 @@ def _table(has_active: bool) -> None:
         return
     if (not frame["status"].isin(ENDED_STATUSES).all()) != has_active:
         st.rerun()  # runs started or all ended: redraw with the matching refresh rate
-    if message := st.session_state.pop("runs.flash", None):
+    if message := state.take_flash():
         st.toast(message)
-    view = logic.filter_runs(logic.runs_view(frame), text, statuses, estimators)
+    view = tables.filter_runs(tables.runs_view(frame), text, statuses, estimators)
     counts = frame["status"].value_counts()
     st.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
     if view.empty:
@@ -130,7 +129,7 @@ def _table(has_active: bool) -> None:
     selected = state.selected()
     visible = [int(i) for i in view["id"]]
     event = st.dataframe(
-        view, key=f"runs.table.{filter_id}.{st.session_state.get('runs.epoch', 0)}",
+        view.assign(status=view["status"].map(display.status_text)), key=f"runs.table.{filter_id}.{state.table_epoch()}",
         on_select="rerun", selection_mode="multi-row",
         selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
         hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
@@ -151,7 +150,7 @@ def _table(has_active: bool) -> None:
         },
     )
     chosen = [visible[i] for i in event.selection.rows if i < len(visible)]
-    state.set_selected(logic.merge_selection(selected, visible, chosen))
+    state.set_selected(tables.merge_selection(selected, visible, chosen))
     _actions(view, chosen)
 
 
@@ -161,9 +160,9 @@ f1, f2, f3 = st.columns(3)
 text = f1.text_input("Search", placeholder="name or notes", key="runs.search")
 statuses = f2.multiselect("Status", RUN_STATUSES, key="runs.status")
 estimators = f3.multiselect("Estimator", sorted(set(runs["estimator"].dropna())), key="runs.estimator")
-filter_id = zlib.crc32(repr((text, statuses, estimators)).encode())  # a new table (and selection) per filter
+filter_id = zlib.crc32(json.dumps([text, statuses, estimators]).encode())  # a new table (and selection) per filter
 
-dialog = st.session_state.get(DIALOG)
+dialog = state.dialog()
 active_now = not runs["status"].isin(ENDED_STATUSES).all()
 every = None if dialog else state.refresh_every(active_now, idle=state.IDLE_REFRESH_S)
 st.fragment(run_every=every)(state.guarded(_table))(active_now)

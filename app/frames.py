@@ -1,0 +1,266 @@
+"""The frames the Compare and Run detail charts are drawn from, without Streamlit.
+
+Run groups (which runs differ only by seed, and their legend labels), EMA
+smoothing and seed pooling of metric curves, and the memory frames. Everything
+takes and returns plain values and pandas DataFrames.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from engine.config import SWEEP_AXES, comparable_key, method_label, seed_group_key
+from engine.summary import MIB
+
+def _differing_fields(configs: Sequence[dict]) -> list[str]:
+    """Config fields (other than estimator, rank, λ, seed, name) that differ between ``configs``."""
+    ignore = {*SWEEP_AXES, "name"}
+    keys = sorted({k for c in configs for k in c} - ignore)
+    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+
+
+def describe_runs(records: Sequence) -> pd.DataFrame:
+    """One row per ``storage.RunRecord`` (ordered by id): run_id, name, status,
+    estimator, rank, lam, seed, preset, steps, ``key`` (comparable config),
+    ``group`` (seed group), ``color_id`` (smallest run id of its group),
+    ``group_size``, ``method`` and ``setup`` (the config fields that differ across
+    the selection, e.g. ``preset=tiny``; empty when all share one setup)."""
+    records = sorted(records, key=lambda r: r.id)
+    columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps",
+               "key", "group", "color_id", "group_size", "method", "setup"]
+    if not records:
+        return pd.DataFrame(columns=columns)
+    differing = _differing_fields([r.config for r in records])
+    rows = []
+    for r in records:
+        setup = ", ".join(f"{k}={r.config.get(k)}" for k in differing)
+        rows.append({
+            "run_id": r.id, "name": r.name, "status": r.status, "estimator": r.estimator,
+            "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset, "steps": r.steps,
+            "key": comparable_key(r.config), "group": seed_group_key(r.config),
+            "method": method_label(r.estimator, r.rank, r.lam), "setup": setup,
+        })
+    info = pd.DataFrame(rows)
+    info["color_id"] = info.groupby("group")["run_id"].transform("min")
+    info["group_size"] = info.groupby("group")["run_id"].transform("size")
+    info["rank"] = info["rank"].astype("Int64")
+    return info[columns]
+
+
+def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
+    """Legend label per run (indexed by run_id): the run name, or for a pooled seed
+    group ``method · mean of n seeds`` (shared by its runs), with ``[setup]`` when
+    the selection mixes setups. Labels that would still name two curves get
+    ``#id`` (the run id, or the group's colour id when pooled)."""
+    labels, owners, suffix = {}, {}, {}
+    for row in info.itertuples():
+        pooled = pool_seeds and row.group_size > 1
+        if pooled:
+            seeds = int(info.loc[info["group"] == row.group, "seed"].nunique())
+            count = f"{seeds} seeds" if seeds == row.group_size else f"{row.group_size} runs"
+            base = f"{row.method} · mean of {count}"
+        else:
+            base = row.name
+        label = f"{base} [{row.setup}]" if row.setup else base
+        labels[row.run_id] = label
+        curve = ("group", row.group) if pooled else ("run", row.run_id)
+        owners.setdefault(label, set()).add(curve)
+        suffix[row.run_id] = row.color_id if pooled else row.run_id
+    return pd.Series(
+        {rid: (f"{label} #{suffix[rid]}" if len(owners[label]) > 1 else label) for rid, label in labels.items()},
+        dtype=object,
+    )
+
+
+SERIES_COLUMNS = ["trace", "color_id", "x", "y", "lo", "hi", "n"]
+
+
+def ema(values: Sequence[float], weight: float) -> np.ndarray:
+    """Debiased exponential moving average (TensorBoard's smoothing):
+    m_t = w·m_{t−1} + (1−w)·x_t, reported as m_t / (1 − w^t). ``weight`` 0 returns
+    the values unchanged; NaNs are skipped (they stay NaN in the output)."""
+    x = np.asarray(values, dtype=float)
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1) (got {weight})")
+    if weight == 0.0 or x.size == 0:
+        return x.copy()
+    out = np.full_like(x, np.nan)
+    m, t = 0.0, 0
+    for i, v in enumerate(x):
+        if math.isfinite(v):
+            t += 1
+            m = weight * m + (1.0 - weight) * v
+            out[i] = m / (1.0 - weight**t)
+    return out
+
+
+def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """At most ``max_points`` rows, evenly spaced, first and last kept (for drawing only)."""
+    if max_points < 2:
+        raise ValueError(f"max_points must be >= 2 (got {max_points})")
+    if len(frame) <= max_points:
+        return frame
+    idx = np.unique(np.linspace(0, len(frame) - 1, max_points).round().astype(int))
+    return frame.iloc[idx]
+
+
+def series(
+    metrics: pd.DataFrame,
+    info: pd.DataFrame,
+    name: str,
+    *,
+    x: str = "step",
+    smoothing: float = 0.0,
+    pool_seeds: bool = True,
+    max_points: int = 2000,
+) -> pd.DataFrame:
+    """The curves of metric ``name`` for the runs in ``info`` (see :func:`describe_runs`).
+
+    Each run's values are ordered by step (the last value recorded at a step wins)
+    and EMA-smoothed with ``smoothing``. With ``pool_seeds``, runs of one seed group
+    (more than one run) become one curve: at each step the mean over the runs that
+    reached it, ``lo``/``hi`` = mean ∓ std (ddof 1) and ``n`` the number of runs;
+    single runs have ``lo``/``hi`` NaN and n = 1. ``x`` is ``step`` or ``wall_time``
+    (seconds; pooled: the mean wall time at that step). Returns columns
+    ``SERIES_COLUMNS``, curves in :func:`method_order`, each by x, at most
+    ``max_points`` points per curve.
+    """
+    if x not in ("step", "wall_time"):
+        raise ValueError(f"x must be 'step' or 'wall_time' (got {x!r})")
+    m = metrics[(metrics["name"] == name) & metrics["run_id"].isin(info["run_id"])]
+    if m.empty:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    m = m.sort_values("id").drop_duplicates(["run_id", "step"], keep="last").sort_values(["run_id", "step"])
+    labels = trace_labels(info, pool_seeds)
+    by_run = info.set_index("run_id")
+    parts = []
+    for run_id, rows in m.groupby("run_id", sort=True):
+        parts.append(pd.DataFrame({
+            "run_id": run_id, "step": rows["step"].to_numpy(), "wall_time": rows["wall_time"].to_numpy(),
+            "y": ema(rows["value"].to_numpy(), smoothing),
+        }))
+    curves = pd.concat(parts, ignore_index=True)
+    curves["trace"] = curves["run_id"].map(labels)
+    curves["color_id"] = curves["run_id"].map(by_run["color_id"] if pool_seeds else pd.Series(by_run.index, index=by_run.index))
+    curves["pooled"] = pool_seeds & curves["run_id"].map(by_run["group_size"]).gt(1)
+    out = []
+    single = curves[~curves["pooled"]]
+    if len(single):
+        out.append(pd.DataFrame({
+            "trace": single["trace"], "color_id": single["color_id"], "x": single[x],
+            "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
+        }))
+    pooled = curves[curves["pooled"]]
+    if len(pooled):
+        g = pooled.groupby(["trace", "color_id", "step"], sort=True)
+        stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
+        sd = stats["sd"].where(stats["n"] > 1)
+        out.append(pd.DataFrame({
+            "trace": stats["trace"], "color_id": stats["color_id"],
+            "x": stats["step"] if x == "step" else stats["wall_time"],
+            "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
+        }))
+    result = pd.concat(out, ignore_index=True)
+    result["order"] = result["trace"].map(method_order(info, labels))
+    result = result.sort_values(["order", "x"], kind="stable")
+    result = pd.concat([thin(t, max_points) for _, t in result.groupby("order", sort=True)])
+    result["color_id"] = result["color_id"].astype("int64")
+    result["n"] = result["n"].astype("int64")
+    return result[SERIES_COLUMNS].reset_index(drop=True)
+
+
+def method_order(info: pd.DataFrame, labels: pd.Series) -> dict[str, int]:
+    """Position of each trace label in legends and tables: by setup, exact first,
+    then estimator, rank, λ, and the first run id."""
+    rows = info.assign(label=info["run_id"].map(labels), sketched=info["estimator"] != "exact")
+    rows = rows.sort_values(["setup", "sketched", "estimator", "rank", "lam", "run_id"], na_position="first", kind="stable")
+    return {label: i for i, label in enumerate(dict.fromkeys(rows["label"]))}
+
+
+def layer_names(metrics: pd.DataFrame, prefix: str = "cos/") -> list[str]:
+    """The per-layer suffixes of metrics named ``prefix<layer>``, sorted."""
+    names = metrics["name"].drop_duplicates()
+    return sorted(n[len(prefix):] for n in names if n.startswith(prefix))
+
+
+
+MEMORY_QUANTITIES = {
+    "mem_saved_bytes": "Saved for backward",
+    "mem_peak_bytes": "Peak device memory",
+    "mem_temp_bytes": "XLA temp of the step",
+}
+MEMORY_COLUMNS = ["trace", "color_id", "quantity", "mib", "baseline_mib", "ratio"]
+
+
+def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = True) -> pd.DataFrame:
+    """Memory of each run (or pooled seed group, averaged) against the exact baseline
+    of its config, in MiB: saved-activation bytes against ``mem_saved_bytes_exact``;
+    peak and XLA temp bytes against the exact run of the same comparable config and
+    seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib.
+    ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
+    if summary.empty:
+        return pd.DataFrame(columns=MEMORY_COLUMNS)
+    s = summary.merge(info[["run_id", "key", "color_id", "group"]], on="run_id")
+    labels = trace_labels(info, pool_seeds)
+    s["trace"] = s["run_id"].map(labels)
+    if not pool_seeds:
+        s["color_id"] = s["run_id"]
+    exact = s[s["estimator"] == "exact"].drop_duplicates(["key", "seed"], keep="last").set_index(["key", "seed"])
+    order = method_order(info, labels)
+    rows = []
+    for column, quantity in MEMORY_QUANTITIES.items():
+        if column not in s or s[column].isna().all():
+            continue
+        if column == "mem_saved_bytes":
+            baseline = s["mem_saved_bytes_exact"]
+        else:
+            baseline = pd.Series([exact[column].get((k, sd), np.nan) if column in exact else np.nan
+                                  for k, sd in zip(s["key"], s["seed"])], index=s.index)
+        part = pd.DataFrame({"trace": s["trace"], "color_id": s["color_id"], "run_id": s["run_id"],
+                             "mib": s[column] / MIB, "baseline_mib": baseline / MIB})
+        part = part.dropna(subset=["mib"])
+        part = part.groupby(["trace", "color_id"], sort=False).agg(mib=("mib", "mean"), baseline_mib=("baseline_mib", "mean")).reset_index()
+        part["quantity"] = quantity
+        rows.append(part.sort_values("trace", key=lambda t: t.map(order), kind="stable"))
+    if not rows:
+        return pd.DataFrame(columns=MEMORY_COLUMNS)
+    out = pd.concat(rows, ignore_index=True)
+    out["ratio"] = out["mib"] / out["baseline_mib"]
+    out["color_id"] = out["color_id"].astype("int64")
+    return out[MEMORY_COLUMNS]
+
+
+BREAKDOWN_PREFIX = "mem_bytes/"
+BREAKDOWN_EXACT_PREFIX = "mem_bytes_exact/"
+BREAKDOWN_COLUMNS = ["bar", "color_id", "category", "mib"]
+
+
+def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = True) -> pd.DataFrame:
+    """Saved-for-backward bytes by category (``mem_bytes/<category>``) for every run
+    that recorded them, each followed by its exact baseline
+    (``mem_bytes_exact/<category>``, bar ``<label> · exact``), in MiB; the last value of
+    each metric. Empty (columns ``BREAKDOWN_COLUMNS``) when no run has a breakdown."""
+    m = metrics[metrics["name"].str.startswith((BREAKDOWN_PREFIX, BREAKDOWN_EXACT_PREFIX)) & metrics["run_id"].isin(info["run_id"])]
+    if m.empty:
+        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
+    last = m.sort_values("id").drop_duplicates(["run_id", "name"], keep="last")
+    labels = trace_labels(info, pool_seeds)
+    colors = info.set_index("run_id")["color_id"] if pool_seeds else pd.Series(info["run_id"].values, index=info["run_id"])
+    exact = last["name"].str.startswith(BREAKDOWN_EXACT_PREFIX)
+    frame = pd.DataFrame({
+        "run_id": last["run_id"].to_numpy(),
+        "bar": [labels[r] + (" · exact" if e else "") for r, e in zip(last["run_id"], exact)],
+        "color_id": last["run_id"].map(colors).to_numpy(),
+        "category": [n.split("/", 1)[1] for n in last["name"]],
+        "exact": exact.to_numpy(),
+        "mib": last["value"].to_numpy() / MIB,
+        "order": last["run_id"].map(labels).map(method_order(info, labels)).to_numpy(),
+    })
+    frame = frame.groupby(["bar", "color_id", "category", "exact"], sort=False).agg(mib=("mib", "mean"), order=("order", "min")).reset_index()
+    frame = frame.sort_values(["order", "exact"], kind="stable")
+    frame["color_id"] = frame["color_id"].astype("int64")
+    return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
