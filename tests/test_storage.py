@@ -1,9 +1,16 @@
-"""Tests for the storage package: concurrency, incremental reads, run lifecycle, CSV export,
-bad databases, schema versions/migrations and URL resolution.  Every database lives in tmp_path."""
+"""Tests for the storage package: concurrency, incremental reads, run lifecycle, claiming,
+workers, diagnostics, CSV export, bad databases, Alembic migrations and URL resolution.
+
+Tests that take the ``store`` or ``db_url`` fixture run on SQLite and on a throwaway
+PostgreSQL (tests/conftest.py; skipped with the reason where no server can be started);
+the rest are about SQLite files.  Every database lives in tmp_path or that cluster."""
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -15,27 +22,32 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import inspect, text, update
+from sqlalchemy import func, insert, inspect, select, text, update
 
 import storage
+from engine.liveness import current_owner, mark_stale_interrupted, stale_runs
 from storage import (
     DEFAULT_DB_PATH,
     ENV_URL,
-    SCHEMA_VERSION,
+    DatabaseBusyError,
+    MetricsFeed,
     RunNotFoundError,
     RunStore,
     StorageError,
-    current_owner,
     export_csv,
+    head_revision,
     long_frame,
     make_engine,
     resolve_url,
-    schema_version,
+    schema_revision,
     to_csv_bytes,
     wide_frame,
 )
 from storage import db as storage_db
-from storage.models import Run
+from storage.db import write_engine
+from storage.models import Metric, Run
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 def _url(tmp_path, name="lab.db"):
@@ -43,7 +55,7 @@ def _url(tmp_path, name="lab.db"):
 
 
 @pytest.fixture
-def store(tmp_path):
+def sqlite_store(tmp_path):
     s = RunStore(_url(tmp_path))
     yield s
     s.close()
@@ -181,8 +193,8 @@ def test_metric_ids_are_never_reused_after_delete(store):
     high = int(store.metrics([b])["id"].max())
     store.delete_run(b)
     assert store.metrics([b]).empty
-    with sqlite3.connect(store.engine.url.database) as con:
-        assert con.execute("SELECT count(*) FROM metrics WHERE run_id = ?", (b,)).fetchone()[0] == 0
+    with store.engine.connect() as con:
+        assert con.execute(select(func.count()).select_from(Metric).where(Metric.run_id == b)).scalar() == 0
     store.add_metrics(a, [(1, 1.0, "x", 2.0)])
     assert int(store.metrics([a])["id"].max()) > high
 
@@ -219,15 +231,16 @@ def test_rename_notes_delete_and_resolve(store):
     assert store.resolve_runs(["gamma", str(b), a]) == [a, b]
     with pytest.raises(StorageError, match="ambiguous"):
         store.resolve_runs(["beta"])
-    with pytest.raises(StorageError, match="engine list"):
+    with pytest.raises(StorageError, match="list the runs"):
         store.resolve_runs(["nope"])
-    with pytest.raises(StorageError, match=r"no run 999; `python -m engine list`"):
+    with pytest.raises(StorageError, match=r"no run 999; list the runs to see their ids"):
         store.get_run(999)
     with pytest.raises(KeyError):
         store.get_run(999)
     store.claim(c, current_owner())
-    with pytest.raises(StorageError, match="cancel it first"):
+    with pytest.raises(StorageError, match="cancel it first") as info:
         store.delete_run(c)
+    assert "python -m" not in str(info.value)  # storage names no CLI
     store.delete_run(a)
     assert [r.id for r in store.list_runs()] == [b, c]
     assert store.metrics([a]).empty
@@ -297,13 +310,13 @@ def test_mark_stale_interrupted(store):
     remote_fresh = running("remote-fresh", "elsewhere.example:1234")
     queued = _new_run(store, "queued")
 
-    assert store.mark_stale_interrupted(heartbeat_timeout_s=120) == sorted([dead_old, dead_fresh, remote_old])
+    assert mark_stale_interrupted(store, 120) == sorted([dead_old, dead_fresh, remote_old])
     status = {r.id: r.status for r in store.list_runs()}
     assert status == {dead_old: "interrupted", dead_fresh: "interrupted", remote_old: "interrupted",
                       live: "running", remote_fresh: "running", queued: "queued"}
     rec = store.get_run(dead_old)
     assert rec.finished_at is not None and "interrupted" in rec.error
-    assert store.mark_stale_interrupted() == []  # idempotent
+    assert mark_stale_interrupted(store) == []  # idempotent
 
 
 # ----------------------------------------------------------------------------- export
@@ -421,9 +434,9 @@ def test_unopenable_locations_raise_storage_error(tmp_path):
 
 def test_newer_schema_and_foreign_tables_are_refused_untouched(tmp_path):
     newer = tmp_path / "newer.db"
-    with sqlite3.connect(newer) as con:
+    with sqlite3.connect(newer) as con:  # a pre-Alembic database from a newer code line
         con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-        con.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION + 1,))
+        con.execute("INSERT INTO schema_version VALUES (?)", (2,))
         con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT)")
     con.close()
     with pytest.raises(StorageError, match="newer than this BASIS Lab"):
@@ -442,19 +455,46 @@ def test_newer_schema_and_foreign_tables_are_refused_untouched(tmp_path):
     con.close()
 
 
+def test_unknown_alembic_revision_is_refused_untouched(tmp_path):
+    url = _url(tmp_path)
+    st = RunStore(url)
+    _new_run(st, "keep")
+    st.close()
+    with sqlite3.connect(tmp_path / "lab.db") as con:
+        con.execute("UPDATE alembic_version SET version_num = 'ffff_from_the_future'")
+    con.close()
+    before = (tmp_path / "lab.db").read_bytes()
+    with pytest.raises(StorageError) as info:
+        make_engine(url)
+    message = str(info.value)
+    assert "\n" not in message and "ffff_from_the_future" in message and "newer than this BASIS Lab" in message
+    assert "upgrade BASIS Lab" in message and ENV_URL in message
+    assert (tmp_path / "lab.db").read_bytes() == before
+
+
 # ----------------------------------------------------------------------------- schema
 
 
-def test_schema_version_recorded_and_runs_survive_reopen(tmp_path):
+def _schema(engine):
+    """{table: (column names, index names)} of every table but Alembic's own."""
+    insp = inspect(engine)
+    return {
+        t: ({c["name"] for c in insp.get_columns(t)}, {ix["name"] for ix in insp.get_indexes(t)})
+        for t in insp.get_table_names() if t != "alembic_version"
+    }
+
+
+def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     url = _url(tmp_path)
     s1 = RunStore(url)
     rid = _new_run(s1, "keep")
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_version(eng) == SCHEMA_VERSION == len(storage.MIGRATIONS) == 1
+    assert schema_revision(eng) == head_revision() == "0002"
     with eng.connect() as con:
-        assert con.execute(text("SELECT version FROM schema_version")).scalars().all() == [SCHEMA_VERSION]
+        assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
+        assert "schema_version" not in inspect(con).get_table_names()
         assert con.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert con.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert con.execute(text("PRAGMA busy_timeout")).scalar() >= 10_000
@@ -467,9 +507,73 @@ def test_schema_version_recorded_and_runs_survive_reopen(tmp_path):
     s2.close()
 
 
-def _columns(engine):
-    insp = inspect(engine)
-    return {t: {c["name"] for c in insp.get_columns(t)} for t in ("runs", "metrics", "schema_version")}
+def test_migrations_build_exactly_the_models(db_url):
+    """Alembic's autogenerate finds no table, column or index that models.py and the
+    revisions disagree on (a schema change without its revision fails here)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    eng = make_engine(db_url)
+    with eng.connect() as con:
+        diffs = compare_metadata(MigrationContext.configure(con), storage.Base.metadata)
+    structural = [d for d in diffs if isinstance(d, tuple) and d[0] in
+                  ("add_table", "remove_table", "add_column", "remove_column", "add_index", "remove_index",
+                   "add_fk", "remove_fk")]
+    assert structural == []
+    assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
+                                                   "diagnostic_results"}
+    eng.dispose()
+
+
+def _raw_rows(path, table, columns):
+    with sqlite3.connect(path) as con:
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
+    """tests/fixtures/v1-main.db was written by the storage code of main at 28dc8ee
+    (``schema_version`` 1, no ``alembic_version``)."""
+    path = tmp_path / "v1.db"
+    shutil.copy(os.path.join(FIXTURES, "v1-main.db"), path)
+    with sqlite3.connect(path) as con:
+        run_cols = [r[1] for r in con.execute("PRAGMA table_info(runs)")]
+        metric_cols = [r[1] for r in con.execute("PRAGMA table_info(metrics)")]
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    con.close()
+    assert "alembic_version" not in tables and "schema_version" in tables
+    runs_before = _raw_rows(path, "runs", run_cols)
+    metrics_before = _raw_rows(path, "metrics", metric_cols)
+    assert len(runs_before) == 6 and len(metrics_before) == 20
+
+    st = RunStore(str(path))
+    assert schema_revision(st.engine) == head_revision()
+    assert _raw_rows(path, "runs", run_cols) == runs_before  # every old column of every run, byte for byte
+    assert _raw_rows(path, "metrics", metric_cols) == metrics_before
+    assert "schema_version" not in inspect(st.engine).get_table_names()
+
+    runs = {r.id: r for r in st.list_runs()}
+    assert {i: (r.name, r.status) for i, r in runs.items()} == {
+        1: ("finished-run", "finished"), 2: ("diverged", "failed"), 3: ("cancelled-queued", "cancelled"),
+        4: ("cancelled-running", "cancelled"), 5: ("still-queued", "queued"), 6: ("interrupted-run", "interrupted")}
+    assert runs[1].notes == 'notes with, comma and "quotes"\nsecond line'
+    assert runs[2].error.startswith("TrainingDiverged") and runs[4].cancel_requested
+    assert runs[1].config["model"] == {"width": 16, "depth": 1} and runs[1].versions == {"jax": "0.4.x"}
+    assert all(len(r.uid) == 32 for r in runs.values()) and len({r.uid for r in runs.values()}) == 6
+    assert all(r.tags == [] and r.history_version == 0 and r.sweep_id is None for r in runs.values())
+    m = st.metrics(list(runs))
+    assert len(m) == 20
+    assert math.isnan(m[(m.run_id == 2) & (m.step == 1)]["value"].iloc[0])  # the diverged loss
+    assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == pytest.approx(1.6)
+    # the rebuilt runs table now never reuses an id, and its children still point at it
+    new = _new_run(st, "after-upgrade")
+    assert new == 7
+    st.delete_run(new)
+    assert _new_run(st, "again") == 8
+    st.delete_run(1)
+    assert st.metrics([1]).empty and len(st.metrics(list(runs))) == 5
+    st.close()
 
 
 def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
@@ -482,11 +586,9 @@ def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
                          (7, None, None, None, "bp", 1.0, None)])
     con.close()
     eng = make_engine(f"sqlite:///{path}")
-    assert schema_version(eng) == SCHEMA_VERSION
+    assert schema_revision(eng) == head_revision()
     fresh = make_engine(_url(tmp_path, "fresh.db"))
-    assert _columns(eng) == _columns(fresh)  # the frozen v1 migration matches models.py
-    fresh_ix = {ix["name"] for ix in inspect(fresh).get_indexes("runs")}
-    assert fresh_ix <= {ix["name"] for ix in inspect(eng).get_indexes("runs")}
+    assert _schema(eng) == _schema(fresh)  # adopting and creating give the same schema
 
     st = RunStore(engine=eng)
     runs = {r.id: r for r in st.list_runs()}
@@ -502,43 +604,65 @@ def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
     fresh.dispose()
 
 
+def _migrations_copy(tmp_path, monkeypatch, body):
+    """A copy of storage/migrations with one more revision after head whose upgrade is ``body``."""
+    target = tmp_path / "migrations"
+    shutil.copytree(storage_db.MIGRATIONS_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / "versions" / "9001_extra.py").write_text(
+        f"from alembic import op\nimport sqlalchemy as sa\n\nrevision = '9001'\ndown_revision = '{head_revision()}'\n"
+        f"branch_labels = None\ndepends_on = None\n\n\ndef upgrade():\n{body}\n\n\ndef downgrade():\n    pass\n"
+    )
+    monkeypatch.setattr(storage_db, "MIGRATIONS_DIR", target)
+
+
 def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     url = _url(tmp_path)
     st = RunStore(url)
     rid = _new_run(st, "precious")
+    st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
     st.close()
 
-    def broken_1_to_2(conn):
-        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN half_done INTEGER")
-        raise RuntimeError("simulated failure")
-
-    monkeypatch.setattr(storage_db, "MIGRATIONS", [*storage_db.MIGRATIONS, broken_1_to_2])
-    monkeypatch.setattr(storage_db, "SCHEMA_VERSION", 2)
-    with pytest.raises(StorageError, match="from schema version 1 to 2 failed.*left unchanged"):
+    _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('half_done', sa.Integer))\n"
+                                             "    op.execute('DELETE FROM metrics')\n"
+                                             "    raise RuntimeError('simulated failure')")
+    with pytest.raises(StorageError, match="from schema revision 0002 to 9001 failed.*left unchanged"):
         make_engine(url)
     monkeypatch.undo()
     eng = make_engine(url)
-    assert schema_version(eng) == 1
-    assert "half_done" not in _columns(eng)["runs"]
-    assert [r.name for r in RunStore(engine=eng).list_runs()] == ["precious"] and rid == 1
+    assert schema_revision(eng) == "0002"
+    assert "half_done" not in _schema(eng)["runs"][0]
+    st = RunStore(engine=eng)
+    assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
+    assert st.metrics([rid])["value"].tolist() == [1.0]
     eng.dispose()
 
 
-def test_migration_chain_runs_in_order(tmp_path, monkeypatch):
+def test_migration_chain_runs_in_order_once(tmp_path, monkeypatch):
     url = _url(tmp_path)
     RunStore(url).close()
-    calls = []
-
-    def add_tags(conn):
-        calls.append("1->2")
-        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN tags TEXT")
-
-    monkeypatch.setattr(storage_db, "MIGRATIONS", [*storage_db.MIGRATIONS, add_tags])
-    monkeypatch.setattr(storage_db, "SCHEMA_VERSION", 2)
+    _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('colour', sa.Text))")
     eng = make_engine(url)
-    assert calls == ["1->2"] and schema_version(eng) == 2 and "tags" in _columns(eng)["runs"]
+    assert schema_revision(eng) == "9001" and "colour" in _schema(eng)["runs"][0]
+    eng.dispose()
     make_engine(url).dispose()  # already current: nothing runs again
-    assert calls == ["1->2"]
+    monkeypatch.undo()
+    with pytest.raises(StorageError, match="'9001', newer than this BASIS Lab"):
+        make_engine(url)  # the older code refuses the newer database
+
+
+def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(tmp_path):
+    url = _url(tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from storage import RunStore; "
+            "s = RunStore(sys.argv[1]); print(len(s.list_runs())); s.close()")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-500:] for o in outs]
+    eng = make_engine(url)
+    assert schema_revision(eng) == head_revision()
+    with eng.connect() as con:
+        assert con.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
     eng.dispose()
 
 
@@ -578,7 +702,8 @@ def test_default_path_directory_is_created(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- scale
 
 
-def test_polling_is_fast_with_50_runs_and_100k_metrics(store):
+def test_polling_is_fast_with_50_runs_and_100k_metrics(sqlite_store):
+    store = sqlite_store
     run_ids = [_new_run(store, f"r{i}") for i in range(50)]
     for rid in run_ids:
         store.add_metrics(rid, [(s // 2, float(s), ("train_loss", "val_loss")[s % 2], s * 1e-3) for s in range(2000)])
