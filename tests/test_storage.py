@@ -730,3 +730,396 @@ def test_polling_is_fast_with_50_runs_and_100k_metrics(sqlite_store):
     t0 = time.perf_counter()
     everything = store.metrics(run_ids)
     assert len(everything) == 100_001 and time.perf_counter() - t0 < 3.0
+
+
+# ----------------------------------------------------------------------------- revision 0002 fields
+
+
+def test_run_ids_are_never_reused_after_delete(store):
+    ids = [_new_run(store, f"r{i}") for i in range(3)]
+    assert ids == [1, 2, 3]
+    store.delete_run(3)
+    assert _new_run(store, "new") == 4
+
+
+def test_uid_sweep_tags_checkpoint_fields(store):
+    a = _new_run(store, "a", sweep_id="sweep-1", tags=["paper", "table3", "paper"])
+    b = _new_run(store, "b")
+    ra, rb = store.get_run(a), store.get_run(b)
+    assert len(ra.uid) == 32 and int(ra.uid, 16) >= 0 and ra.uid != rb.uid
+    assert (ra.sweep_id, ra.tags, ra.checkpoint_step, ra.worker_id) == ("sweep-1", ["paper", "table3"], None, None)
+    assert (rb.sweep_id, rb.tags) == (None, [])
+    store.set_tags(a, [" x ", "y"])
+    store.set_checkpoint_step(a, 200)
+    ra2 = store.get_run(a)
+    assert (ra2.tags, ra2.checkpoint_step, ra2.uid) == (["x", "y"], 200, ra.uid)
+    with pytest.raises(ValueError, match="tag cannot be empty"):
+        store.set_tags(a, ["ok", " "])
+    assert store.get_run(a).tags == ["x", "y"]
+    with pytest.raises(RunNotFoundError):
+        store.set_tags(999, ["x"])
+    with pytest.raises(RunNotFoundError):
+        store.set_checkpoint_step(999, 1)
+    frame = store.runs_frame().set_index("id")
+    assert frame.loc[a, "uid"] == ra.uid and frame.loc[a, "sweep_id"] == "sweep-1"
+    assert frame.loc[a, "tags"] == ["x", "y"] and frame.loc[a, "checkpoint_step"] == 200
+    assert pd.isna(frame.loc[b, "checkpoint_step"]) and frame.loc[b, "tags"] == []
+    # a deleted run's uid is never handed out again, even where its id could be
+    store.delete_run(b)
+    assert store.get_run(_new_run(store, "c")).uid not in {ra.uid, rb.uid}
+
+
+# ----------------------------------------------------------------------------- claiming
+
+
+def _claim_all(url, owner, out):
+    st = RunStore(url)
+    got = []
+    try:
+        while (rid := st.claim_next(owner, worker_id=owner)) is not None:
+            got.append(rid)
+    finally:
+        st.close()
+    out.put((owner, got))
+
+
+def _check_claims(store, queued, claims):
+    everything = [rid for _, got in claims for rid in got]
+    assert sorted(everything) == sorted(queued)  # every run claimed, exactly once
+    for owner, got in claims:
+        for rid in got:
+            rec = store.get_run(rid)
+            assert (rec.status, rec.owner, rec.worker_id) == ("running", owner, owner)
+            assert rec.started_at is not None and rec.heartbeat_at is not None
+
+
+def test_claim_next_takes_the_oldest_queued_and_skips_cancelled(store):
+    a, b, c = _new_run(store, "a"), _new_run(store, "b"), _new_run(store, "c")
+    store.request_cancel(a)
+    assert store.claim_next("host:1", "w1") == b
+    assert store.claim_next("host:2") == c
+    assert store.claim_next("host:3") is None
+    assert store.get_run(c).worker_id is None and store.get_run(b).worker_id == "w1"
+
+
+def test_claim_next_race_between_threads_claims_each_run_once(db_url):
+    setup = RunStore(db_url)
+    queued = [_new_run(setup, f"q{i}") for i in range(12)]
+    import queue as queue_mod
+
+    out = queue_mod.Queue()
+    threads = [threading.Thread(target=_claim_all, args=(db_url, f"thread-{i}", out)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    claims = [out.get_nowait() for _ in threads]
+    _check_claims(setup, queued, claims)
+    setup.close()
+
+
+def test_claim_next_race_between_processes_on_postgresql(pg_url):
+    setup = RunStore(pg_url)
+    queued = [_new_run(setup, f"q{i}") for i in range(12)]
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(pg_url, f"proc-{i}", out)) for i in range(3)]
+    for p in procs:
+        p.start()
+    claims = [out.get(timeout=180) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    _check_claims(setup, queued, claims)
+    setup.close()
+
+
+def test_requeue_moves_ended_runs_back_to_queued(store):
+    fin, fail, canc, intr, run, que = (_new_run(store, n) for n in ("fin", "fail", "canc", "intr", "run", "que"))
+    for rid in (fin, fail, canc, intr, run):
+        assert store.claim(rid, "host:1", "w1")
+    store.heartbeat(intr, 40)
+    store.set_checkpoint_step(intr, 30)
+    store.add_metrics(intr, [(s, float(s), "train_loss", 1.0) for s in range(0, 41, 10)])
+    store.set_status(fin, "finished")
+    store.set_status(fail, "failed", error="boom")
+    store.request_cancel(canc)
+    store.set_status(canc, "cancelled")
+    store.set_status(intr, "interrupted", error="interrupted: worker gone")
+    assert store.requeue([fin, fail, canc, intr, run, que]) == sorted([fail, canc, intr])
+    for rid in (fail, canc, intr):
+        rec = store.get_run(rid)
+        assert (rec.status, rec.error, rec.finished_at, rec.cancel_requested, rec.owner, rec.worker_id) == (
+            "queued", None, None, False, None, None)
+    assert {r.id: r.status for r in store.list_runs()}[fin] == "finished"
+    assert store.get_run(run).status == "running" and store.get_run(que).status == "queued"
+    rec = store.get_run(intr)
+    assert (rec.steps_done, rec.checkpoint_step, len(store.metrics([intr]))) == (40, 30, 5)
+    assert store.claim_next("host:2") == fail  # claimable again, oldest first
+    with pytest.raises(RunNotFoundError):
+        store.requeue([canc, 999])
+    assert store.get_run(canc).status == "queued"
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def test_worker_registry(store):
+    run = _new_run(store, "r")
+    store.register_worker("hostA:11:abcd", "hostA", 11, "gpu: H100", concurrent=2)
+    store.register_worker("hostB:12:ef01", "hostB", 12, "cpu", concurrent=1)
+    t0 = {w.id: w.heartbeat_at for w in store.list_workers()}
+    store.worker_heartbeat("hostA:11:abcd", run)
+    workers = {w.id: w for w in store.list_workers()}
+    a = workers["hostA:11:abcd"]
+    assert (a.host, a.pid, a.device, a.concurrent, a.status, a.current_run_id) == ("hostA", 11, "gpu: H100", 2, "active", run)
+    assert a.heartbeat_at >= t0["hostA:11:abcd"] and a.started_at.utcoffset() == timedelta(0)
+    store.end_worker("hostB:12:ef01")
+    frame = store.workers_frame().set_index("id")
+    assert frame.loc["hostB:12:ef01", "status"] == "stopped" and pd.isna(frame.loc["hostB:12:ef01", "current_run_id"])
+    assert frame.loc["hostA:11:abcd", "current_run_id"] == run and str(frame["heartbeat_at"].dt.tz) == "UTC"
+    # deleting the run a worker trains clears the worker's link, not the worker
+    store.set_status(run, "cancelled")
+    store.delete_run(run)
+    assert {w.id: w.current_run_id for w in store.list_workers()}["hostA:11:abcd"] is None
+    with pytest.raises(StorageError, match="register it first"):
+        store.worker_heartbeat("nobody:1:x")
+    with pytest.raises(ValueError, match="1 to 64"):
+        store.register_worker("x" * 65, "h", 1)
+    store.register_worker("hostB:12:ef01", "hostB", 12, "cpu")  # re-registering revives it
+    assert {w.id: w.status for w in store.list_workers()}["hostB:12:ef01"] == "active"
+
+
+# ----------------------------------------------------------------------------- metrics feed
+
+
+def test_feed_sees_writers_that_commit_out_of_order_exactly_once(db_url):
+    """Writer A takes its ids first but commits last; the feed polls in between."""
+    store = RunStore(db_url)
+    a, b = _new_run(store, "a"), _new_run(store, "b")
+    feed = MetricsFeed()
+    rows_a = [{"run_id": a, "step": s, "wall_time": float(s), "name": "train_loss", "value": 10.0 + s} for s in range(3)]
+    rows_b = [(s, float(s), "train_loss", 20.0 + s) for s in range(3)]
+    b_done = threading.Event()
+    writer_b = RunStore(db_url)
+
+    def write_b():
+        writer_b.add_metrics(b, rows_b)
+        b_done.set()
+
+    with write_engine(store.engine).begin() as con:  # writer A, holding its transaction open
+        con.execute(select(Run.id).where(Run.id == a).with_for_update())
+        con.execute(insert(Metric.__table__), rows_a)
+        t = threading.Thread(target=write_b)
+        t.start()
+        committed_b = b_done.wait(5)  # PostgreSQL: B commits now; SQLite: B waits for A's write lock
+        assert committed_b == (store.engine.dialect.name == "postgresql")
+        first = feed.poll(store, [a, b])
+        assert first["run_id"].tolist() == ([b] * 3 if committed_b else [])
+    t.join(60)
+    assert b_done.is_set()
+    second = feed.poll(store, [a, b])
+    seen = pd.concat([first, second], ignore_index=True)
+    everything = store.metrics([a, b])
+    assert len(everything) == 6 and sorted(seen["id"]) == sorted(everything["id"])  # all of them, once
+    assert feed.frame["id"].tolist() == everything["id"].tolist()
+    assert feed.poll(store, [a, b]).empty
+    if committed_b:
+        # A's ids are below B's: one global "largest id seen" would have skipped A for good
+        ids_a, ids_b = everything[everything.run_id == a]["id"], everything[everything.run_id == b]["id"]
+        assert ids_a.max() < ids_b.min()
+        assert store.metrics([a, b], after_id=int(first["id"].max()))["run_id"].tolist() == []
+    writer_b.close()
+    store.close()
+
+
+def test_feed_under_concurrent_writers_misses_nothing(db_url):
+    setup = RunStore(db_url)
+    run_ids = [_new_run(setup, f"w{i}") for i in range(3)]
+    n_rows, batch = 300, 10
+    errors: list[BaseException] = []
+    done = threading.Event()
+    seen: list[pd.DataFrame] = []
+
+    def writer(w, run_id):
+        st = RunStore(db_url)
+        try:
+            for start in range(0, n_rows, batch):
+                st.add_metrics(run_id, [(i, 0.5 * i, "train_loss", w * 1e6 + i) for i in range(start, start + batch)])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            st.close()
+
+    def reader():
+        st = RunStore(db_url)
+        feed = MetricsFeed()
+        try:
+            while True:
+                finished = done.is_set()
+                seen.append(feed.poll(st, run_ids))
+                if finished:
+                    return
+                time.sleep(0.002)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            st.close()
+
+    threads = [threading.Thread(target=writer, args=(w, rid)) for w, rid in enumerate(run_ids)]
+    rt = threading.Thread(target=reader)
+    rt.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    rt.join(120)
+    assert not errors, errors
+    got = pd.concat(seen, ignore_index=True)
+    assert got["id"].is_unique and len(got) == 3 * n_rows
+    for w, rid in enumerate(run_ids):
+        mine = got[got.run_id == rid].sort_values("id")
+        assert mine["step"].tolist() == list(range(n_rows))
+        assert mine["value"].tolist() == [w * 1e6 + i for i in range(n_rows)]
+    setup.close()
+
+
+def test_feed_rereads_a_run_whose_history_was_replaced(store):
+    a, b = _new_run(store, "a"), _new_run(store, "b")
+    store.add_metrics(a, [(s, float(s), "train_loss", 1.0 + s) for s in range(10)])
+    store.add_metrics(b, [(0, 0.0, "train_loss", 5.0)])
+    feed = MetricsFeed()
+    assert len(feed.poll(store, [a, b])) == 11 and feed.replaced == frozenset()
+
+    assert store.delete_metrics_after(a, 4) == 5  # resume from the checkpoint at step 4
+    assert store.get_run(a).history_version == 1 and store.get_run(b).history_version == 0
+    store.add_metrics(a, [(s, float(s), "train_loss", 100.0 + s) for s in range(5, 8)])
+    store.add_metrics(b, [(1, 1.0, "train_loss", 6.0)])
+    new = feed.poll(store, [a, b])
+    assert feed.replaced == frozenset({a})
+    assert sorted(new[new.run_id == a]["step"]) == list(range(8))  # the whole new history of a
+    assert new[new.run_id == b]["step"].tolist() == [1]  # b stays incremental
+    mine = feed.frame[feed.frame.run_id == a].sort_values("step")
+    assert mine["step"].tolist() == list(range(8))  # no stale step 5..9, no duplicates
+    assert mine["value"].tolist() == [1.0 + s for s in range(5)] + [100.0 + s for s in range(5, 8)]
+    assert len(feed.frame) == 10 and feed.frame["id"].is_unique
+    assert feed.poll(store, [a, b]).empty and feed.replaced == frozenset()
+    # runs no longer asked for, or deleted, are forgotten
+    store.delete_run(b)
+    feed.poll(store, [a, b])
+    assert set(feed.frame["run_id"]) == {a} and set(feed.marks()) == {a}
+    with pytest.raises(RunNotFoundError):
+        store.delete_metrics_after(999, 0)
+
+
+# ----------------------------------------------------------------------------- liveness primitives
+
+
+def test_liveness_primitives_and_policy(store):
+    now = datetime.now(timezone.utc)
+    a, b, q = _new_run(store, "a"), _new_run(store, "b"), _new_run(store, "q")
+    store.claim(a, "far.example:1")
+    store.claim(b, "far.example:2")
+    rows = store.active_runs_heartbeats()
+    assert [(r, o) for r, o, _ in rows] == [(a, "far.example:1"), (b, "far.example:2")]
+    assert all(abs((last - now).total_seconds()) < 60 for _, _, last in rows)
+    rows = [(a, "far.example:1", now - timedelta(seconds=200)), (b, "far.example:2", now - timedelta(seconds=10)),
+            (q, None, None), (77, f"{socket.gethostname()}:{_dead_pid()}", now), (78, current_owner(), now)]
+    stale = stale_runs(rows, now, 120, socket.gethostname())
+    assert sorted(stale) == [a, q, 77] and "no longer running" in stale[77] and "no heartbeat" in stale[a]
+    assert store.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]
+    assert store.get_run(a).status == "interrupted" and store.get_run(a).error == "interrupted: test"
+    assert store.get_run(q).status == "queued"  # only running rows change
+    assert store.mark_interrupted({a: "again"}) == [] and store.get_run(a).error == "interrupted: test"
+
+
+# ----------------------------------------------------------------------------- read-only opens, busy
+
+
+def test_read_only_open_of_a_missing_database_creates_nothing(tmp_path):
+    target = tmp_path / "no" / "such" / "lab.db"
+    for opener in (lambda: make_engine(f"sqlite:///{target}", create=False), lambda: RunStore(str(target), create=False)):
+        with pytest.raises(StorageError) as info:
+            opener()
+        assert str(info.value) == f"no database at {target}; check the path or set {ENV_URL} (or --db)"
+    assert list(tmp_path.iterdir()) == []
+    RunStore(_url(tmp_path, "there.db")).close()
+    RunStore(_url(tmp_path, "there.db"), create=False).close()  # an existing one opens fine
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions, so chmod cannot make a read-only database")
+def test_read_only_database_file_and_directory_name_the_fix(tmp_path):
+    path = tmp_path / "lab.db"
+    RunStore(str(path)).close()
+    path.chmod(0o444)
+    with pytest.raises(StorageError, match="read-only; make it writable"):
+        RunStore(str(path))
+    path.chmod(0o644)
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(StorageError, match="not writable.*make it writable"):
+            RunStore(str(path))
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_a_held_lock_raises_database_busy_error(db_url, monkeypatch):
+    a_store = RunStore(db_url)
+    rid = _new_run(a_store, "a")
+    a_store.close()
+    if db_url.startswith("sqlite"):
+        monkeypatch.setattr(storage_db, "BUSY_TIMEOUT_S", 0.2)
+    else:
+        monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=200")
+    st = RunStore(db_url)
+    holder = RunStore(db_url.replace("?", "?application_name=holder&") if "?" in db_url else db_url)
+    with write_engine(holder.engine).begin() as con:
+        con.execute(update(Run).where(Run.id == rid).values(notes="held"))
+        with pytest.raises(DatabaseBusyError, match="busy.*try again") as info:
+            st.heartbeat(rid, 5)
+        assert isinstance(info.value, StorageError) and "\n" not in str(info.value)
+    st.heartbeat(rid, 5)  # the retry succeeds once the lock is gone
+    assert st.get_run(rid).steps_done == 5
+    st.close()
+    holder.close()
+
+
+# ----------------------------------------------------------------------------- diagnostics
+
+
+def test_diagnostics_store_and_cascade(store):
+    run = _new_run(store, "r")
+    other = _new_run(store, "o")
+    d1 = store.create_diagnostic(run, 200, {"keys": 64, "ranks": (4, 8)})
+    d2 = store.create_diagnostic(other, None)
+    frame = store.diagnostics_frame(run)
+    assert frame["id"].tolist() == [d1]
+    row = frame.iloc[0]
+    assert (row["status"], row["step"], row["settings"], len(row["uid"])) == ("queued", 200, {"keys": 64, "ranks": [4, 8]}, 32)
+    assert store.claim_diagnostic(d1, "host:1") and not store.claim_diagnostic(d1, "host:2")
+    results = [
+        {"layer": "h0.mlp", "estimator": "ep", "rank": 4, "lam": 0.5, "bias2": 1e-3, "bias2_se": 2e-4,
+         "variance": 0.1, "mse": 0.101, "cos_mean": 0.9, "keys": 64, "batches": 8},
+        {"layer": "h0.attn", "estimator": "bp", "rank": 8, "bias2": float("nan")},
+    ]
+    store.add_diagnostic_results(d1, results)
+    back = store.diagnostic_results(d1)
+    assert back.iloc[0].to_dict() == results[0]
+    assert back.loc[1, "layer"] == "h0.attn" and pd.isna(back.loc[1, "lam"]) and pd.isna(back.loc[1, "mse"])
+    store.set_diagnostic_status(d1, "finished")
+    store.set_diagnostic_status(d2, "failed", error="no checkpoint")
+    done = store.diagnostics_frame().set_index("id")
+    assert done.loc[d1, "status"] == "finished" and done.loc[d1, "finished_at"] is not pd.NaT
+    assert done.loc[d2, "error"] == "no checkpoint"
+    with pytest.raises(ValueError, match="unknown diagnostic result fields"):
+        store.add_diagnostic_results(d1, [{"lyer": "typo"}])
+    with pytest.raises(ValueError, match="unknown run status"):
+        store.set_diagnostic_status(d1, "done")
+    with pytest.raises(RunNotFoundError):
+        store.create_diagnostic(999, 1)
+    with pytest.raises(StorageError, match="no diagnostic 999"):
+        store.add_diagnostic_results(999, results)
+    store.delete_run(run)  # the run's diagnostics and their results go with it
+    assert store.diagnostics_frame()["id"].tolist() == [d2]
+    assert store.diagnostic_results(d1).empty
