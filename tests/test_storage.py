@@ -650,20 +650,81 @@ def test_migration_chain_runs_in_order_once(tmp_path, monkeypatch):
         make_engine(url)  # the older code refuses the newer database
 
 
-def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(tmp_path):
-    url = _url(tmp_path)
+def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(db_url):
     code = ("import sys; sys.path.insert(0, sys.argv[2]); from storage import RunStore; "
             "s = RunStore(sys.argv[1]); print(len(s.list_runs())); s.close()")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen([sys.executable, "-c", code, db_url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-500:] for o in outs]
-    eng = make_engine(url)
+    eng = make_engine(db_url)
     assert schema_revision(eng) == head_revision()
     with eng.connect() as con:
         assert con.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
     eng.dispose()
+
+
+def _revision_module(name):
+    import importlib.util
+
+    path = storage_db.MIGRATIONS_DIR / "versions" / name
+    spec = importlib.util.spec_from_file_location(f"_basis_revision_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
+    """The fixture's runs and metrics, copied into a PostgreSQL database with today's main
+    schema (revision 0001's frozen tables plus ``schema_version`` = 1), upgrade in place."""
+    import json
+
+    import sqlalchemy as sa
+
+    fixture = os.path.join(FIXTURES, "v1-main.db")
+    tables = _revision_module("0001_runs_and_metrics.py")._tables()
+    md = next(iter(tables.values())).metadata
+    sa.Table("schema_version", md, sa.Column("version", sa.Integer, primary_key=True, autoincrement=False))
+    raw = sa.create_engine(pg_url)
+    with sqlite3.connect(fixture) as con:
+        con.row_factory = sqlite3.Row
+        runs = [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY id")]
+        metrics = [dict(r) for r in con.execute("SELECT * FROM metrics ORDER BY id")]
+    con.close()
+    for r in runs:
+        for k in ("created_at", "started_at", "finished_at", "heartbeat_at"):
+            r[k] = None if r[k] is None else datetime.fromisoformat(r[k])
+        r["config"], r["versions"] = json.loads(r["config"]), json.loads(r["versions"])
+        r["cancel_requested"] = bool(r["cancel_requested"])
+    for m in metrics:
+        m["value"] = float("nan") if m["value"] is None else m["value"]  # SQLite keeps NaN as NULL
+    with raw.begin() as con:
+        md.create_all(con)
+        con.execute(tables["runs"].insert(), runs)
+        con.execute(tables["metrics"].insert(), metrics)
+        con.execute(text("SELECT setval('runs_id_seq', 6)"))
+        con.execute(text("INSERT INTO schema_version VALUES (1)"))
+    raw.dispose()
+
+    st = RunStore(pg_url)
+    assert schema_revision(st.engine) == head_revision()
+    assert "schema_version" not in inspect(st.engine).get_table_names()
+    got = {r.id: r for r in st.list_runs()}
+    assert sorted(got) == [r["id"] for r in runs]
+    for r in runs:
+        rec = got[r["id"]]
+        for k in ("name", "status", "config", "versions", "error", "notes", "owner", "cancel_requested", "steps_done",
+                  "estimator", "rank", "lam", "seed"):
+            assert getattr(rec, k) == r[k], (r["id"], k)
+        assert rec.created_at == r["created_at"].replace(tzinfo=timezone.utc) and len(rec.uid) == 32
+    m = st.metrics(list(got))
+    assert m["id"].tolist() == [x["id"] for x in metrics]
+    assert [(x.run_id, x.step, x.name, x.wall_time) for x in m.itertuples()] == [
+        (x["run_id"], x["step"], x["name"], x["wall_time"]) for x in metrics]
+    np.testing.assert_array_equal(m["value"].to_numpy(), [x["value"] for x in metrics])  # NaN where NaN
+    assert _new_run(st, "after") == 7
+    st.close()
 
 
 # ----------------------------------------------------------------------------- URLs
