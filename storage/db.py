@@ -52,13 +52,14 @@ import zlib
 from typing import Any, Optional
 
 import sqlalchemy
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import event, exc, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
-
-from .models import UTCDateTime
-
-UTCDateTime = UTCDateTime  # re-exported for the migration scripts
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -288,18 +289,14 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
 # --------------------------------------------------------------------------- schema
 
 
-def _alembic_config(connection: Optional[Connection] = None) -> Any:
-    from alembic.config import Config
-
+def _alembic_config(connection: Optional[Connection] = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["connection"] = connection
     return cfg
 
 
-def _scripts() -> Any:
-    from alembic.script import ScriptDirectory
-
+def _scripts() -> ScriptDirectory:
     return ScriptDirectory.from_config(_alembic_config())
 
 
@@ -309,8 +306,6 @@ def head_revision() -> str:
 
 
 def _read_revision(conn: Connection) -> Optional[str]:
-    from alembic.runtime.migration import MigrationContext
-
     return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -330,8 +325,6 @@ def _legacy_version(conn: Connection) -> Optional[int]:
 
 def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> None:
     """Raise (touching nothing) if the database was written by a newer BASIS Lab."""
-    from alembic.util import CommandError
-
     if revision is not None:
         try:
             known = _scripts().get_revision(revision) is not None
@@ -353,8 +346,6 @@ def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> 
 
 def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
     """Run the missing revisions on ``conn`` (inside its transaction, under the lock)."""
-    from alembic import command
-
     revision = _read_revision(conn)  # re-check under the lock: another process may have done it
     if revision == head:
         return

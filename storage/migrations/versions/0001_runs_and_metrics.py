@@ -14,7 +14,8 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
-from storage.db import FIX_HINT, StorageError, UTCDateTime
+from storage.db import FIX_HINT, StorageError
+from storage.models import UTCDateTime
 
 revision = "0001"
 down_revision = None

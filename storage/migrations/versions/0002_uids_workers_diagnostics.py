@@ -17,7 +17,7 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-from storage.db import UTCDateTime
+from storage.models import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"
