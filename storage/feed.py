@@ -60,7 +60,12 @@ class MetricsFeed:
         if len(new):
             for r, top in new.groupby("run_id")["id"].max().items():
                 self._marks[int(r)] = max(self._marks[int(r)], int(top))
-            frame = pd.concat([self.frame, new], ignore_index=True) if len(self.frame) else new
-            self.frame = frame.sort_values("id", kind="stable").reset_index(drop=True)
+            if not len(self.frame):
+                self.frame = new
+            else:
+                frame = pd.concat([self.frame, new], ignore_index=True)
+                if new["id"].iloc[0] < self.frame["id"].iloc[-1]:  # a late commit or a re-read run
+                    frame = frame.sort_values("id", kind="stable").reset_index(drop=True)
+                self.frame = frame
         self.replaced = frozenset(replaced)
         return new
