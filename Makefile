@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
 
-.PHONY: run test install browser bench
+.PHONY: run test install browser postgres bench
 
 install: $(STAMP)
 
@@ -23,7 +23,10 @@ run: install
 browser:
 	bash scripts/install_browser.sh
 
-test: install browser
+postgres:
+	bash scripts/install_postgres.sh
+
+test: install browser postgres
 	$(PY) -m pytest -q
 
 bench: install

@@ -241,7 +241,7 @@ def _cancel(args) -> int:
 
 
 def main(argv=None) -> int:
-    from storage import StorageError
+    from storage import RunNotFoundError, StorageError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -251,7 +251,8 @@ def main(argv=None) -> int:
             return _train(args, configs)
         return {"list": _list, "show": _show, "export": _export, "cancel": _cancel}[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
+        print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -26,8 +26,9 @@ from typing import Callable, Iterable
 import jax
 
 from engine.config import RunConfig
+from engine.liveness import current_owner, mark_stale_interrupted
 from engine.train import Record, TrainingDiverged, train
-from storage import RunStore, current_owner
+from storage import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class JobManager:
         self.owner = current_owner()
         self.on_step = on_step
         self.on_record = on_record
-        self.interrupted = store.mark_stale_interrupted(STALE_AFTER_S)
+        self.interrupted = mark_stale_interrupted(store, STALE_AFTER_S)
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._cancel_events: dict[int, threading.Event] = {}
         self._pending: set[int] = set()

@@ -1,33 +1,38 @@
-"""BASIS Lab storage: runs and metrics in SQLite (default) or any SQLAlchemy database.
+"""BASIS Lab storage: runs, metrics, workers and diagnostics in SQLite (default) or PostgreSQL.
 
 Knows nothing of JAX, Flax or Streamlit (layering: app -> engine -> storage).
 See :mod:`storage.db` for where the database lives (``BASIS_LAB_DB_URL``, default
-``~/.local/share/basis-lab/basis-lab.db``, PostgreSQL URLs) and how its schema is versioned.
+``~/.local/share/basis-lab/basis-lab.db``, PostgreSQL URLs) and how its schema is migrated
+(Alembic, ``storage/migrations``), and :mod:`storage.feed` for reading metrics incrementally.
 """
 
 from .db import (
     BUSY_TIMEOUT_S,
     DEFAULT_DB_PATH,
     ENV_URL,
-    MIGRATIONS,
-    SCHEMA_VERSION,
+    MIGRATIONS_DIR,
+    DatabaseBusyError,
     StorageError,
     ensure_schema,
+    head_revision,
     make_engine,
     resolve_url,
-    schema_version,
+    schema_revision,
 )
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
-from .models import Base, Metric, Run
+from .feed import MetricsFeed
+from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, Worker
 from .store import (
     ACTIVE_STATUSES,
+    DIAGNOSTIC_RESULT_COLUMNS,
     ENDED_STATUSES,
+    RESUMABLE_STATUSES,
     RUN_STATUSES,
+    WORKER_STATUSES,
     RunNotFoundError,
     RunRecord,
     RunStore,
-    current_owner,
-    pid_alive,
+    WorkerRecord,
 )
 
 __all__ = [
@@ -35,25 +40,32 @@ __all__ = [
     "BUSY_TIMEOUT_S",
     "Base",
     "DEFAULT_DB_PATH",
+    "DIAGNOSTIC_RESULT_COLUMNS",
+    "DatabaseBusyError",
+    "Diagnostic",
+    "DiagnosticResult",
     "ENDED_STATUSES",
     "ENV_URL",
-    "MIGRATIONS",
+    "MIGRATIONS_DIR",
     "Metric",
+    "MetricsFeed",
+    "RESUMABLE_STATUSES",
     "RUN_STATUSES",
     "Run",
     "RunNotFoundError",
     "RunRecord",
     "RunStore",
-    "SCHEMA_VERSION",
     "StorageError",
-    "current_owner",
+    "WORKER_STATUSES",
+    "Worker",
+    "WorkerRecord",
     "ensure_schema",
     "export_csv",
+    "head_revision",
     "long_frame",
     "make_engine",
-    "pid_alive",
     "resolve_url",
-    "schema_version",
+    "schema_revision",
     "to_csv_bytes",
     "wide_frame",
 ]

@@ -27,14 +27,19 @@ and ``synchronous=NORMAL``.  SQLAlchemy emits ``BEGIN`` itself; write transactio
 
 Schema versions
 ---------------
-The one-row table ``schema_version`` holds the version of the schema.  ``MIGRATIONS[n]``
-upgrades a database from version ``n`` to ``n + 1``; :func:`ensure_schema` applies the
-missing ones in order inside one transaction, so a failed migration leaves the database as
-it was.  Version 0 is a database written before versioning (a ``runs`` table but no
-``schema_version``).  To change the schema: edit ``models.py``, append a migration that does
-the same change to an existing database, and bump nothing else (``SCHEMA_VERSION`` is
-``len(MIGRATIONS)``).  Migrations only ever add; nothing here drops or rewrites stored runs,
-and a database that cannot be opened is reported with :class:`StorageError`, never replaced.
+The schema is migrated by Alembic; its environment and revisions live inside this package
+(``storage/migrations``, found through :data:`MIGRATIONS_DIR`, so no ``alembic.ini`` and any
+working directory will do).  :func:`make_engine` upgrades a database to the newest revision
+before handing it out: in one transaction (a failed upgrade leaves the database as it was),
+under SQLite's write lock (``BEGIN IMMEDIATE``) or a PostgreSQL advisory lock, so processes
+opening the database at once upgrade it once.  An empty database gets the whole schema; a
+database written before Alembic (with the old one-row ``schema_version`` table, or from before
+any versioning) is adopted by revision ``0001`` and upgraded in place, keeping every run and
+metric.  A database at a revision this code does not know (written by a newer BASIS Lab) is
+refused untouched.  To change the schema: edit ``models.py`` and add a revision under
+``storage/migrations/versions`` that does the same to a stored database (a test compares
+them).  Revisions never drop or rewrite stored runs, and a database that cannot be opened is
+reported with :class:`StorageError`, never replaced.
 """
 
 from __future__ import annotations
@@ -43,47 +48,32 @@ import dataclasses
 import json
 import os
 import pathlib
-from typing import Any, Callable, Optional
+import zlib
+from typing import Any, Optional
 
 import sqlalchemy
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Column,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    cast,
-    delete,
-    event,
-    exc,
-    inspect,
-    insert,
-    literal,
-    select,
-    update,
-)
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import event, exc, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
-
-from .models import Base, SchemaVersion, UTCDateTime
 
 __all__ = [
     "DEFAULT_DB_PATH",
     "ENV_URL",
     "BUSY_TIMEOUT_S",
-    "SCHEMA_VERSION",
-    "MIGRATIONS",
+    "MIGRATIONS_DIR",
     "StorageError",
+    "DatabaseBusyError",
     "resolve_url",
     "make_engine",
     "ensure_schema",
-    "schema_version",
+    "head_revision",
+    "schema_revision",
+    "storage_error",
     "write_engine",
     "json_dumps",
 ]
@@ -96,8 +86,45 @@ _WRITE_OPTION = "basis_lab_write"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+MIGRATIONS_DIR: pathlib.Path = pathlib.Path(__file__).parent / "migrations"
+_PG_LOCK_KEY = zlib.crc32(b"basis-lab schema upgrade")  # advisory lock taken around upgrades
+
+
 class StorageError(RuntimeError):
     """The database cannot be opened or used; the message says how to fix it."""
+
+
+class DatabaseBusyError(StorageError):
+    """A transient failure: the database is locked or busy (SQLite), a lock wait timed out,
+    a serialization failure or deadlock, or the connection dropped (PostgreSQL).  Nothing of
+    the failed transaction was stored; retrying it later can succeed."""
+
+
+# SQLSTATEs that mean "try again": serialization failure, deadlock, lock not available,
+# statement timeout / query cancelled, admin shutdown, cannot connect now, connection errors.
+_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"}
+
+
+def _is_busy(error: exc.SQLAlchemyError) -> bool:
+    if getattr(error, "connection_invalidated", False) or isinstance(error, exc.DisconnectionError):
+        return True
+    orig = getattr(error, "orig", None)
+    state = getattr(orig, "sqlstate", None) or ""
+    if state in _TRANSIENT_SQLSTATES or state.startswith("08"):
+        return True
+    text = str(orig or error).lower()
+    return isinstance(error, exc.OperationalError) and ("database is locked" in text or "database is busy" in text)
+
+
+def storage_error(error: exc.SQLAlchemyError, what: str, hint: str = "") -> StorageError:
+    """The :class:`StorageError` (or :class:`DatabaseBusyError`) for a SQLAlchemy ``error``."""
+    reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if _is_busy(error):
+        return DatabaseBusyError(f"{what}: the database is busy ({reason}); nothing was written, try again")
+    if "readonly database" in reason or "read-only" in reason.lower():
+        return StorageError(f"{what}: the database is read-only ({reason}); make the file and its directory "
+                            f"writable or {FIX_HINT}")
+    return StorageError(f"{what} ({reason}){'; ' + hint if hint else ''}")
 
 
 # --------------------------------------------------------------------------- URLs
@@ -129,10 +156,15 @@ def _is_memory(database: Optional[str]) -> bool:
     return database in (None, "", ":memory:") or "mode=memory" in (database or "")
 
 
-def _check_sqlite_file(path: pathlib.Path) -> None:
-    """Fail early, without touching anything, if ``path`` cannot hold our SQLite database."""
+def _check_sqlite_file(path: pathlib.Path, create: bool) -> None:
+    """Fail early, without touching anything, if ``path`` cannot hold our SQLite database.
+
+    With ``create`` False a missing file is an error and nothing (file or directory) is made.
+    """
     if path.is_dir():
         raise StorageError(f"database path {path} is a directory; {FIX_HINT} (a file path such as {path / 'basis-lab.db'})")
+    if not create and not path.exists():
+        raise StorageError(f"no database at {path}; check the path or set {ENV_URL} (or --db)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -150,6 +182,13 @@ def _check_sqlite_file(path: pathlib.Path) -> None:
             raise StorageError(
                 f"{path} is not a SQLite database (it was left untouched); {FIX_HINT}, or move that file away"
             )
+        if not os.access(path, os.W_OK):
+            raise StorageError(f"the database file {path} is read-only; make it writable (chmod u+w) or {FIX_HINT}")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StorageError(
+            f"the database directory {path.parent} is not writable (SQLite keeps its -wal and -shm files there); "
+            f"make it writable or {FIX_HINT}"
+        )
 
 
 # --------------------------------------------------------------------------- JSON
@@ -200,8 +239,12 @@ def write_engine(engine: Engine) -> Engine:
     return engine.execution_options(**{_WRITE_OPTION: True})
 
 
-def make_engine(url: Optional[str] = None) -> Engine:
-    """Open (creating or migrating if needed) the BASIS Lab database; raise :class:`StorageError`."""
+def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
+    """Open the BASIS Lab database, upgrading its schema to the newest revision if needed.
+
+    With ``create`` False a SQLite file that does not exist is an error (read-only commands
+    must not make an empty database at a mistyped path).  Raises :class:`StorageError`.
+    """
     resolved = resolve_url(url)
     try:
         u = make_url(resolved)
@@ -219,8 +262,10 @@ def make_engine(url: Optional[str] = None) -> Engine:
             kwargs["poolclass"] = StaticPool  # one shared in-memory database
         else:
             path = pathlib.Path(u.database).expanduser().absolute()
-            _check_sqlite_file(path)
+            _check_sqlite_file(path, create)
             u = u.set(database=str(path))
+    else:
+        kwargs["pool_pre_ping"] = True  # a server restart must not fail the next write
     try:
         engine = sqlalchemy.create_engine(u, **kwargs)
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as e:
@@ -234,8 +279,7 @@ def make_engine(url: Optional[str] = None) -> Engine:
         ensure_schema(engine)
     except exc.SQLAlchemyError as e:
         engine.dispose()
-        reason = getattr(e, "orig", None) or e
-        raise StorageError(f"cannot open database {_safe(u)} ({reason}); {FIX_HINT}") from e
+        raise storage_error(e, f"cannot open database {_safe(u)}", FIX_HINT) from e
     except BaseException:
         engine.dispose()
         raise
@@ -245,145 +289,107 @@ def make_engine(url: Optional[str] = None) -> Engine:
 # --------------------------------------------------------------------------- schema
 
 
-def _read_version(conn: Connection) -> Optional[int]:
-    """Schema version of the database on ``conn``: None if it has none of our tables."""
-    tables = set(inspect(conn).get_table_names())
-    if "schema_version" in tables:
-        v = conn.execute(select(sqlalchemy.func.max(SchemaVersion.version))).scalar()
-        if v is not None:
-            return int(v)
-    return 0 if "runs" in tables else None
+def _alembic_config(connection: Optional[Connection] = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    return cfg
 
 
-def schema_version(engine: Engine) -> Optional[int]:
-    """The schema version recorded in the database (None for an empty database)."""
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_alembic_config())
+
+
+def head_revision() -> str:
+    """The newest Alembic revision this code knows: every database is upgraded to it."""
+    return _scripts().get_current_head()
+
+
+def _read_revision(conn: Connection) -> Optional[str]:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def schema_revision(engine: Engine) -> Optional[str]:
+    """The Alembic revision recorded in the database (None before its first upgrade)."""
     with engine.connect() as conn:
-        return _read_version(conn)
+        return _read_revision(conn)
 
 
-def ensure_schema(engine: Engine) -> int:
-    """Create the schema in an empty database or migrate an older one; return the version."""
-    with engine.connect() as conn:  # cheap read-only check first: no write lock when current
-        version = _read_version(conn)
-    if version == SCHEMA_VERSION:
-        return version
-    if version is not None and version > SCHEMA_VERSION:
-        raise StorageError(
-            f"database {_safe(engine.url)} has schema version {version}, newer than this BASIS Lab "
-            f"({SCHEMA_VERSION}); upgrade BASIS Lab or {FIX_HINT}"
-        )
-    with write_engine(engine).begin() as conn:  # one transaction: all migrations or none
-        version = _read_version(conn)  # re-check under the write lock
-        if version is None:
-            Base.metadata.create_all(conn)
-        elif version < SCHEMA_VERSION:
-            for n, migrate in enumerate(MIGRATIONS[version:SCHEMA_VERSION], start=version):
-                try:
-                    migrate(conn)
-                except StorageError:
-                    raise
-                except Exception as e:  # rolled back by the enclosing transaction
-                    raise StorageError(
-                        f"migrating database {_safe(engine.url)} from schema version {n} to {n + 1} failed "
-                        f"({e}); the database was left unchanged; report this bug or {FIX_HINT}"
-                    ) from e
-        if version != SCHEMA_VERSION:
-            conn.execute(delete(SchemaVersion))
-            conn.execute(insert(SchemaVersion).values(version=SCHEMA_VERSION))
-    return SCHEMA_VERSION
+def _legacy_version(conn: Connection) -> Optional[int]:
+    """The pre-Alembic ``schema_version`` of the database, if it has that table."""
+    if "schema_version" not in inspect(conn).get_table_names():
+        return None
+    v = conn.exec_driver_sql("SELECT max(version) FROM schema_version").scalar()
+    return None if v is None else int(v)
 
 
-# ---- migration 0 -> 1: adopt a database written before schema versioning ----------------
-# Frozen copy of the version-1 schema: later migrations must not change what this one does.
-
-
-def _v1_tables() -> dict[str, Table]:
-    md = MetaData()
-    runs = Table(
-        "runs", md,
-        Column("id", Integer, primary_key=True),
-        Column("name", String(200), index=True),
-        Column("status", String(16), index=True),
-        Column("created_at", UTCDateTime),
-        Column("started_at", UTCDateTime),
-        Column("finished_at", UTCDateTime),
-        Column("heartbeat_at", UTCDateTime),
-        Column("config", JSON),
-        Column("estimator", String(64), index=True),
-        Column("rank", Integer, index=True),
-        Column("lam", Float, index=True),
-        Column("seed", Integer, index=True),
-        Column("preset", String(64), index=True),
-        Column("steps", Integer, index=True),
-        Column("steps_done", Integer),
-        Column("error", Text),
-        Column("notes", Text),
-        Column("versions", JSON),
-        Column("git_commit", String(64)),
-        Column("device", String(200)),
-        Column("owner", String(255)),
-        Column("cancel_requested", Boolean),
-    )
-    metrics = Table(
-        "metrics", md,
-        Column("id", Integer, primary_key=True),
-        Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE")),
-        Column("step", Integer),
-        Column("wall_time", Float),
-        Column("name", String(64)),
-        Column("value", Float),
-        Index("ix_metrics_run_id_id", "run_id", "id"),
-        Index("ix_metrics_run_id_name_step", "run_id", "name", "step"),
-        sqlite_autoincrement=True,
-    )
-    version = Table("schema_version", md, Column("version", Integer, primary_key=True, autoincrement=False))
-    return {"runs": runs, "metrics": metrics, "schema_version": version}
-
-
-def _migrate_0_to_1(conn: Connection) -> None:
-    """Add the version-1 columns, tables and indexes that a pre-versioning database lacks.
-
-    Existing rows are kept; new columns are filled with neutral values (status ``finished``,
-    empty config/notes, no cancel request).
-    """
-    tables = _v1_tables()
-    insp = inspect(conn)
-    existing = set(insp.get_table_names())
-    quote = conn.dialect.identifier_preparer.quote
-    for tname in ("runs", "metrics"):
-        table = tables[tname]
-        if tname not in existing:
-            table.create(conn)
-            continue
-        have = {c["name"] for c in insp.get_columns(tname)}
-        needed = {"runs": {"id"}, "metrics": {"id", "run_id"}}[tname]
-        if not needed <= have:
+def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> None:
+    """Raise (touching nothing) if the database was written by a newer BASIS Lab."""
+    if revision is not None:
+        try:
+            known = _scripts().get_revision(revision) is not None
+        except CommandError:
+            known = False
+        if not known:
             raise StorageError(
-                f"the database has a {tname!r} table that BASIS Lab did not create (no {sorted(needed - have)} "
-                f"column); it was left untouched; {FIX_HINT}"
+                f"database {_safe(engine.url)} has schema revision {revision!r}, newer than this BASIS Lab "
+                f"(newest known {head_revision()!r}); upgrade BASIS Lab or {FIX_HINT}"
             )
-        for col in table.columns:
-            if col.name not in have:
-                ddl = col.type.compile(dialect=conn.dialect)
-                conn.exec_driver_sql(f"ALTER TABLE {quote(tname)} ADD COLUMN {quote(col.name)} {ddl}")
-        have_ix = {ix["name"] for ix in insp.get_indexes(tname)}
-        for ix in table.indexes:
-            if ix.name not in have_ix:
-                ix.create(conn)
-    runs = tables["runs"]
-    backfill = {
-        "name": literal("run-") + cast(runs.c.id, String),
-        "status": "finished",
-        "config": {},
-        "versions": {},
-        "notes": "",
-        "steps_done": 0,
-        "cancel_requested": False,
-    }
-    for name, value in backfill.items():
-        conn.execute(update(runs).where(runs.c[name].is_(None)).values({name: value}))
-    tables["schema_version"].create(conn, checkfirst=True)
+        return
+    legacy = _legacy_version(conn)
+    if legacy is not None and legacy > 1:
+        raise StorageError(
+            f"database {_safe(engine.url)} has schema version {legacy}, newer than this BASIS Lab (1); "
+            f"upgrade BASIS Lab or {FIX_HINT}"
+        )
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_migrate_0_to_1]
-SCHEMA_VERSION: int = len(MIGRATIONS)
+def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
+    """Run the missing revisions on ``conn`` (inside its transaction, under the lock)."""
+    revision = _read_revision(conn)  # re-check under the lock: another process may have done it
+    if revision == head:
+        return
+    _refuse_newer(engine, conn, revision)
+    try:
+        command.upgrade(_alembic_config(conn), "head")
+        if conn.dialect.name == "sqlite":
+            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"{len(broken)} rows would point at missing rows, e.g. {tuple(broken[0])}")
+    except StorageError:
+        raise
+    except Exception as e:  # rolled back by the enclosing transaction
+        raise StorageError(
+            f"upgrading database {_safe(engine.url)} from schema revision {revision or 'none'} to {head} failed "
+            f"({e}); the database was left unchanged; report this bug or {FIX_HINT}"
+        ) from e
+
+
+def ensure_schema(engine: Engine) -> str:
+    """Create the schema in an empty database or upgrade an older one; return the revision.
+
+    One transaction for all revisions, under SQLite's write lock or a PostgreSQL advisory lock.
+    On SQLite, foreign keys are off during the upgrade (a table rebuild must not cascade into
+    its children) and checked with ``PRAGMA foreign_key_check`` before it commits.
+    """
+    head = head_revision()
+    with engine.connect() as conn:  # cheap read-only check first: no write lock when current
+        revision = _read_revision(conn)
+        if revision == head:
+            return head
+        _refuse_newer(engine, conn, revision)
+    if engine.dialect.name == "sqlite":
+        with write_engine(engine).connect() as conn:
+            raw = conn.connection.dbapi_connection
+            raw.execute("PRAGMA foreign_keys = OFF")  # outside a transaction, where it takes effect
+            try:
+                with conn.begin():  # BEGIN IMMEDIATE
+                    _upgrade(engine, conn, head)
+            finally:
+                raw.execute("PRAGMA foreign_keys = ON")
+    else:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(sqlalchemy.select(sqlalchemy.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
+            _upgrade(engine, conn, head)
+    return head

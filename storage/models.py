@@ -1,13 +1,20 @@
-"""SQLAlchemy 2 typed models: ``runs``, ``metrics`` and the one-row ``schema_version`` table.
+"""SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics`` and
+``diagnostic_results``.
+
+This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
+compares the two, so a change here needs a new revision that does the same to a stored
+database.
 
 All timestamps are timezone-aware UTC datetimes (see :class:`UTCDateTime`; SQLite stores
-them as naive UTC text, PostgreSQL as ``timestamptz``).  ``metrics.id`` is declared
-AUTOINCREMENT on SQLite so ids are never reused after a delete: the dashboard polls with
-"ids greater than the last one I have" and relies on that.
+them as naive UTC text, PostgreSQL as ``timestamptz``).  ``runs.id`` and ``metrics.id`` are
+declared AUTOINCREMENT on SQLite so ids are never reused after a delete: links and caches
+name runs by id (and by the random ``runs.uid``), and the metrics feed polls with "ids
+greater than the last one I have".
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -25,12 +32,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "Run", "Metric", "SchemaVersion", "UTCDateTime", "utcnow"]
+__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "UTCDateTime", "new_uid", "utcnow"]
 
 
 def utcnow() -> datetime:
     """Current time as a timezone-aware UTC datetime."""
     return datetime.now(timezone.utc)
+
+
+def new_uid() -> str:
+    """32 random hex digits: an identity no later row can share (unlike a reusable id)."""
+    return uuid.uuid4().hex
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -60,18 +72,12 @@ class Base(DeclarativeBase):
     pass
 
 
-class SchemaVersion(Base):
-    """Exactly one row: the schema version of this database (see ``storage.db.SCHEMA_VERSION``)."""
-
-    __tablename__ = "schema_version"
-
-    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-
-
 class Run(Base):
     __tablename__ = "runs"
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
     name: Mapped[str] = mapped_column(String(200), index=True)
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
     created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
@@ -94,6 +100,12 @@ class Run(Base):
     device: Mapped[Optional[str]] = mapped_column(String(200))
     owner: Mapped[Optional[str]] = mapped_column(String(255))  # "hostname:pid" of the worker
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    sweep_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    worker_id: Mapped[Optional[str]] = mapped_column(String(64))  # the worker that trains it
+    checkpoint_step: Mapped[Optional[int]] = mapped_column(Integer)  # last checkpointed step
+    # bumped whenever stored metrics are deleted, so incremental readers re-read the run
+    history_version: Mapped[int] = mapped_column(Integer, default=0)
 
     metrics: Mapped[list["Metric"]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True
@@ -117,3 +129,62 @@ class Metric(Base):
     value: Mapped[Optional[float]] = mapped_column(Float)
 
     run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+class Worker(Base):
+    """A process that trains queued runs; its id is made by the worker (``host:pid:random``)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[Optional[str]] = mapped_column(String(255))
+    pid: Mapped[Optional[int]] = mapped_column(Integer)
+    device: Mapped[Optional[str]] = mapped_column(String(200))
+    started_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    current_run_id: Mapped[Optional[int]] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    status: Mapped[str] = mapped_column(String(16), default="active")  # "active" / "stopped"
+    concurrent: Mapped[Optional[int]] = mapped_column(Integer)
+
+
+class Diagnostic(Base):
+    """An estimator-diagnostics job on a run's checkpoint at ``step`` (statuses as for runs)."""
+
+    __tablename__ = "diagnostics"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[Optional[int]] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    finished_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    owner: Mapped[Optional[str]] = mapped_column(String(255))
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    notes: Mapped[str] = mapped_column(Text, default="")
+
+
+class DiagnosticResult(Base):
+    """One (layer, estimator, rank, λ) row of a diagnostic: bias², its standard error,
+    variance, MSE = bias² + variance and mean cosine, all relative to the exact dW."""
+
+    __tablename__ = "diagnostic_results"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    diagnostic_id: Mapped[int] = mapped_column(ForeignKey("diagnostics.id", ondelete="CASCADE"), index=True)
+    layer: Mapped[Optional[str]] = mapped_column(String(200))
+    estimator: Mapped[Optional[str]] = mapped_column(String(64))
+    rank: Mapped[Optional[int]] = mapped_column(Integer)
+    lam: Mapped[Optional[float]] = mapped_column(Float)
+    bias2: Mapped[Optional[float]] = mapped_column(Float)
+    bias2_se: Mapped[Optional[float]] = mapped_column(Float)
+    variance: Mapped[Optional[float]] = mapped_column(Float)
+    mse: Mapped[Optional[float]] = mapped_column(Float)
+    cos_mean: Mapped[Optional[float]] = mapped_column(Float)
+    keys: Mapped[Optional[int]] = mapped_column(Integer)
+    batches: Mapped[Optional[int]] = mapped_column(Integer)

@@ -1,0 +1,65 @@
+"""Which runs have lost their worker: the job runner's liveness policy.
+
+Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``) and marks
+runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.  A running
+run is stale when its owner is ``this-host:pid`` and that process is gone, or when its last
+sign of life (heartbeat, else start, else creation) is older than the timeout.  Pure Python.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, Optional
+
+__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted"]
+
+
+def current_owner() -> str:
+    """``hostname:pid`` of this process, the owner recorded when it claims a run."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (zombies count as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def stale_runs(
+    rows: Iterable[tuple[int, Optional[str], Optional[datetime]]],
+    now: datetime,
+    timeout_s: float,
+    host: Optional[str] = None,
+) -> dict[int, str]:
+    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``."""
+    host = socket.gethostname() if host is None else host
+    cutoff = now - timedelta(seconds=timeout_s)
+    stale: dict[int, str] = {}
+    for run_id, owner, last in rows:
+        o_host, _, o_pid = (owner or "").rpartition(":")
+        if o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid)):
+            stale[run_id] = f"interrupted: worker {owner} is no longer running"
+        elif last is None or last < cutoff:
+            stale[run_id] = f"interrupted: no heartbeat from {owner or 'its worker'} since {last}"
+    return stale
+
+
+def mark_stale_interrupted(store, timeout_s: float = 120.0) -> list[int]:
+    """Mark ``running`` runs whose worker died as ``interrupted``; return their ids."""
+    now = datetime.now(timezone.utc)
+    return store.mark_interrupted(stale_runs(store.active_runs_heartbeats(), now, timeout_s))
