@@ -13,7 +13,7 @@ import socket
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional
 
-__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted"]
+__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "worker_states"]
 
 
 def current_owner() -> str:
@@ -63,3 +63,24 @@ def mark_stale_interrupted(store, timeout_s: float = 120.0) -> list[int]:
     """Mark ``running`` runs whose worker died as ``interrupted``; return their ids."""
     now = datetime.now(timezone.utc)
     return store.mark_interrupted(stale_runs(store.active_runs_heartbeats(), now, timeout_s))
+
+
+def release_orphans(store, timeout_s: float = 120.0) -> list[int]:
+    """Hand queued runs whose queuing process is gone (same rule as ``stale_runs``) to any
+    worker, so nothing stays queued forever; their ids."""
+    now = datetime.now(timezone.utc)
+    return store.release_queued(stale_runs(store.queued_owners(), now, timeout_s))
+
+
+def worker_states(frame, timeout_s: float = 120.0, now: Optional[datetime] = None):
+    """``RunStore.workers_frame()`` with ``state``: ``active``, ``stopped``, or ``gone``
+    (silent for longer than ``timeout_s``, or its process is dead on this host)."""
+    now = now or datetime.now(timezone.utc)
+    frame = frame.copy()
+    rows = [(i, f"{h}:{p}", beat) for i, h, p, beat in zip(frame["id"], frame["host"], frame["pid"], frame["heartbeat_at"])]
+    gone = stale_runs([(i, o, None if b is None or b != b else b.to_pydatetime()) for i, o, b in rows], now, timeout_s)
+    frame["state"] = [
+        "stopped" if status == "stopped" else ("gone" if i in gone else "active")
+        for i, status in zip(frame["id"], frame["status"])
+    ]
+    return frame

@@ -259,7 +259,10 @@ class RunStore:
         status: str = "queued",
         sweep_id: Optional[str] = None,
         tags: Optional[Iterable[str]] = None,
+        owner: Optional[str] = None,
     ) -> int:
+        """Add a run (``queued`` by default). ``owner`` is the process that will train it
+        (``host:pid``); None leaves a queued run to any worker (``claim_next``)."""
         _check_status(status)
         config = _json_normal(dict(config), "run config")
         versions = _json_normal(dict(versions or {}), "run versions")
@@ -289,6 +292,8 @@ class RunStore:
             sweep_id=None if sweep_id is None else str(sweep_id),
             tags=_tags(tags),
             history_version=0,
+            owner=owner,
+            heartbeat_at=now if owner else None,
         )
         with self._session(write=True) as s:
             s.add(run)
@@ -308,8 +313,8 @@ class RunStore:
             return res.rowcount == 1
 
     def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
-        """Atomically take the oldest queued, non-cancelled run and mark it running; its id,
-        or None when nothing is queued.
+        """Atomically take the oldest queued, non-cancelled run that no process owns and mark
+        it running; its id, or None when there is none.
 
         PostgreSQL: ``SELECT … FOR UPDATE SKIP LOCKED`` then the update, in one transaction,
         so concurrent claimers take different runs without waiting on each other.  SQLite:
@@ -320,7 +325,7 @@ class RunStore:
             with self._session(write=True) as s:
                 stmt = (
                     select(Run.id)
-                    .where(Run.status == "queued", Run.cancel_requested.is_not(True))
+                    .where(Run.status == "queued", Run.cancel_requested.is_not(True), Run.owner.is_(None))
                     .order_by(Run.id)
                     .limit(1)
                     .with_for_update(skip_locked=True)
@@ -340,11 +345,12 @@ class RunStore:
             # taken by another claimer between our select and update (not possible with the
             # row lock / write lock held, kept as a guard): look again
 
-    def requeue(self, run_ids: Union[int, Iterable[int]]) -> list[int]:
+    def requeue(self, run_ids: Union[int, Iterable[int]], owner: Optional[str] = None) -> list[int]:
         """Move ended runs (interrupted, cancelled, failed) back to ``queued`` so a worker
         can claim them again (to resume from ``checkpoint_step``); return the ids moved.
 
-        Clears the error, finish time, cancel flag, owner and worker; keeps ``steps_done``,
+        Clears the error, finish time, cancel flag and worker, and sets the owner (None: any
+        worker may claim them); keeps ``steps_done``,
         ``checkpoint_step`` and the metrics.  Runs in any other status are left alone;
         an unknown id raises :class:`RunNotFoundError` and moves nothing.
         """
@@ -362,7 +368,7 @@ class RunStore:
                     update(Run)
                     .where(Run.id.in_(moved), Run.status.in_(RESUMABLE_STATUSES))
                     .values(status="queued", error=None, finished_at=None, cancel_requested=False,
-                            owner=None, worker_id=None)
+                            owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None)
                     .execution_options(synchronize_session=False)
                 )
         return sorted(int(i) for i in moved)
@@ -384,16 +390,86 @@ class RunStore:
             for key, value in values.items():
                 setattr(run, key, value)
 
-    def heartbeat(self, run_id: int, steps_done: int) -> None:
+    def heartbeat(self, run_id: int, steps_done: int, owner: Optional[str] = None) -> None:
+        """Stamp a run's heartbeat and progress. With ``owner``, a run that a reader marked
+        ``interrupted`` while this owner was only slow (a busy database) is ``running`` again."""
+        now = utcnow()
         with self._session(write=True) as s:
             res = s.execute(
                 update(Run)
                 .where(Run.id == run_id)
-                .values(heartbeat_at=utcnow(), steps_done=int(steps_done))
+                .values(heartbeat_at=now, steps_done=int(steps_done))
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount != 1:
                 raise _not_found(run_id)
+            if owner is not None:
+                s.execute(
+                    update(Run)
+                    .where(Run.id == run_id, Run.owner == owner, Run.status == "interrupted")
+                    .values(status="running", finished_at=None, error=None)
+                    .execution_options(synchronize_session=False)
+                )
+
+    def touch_queued(self, run_ids: Iterable[int], owner: str) -> None:
+        """Stamp the heartbeat of queued runs that ``owner`` will train (they are not orphans)."""
+        ids = _ids(run_ids)
+        if not ids:
+            return
+        with self._session(write=True) as s:
+            s.execute(
+                update(Run)
+                .where(Run.id.in_(ids), Run.status == "queued", Run.owner == owner)
+                .values(heartbeat_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+
+    def queued_owners(self) -> list[tuple[int, str, Optional[datetime]]]:
+        """``(run_id, owner, last sign of life)`` of queued runs that a process owns."""
+        with self._session() as s:
+            rows = s.execute(
+                select(Run.id, Run.owner, Run.heartbeat_at, Run.created_at)
+                .where(Run.status == "queued", Run.owner.is_not(None))
+            ).all()
+        return [(int(i), o, beat or created) for i, o, beat, created in rows]
+
+    def release_queued(self, run_ids: Iterable[int]) -> list[int]:
+        """Hand queued runs to any worker (owner None); the ids changed."""
+        ids = _ids(run_ids)
+        if not ids:
+            return []
+        with self._session(write=True) as s:
+            changed = s.execute(
+                select(Run.id).where(Run.id.in_(ids), Run.status == "queued").with_for_update()
+            ).scalars().all()
+            if changed:
+                s.execute(
+                    update(Run).where(Run.id.in_(changed), Run.status == "queued").values(owner=None)
+                    .execution_options(synchronize_session=False)
+                )
+        return sorted(int(i) for i in changed)
+
+    def adopt_queued(self, owner: str) -> list[int]:
+        """Make ``owner`` the owner of every queued run no process owns; their ids."""
+        with self._session(write=True) as s:
+            ids = s.execute(
+                select(Run.id).where(Run.status == "queued", Run.owner.is_(None), Run.cancel_requested.is_not(True))
+                .order_by(Run.id).with_for_update(skip_locked=True)
+            ).scalars().all()
+            if ids:
+                s.execute(
+                    update(Run).where(Run.id.in_(ids)).values(owner=owner, heartbeat_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+        return [int(i) for i in ids]
+
+    def append_notes(self, run_id: int, text: str) -> None:
+        """Add a line to a run's notes (what happened to it: resumed, restarted)."""
+        with self._session(write=True) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise _not_found(run_id)
+            run.notes = f"{run.notes}\n{text}" if run.notes else str(text)
 
     def set_checkpoint_step(self, run_id: int, step: Optional[int]) -> None:
         """Record the step of the run's newest checkpoint (None: it has none)."""
