@@ -12,7 +12,9 @@ STATUS_LABELS = {  # text symbols, not emoji: they render with any font
     "cancelled": "■ cancelled",
     "interrupted": "⚠ interrupted",
 }
-PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+IMAGE_FORMATS = ("png", "svg")
+IMAGE_FORMAT = "display.image_format"  # the sidebar's choice of chart download format
+_MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
 
 
 def status_text(status: str) -> str:
@@ -21,5 +23,15 @@ def status_text(status: str) -> str:
 
 
 def plot(fig, key: str) -> None:
-    """A chart whose zoom survives live refreshes (stable key, ``uirevision``)."""
-    st.plotly_chart(fig, width="stretch", config=PLOT_CONFIG, key=key)
+    """A chart whose zoom survives live refreshes (stable key, ``uirevision``); its
+    toolbar's camera downloads it in the sidebar's format (PNG or SVG)."""
+    fmt = st.session_state.get(IMAGE_FORMAT, "png")
+    config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
+                                                              "filename": f"basis-lab-{key}"}}
+    st.plotly_chart(fig, width="stretch", config=config, key=key)
+
+
+def plain(text) -> str:
+    """``text`` escaped for Streamlit markdown, so a name, a note or an error is shown
+    as typed: ``![x](http://host/img)`` stays text and fetches nothing."""
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in str(text)).replace("\n", "  \n")

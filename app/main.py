@@ -1,30 +1,42 @@
 """BASIS Lab dashboard. Start it from the repository root with ``streamlit run app/main.py``.
 
-Pages: Launch (a sweep form), Runs (every run in the database), Compare (live
-charts and the paper's Table 3 for the selected runs) and Run detail. Training
-happens in the job manager's worker threads, which write to the database; the
-pages only read it.
+Pages: Launch (a sweep form), Runs (every run in the database, and the workers),
+Compare (live charts and the paper's Table 3 for the selected runs), Run detail and
+Estimators (bias, variance and MSE of the dW estimators). Training happens in the job
+manager's worker threads (or in ``python -m engine worker`` processes), which write
+to the database; the pages only read it.
+
+With ``BASIS_LAB_PASSWORD`` set, every page sits behind a password (``app.gate``).
 """
 
 import streamlit as st
 
-from app import state
+from app import display, gate, state
 from storage import StorageError
 
 st.set_page_config(page_title="BASIS Lab", page_icon=":material/science:", layout="wide")
 
+if not gate.unlocked():
+    st.stop()
+
+runs_page = st.Page("views/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs")
 page = st.navigation([
-    st.Page("views/launch.py", title="Launch", icon=":material/rocket_launch:"),
-    st.Page("views/runs.py", title="Runs", icon=":material/table_rows:", default=True),
-    st.Page("views/compare.py", title="Compare", icon=":material/monitoring:"),
-    st.Page("views/detail.py", title="Run detail", icon=":material/description:"),
+    st.Page(lambda: st.switch_page(runs_page), title="Home", url_path="home", default=True, visibility="hidden"),
+    st.Page("views/launch.py", title="Launch", icon=":material/rocket_launch:", url_path="launch"),
+    runs_page,
+    st.Page("views/compare.py", title="Compare", icon=":material/monitoring:", url_path="compare"),
+    st.Page("views/detail.py", title="Run detail", icon=":material/description:", url_path="detail"),
+    st.Page("views/estimators.py", title="Estimators", icon=":material/query_stats:", url_path="estimators"),
 ])
 
 with st.sidebar:
     st.markdown("### :material/science: BASIS Lab")
     st.caption("Sketched-backprop training runs: launch, watch, compare.")
     st.toggle("Pause live updates", key=state.PAUSED, help="Stop the charts and tables from refreshing while you read them.")
+    st.radio("Chart downloads", display.IMAGE_FORMATS, horizontal=True, key=display.IMAGE_FORMAT,
+             help="The format of the camera button in every chart's toolbar.")
     st.caption(f"Database: `{state.db_url()}`", help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
+    gate.logout_button()
 
 state.keep_widget_state("launch.")
 try:
