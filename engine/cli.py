@@ -1,4 +1,4 @@
-"""``python -m engine``: run, sweep, list, show, export and cancel BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export and cancel BASIS runs.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -108,6 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Train a grid of runs: estimators × ranks × λs × seeds, exact once per seed.")
     add_config_flags(sweep, sweep=True)
     sweep.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    for p in (run, sweep):
+        p.add_argument("--queue-only", action="store_true",
+                       help="queue the runs for `python -m engine worker` processes instead of training them here")
+        p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
+
+    resume = sub.add_parser("resume", parents=[db], help="continue interrupted runs from their last checkpoint",
+                            description="Continue runs under their own ids from their newest checkpoint (from step 0 "
+                                        "when they have none). Metrics past that step are replaced.")
+    resume.add_argument("runs", nargs="*", help="run ids or names")
+    resume.add_argument("--all", action="store_true",
+                        help="every interrupted run, and every queued run no live process will train")
+    resume.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+
+    worker = sub.add_parser("worker", parents=[db], help="train queued runs from the database until stopped",
+                            description="A long-lived process that claims queued runs (whoever queued them) and "
+                                        "trains them; run one per GPU or machine against one shared database.")
+    worker.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    worker.add_argument("--max-runs", type=int, help="exit after this many runs")
+    worker.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
+    sub.add_parser("workers", parents=[db], help="the registered workers and what they train")
 
     sub.add_parser("list", parents=[db], help="all runs")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
@@ -121,9 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(url):
+def _open_store(url, *, create: bool = True):
     from storage import RunStore
-    return RunStore(url)
+    return RunStore(url, create=create)
 
 
 def _grid(args) -> list[RunConfig]:
@@ -133,50 +153,194 @@ def _grid(args) -> list[RunConfig]:
     return grid.expand()
 
 
-def _train(args, configs: list[RunConfig]) -> int:
-    from engine.jobs import JobManager
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP end the runs of this process the same way: each
+    running run writes a checkpoint and ends ``interrupted`` (resumable), then the
+    process exits with 128 + the signal number."""
 
-    concurrent = getattr(args, "concurrent", 1)
-    if concurrent < 1:
-        raise CliError(f"--concurrent must be >= 1 (got {concurrent})")
-    store = _open_store(args.db)
-    check_data(configs)
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self, on_signal):
+        self.received: int | None = None
+        self._on_signal = on_signal
+        self._previous = {}
+
+    def __enter__(self):
+        for name in self.NAMES:
+            if hasattr(signal, name):
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            print(f"\n{signal.Signals(signum).name}: checkpointing and stopping (runs end interrupted; "
+                  "`python -m engine resume --all` continues them)...", file=sys.stderr)
+            self._on_signal()
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def exit_code(self, default: int) -> int:
+        return 128 + self.received if self.received is not None else default
+
+
+def _bars(manager_hook: dict):
+    """tqdm progress bars per run, updated from worker threads."""
     bars: dict[int, tqdm] = {}
     lock = threading.Lock()
 
     def on_step(run_id, step, loss):
         with lock:
-            bar = bars[run_id]
+            bar = bars.get(run_id)
+            if bar is None:
+                return
             bar.update(step - bar.n)
             if loss is not None:
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
-    manager = JobManager(store, max_concurrent=concurrent, on_step=on_step)
-    if manager.interrupted:
-        print(f"marked interrupted (left running by a process that died): {manager.interrupted}")
-    ids = manager.submit(configs)
-    for i, (run_id, config) in enumerate(zip(ids, configs)):
-        bars[run_id] = tqdm(total=config.steps, desc=f"#{run_id} {config.label()}", position=i, unit="step", leave=True)
-    print(f"queued {len(ids)} run(s) in {store.url}: ids {ids}", file=sys.stderr)
-    start = time.perf_counter()
+    def add(run_id: int, total: int, label: str, done: int = 0) -> None:
+        with lock:
+            bars[run_id] = tqdm(total=total, initial=done, desc=f"#{run_id} {label}", position=len(bars), unit="step",
+                                leave=True)
 
-    def interrupt(signum, frame):
-        print("\ncancelling...", file=sys.stderr)
-        for run_id in ids:
-            manager.cancel(run_id)
-
-    previous = signal.signal(signal.SIGINT, interrupt)
-    try:
-        manager.wait(ids)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        manager.shutdown(cancel_running=True)
+    def close():
         for bar in bars.values():
             bar.close()
+
+    manager_hook.update(on_step=on_step)
+    return add, close
+
+
+def _foreground(args, store, start_runs) -> int:
+    """Train in this process what ``start_runs(manager)`` queues, with progress bars and
+    signal handling; print the summary. Exit 0 when every run finished."""
+    from engine.jobs import JobManager
+
+    concurrent = getattr(args, "concurrent", 1)
+    if concurrent < 1:
+        raise CliError(f"--concurrent must be >= 1 (got {concurrent})")
+    hooks: dict = {}
+    add_bar, close_bars = _bars(hooks)
+    manager = JobManager(store, max_concurrent=concurrent, on_step=lambda *a: hooks["on_step"](*a))
+    if manager.interrupted:
+        print(f"marked interrupted (left running by a process that died): {manager.interrupted}", file=sys.stderr)
+    start = time.perf_counter()
+    with _Signals(manager.interrupt) as signals:
+        try:
+            ids = start_runs(manager)
+            for run_id in ids:
+                r = store.get_run(run_id)
+                add_bar(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
+            manager.wait(ids)
+        finally:
+            manager.shutdown(cancel_running=False)
+            close_bars()
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
-    _print_summary(store, ids)
+    if ids:
+        _print_summary(store, ids)
     statuses = {store.get_run(i).status for i in ids}
-    return 0 if statuses <= {"finished"} else 1
+    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+
+
+def _train(args, configs: list[RunConfig]) -> int:
+    from engine.jobs import new_sweep_id, queue_runs
+
+    store = _open_store(args.db)
+    check_data(configs)
+    tags = _tags(args)
+    if args.queue_only:
+        ids = queue_runs(store, configs, tags=tags)
+        print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
+              "`python -m engine worker`")
+        return 0
+
+    def start(manager):
+        ids = manager.submit(configs, sweep_id=new_sweep_id(), tags=tags)
+        print(f"queued {len(ids)} run(s) in {store.url}: ids {ids}", file=sys.stderr)
+        return ids
+
+    return _foreground(args, store, start)
+
+
+def _tags(args) -> tuple[str, ...]:
+    tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
+    for t in tags:
+        if len(t) > 64:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+    return tags
+
+
+def _resume(args) -> int:
+    store = _open_store(args.db, create=False)
+    if not args.all and not args.runs:
+        raise CliError("name the runs to resume (ids or names), or pass --all")
+
+    def start(manager):
+        from engine.jobs import check_stale
+
+        check_stale(store)
+        ids = store.resolve_runs(args.runs) if args.runs else []
+        if args.all:
+            ids += [r.id for r in store.list_runs(statuses=["interrupted"]) if r.id not in ids]
+        for run_id in ids:
+            r = store.get_run(run_id)
+            if r.status in ("running", "queued", "finished"):
+                print(f"run {run_id}: {r.status}, nothing to resume", file=sys.stderr)
+        moved = manager.resume(ids)
+        if args.all:
+            moved += manager.adopt_orphans()
+        for run_id in moved:
+            r = store.get_run(run_id)
+            where = f"from its checkpoint at step {r.checkpoint_step}" if r.checkpoint_step else "from step 0 (no checkpoint)"
+            print(f"run {run_id} {r.name}: resuming {where}", file=sys.stderr)
+        if not moved:
+            print("nothing to resume", file=sys.stderr)
+        return moved
+
+    return _foreground(args, store, start)
+
+
+def _worker(args) -> int:
+    from engine.jobs import JobManager
+
+    for name in ("concurrent", "max_runs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be >= 1 (got {value})")
+    if args.idle_exit is not None and args.idle_exit < 0:
+        raise CliError(f"--idle-exit must be >= 0 seconds (got {args.idle_exit})")
+    store = _open_store(args.db)
+    manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs,
+                         on_step=None)
+    print(f"worker {manager.worker_id} on {store.url}: training queued runs, {args.concurrent} at a time; "
+          f"checkpoints in {manager.checkpoint_root}", file=sys.stderr)
+    with _Signals(manager.interrupt) as signals:
+        try:
+            while signals.received is None:
+                time.sleep(0.5)
+                if args.max_runs is not None and manager.started_runs >= args.max_runs and not manager.busy():
+                    break
+                if args.idle_exit is not None and manager.idle_seconds() >= args.idle_exit:
+                    break
+        finally:
+            manager.shutdown(cancel_running=False)
+    print(f"worker {manager.worker_id} stopped after {manager.started_runs} run(s)", file=sys.stderr)
+    return signals.exit_code(0)
+
+
+def _workers(args) -> int:
+    from engine.liveness import worker_states
+
+    store = _open_store(args.db, create=False)
+    frame = worker_states(store.workers_frame())
+    if frame.empty:
+        print("no workers yet: start one with `python -m engine worker`")
+        return 0
+    print(frame.to_string(index=False, na_rep="-"))
+    return 0
 
 
 def _print_summary(store, ids) -> None:
@@ -196,23 +360,31 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    frame = _open_store(args.db).runs_frame()
+    from engine.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    frame = store.runs_frame()
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
         return 0
-    cols = ["id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
-            "last_train_loss", "last_val_loss", "last_mean_cos", "created_at"]
+    cols = ["id", "name", "status", "sweep_id", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
+            "last_train_loss", "last_val_loss", "last_mean_cos", "owner", "created_at"]
     print(frame[[c for c in cols if c in frame.columns]].to_string(index=False, na_rep="-"))
     return 0
 
 
 def _show(args) -> int:
-    store = _open_store(args.db)
+    from engine.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
     run_id = store.resolve_runs([args.run])[0]
     r = store.get_run(run_id)
     print(f"run {r.id}: {r.name}  [{r.status}]  steps {r.steps_done}/{r.steps}")
     print(f"created {r.created_at}  started {r.started_at}  finished {r.finished_at}")
-    print(f"device {r.device}  git {r.git_commit}")
+    print(f"device {r.device}  git {r.git_commit}  worker {r.owner or '-'}")
+    print(f"sweep {r.sweep_id or '-'}  tags {', '.join(r.tags) or '-'}  checkpoint step {r.checkpoint_step}")
     print("versions " + json.dumps(r.versions))
     print("config " + json.dumps(r.config, indent=2))
     if r.notes:
@@ -225,7 +397,7 @@ def _show(args) -> int:
 
 def _export(args) -> int:
     from storage import export_csv
-    store = _open_store(args.db)
+    store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
     n = export_csv(store, args.out, ids, fmt=args.format)
     print(f"wrote {n} rows to {args.out} ({args.format})")
@@ -233,10 +405,17 @@ def _export(args) -> int:
 
 
 def _cancel(args) -> int:
-    store = _open_store(args.db)
+    from engine.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
     for run_id in store.resolve_runs(args.runs):
-        ok = store.request_cancel(run_id)
-        print(f"run {run_id}: {'cancel requested' if ok else 'already ended'}")
+        status = store.get_run(run_id).status
+        if status not in ("queued", "running"):
+            print(f"run {run_id}: not active ({status}); nothing to cancel")
+            continue
+        store.request_cancel(run_id)
+        print(f"run {run_id}: {'cancelled' if status == 'queued' else 'cancel requested; it stops within a step'}")
     return 0
 
 
@@ -249,10 +428,17 @@ def main(argv=None) -> int:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
-        return {"list": _list, "show": _show, "export": _export, "cancel": _cancel}[args.command](args)
+        commands = {"list": _list, "show": _show, "export": _export, "cancel": _cancel, "resume": _resume,
+                    "worker": _worker, "workers": _workers}
+        return commands[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:
         hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
         print(f"error: {e}{hint}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"error: {e.strerror or e}{where}; check that the disk has space and the path is writable, "
+              "or point BASIS_LAB_DB_URL / BASIS_LAB_CHECKPOINTS elsewhere", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

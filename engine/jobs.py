@@ -1,13 +1,29 @@
-"""Background runs: a queue, worker threads, cancellation and heartbeats.
+"""Background runs: claiming, training, heartbeats, checkpoints, cancel, interrupt.
 
-Every run is a row in the database first (status ``queued``); a worker claims
-it (``running``), streams its metrics into the database and ends it as
-``finished``, ``failed`` (with the error), or ``cancelled``. Cancelling works
-from any process: ``RunStore.request_cancel`` sets a flag that the worker reads
-between steps (the owning process also gets a local event, seen at once).
-While a run trains, a heartbeat thread stamps it every ``HEARTBEAT_S`` seconds,
-so a process that dies leaves a stale row that the next manager marks
-``interrupted`` at start-up.
+Every run is a row in the database first (status ``queued``). A ``JobManager``
+trains runs in worker threads of this process:
+
+- runs it queued itself (``submit``: the dashboard, ``run``/``sweep`` of the CLI),
+  marked with this process as their owner, or runs it was asked to ``resume``;
+- with ``pull=True`` (``python -m engine worker``) also any unowned queued run in
+  the database, whoever queued it (``sweep --queue-only``, the dashboard's "queue for
+  workers", another machine), and queued runs whose queuing process died.
+
+Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
+is trained by exactly one process. A claimed run (``running``) streams its metrics
+through a ``StoreWriter`` (writes outlast a busy database), is stamped by a heartbeat
+thread every ``HEARTBEAT_S`` seconds, and checkpoints its state under
+``engine.checkpoints.checkpoint_root()`` (see ``train.train``). It ends as
+``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
+from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
+that was trained before continues from its newest checkpoint; without one (the
+checkpoint directory is not shared with the machine that trained it) it restarts
+from step 0 and its notes say why.
+
+Liveness (``engine.liveness``): a process that dies leaves ``running`` rows whose
+heartbeat stops; any reader marks them ``interrupted`` within ``STALE_AFTER_S``
+(at once on the same host, where a dead pid is seen).
 """
 
 from __future__ import annotations
@@ -19,23 +35,28 @@ import subprocess
 import threading
 import time
 import traceback
+import uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
 import jax
 
-from engine.config import RunConfig
-from engine.liveness import current_owner, mark_stale_interrupted
+from engine import liveness
+from engine.checkpoints import CheckpointError, RunCheckpoints, checkpoint_root, run_dir
+from engine.config import ConfigError, RunConfig
 from engine.train import Record, TrainingDiverged, train
-from storage import RunStore
+from engine.writer import StoreWriter
+from storage import RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
 CANCEL_POLL_S = 0.25
-STALE_AFTER_S = 120.0
-_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "tiktoken", "datasets", "SQLAlchemy", "streamlit")
+STALE_AFTER_S = 60.0
+PULL_POLL_S = 1.0
+_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
+             "streamlit")
 
 
 def environment() -> dict:
@@ -52,11 +73,22 @@ def environment() -> dict:
         ).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
+    return {"versions": versions, "git_commit": commit, "device": device_kind()}
+
+
+def device_kind() -> str:
     dev = jax.devices()[0]
-    return {"versions": versions, "git_commit": commit, "device": f"{dev.platform}: {dev.device_kind}"}
+    return f"{dev.platform}: {dev.device_kind}"
 
 
-def create_run(store: RunStore, config: RunConfig, env: dict) -> int:
+def new_sweep_id() -> str:
+    """A short id shared by the runs of one launch."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
+               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
+    """Queue one run; ``owner`` None leaves it to any worker."""
     return store.create_run(
         name=config.label(),
         config=config.to_dict(),
@@ -66,15 +98,52 @@ def create_run(store: RunStore, config: RunConfig, env: dict) -> int:
         seed=config.seed,
         preset=config.preset,
         steps=config.steps,
+        sweep_id=sweep_id,
+        tags=list(tags),
+        owner=owner,
         **env,
     )
 
 
-class JobManager:
-    """Runs queued configs in background threads, at most ``max_concurrent`` at once.
+def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
+               tags: Iterable[str] = ()) -> list[int]:
+    """Queue runs for any worker (``--queue-only``); their ids in order."""
+    env, sweep_id = environment(), sweep_id or new_sweep_id()
+    return [create_run(store, c, env, sweep_id=sweep_id, tags=tags) for c in configs]
 
-    ``on_step(run_id, step, loss)`` and ``on_record(run_id, record)`` are optional
-    hooks called from worker threads (the CLI draws progress bars with them).
+
+def check_stale(store: RunStore) -> list[int]:
+    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
+    process died to any worker; the ids marked interrupted. Called on every read that
+    shows statuses (``list``, ``show``, the dashboard's pages)."""
+    liveness.release_orphans(store, STALE_AFTER_S)
+    return liveness.mark_stale_interrupted(store, STALE_AFTER_S)
+
+
+class _Checkpoints:
+    """A run's ``RunCheckpoints`` that also records each saved step in the database."""
+
+    def __init__(self, inner: RunCheckpoints, writer: StoreWriter, run_id: int):
+        self.inner, self.writer, self.run_id = inner, writer, run_id
+
+    def latest_step(self):
+        return self.inner.latest_step()
+
+    def restore_latest_valid(self, target):
+        return self.inner.restore_latest_valid(target)
+
+    def save(self, step, state, extra, *, final=False):
+        self.inner.save(step, state, extra, final=final)
+        self.writer.call(self.run_id, "set_checkpoint_step", self.run_id, step)
+
+
+class JobManager:
+    """Trains runs in background threads, at most ``max_concurrent`` at once.
+
+    ``on_step(run_id, step, loss)`` (loss None between reads) and
+    ``on_record(run_id, record)`` are optional hooks called from worker threads.
+    With ``pull`` it also claims unowned queued runs from the database; ``max_runs``
+    stops claiming after that many runs.
     """
 
     def __init__(
@@ -82,59 +151,110 @@ class JobManager:
         store: RunStore,
         *,
         max_concurrent: int = 1,
-        on_step: Callable[[int, int, float], None] | None = None,
+        on_step: Callable[[int, int, float | None], None] | None = None,
         on_record: Callable[[int, Record], None] | None = None,
+        pull: bool = False,
+        max_runs: int | None = None,
+        checkpoints: str | Path | None = None,
     ):
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be an integer >= 1 (got {max_concurrent!r})")
         self.store = store
-        self.owner = current_owner()
-        self.on_step = on_step
-        self.on_record = on_record
-        self.interrupted = mark_stale_interrupted(store, STALE_AFTER_S)
+        self.owner = liveness.current_owner()
+        self.worker_id = f"{self.owner}:{uuid.uuid4().hex[:6]}"
+        self.on_step, self.on_record = on_step, on_record
+        self.pull, self.max_runs = pull, max_runs
+        self.checkpoint_root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
+        self.writer = StoreWriter(store)
+        self.interrupted = check_stale(store)
+        self.started_runs = 0
         self._queue: queue.Queue[int | None] = queue.Queue()
-        self._cancel_events: dict[int, threading.Event] = {}
+        self._events: dict[int, threading.Event] = {}  # run id → its stop event
+        self._interrupt = threading.Event()
+        self._closing = threading.Event()
         self._pending: set[int] = set()
+        self._current: dict[str, int] = {}  # thread name → run it trains
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._last_busy = time.monotonic()
         self._env: dict | None = None
+        host, pid = self.owner.rsplit(":", 1)
+        store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
+        self._beat = threading.Thread(target=self._beat_loop, name="basis-manager-heartbeat", daemon=True)
+        self._beat.start()
         self._workers = [
-            threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True)
-            for i in range(max_concurrent)
+            threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
         ]
         for w in self._workers:
             w.start()
 
-    def submit(self, configs: RunConfig | Iterable[RunConfig]) -> list[int]:
-        """Queue runs; returns their ids in order."""
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, configs: RunConfig | Iterable[RunConfig], *, sweep_id: str | None = None,
+               tags: Iterable[str] = ()) -> list[int]:
+        """Queue runs owned by this process; returns their ids in order."""
         configs = [configs] if isinstance(configs, RunConfig) else list(configs)
         if self._env is None:
             self._env = environment()
-        ids = []
-        for config in configs:
-            run_id = create_run(self.store, config, self._env)
-            with self._lock:
-                self._pending.add(run_id)
-                self._cancel_events[run_id] = threading.Event()
-            self._queue.put(run_id)
-            ids.append(run_id)
+        sweep_id = sweep_id or new_sweep_id()
+        ids = [create_run(self.store, c, self._env, owner=self.owner, sweep_id=sweep_id, tags=tags) for c in configs]
+        self._enqueue(ids)
         return ids
 
+    def resume(self, run_ids: Iterable[int]) -> list[int]:
+        """Queue ended runs (interrupted, cancelled, failed) again here, to continue from
+        their newest checkpoint; returns the ids that were moved (others are left as they are)."""
+        moved = self.store.requeue(list(run_ids), owner=self.owner)
+        self._enqueue(moved)
+        return moved
+
+    def adopt_orphans(self) -> list[int]:
+        """Take every queued run whose queuing process is gone (or that no process owns)
+        to train here; their ids."""
+        check_stale(self.store)
+        ids = self.store.adopt_queued(self.owner)
+        self._enqueue(ids)
+        return ids
+
+    def _enqueue(self, ids: list[int]) -> None:
+        for run_id in ids:
+            with self._lock:
+                self._pending.add(run_id)
+                self._events.setdefault(run_id, threading.Event())
+            self._queue.put(run_id)
+
     def cancel(self, run_id: int) -> bool:
-        """Stop a run: at once if queued, within one step if running."""
+        """Stop a run: at once if queued, within one step if running (it checkpoints)."""
         with self._lock:
-            event = self._cancel_events.get(run_id)
+            event = self._events.get(run_id)
         if event is not None:
             event.set()
         return self.store.request_cancel(run_id)
 
+    def interrupt(self) -> None:
+        """Stop every run of this process, resumable: running runs checkpoint and end
+        ``interrupted``; runs still queued here are marked ``interrupted`` too."""
+        self._interrupt.set()
+        with self._lock:
+            events = list(self._events.values())
+        for event in events:
+            event.set()
+
     def pending(self) -> set[int]:
-        """Ids submitted here that have not ended yet."""
+        """Ids queued here that have not ended yet."""
         with self._lock:
             return set(self._pending)
 
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._pending or self._current)
+
+    def idle_seconds(self) -> float:
+        with self._lock:
+            return 0.0 if (self._pending or self._current) else time.monotonic() - self._last_busy
+
     def wait(self, run_ids: Iterable[int] | None = None, timeout: float | None = None) -> bool:
-        """Block until the given runs (default: all submitted) have ended; False on timeout."""
+        """Block until the given runs (default: all queued here) have ended; False on timeout."""
         targets = set(run_ids) if run_ids is not None else None
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
@@ -142,78 +262,195 @@ class JobManager:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._idle.wait(remaining)
+                self._idle.wait(remaining if remaining is not None else 1.0)
         return True
 
-    def shutdown(self, cancel_running: bool = True, timeout: float | None = 30.0) -> None:
-        """Cancel what is left (if asked) and stop the workers."""
+    def shutdown(self, cancel_running: bool = False, timeout: float | None = 60.0) -> None:
+        """Stop the workers: running runs are interrupted (checkpointed, resumable), or
+        cancelled when ``cancel_running``; every write is flushed."""
         if cancel_running:
             for run_id in self.pending():
                 self.cancel(run_id)
+        else:
+            self.interrupt()
+        self._closing.set()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
             w.join(timeout)
+        self.writer.flush(timeout)
+        try:
+            self.store.end_worker(self.worker_id)
+        except StorageError:
+            log.warning("could not mark worker %s stopped", self.worker_id)
 
     # ------------------------------------------------------------------ workers
 
-    def _work(self) -> None:
-        while (run_id := self._queue.get()) is not None:
+    def _next(self) -> int | None:
+        """The next run id for a worker thread: a queued one of ours, else (pull) one
+        claimed from the database, else wait."""
+        while True:
             try:
-                self._run(run_id)
+                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+            except queue.Empty:
+                pass
+            if self._closing.is_set() or self._interrupt.is_set():
+                return None
+            with self._lock:
+                if self.max_runs is not None and self.started_runs >= self.max_runs:
+                    continue
+                self.started_runs += 1  # reserve a slot before claiming
+            run_id = None
+            try:
+                liveness.release_orphans(self.store, STALE_AFTER_S)
+                run_id = self.store.claim_next(self.owner, self.worker_id)
+            except StorageError as e:
+                log.warning("claiming failed: %s", e)
+            if run_id is None:
+                with self._lock:
+                    self.started_runs -= 1
+                continue
+            with self._lock:
+                self._pending.add(run_id)
+                self._events.setdefault(run_id, threading.Event())
+            return -run_id  # negative: already claimed
+
+    def _work(self) -> None:
+        name = threading.current_thread().name
+        while (item := self._next()) is not None:
+            claimed, run_id = item < 0, abs(item)
+            try:
+                with self._lock:
+                    self._current[name] = run_id
+                self._run(run_id, claimed)
             except Exception:  # a worker must survive any single run
                 log.exception("run %s crashed the worker", run_id)
             finally:
                 with self._idle:
+                    self._current.pop(name, None)
                     self._pending.discard(run_id)
-                    self._cancel_events.pop(run_id, None)
+                    self._events.pop(run_id, None)
+                    self._last_busy = time.monotonic()
                     self._idle.notify_all()
 
-    def _run(self, run_id: int) -> None:
-        if not self.store.claim(run_id, self.owner):
-            return  # cancelled (or deleted) while queued
-        event = self._cancel_events.get(run_id) or threading.Event()
-        steps_done = [0]
-        stop_beat = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(run_id, steps_done, stop_beat), daemon=True)
-        beat.start()
-        last_poll = [time.monotonic()]
+    def _run(self, run_id: int, claimed: bool) -> None:
+        event = self._events.get(run_id) or threading.Event()
+        if not claimed:
+            if self._interrupt.is_set():
+                self.writer.call(run_id, "set_status", run_id, "interrupted",
+                                 error="interrupted before it started; resume it to train it")
+                self.writer.flush()
+                return
+            if not self.store.claim(run_id, self.owner, self.worker_id):
+                return  # cancelled (or deleted) while queued
+            with self._lock:
+                if self.pull:
+                    self.started_runs += 1
+        status, error = execute(
+            self.store, self.writer, run_id, owner=self.owner, stop=event, interrupted=self._interrupt,
+            checkpoints=self.checkpoint_root,
+            on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
+            on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
+        )
+        log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
 
-        def should_stop() -> bool:
-            if event.is_set():
-                return True
-            if time.monotonic() - last_poll[0] >= CANCEL_POLL_S:
-                last_poll[0] = time.monotonic()
-                if self.store.cancel_requested(run_id):
-                    event.set()
-            return event.is_set()
+    def _beat_loop(self) -> None:
+        while not self._closing.wait(HEARTBEAT_S):
+            with self._lock:
+                current = next(iter(self._current.values()), None)
+                queued = sorted(self._pending - set(self._current.values()))
+            self.writer.call(None, "worker_heartbeat", self.worker_id, current)
+            if queued:
+                self.writer.call(None, "touch_queued", queued, self.owner)
 
-        def on_step(step: int, loss: float | None) -> None:
-            steps_done[0] = step
-            if self.on_step:
-                self.on_step(run_id, step, loss)
 
-        try:
-            config = RunConfig.from_dict(self.store.get_run(run_id).config)
-            for record in train(config, should_stop=should_stop, on_step=on_step):
-                rows = [(record.step, record.wall_time, k, v) for k, v in record.values.items()]
-                self.store.add_metrics(run_id, rows)
-                if self.on_record:
-                    self.on_record(run_id, record)
-            status, error = ("cancelled", None) if event.is_set() else ("finished", None)
-        except TrainingDiverged as e:
-            status, error = "failed", str(e)
-        except Exception as e:
-            status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
-        finally:
-            stop_beat.set()
-            beat.join()
-        self.store.heartbeat(run_id, steps_done[0])
-        self.store.set_status(run_id, status, error=error)
+def execute(
+    store: RunStore,
+    writer: StoreWriter,
+    run_id: int,
+    *,
+    owner: str,
+    stop: threading.Event,
+    interrupted: threading.Event,
+    checkpoints: Path,
+    on_step: Callable[[int, float | None], None] | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> tuple[str, str | None]:
+    """Train the claimed run ``run_id`` to its end; return (status, error) as written."""
+    run = store.get_run(run_id)
+    steps_done = [run.steps_done]
+    notes: list[str] = []
+    stop_beat = threading.Event()
 
-    def _beat(self, run_id: int, steps_done: list[int], stop: threading.Event) -> None:
-        while not stop.wait(HEARTBEAT_S):
+    def beat() -> None:
+        while not stop_beat.wait(HEARTBEAT_S):
+            writer.heartbeat(run_id, steps_done[0], owner=owner)
+
+    last_poll = [time.monotonic()]
+
+    def should_stop() -> bool:
+        if stop.is_set() or interrupted.is_set():
+            return True
+        if writer.failure(run_id) is not None:
+            return True  # deleted meanwhile, or the database refuses writes
+        if time.monotonic() - last_poll[0] >= CANCEL_POLL_S:
+            last_poll[0] = time.monotonic()
             try:
-                self.store.heartbeat(run_id, steps_done[0])
-            except Exception:
-                log.exception("heartbeat of run %s failed", run_id)
+                if store.cancel_requested(run_id):
+                    stop.set()
+            except RunNotFoundError:
+                stop.set()
+            except StorageError:
+                pass  # busy: look again at the next poll
+        return stop.is_set()
+
+    def stepped(step: int, loss: float | None) -> None:
+        steps_done[0] = step
+        if on_step:
+            on_step(step, loss)
+
+    def resumed(step: int, skipped: list[str]) -> None:
+        steps_done[0] = step
+        had_history = run.steps_done > 0 or run.checkpoint_step is not None
+        if step:
+            notes.append(f"resumed from the checkpoint at step {step}")
+        elif had_history:
+            notes.append(f"restarted from step 0: no readable checkpoint in {ckpt_dir} (is the checkpoint "
+                         "directory shared with the machine that trained it?)")
+        notes.extend(f"skipped: {s}" for s in skipped)
+        if had_history:
+            writer.call(run_id, "delete_metrics_after", run_id, step if step else -1)
+        writer.heartbeat(run_id, step, owner=owner)
+
+    beat_thread = threading.Thread(target=beat, name=f"basis-heartbeat-{run_id}", daemon=True)
+    beat_thread.start()
+    ckpt_dir = run_dir(checkpoints, run.uid)
+    try:
+        config = RunConfig.from_dict(run.config)
+        ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}"), writer, run_id)
+        for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,
+                            on_resume=resumed):
+            writer.metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()])
+            if on_record:
+                on_record(record)
+        if interrupted.is_set():
+            status, error = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint"
+        elif stop.is_set() or writer.failure(run_id) is not None:
+            status, error = "cancelled", None
+        else:
+            status, error = "finished", None
+    except TrainingDiverged as e:
+        status, error = "failed", str(e)
+    except (ConfigError, CheckpointError) as e:
+        status, error = "failed", str(e)
+    except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
+        status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+    finally:
+        stop_beat.set()
+        beat_thread.join()
+    if notes:
+        writer.call(run_id, "append_notes", run_id, "; ".join(notes))
+    writer.heartbeat(run_id, steps_done[0], owner=owner)
+    writer.call(run_id, "set_status", run_id, status, error=error)
+    writer.flush()
+    return status, error
