@@ -7,8 +7,9 @@
   process (or a test) with another URL gets its own pair.
 - The selection: the run ids the user picked (Runs table, Compare picker, or the
   runs just launched), kept in ``st.session_state`` under ``SELECTED``.
-- ``metrics(store, ids)``: this session's ``app.cache.MetricsCache`` for the URL, so a
-  live refresh reads only metric rows newer than the last it read.
+- ``metrics(store, ids)``: this session's ``storage.MetricsFeed`` for the URL, so a
+  live refresh reads only metric rows newer than the last it read (per run: nothing is
+  missed on PostgreSQL, and a resumed run's replaced history is re-read).
 - ``paused()``: the sidebar's switch that stops live refreshes.
 - What one page hands another (a run to open in Run detail, a sweep to clone into
   Launch, the Runs page's open dialog and its last message): typed accessors
@@ -24,10 +25,9 @@ from typing import Callable, Iterable
 import pandas as pd
 import streamlit as st
 
-from app.cache import MetricsCache
 from engine.config import Sweep
 from engine.jobs import JobManager
-from storage import RunStore, StorageError, resolve_url
+from storage import MetricsFeed, RunStore, StorageError, resolve_url
 
 REFRESH_S = 2.0  # live refresh period while runs are active
 IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
@@ -114,11 +114,12 @@ def guarded(fn: Callable) -> Callable:
 def metrics(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
     """Every metric row of ``run_ids`` (ordered by id), reading only rows newer than
     what this session already holds for the current database."""
-    key = f"metrics_cache::{db_url()}"
-    cache = st.session_state.get(key)
-    if cache is None:
-        cache = st.session_state[key] = MetricsCache()
-    return cache.update(store, run_ids)
+    key = f"metrics_feed::{db_url()}"
+    feed = st.session_state.get(key)
+    if feed is None:
+        feed = st.session_state[key] = MetricsFeed()
+    feed.poll(store, run_ids)
+    return feed.frame
 
 
 def open_detail(run_id: int) -> None:

@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 
 from app import form, frames, tables
-from app.cache import MetricsCache
 from engine import timing
 from engine.summary import MIB, run_summary
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
-from storage import RunStore
+from storage import MetricsFeed, RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
 LAYERS = ("block_0/mlp/fc", "block_0/mlp/proj", "head")
@@ -238,37 +237,44 @@ def test_series_pools_seeds_into_mean_and_std(store):
     assert frames.series(metrics, info, "no_such_metric").empty
 
 
-# ----------------------------------------------------------------------------- metrics cache
+# ----------------------------------------------------------------------------- incremental metrics
 
 
 class CountingStore:
-    """A RunStore proxy that records the after_id of every metrics read."""
+    """A RunStore proxy that records the per-run marks of every incremental read."""
 
     def __init__(self, store):
         self.store, self.reads = store, []
 
-    def metrics(self, run_ids, *, names=None, after_id=0):
-        rows = self.store.metrics(run_ids, names=names, after_id=after_id)
-        self.reads.append((sorted(run_ids), after_id, len(rows)))
+    def history_versions(self, run_ids):
+        return self.store.history_versions(run_ids)
+
+    def metrics_after(self, marks, *, names=None):
+        rows = self.store.metrics_after(marks, names=names)
+        self.reads.append((dict(marks), len(rows)))
         return rows
 
 
-def test_metrics_cache_reads_only_new_rows_and_follows_the_selection(store):
+def test_the_session_feed_reads_only_new_rows_and_follows_the_selection(store):
     a, b = fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, rank=8))
     spy = CountingStore(store)
-    cache = MetricsCache()
-    first = cache.update(spy, [a])
+    feed = MetricsFeed()
+    feed.poll(spy, [a])
+    first = feed.frame
     pd.testing.assert_frame_equal(first.reset_index(drop=True), store.metrics([a]))
     last = int(first["id"].max())
     store.add_metrics(a, [(41, 9.0, "val_loss", 5.0)])
-    again = cache.update(spy, [a])
-    assert spy.reads[-1] == ([a], last, 1)
+    feed.poll(spy, [a])
+    again = feed.frame
+    assert spy.reads[-1] == ({a: last}, 1)
     assert again["id"].is_unique and len(again) == len(first) + 1
-    both = cache.update(spy, [a, b])  # b is read from its start, a from the last id
-    pd.testing.assert_frame_equal(both.reset_index(drop=True), store.metrics([a, b]))
+    feed.poll(spy, [a, b])  # b is read from its start, a from the last id
+    pd.testing.assert_frame_equal(feed.frame.reset_index(drop=True), store.metrics([a, b]))
     store.add_metrics(b, [(41, 9.0, "val_loss", 4.0)])
-    assert len(cache.update(spy, [a, b])) == len(store.metrics([a, b]))
-    only_b = cache.update(spy, [b])
+    feed.poll(spy, [a, b])
+    assert len(feed.frame) == len(store.metrics([a, b]))
+    feed.poll(spy, [b])
+    only_b = feed.frame
     assert set(only_b["run_id"]) == {b} and len(only_b) == len(store.metrics([b]))
     assert only_b["id"].is_monotonic_increasing
 
