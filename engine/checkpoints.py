@@ -27,11 +27,12 @@ Atomicity
 ---------
 Saves are synchronous (``enable_async_checkpointing=False``): ``save`` returns
 once the checkpoint is complete on disk. Orbax writes each step into
-``<step>.orbax-checkpoint-tmp-<n>`` and renames it to ``<step>`` when every item
+``<step>.orbax-checkpoint-tmp`` and renames it to ``<step>`` when every item
 is written (``AtomicRenameTemporaryPath``, its default on a local or mounted
 filesystem), so a process killed mid-save leaves only a temporary directory,
 which ``steps()`` never lists. (The rename is atomic for a dying process; orbax
 does not fsync the parent directory, so a power cut may lose the newest one.)
+The first ``save`` of a ``RunCheckpoints`` deletes such leftovers; reading never does.
 
 Retention
 ---------
@@ -41,6 +42,7 @@ The newest ``keep`` checkpoints are kept, plus every checkpoint saved with
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -55,6 +57,7 @@ from storage import db
 
 ENV_DIR = "BASIS_LAB_CHECKPOINTS"
 _FINAL = "basis_lab_final"
+_TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 
 
 class CheckpointError(ValueError):
@@ -107,6 +110,7 @@ class RunCheckpoints:
         self.name = name or self.directory.name
         self._lock = threading.RLock()
         self._final = _FinalSteps(set())
+        self._cleaned = False
         try:
             self._manager = ocp.CheckpointManager(
                 self.directory,
@@ -116,7 +120,6 @@ class RunCheckpoints:
                     preservation_policy=checkpoint_managers.AnyPreservationPolicy(
                         [checkpoint_managers.LatestN(keep), self._final]
                     ),
-                    cleanup_tmp_directories=True,
                     create=False,
                 ),
             )
@@ -140,9 +143,21 @@ class RunCheckpoints:
         checkpoint of ``step``, replacing one already there; returns once it is
         complete on disk, so the caller may donate ``state``'s buffers afterwards.
         ``final=True`` marks the run's last step, which is then always kept."""
+        if not isinstance(extra, dict):
+            raise CheckpointError(f"checkpoint metadata must be a dict (got {type(extra).__name__}): fix the caller")
+        try:
+            json.dumps(extra, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"checkpoint metadata at step {step} of {self.name} is not JSON ({_brief(e)}): "
+                "fix by passing plain dicts, lists, strings and finite numbers"
+            ) from None
         with self._lock:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
+                if not self._cleaned:
+                    self._remove_unfinished_saves()
+                    self._cleaned = True
                 if step in self._manager.all_steps():
                     self._final.steps.discard(step)
                     self._manager.delete(step)
@@ -161,6 +176,13 @@ class RunCheckpoints:
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.directory} "
                     f"({_brief(e)}): fix the disk space or permissions there, or set {ENV_DIR}"
                 ) from None
+
+    def _remove_unfinished_saves(self) -> None:
+        """Delete the temporary directories of saves that never finished (a killed
+        process). Done by the writer at its first save only, so opening a run to
+        read never removes another process's save in progress."""
+        for path in self.directory.glob(f"*{_TMP_SUFFIX}*"):
+            shutil.rmtree(path)
 
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints on disk, oldest first."""

@@ -136,6 +136,13 @@ def _small_state(value: float):
     return {"w": jnp.full((3, 4), value, jnp.float32), "step": jnp.int32(int(value))}
 
 
+def _damage_array_files(step_dir: Path):
+    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.stat().st_size > 0]
+    assert files
+    for p in files:
+        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
 def test_keeps_the_last_k_plus_the_final_step_and_delete_all_removes_the_run(tmp_path):
     directory = tmp_path / "run"
     with RunCheckpoints(directory, keep=2) as ckpt:
@@ -164,25 +171,37 @@ def test_saving_a_step_again_replaces_it(tmp_path):
         assert ckpt.restore(_small_state(0))[1] == {"v": 2}
 
 
-def test_a_failed_save_lists_nothing_and_keeps_the_previous_checkpoint(tmp_path):
+def test_metadata_that_is_not_json_is_refused_before_anything_is_written(tmp_path):
     with RunCheckpoints(tmp_path / "run", keep=3) as ckpt:
         ckpt.save(1, _small_state(1), {"v": 1})
-        with pytest.raises(CheckpointError, match="cannot write the checkpoint at step 2.*fix"):
-            ckpt.save(2, _small_state(2), {"v": object()})  # state written, metadata fails mid-save
+        for bad in ({"v": object()}, {"v": float("nan")}, ["not", "a", "dict"]):
+            with pytest.raises(CheckpointError, match="fix"):
+                ckpt.save(2, _small_state(2), bad)
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["1"]
         assert ckpt.steps() == [1]
+
+
+def test_a_save_killed_midway_is_never_listed_and_is_cleaned_up(tmp_path):
+    """A process killed mid-save leaves only orbax's ``<step>.orbax-checkpoint-tmp``
+    directory (it renames it to ``<step>`` once complete); copy a complete
+    checkpoint there, then cut its files short, to stand for one."""
+    directory = tmp_path / "run"
+    with RunCheckpoints(directory, keep=3) as ckpt:
+        ckpt.save(1, _small_state(1), {"v": 1})
+        ckpt.save(2, _small_state(2), {"v": 2})
+    partial = directory / "2.orbax-checkpoint-tmp"
+    (directory / "2").rename(partial)
+    _damage_array_files(partial)
+    with RunCheckpoints(directory, keep=3) as ckpt:
+        assert ckpt.steps() == [1] and ckpt.latest_step() == 1
         assert ckpt.restore(_small_state(0))[1] == {"v": 1}
+        assert partial.exists()  # a reader leaves what may be another process's save in progress
         ckpt.save(3, _small_state(3), {"v": 3})
+        assert not partial.exists()  # the writer's first save removes it
         assert ckpt.steps() == [1, 3]
 
 
 # --------------------------------------------------------------------------- damage
-
-
-def _damage_array_files(step_dir: Path):
-    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.stat().st_size > 0]
-    assert files
-    for p in files:
-        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
 
 @pytest.mark.parametrize(
