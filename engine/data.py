@@ -544,6 +544,40 @@ class BatchSampler:
     def __iter__(self) -> BatchSampler:
         return self
 
+    def state(self) -> dict:
+        """A JSON-serialisable snapshot: the generator's ``bit_generator.state``
+        and the shape it draws for. ``set_state`` of it makes this or a fresh
+        sampler of the same tokens and shape yield exactly the batches this one
+        yields next."""
+        return {
+            "rng": self._rng.bit_generator.state,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "n_tokens": len(self.tokens),
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Continue from ``state`` (from ``state()``); a snapshot of another shape,
+        corpus length or generator is a DataError and changes nothing."""
+        mine = {"batch_size": self.batch_size, "seq_len": self.seq_len, "n_tokens": len(self.tokens)}
+        if not isinstance(state, dict) or not isinstance(state.get("rng"), dict):
+            raise DataError(f"sampler state {state!r:.80} is not a BatchSampler.state() dict: fix by passing one")
+        theirs = {k: state.get(k) for k in mine}
+        if theirs != mine:
+            raise DataError(
+                f"sampler state is for {theirs}, this sampler is {mine}: fix by resuming with the run's own "
+                "dataset, batch_size and seq_len"
+            )
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = state["rng"]
+        except (TypeError, ValueError, KeyError) as e:
+            raise DataError(
+                f"sampler state holds no valid {type(rng.bit_generator).__name__} state ({e}): "
+                "fix by passing a BatchSampler.state() dict"
+            ) from None
+        self._rng = rng
+
 
 def validation_batches(tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: int) -> np.ndarray:
     """The fixed validation set: int32 ``(n_batches, batch_size, seq_len + 1)``.
