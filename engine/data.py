@@ -29,7 +29,6 @@ raises ``DataError`` whose message names the problem and the fix.
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -38,6 +37,7 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,13 +230,79 @@ def _classics(options: dict) -> _Source:
     )
 
 
+MAX_GLOB_DEPTH = 8  # directory levels a glob may descend below its fixed prefix
+MAX_GLOB_ENTRIES = 200_000  # directory entries a glob may look at
+MAX_GLOB_SECONDS = 5.0
+DATA_ROOT_ENV = "BASIS_LAB_DATA_ROOT"  # when set, every data path must lie inside it
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """``**`` any directories (also none), ``*`` and ``?`` within one name, ``[...]`` a class."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (end := pattern.find("]", i + 1)) > i:
+            body = pattern[i + 1:end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _inside_root(path: Path, given: str) -> None:
+    root = os.environ.get(DATA_ROOT_ENV, "").strip()
+    if root and not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(os.path.expanduser(root))):
+        raise DataError(f"{given} is outside {DATA_ROOT_ENV}={root}: fix by choosing files inside that folder")
+
+
 def _match_files(pattern: str | os.PathLike, option: str) -> list[Path]:
-    """The files a path or glob names, sorted, all of one supported format."""
+    """The files a path or glob names, sorted, all of one supported format.
+
+    The glob walks the directories below its fixed prefix without following symbolic
+    links to directories (no loops), at most ``MAX_GLOB_DEPTH`` levels, ``MAX_GLOB_ENTRIES``
+    entries and ``MAX_GLOB_SECONDS``; with ``BASIS_LAB_DATA_ROOT`` set, nothing outside it."""
     given = f"{option}={os.fspath(pattern)!r}"
-    matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(os.fspath(pattern)), recursive=True))
+    text = os.path.expanduser(os.fspath(pattern))
+    parts = Path(text).parts
+    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+    base = Path(*parts[:fixed]) if fixed else Path(".")
+    _inside_root(base, given)
+    if fixed == len(parts):
+        matches = [base] if base.exists() else []
+    else:
+        regex = _glob_regex("/".join(parts[fixed:]))
+        matches, seen, deadline = [], 0, time.monotonic() + MAX_GLOB_SECONDS
+        for directory, dirs, files in os.walk(base, followlinks=False):
+            rel = Path(directory).relative_to(base)
+            depth = 0 if rel == Path(".") else len(rel.parts)
+            seen += len(dirs) + len(files)
+            if seen > MAX_GLOB_ENTRIES or time.monotonic() > deadline:
+                raise DataError(f"{given} looks at too many files (over {MAX_GLOB_ENTRIES:,} entries or "
+                                f"{MAX_GLOB_SECONDS:g} s): fix by narrowing the glob")
+            if depth >= MAX_GLOB_DEPTH:
+                dirs[:] = []
+            for name in files:
+                candidate = name if depth == 0 else f"{rel.as_posix()}/{name}"
+                if regex.match(candidate):
+                    matches.append(Path(directory) / name)
+        matches.sort()
     if not matches:
         raise DataError(f"no file matches {given}: fix by passing an existing file or a glob matching some")
     for path in matches:
+        _inside_root(path, given)
         if not path.is_file():
             raise DataError(f"{path} is not a file: fix by passing {option}= a file or a glob like {path}/*")
         if path.suffix.lower() not in _FILE_LOADERS:
