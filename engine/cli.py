@@ -274,9 +274,9 @@ def _tags(args) -> tuple[str, ...]:
 
 
 def _resume(args) -> int:
-    store = _open_store(args.db, create=False)
     if not args.all and not args.runs:
         raise CliError("name the runs to resume (ids or names), or pass --all")
+    store = _open_store(args.db, create=False)
 
     def start(manager):
         from engine.jobs import check_stale
@@ -332,14 +332,16 @@ def _worker(args) -> int:
 
 
 def _workers(args) -> int:
+    from engine.jobs import STALE_AFTER_S
     from engine.liveness import worker_states
 
     store = _open_store(args.db, create=False)
-    frame = worker_states(store.workers_frame())
+    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker`")
         return 0
-    print(frame.to_string(index=False, na_rep="-"))
+    cols = ["id", "state", "host", "pid", "device", "concurrent", "current_run_id", "started_at", "heartbeat_at"]
+    print(frame[cols].rename(columns={"current_run_id": "run"}).to_string(index=False, na_rep="-"))
     return 0
 
 

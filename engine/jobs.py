@@ -302,7 +302,8 @@ class JobManager:
                 self.started_runs += 1  # reserve a slot before claiming
             run_id = None
             try:
-                liveness.release_orphans(self.store, STALE_AFTER_S)
+                check_stale(self.store)
+                liveness.requeue_orphaned_runs(self.store)
                 run_id = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
                 log.warning("claiming failed: %s", e)

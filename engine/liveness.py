@@ -13,7 +13,9 @@ import socket
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional
 
-__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "worker_states"]
+STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
+
+__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
 
 
 def current_owner() -> str:
@@ -53,9 +55,9 @@ def stale_runs(
     for run_id, owner, last in rows:
         o_host, _, o_pid = (owner or "").rpartition(":")
         if o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid)):
-            stale[run_id] = f"interrupted: worker {owner} is no longer running"
+            stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
         elif last is None or last < cutoff:
-            stale[run_id] = f"interrupted: no heartbeat from {owner or 'its worker'} since {last}"
+            stale[run_id] = f"{STALE_PREFIX}no heartbeat from {owner or 'its worker'} since {last}"
     return stale
 
 
@@ -84,3 +86,10 @@ def worker_states(frame, timeout_s: float = 120.0, now: Optional[datetime] = Non
         for i, status in zip(frame["id"], frame["status"])
     ]
     return frame
+
+
+def requeue_orphaned_runs(store) -> list[int]:
+    """Queue again, for any worker, the interrupted runs whose worker died (not those a
+    signal or a user stopped on purpose); they resume from their newest checkpoint."""
+    ids = [r.id for r in store.list_runs(statuses=["interrupted"]) if (r.error or "").startswith(STALE_PREFIX)]
+    return store.requeue(ids) if ids else []
