@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import form, state
-from engine import data, timing
+from engine import data, jobs, timing
 from engine.config import GROUPS, ConfigError, Sweep
 from engine.model import PRESETS
 from engine.train import check_data
@@ -41,7 +41,30 @@ def _preview_frame(configs: list) -> pd.DataFrame:
     return pd.DataFrame({"run": [c.label() for c in configs], "steps": [c.steps for c in configs]})
 
 
-def _preview(grid: Sweep, configs: list, source_text: str) -> None:
+def _data_text(grid: Sweep) -> str | None:
+    """What the data options read. Sources with a user path are looked up only when the
+    user asks (a glob is not run on every keystroke); the answer is kept per options."""
+    source, options = grid.base.dataset, grid.base.dataset_options
+    if source == "classics" or (source == "files" and not options.get("path")):
+        try:
+            return data.describe_source(source, **options)  # reads no user path
+        except data.DataError as e:
+            st.error(str(e), icon=":material/error:")
+            return None
+    key = ("launch.data_check", source, tuple(sorted(options.items())))
+    if st.button("Check data", icon=":material/fact_check:", help="Find the files the path or glob names."):
+        try:
+            st.session_state[key] = ("ok", data.describe_source(source, **options))
+        except data.DataError as e:
+            st.session_state[key] = ("error", str(e))
+    verdict, text = st.session_state.get(key, (None, None))
+    if verdict == "error":
+        st.error(text, icon=":material/error:")
+        return None
+    return text
+
+
+def _preview(grid: Sweep, configs: list) -> None:
     """How many runs, how long (when a step time is known), which runs; and the Launch buttons."""
     for clip in grid.clipped():
         st.warning(f"{clip}: the run records R = {clip.effective}.", icon=":material/content_cut:")
@@ -69,10 +92,17 @@ def _preview(grid: Sweep, configs: list, source_text: str) -> None:
                     if timings[timing.timing_key(c)] is None:
                         timings[timing.timing_key(c)] = timing.measure_step(c)
             st.rerun()
-    launch = st.button(f"Launch {n} run{plural}", icon=":material/rocket_launch:", type="primary", width="stretch")
+    tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation",
+                         help="Comma list; every run of this launch gets them (filter by them on Runs).")
+    queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only",
+                           help="Leave the runs to `python -m engine worker` processes (other machines or GPUs) "
+                                "instead of training them in this dashboard.")
+    source_text = _data_text(grid)
+    launch = st.button(f"{'Queue' if queue_only else 'Launch'} {n} run{plural}", icon=":material/rocket_launch:",
+                       type="primary", width="stretch")
     st.dataframe(_preview_frame(configs), hide_index=True, width="stretch", height=min(35 * n + 38, 420),
                  placeholder="—")
-    st.caption(f"Data: {source_text}")
+    st.caption(f"Data: {source_text}" if source_text else "Data: not checked yet (Launch checks it too).")
     if launch:
         try:
             with st.spinner("Loading the data…"):
@@ -80,13 +110,18 @@ def _preview(grid: Sweep, configs: list, source_text: str) -> None:
         except (data.DataError, ConfigError, OSError) as e:
             st.error(f"The data could not be loaded: {e}", icon=":material/error:")
             return
+        tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
-            ids = lab.manager.submit(configs)
-        except StorageError as e:
+            if queue_only:
+                ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
+            else:
+                ids = lab.manager.submit(configs, tags=tag_list)
+        except (StorageError, ValueError) as e:
             st.error(f"The runs could not be queued: {e}", icon=":material/error:")
             return
         state.set_selected(ids)
-        st.success(f"Queued {n} run{plural} (ids {ids[0]}–{ids[-1]}); they are selected for Compare.")
+        who = "for workers (`python -m engine worker`)" if queue_only else "here"
+        st.success(f"Queued {n} run{plural} {who} (ids {ids[0]}–{ids[-1]}); they are selected for Compare.")
         st.page_link("views/compare.py", label="Watch them on Compare", icon=":material/monitoring:")
         st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
 
@@ -124,9 +159,8 @@ with preview_col:
     try:
         grid = form.to_sweep(values)
         configs = grid.expand()
-        source_text = data.describe_source(grid.base.dataset, **grid.base.dataset_options)
-    except (ConfigError, data.DataError) as e:
+    except ConfigError as e:
         configs = None
         st.error(str(e), icon=":material/error:")
     if configs:
-        _preview(grid, configs, source_text)
+        _preview(grid, configs)
