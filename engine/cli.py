@@ -245,14 +245,14 @@ def _export(args) -> int:
 
 
 def _summary(args) -> int:
-    from engine.summary import render, summary_table
+    from engine.summary import render, run_table3
     from storage.export import write_file
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     store = _open_store(args.db)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = render(summary_table(store, ids, at_step=args.at_step), args.format)
+    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)

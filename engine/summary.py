@@ -187,13 +187,13 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
         step = at_step if at_step is not None else common_step([val_steps.get(r.id, set()) for r in members])
         # no run of the group has validated: read at step -1, which none has reached
         s = summarize(members, metrics, at_step=step if step is not None else -1)
-        s = s.assign(rank=s["rank"].astype("Int64"))
         s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
-        reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["estimator", "rank", "lam", "seed"], keep="last")
+        s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
+                       for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
+        reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
         exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
-        for (estimator, rank, lam), method in s.groupby(["estimator", "rank", "lam"], dropna=False, sort=False):
-            done = reached[(reached["estimator"] == estimator) & (reached["rank"].isna() if pd.isna(rank) else reached["rank"] == rank)
-                           & (reached["lam"] == lam)]
+        for (estimator, rank, lam), method in s.groupby("method", sort=False):
+            done = reached[reached["method"] == (estimator, rank, lam)]
             if done.empty:
                 delta = paired_delta([])._replace(verdict=MISSING)
             elif estimator == "exact":
@@ -201,7 +201,7 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
             else:
                 delta = paired_delta((done.set_index("seed")["val_loss"] - exact_val).dropna())
             rows.append({
-                "estimator": estimator, "rank": rank, "lam": lam, "seeds": len(done),
+                "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
                 "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
                 "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
                 "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
@@ -222,7 +222,7 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
     return out.drop(columns="_exact_last").reset_index(drop=True)
 
 
-def summary_table(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
+def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
     """``table3`` of the given runs (None: all), read from ``store``."""
     records, metrics = _read(store, run_ids)
     return table3(records, metrics, at_step)

@@ -12,7 +12,7 @@ from engine import cli
 from engine.stats import BETTER, ONE_SEED, WITHIN_NOISE, WORSE, paired_delta
 from engine.summary import (
     MISSING, PAPER_TABLE3, REFERENCE, TABLE3_COLUMNS, common_step, render, run_summary, summarize,
-    summary_table, table3,
+    run_table3, table3,
 )
 from engine.train import RunConfig
 from storage import RunStore
@@ -135,7 +135,7 @@ def test_table3_pools_seeds_within_a_config_only(store):
         _run(store, dataclasses.replace(BASE, rank=32, seed=1), {20: 6.5}, saved=500.0),
         _run(store, dataclasses.replace(BASE, rank=32, seed=0, steps=40), {20: 9.0}),
     ]
-    t = summary_table(store, ids)
+    t = run_table3(store, ids)
     assert list(t.columns) == TABLE3_COLUMNS and list(t.columns[:11]) == CSV_LEADING
     assert len(t) == 3  # the 40-step run is a config of its own
     r32 = _row(t, "basis", 32, seeds=2)
@@ -159,29 +159,28 @@ def test_table3_pools_seeds_within_a_config_only(store):
 def test_table3_does_not_pool_seeds_at_different_steps(store):
     """The reported bug: seed 0 at step 150 and seed 1 at step 101 were pooled as "step 100"."""
     cfg = dataclasses.replace(BASE, steps=200, eval_interval=50)
-    ex = {s: _run(store, dataclasses.replace(cfg, estimator="exact", seed=s), {0: 9.0, 50: 8.0, 100: 7.0 + s / 10, 150: 6.0 + s / 10})
-          for s in (0, 1)}
+    for s in (0, 1):
+        _run(store, dataclasses.replace(cfg, estimator="exact", seed=s), {0: 9.0, 50: 8.0, 100: 7.0 + s / 10, 150: 6.0 + s / 10})
     b0 = _run(store, dataclasses.replace(cfg, rank=8, seed=0), {0: 9.0, 50: 8.1, 100: 7.3, 150: 6.2})
     b1 = _run(store, dataclasses.replace(cfg, rank=8, seed=1), {0: 9.0, 50: 8.2, 100: 7.5, 101: 7.4})
-    t = summary_table(store)
+    t = run_table3(store)
     r8 = _row(t, "basis", 8)
     # default: the latest step every run has a validation loss at is 100, for every row
     assert (t["step"] == 100).all() and r8["seeds"] == 2
     assert r8["val_loss_mean"] == pytest.approx(np.mean([7.3, 7.5]))  # not 6.2 (step 150) nor 7.4 (step 101)
     assert r8["delta_val_mean"] == pytest.approx(np.mean([0.3, 0.4]))  # against exact at step 100
     # at step 150 seed 1 has not arrived: only seed 0 counts, seed 1 is named missing
-    at150 = summary_table(store, at_step=150)
+    at150 = run_table3(store, at_step=150)
     r8 = _row(at150, "basis", 8)
     assert r8["seeds"] == 1 and r8["missing_seeds"] == "1" and r8["run_ids"] == str(b0)
     assert r8["val_loss_mean"] == 6.2 and np.isnan(r8["val_loss_std"])
     assert r8["delta_val_mean"] == pytest.approx(0.2) and r8["verdict"] == ONE_SEED and np.isnan(r8["delta_val_ci95_low"])
     assert _row(at150, "exact")["seeds"] == 2
     # a step nobody reached: rows say so instead of showing old values
-    none = summary_table(store, at_step=175)
+    none = run_table3(store, at_step=175)
     assert (none["seeds"] == 0).all() and (none["verdict"] == MISSING).all() and none["val_loss_mean"].isna().all()
     assert _row(none, "basis", 8)["missing_seeds"] == "0, 1"
     assert b1 not in {int(i) for i in _row(at150, "basis", 8)["run_ids"].split(", ")}
-    assert ex  # both exact seeds exist
 
 
 def test_table3_reads_cosine_at_the_last_probe_and_dedupes_reruns(store):
@@ -189,7 +188,7 @@ def test_table3_reads_cosine_at_the_last_probe_and_dedupes_reruns(store):
     _run(store, dataclasses.replace(cfg, estimator="exact"), {20: 6.0, 40: 5.0})
     _run(store, dataclasses.replace(cfg, rank=8), {20: 6.3, 40: 5.9}, cos={10: 0.1, 20: 0.2, 30: 0.3, 40: 0.4})
     rerun = _run(store, dataclasses.replace(cfg, rank=8), {20: 6.1, 40: 5.5}, cos={10: 0.5, 20: 0.6, 30: 0.7, 40: 0.8})
-    t = summary_table(store, at_step=20)
+    t = run_table3(store, at_step=20)
     r8 = _row(t, "basis", 8)
     assert r8["seeds"] == 1 and r8["run_ids"] == str(rerun)  # the later run of a seed counts once
     assert r8["cos_mean"] == pytest.approx(0.6) and r8["delta_val_mean"] == pytest.approx(0.1)
@@ -197,11 +196,10 @@ def test_table3_reads_cosine_at_the_last_probe_and_dedupes_reruns(store):
 
 def test_table3_of_nothing_and_the_pure_form(store):
     assert table3([], store.metrics([])).empty and list(table3([], store.metrics([])).columns) == TABLE3_COLUMNS
-    queued = store.create_run(name="q", config=BASE.to_dict(), estimator="basis", rank=8, lam=0.0, seed=0,
+    store.create_run(name="q", config=BASE.to_dict(), estimator="basis", rank=8, lam=0.0, seed=0,
                               preset="paper", steps=20)
-    t = summary_table(store)
+    t = run_table3(store)
     assert t["verdict"].tolist() == [MISSING] and pd.isna(t["step"].iloc[0]) and t["missing_seeds"].tolist() == ["0"]
-    assert queued
 
 
 # ----------------------------------------------------------------------------- rendering and CLI
@@ -215,11 +213,11 @@ def _paired_store(store):
 
 def test_render_formats(store):
     _paired_store(store)
-    t = summary_table(store)
+    t = run_table3(store)
     text = render(t, "table")
     assert "exact" in text and "reference" in text and "—" in text and "±" in text
     md = render(t, "markdown")
-    assert md.startswith("| method") and "|:" in md or "|-" in md
+    assert md.startswith("| method") and md.splitlines()[1].startswith("|:")  # a pipe table
     latex = render(t, "latex")
     assert "\\begin{tabular}" in latex and "\\toprule" in latex and "Δ" in latex
     csv = render(t, "csv")
@@ -256,3 +254,13 @@ def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monke
     assert cli.main(["summary", "--out", db_file, "--force"]) == 2
     assert "database" in capsys.readouterr().err and len(RunStore(store.url).list_runs()) == 6
     assert cli.main(["summary", "--at-step", "-3"]) == 2
+
+
+def test_table3_pairs_with_exact_whatever_its_lambda_and_keeps_lambdas_apart(store):
+    _run(store, dataclasses.replace(BASE, estimator="exact", lam=0.5), {20: 6.0})
+    _run(store, dataclasses.replace(BASE, rank=8, lam=0.01), {20: 6.25})
+    _run(store, dataclasses.replace(BASE, rank=8, lam=0.0), {20: 6.5})
+    t = run_table3(store)
+    assert len(t) == 3 and _row(t, "exact")["lam"] == 0.5 and _row(t, "exact")["verdict"] == REFERENCE
+    assert _row(t, "basis", 8, lam=0.01)["delta_val_mean"] == pytest.approx(0.25)
+    assert _row(t, "basis", 8, lam=0.0)["delta_val_mean"] == pytest.approx(0.5)
