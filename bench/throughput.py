@@ -23,6 +23,7 @@ the machine's speed hits both sides alike. ``won`` is the share of rounds in whi
 the case was faster than the reference.
 
     python bench/throughput.py [--presets tiny,paper,small] [--reps 30] [--block 4]
+    JAX_PLATFORMS=cpu taskset -c 0,1 python bench/throughput.py   # as on a 2-core CPU
 """
 
 from __future__ import annotations

@@ -88,9 +88,10 @@ def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.
     runs = {r.id: r for r in records}
     metrics = metrics[metrics["run_id"].isin(list(runs)) & metrics["name"].isin(SUMMARY_METRICS)].sort_values("id")
     val_steps = _val_steps(metrics)
+    per_run = {int(k): g for k, g in metrics.groupby("run_id")}
     rows = []
     for run_id, r in runs.items():
-        mine = metrics[metrics["run_id"] == run_id]
+        mine = per_run.get(run_id, metrics.iloc[:0])
         steps = val_steps.get(run_id, set())
         if at_step is None:
             step = max(steps) if steps else None
@@ -217,9 +218,9 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
             })
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
     out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
-    out["_exact_last"] = (out["estimator"] != "exact").astype(int)
-    out = out.sort_values(["setup", "_exact_last", "estimator", "rank", "lam"], kind="stable", na_position="first")
-    return out.drop(columns="_exact_last").reset_index(drop=True)
+    out["_not_exact"] = (out["estimator"] != "exact").astype(int)
+    out = out.sort_values(["setup", "_not_exact", "estimator", "rank", "lam"], kind="stable", na_position="first")
+    return out.drop(columns="_not_exact").reset_index(drop=True)
 
 
 def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
