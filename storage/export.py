@@ -139,14 +139,15 @@ def to_csv_bytes(frame: pd.DataFrame) -> bytes:
 
 
 def database_files(store: RunStore) -> list[Path]:
-    """The files of ``store``'s SQLite database (itself and its companions); [] for
-    other databases and in-memory SQLite."""
+    """The files of ``store``'s SQLite database (itself and its companions, under its
+    own name and its symlink target's); [] for other databases and in-memory SQLite."""
     url = store.engine.url
     database = url.database
     if url.get_backend_name() != "sqlite" or database in (None, "", ":memory:") or "mode=memory" in database:
         return []
     path = Path(database).expanduser().absolute()
-    return [path.with_name(path.name + suffix) for suffix in DB_COMPANIONS]
+    real = Path(os.path.realpath(path))  # SQLite names the companions of a symlinked file after its target
+    return list(dict.fromkeys(p.with_name(p.name + suffix) for p in (path, real) for suffix in DB_COMPANIONS))
 
 
 def _same_file(a: Path, b: Path) -> bool:

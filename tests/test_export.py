@@ -244,3 +244,15 @@ def test_cli_export_force_flag(store, tmp_path, capsys, monkeypatch):
     assert cli.main(["export", "--out", str(tmp_path / "lab.db"), "--force"]) == 2
     assert "database" in capsys.readouterr().err
     _still_whole(store, 2)
+
+
+def test_a_symlinked_database_protects_its_targets_companions(tmp_path):
+    real = tmp_path / "real.db"
+    RunStore(f"sqlite:///{real}").close()
+    os.symlink(real, tmp_path / "link.db")
+    store = RunStore(f"sqlite:///{tmp_path / 'link.db'}")
+    for name in ("real.db", "real.db-wal", "link.db-shm", "link.db"):
+        with pytest.raises(StorageError, match="database"):
+            write_file(store, tmp_path / name, "x", force=True)
+    assert write_file(store, tmp_path / "real.csv", "x") == tmp_path / "real.csv"
+    store.close()
