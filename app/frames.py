@@ -13,15 +13,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.config import SWEEP_AXES, comparable_key, method_label, seed_group_key
+from engine.config import comparable_key, differing_fields, method_label, seed_group_key
 from engine.summary import MIB
-
-def _differing_fields(configs: Sequence[dict]) -> list[str]:
-    """Config fields (other than estimator, rank, λ, seed, name) that differ between ``configs``."""
-    ignore = {*SWEEP_AXES, "name"}
-    keys = sorted({k for c in configs for k in c} - ignore)
-    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
-
 
 def describe_runs(records: Sequence) -> pd.DataFrame:
     """One row per ``storage.RunRecord`` (ordered by id): run_id, name, status,
@@ -34,7 +27,7 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
                "key", "group", "color_id", "group_size", "method", "setup"]
     if not records:
         return pd.DataFrame(columns=columns)
-    differing = _differing_fields([r.config for r in records])
+    differing = differing_fields([r.config for r in records])
     rows = []
     for r in records:
         setup = ", ".join(f"{k}={r.config.get(k)}" for k in differing)

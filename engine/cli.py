@@ -1,4 +1,4 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export and cancel BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary and cancel BASIS runs.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="CSV file to write")
     export.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     export.add_argument("--format", default="long", choices=("long", "wide"))
+    export.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
+    summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
+    summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
+    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--out", help="file to write instead of stdout")
+    summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
     cancel.add_argument("runs", nargs="+", help="run ids or names")
     return parser
@@ -401,8 +408,25 @@ def _export(args) -> int:
     from storage import export_csv
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    n = export_csv(store, args.out, ids, fmt=args.format)
+    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force)
     print(f"wrote {n} rows to {args.out} ({args.format})")
+    return 0
+
+
+def _summary(args) -> int:
+    from engine.summary import render, run_table3
+    from storage.export import write_file
+
+    if args.at_step is not None and args.at_step < 0:
+        raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
+    store = _open_store(args.db, create=False)
+    ids = store.resolve_runs(args.runs) if args.runs else None
+    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    if args.out:
+        write_file(store, args.out, text, force=args.force)
+        print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -430,7 +454,7 @@ def main(argv=None) -> int:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
-        commands = {"list": _list, "show": _show, "export": _export, "cancel": _cancel, "resume": _resume,
+        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "cancel": _cancel, "resume": _resume,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:

@@ -356,6 +356,14 @@ def seed_group_key(config: Mapping[str, Any]) -> str:
     return _fingerprint(config, {"seed", "name", *(("rank", "lam") if exact else ())})
 
 
+def differing_fields(configs) -> list[str]:
+    """The config fields, other than estimator, rank, λ, seed and name, whose values differ
+    among the stored ``configs`` (what tells setups apart in a table or a legend)."""
+    configs = list(configs)
+    keys = sorted({k for c in configs for k in c} - {*_SWEPT_NAMES, "name"})
+    return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1]
+
+
 def _fingerprint(values: Mapping[str, Any], ignore: set = frozenset()) -> str:
     text = json.dumps({k: v for k, v in values.items() if k not in ignore}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -9,12 +9,22 @@
   column above is called ``metric.<name>``).
 
 Floats are written with full precision, so ``pandas.read_csv`` gives back the stored values.
+Every CSV written here (``to_csv_bytes``, ``export_csv``) goes through ``neutralize``: a
+text cell or header that starts with ``=``, ``+``, ``-``, ``@``, tab or CR is prefixed with
+``'`` so a spreadsheet shows it instead of evaluating it as a formula; numbers stay numbers.
+
+``write_file`` is the one way files are written: atomically (a temporary file in the same
+directory, then ``os.replace``), never over an existing file unless ``force``, and never
+over the store's own SQLite database or its ``-wal``/``-shm``/``-journal`` companions,
+however the path is spelt (relative, ``..``, ``~``, a symlink or a hard link to it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pandas as pd
@@ -22,11 +32,16 @@ import pandas as pd
 from .db import StorageError
 from .store import RunRecord, RunStore
 
-__all__ = ["LONG_COLUMNS", "WIDE_RUN_COLUMNS", "EXPORT_FORMATS", "long_frame", "wide_frame", "export_csv", "to_csv_bytes", "flatten_config"]
+__all__ = [
+    "LONG_COLUMNS", "WIDE_RUN_COLUMNS", "EXPORT_FORMATS", "FORMULA_PREFIXES", "long_frame", "wide_frame",
+    "export_csv", "to_csv_bytes", "flatten_config", "neutralize", "database_files", "write_file",
+]
 
 LONG_COLUMNS = ["run_id", "run_name", "estimator", "rank", "lam", "seed", "step", "wall_time", "metric", "value"]
 WIDE_RUN_COLUMNS = ["run_id", "run_name", "estimator", "rank", "lam", "seed", "preset", "steps"]
 EXPORT_FORMATS = ("long", "wide")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+DB_COMPANIONS = ("", "-wal", "-shm", "-journal")
 
 
 def flatten_config(config: dict, prefix: str = "config.") -> dict[str, Any]:
@@ -102,9 +117,80 @@ def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]]) -> pd.DataFram
     return out[[*WIDE_RUN_COLUMNS, *config_cols, "step", "wall_time", *metric_cols]]
 
 
+def _neutral(value):
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_PREFIXES) else value
+
+
+def neutralize(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose text cells and column names starting with a
+    spreadsheet formula character (``FORMULA_PREFIXES``) are prefixed with ``'``.
+    Only ``str`` values change: numbers, negative ones included, are left as they are."""
+    out = frame.rename(columns=_neutral)
+    for i in range(out.shape[1]):
+        column = out.iloc[:, i]
+        if not pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+            out.isetitem(i, column.map(_neutral))
+    return out
+
+
 def to_csv_bytes(frame: pd.DataFrame) -> bytes:
-    """UTF-8 CSV of ``frame`` without the index (for a download button)."""
-    return frame.to_csv(index=False).encode("utf-8")
+    """UTF-8 CSV of ``frame`` without the index, formula-neutralised (for a download button)."""
+    return neutralize(frame).to_csv(index=False).encode("utf-8")
+
+
+def database_files(store: RunStore) -> list[Path]:
+    """The files of ``store``'s SQLite database (itself and its companions, under its
+    own name and its symlink target's); [] for other databases and in-memory SQLite."""
+    url = store.engine.url
+    database = url.database
+    if url.get_backend_name() != "sqlite" or database in (None, "", ":memory:") or "mode=memory" in database:
+        return []
+    path = Path(database).expanduser().absolute()
+    real = Path(os.path.realpath(path))  # SQLite names the companions of a symlinked file after its target
+    return list(dict.fromkeys(p.with_name(p.name + suffix) for p in (path, real) for suffix in DB_COMPANIONS))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", content: "str | bytes", force: bool = False) -> Path:
+    """Write ``content`` (text as UTF-8) to ``path`` atomically; return the path written.
+
+    Raises :class:`StorageError`, writing nothing, when ``path`` is ``store``'s
+    database or a companion of it (always, ``force`` or not), when it exists and
+    ``force`` is false, or when it cannot be written. A symlink is followed: its
+    target gets the new content."""
+    shown = os.fspath(path)
+    target = Path(os.path.realpath(os.path.expanduser(shown)))
+    for db_file in database_files(store) if store is not None else []:
+        if _same_file(target, db_file):
+            raise StorageError(f"refusing to write {shown}: it is the database file {db_file}; choose another output path")
+    if target.is_dir():
+        raise StorageError(f"cannot write {shown}: it is a directory; give a file name")
+    if target.exists() and not force:
+        raise StorageError(f"{shown} already exists; pass --force (force=True) to overwrite it, or choose another path")
+    if not target.parent.is_dir():
+        raise StorageError(f"cannot write {shown}: directory {target.parent} does not exist; create it or choose another path")
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {shown} ({e.strerror or e}); choose another output path") from e
+    return target
 
 
 def export_csv(
@@ -112,13 +198,13 @@ def export_csv(
     path: "str | os.PathLike[str]",
     run_ids: Optional[Sequence[int]] = None,
     fmt: str = "long",
+    force: bool = False,
 ) -> int:
-    """Write runs (None: all) to ``path`` as ``long`` or ``wide`` CSV; return the data rows written."""
+    """Write runs (None: all) to ``path`` as ``long`` or ``wide`` CSV with ``write_file``
+    (atomic; an existing file only with ``force``; never the database); return the data
+    rows written."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
     frame = long_frame(store, run_ids) if fmt == "long" else wide_frame(store, run_ids)
-    try:
-        frame.to_csv(path, index=False)
-    except OSError as e:
-        raise StorageError(f"cannot write {path} ({e.strerror or e}); choose another output path") from e
+    write_file(store, path, to_csv_bytes(frame), force=force)
     return len(frame)

@@ -11,7 +11,7 @@ import pytest
 
 from app import form, frames, tables
 from engine import timing
-from engine.summary import MIB, run_summary
+from engine.summary import MIB, display_frame, run_summary, run_table3
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from storage import MetricsFeed, RunStore
 
@@ -311,26 +311,27 @@ def test_breakdown_frame_is_empty_without_categories_and_stacks_with_them(store)
     assert set(frame["category"]) == {"sketched_inputs", "nonlinearity", "loss_logits"}
 
 
-def test_summary_table_pools_seeds_with_std_and_shows_the_papers_numbers(store):
+def test_summary_table_pairs_seeds_and_shows_the_papers_numbers(store):
     paper = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10, lam=0.01)
     ids = [fake_run(store, dataclasses.replace(paper, estimator="exact", lam=0.0, seed=s), final=6.6) for s in (0, 1)]
     ids += [fake_run(store, dataclasses.replace(paper, rank=8, seed=s), final=6.8) for s in (0, 1)]
-    info = frames.describe_runs([store.get_run(i) for i in ids])
-    table = tables.summary_table(run_summary(store, ids), info)
+    table = display_frame(run_table3(store, ids))
     assert table["method"].tolist() == ["exact", "basis"]
     assert table["seeds"].tolist() == [2, 2]
-    assert table["paper val loss"].tolist() == ["6.616", "6.762"]
-    assert "±" in table.loc[1, "val loss"] and table.loc[1, "Δ val vs exact"] == f"{0.2 * (1 - math.exp(-4)):+.3f} ± 0.000"
-    assert table.loc[1, "memory compression"] == f"{13e6 / 12e6:.3f}×"
+    assert table["paper val"].tolist() == ["6.616", "6.762"]
+    delta = f"{0.2 * (1 - math.exp(-4)):+.4f}"
+    assert "±" in table.loc[1, "val loss"] and table.loc[1, "Δ val vs exact"] == delta
+    assert table.loc[1, "95% CI"] == f"[{delta}, {delta}]" and table.loc[1, "verdict"] == "worse"  # equal pairs: std 0
+    assert table.loc[0, "verdict"] == "reference" and table.loc[0, "Δ val vs exact"] == "—"
+    assert table.loc[1, "saved ÷ exact"] == f"{12e6 / 13e6:.4f}"  # run ÷ exact, as on the memory chart
     assert "setup" not in table
 
 
 def test_summary_table_without_seeds_or_paper(store):
     ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, steps=20))]
-    info = frames.describe_runs([store.get_run(i) for i in ids])
-    table = tables.summary_table(run_summary(store, ids), info)
-    assert "paper val loss" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
-    assert table["Δ val vs exact"].tolist() == ["—", "—"]
+    table = display_frame(run_table3(store, ids))
+    assert "paper val" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
+    assert table["Δ val vs exact"].tolist() == ["—", "—"] and table["95% CI"].tolist() == ["—", "—"]
     assert "±" not in table.loc[0, "val loss"]
 
 

@@ -1,5 +1,5 @@
 """Tests for the storage package: concurrency, incremental reads, run lifecycle, claiming,
-workers, diagnostics, CSV export, bad databases, Alembic migrations and URL resolution.
+workers, diagnostics (CSV export is in test_export.py), bad databases, Alembic migrations and URL resolution.
 
 Tests that take the ``store`` or ``db_url`` fixture run on SQLite and on a throwaway
 PostgreSQL (tests/conftest.py; skipped with the reason where no server can be started);
@@ -19,7 +19,6 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 import pandas as pd
 import pytest
 from sqlalchemy import func, insert, inspect, select, text, update
@@ -34,14 +33,10 @@ from storage import (
     RunNotFoundError,
     RunStore,
     StorageError,
-    export_csv,
     head_revision,
-    long_frame,
     make_engine,
     resolve_url,
     schema_revision,
-    to_csv_bytes,
-    wide_frame,
 )
 from storage import db as storage_db
 from storage.db import write_engine
@@ -317,89 +312,6 @@ def test_mark_stale_interrupted(store):
     rec = store.get_run(dead_old)
     assert rec.finished_at is not None and "interrupted" in rec.error
     assert mark_stale_interrupted(store) == []  # idempotent
-
-
-# ----------------------------------------------------------------------------- export
-
-
-def _exported_store(store):
-    rng = np.random.default_rng(0)
-    a = _new_run(store, "a,quoted \"name\"", lam=0.1, seed=1)
-    b = _new_run(store, "b", estimator="bp", rank=None, lam=1e-7, seed=2,
-                 config={"estimator": "bp", "model": {"width": 32}, "note": "x,y"})
-    recorded = {}
-    for rid in (a, b):
-        rows = []
-        for step in range(0, 50, 5):
-            for name in ("train_loss", "val_loss", "cos_mean"):
-                if name == "val_loss" and step % 10:
-                    continue  # sparse metric: NaN in the wide shape
-                value = float(rng.normal() * 10.0 ** int(rng.integers(-8, 8)))
-                rows.append((step, step * 0.123456789 + rid, name, value))
-                recorded[(rid, step, name)] = value
-        store.add_metrics(rid, rows)
-    return a, b, recorded
-
-
-def test_export_long_round_trip(store, tmp_path):
-    a, b, recorded = _exported_store(store)
-    path = tmp_path / "long.csv"
-    n = export_csv(store, path, [a, b], fmt="long")
-    assert n == len(recorded)
-    back = pd.read_csv(path)
-    assert list(back.columns) == ["run_id", "run_name", "estimator", "rank", "lam", "seed", "step", "wall_time",
-                                  "metric", "value"]
-    assert len(back) == len(recorded)
-    got = {(r.run_id, r.step, r.metric): r.value for r in back.itertuples()}
-    assert got.keys() == recorded.keys()
-    keys = sorted(recorded)
-    np.testing.assert_allclose([got[k] for k in keys], [recorded[k] for k in keys], rtol=1e-15, atol=0)
-    assert set(back.loc[back.run_id == a, "run_name"]) == {"a,quoted \"name\""}
-    assert back.loc[back.run_id == b, "rank"].isna().all() and (back.loc[back.run_id == a, "rank"] == 8).all()
-    assert back.loc[back.run_id == b, "lam"].iloc[0] == 1e-7
-    assert to_csv_bytes(long_frame(store, [a, b])) == path.read_bytes()
-    # run_ids None = all runs
-    assert export_csv(store, tmp_path / "all.csv") == len(recorded)
-
-
-def test_export_wide_round_trip(store, tmp_path):
-    a, b, recorded = _exported_store(store)
-    path = tmp_path / "wide.csv"
-    n = export_csv(store, path, [a, b], fmt="wide")
-    back = pd.read_csv(path)
-    assert n == len(back) == len({(rid, step) for rid, step, _ in recorded})
-    assert list(back.columns[:8]) == ["run_id", "run_name", "estimator", "rank", "lam", "seed", "preset", "steps"]
-    assert {"config.model.width", "config.model.depth", "config.lr", "config.layers", "config.note"} <= set(back.columns)
-    assert back["config.model.width"].tolist() == [64] * 10 + [32] * 10
-    assert back.loc[back.run_id == a, "config.layers"].iloc[0] == "[1, 2]"
-    assert back.loc[back.run_id == b, "config.note"].iloc[0] == "x,y"
-    assert back.loc[back.run_id == b, "config.lr"].isna().all()
-    assert list(back.columns[-3:]) == ["cos_mean", "train_loss", "val_loss"]
-    checked = 0
-    for row in back.itertuples(index=False):
-        row = row._asdict()
-        assert row["wall_time"] == pytest.approx(row["step"] * 0.123456789 + row["run_id"], rel=1e-15)
-        for name in ("train_loss", "val_loss", "cos_mean"):
-            key = (row["run_id"], row["step"], name)
-            if key in recorded:
-                assert row[name] == pytest.approx(recorded[key], rel=1e-15, abs=0)
-                checked += 1
-            else:
-                assert math.isnan(row[name])
-    assert checked == len(recorded)
-    assert to_csv_bytes(wide_frame(store, [a, b])) == path.read_bytes()
-
-
-def test_export_rejects_unknown_format_and_unknown_run(store, tmp_path):
-    a = _new_run(store)
-    with pytest.raises(ValueError, match="long.*wide"):
-        export_csv(store, tmp_path / "x.csv", [a], fmt="parquet")
-    assert not (tmp_path / "x.csv").exists()
-    with pytest.raises(StorageError, match="no run 42"):
-        export_csv(store, tmp_path / "x.csv", [42])
-    # a run without metrics exports as zero rows with the header
-    assert export_csv(store, tmp_path / "empty.csv", [a], fmt="wide") == 0
-    assert pd.read_csv(tmp_path / "empty.csv").empty
 
 
 # ----------------------------------------------------------------------------- bad databases

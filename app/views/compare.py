@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from app import charts, frames, state, tables
+from app import charts, frames, state
 from app.display import plot
 from engine.config import comparable_key
-from engine.summary import summarize
+from engine.summary import display_frame, render, summarize, table3
 from storage import ACTIVE_STATUSES
 
 lab = state.lab()
@@ -115,17 +115,27 @@ def _view() -> None:
     if not steps:
         st.info("The summary appears after the first validation (step 0).")
         return
-    # keyed by the step count: while runs train, each new validation moves the slider to the end
-    at = st.select_slider("at step", options=steps, value=steps[-1], key=f"compare.at.{len(steps)}",
-                          help="Each run's last value at or before this step.") if len(steps) > 1 else steps[0]
-    summary = summary_end if at == steps[-1] else summarize(records_now.values(), metrics, at_step=at)
-    table = tables.summary_table(summary, info)
-    st.dataframe(table, hide_index=True, width="stretch", placeholder="—")
-    notes = ["Memory compression: exact saved bytes ÷ this method's saved bytes.",
-             "Δ val vs exact: against the exact run of the same seed and config (— when there is none)."]
-    if "paper val loss" in table:
-        notes.append("Paper val loss: the paper's Table 3, after 50,000 steps.")
+    choices = ["common", *steps]
+    at = st.select_slider(
+        "at step", options=choices, value="common", key="compare.at",
+        format_func=lambda v: "latest common step" if v == "common" else f"{v:,}",
+        help="Seeds are compared at one step only: by default the latest step every run of a setup has "
+             "validated at; a run that has not reached the chosen step counts as a missing seed.")
+    table = table3(records_now.values(), metrics, at_step=None if at == "common" else at)
+    shown = display_frame(table)
+    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—")
+    notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
+             "(same initial parameters and batches), with its 95 % t-interval; better / worse when the interval "
+             "excludes 0, else within noise; one seed has no interval.",
+             "saved ÷ exact: bytes kept for the backward pass, this method ÷ exact backprop of the same config."]
+    if "paper val" in shown:
+        notes.append("Paper val: the paper's Table 3, after 50,000 steps.")
     st.caption(" ".join(notes))
+    d1, d2, d3 = st.columns(3)
+    for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
+                                   (d3, "csv", "csv", "text/csv")):
+        column.download_button(f"Table 3 as {fmt}", data=render(table, fmt), file_name=f"basis-table3.{ext}",
+                               mime=mime, icon=":material/download:", key=f"compare.table3.{fmt}")
 
 
 all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)
