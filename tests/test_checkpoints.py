@@ -181,6 +181,14 @@ def test_metadata_that_is_not_json_is_refused_before_anything_is_written(tmp_pat
         assert ckpt.steps() == [1]
 
 
+def test_an_unwritable_directory_is_a_one_line_error(tmp_path):
+    (tmp_path / "file").write_text("in the way")
+    with RunCheckpoints(tmp_path / "file" / "run-1", keep=1) as ckpt:
+        with pytest.raises(CheckpointError, match=r"cannot write the checkpoint at step 1 .*fix that path"):
+            ckpt.save(1, _small_state(1), {})
+        assert ckpt.steps() == []
+
+
 def test_a_save_killed_midway_is_never_listed_and_is_cleaned_up(tmp_path):
     """A process killed mid-save leaves only orbax's ``<step>.orbax-checkpoint-tmp``
     directory (it renames it to ``<step>`` once complete); copy a complete
