@@ -212,15 +212,25 @@ def test_a_save_killed_midway_is_never_listed_and_is_cleaned_up(tmp_path):
 # --------------------------------------------------------------------------- damage
 
 
+def _flip_a_byte_of_the_array_data(step_dir: Path):
+    files = [p for p in (step_dir / "state" / "d").rglob("*") if p.is_file() and p.stat().st_size > 0]
+    assert files
+    for p in files:
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         _damage_array_files,
+        _flip_a_byte_of_the_array_data,
         lambda d: __import__("shutil").rmtree(d / "state"),
         lambda d: [p.write_text("garbage{") for p in (d / "meta").rglob("*") if p.is_file()],
         lambda d: [p.write_bytes(os.urandom(64)) for p in d.rglob("*") if p.is_file()],
     ],
-    ids=["truncated", "missing-dir", "garbage-json", "garbage-everywhere"],
+    ids=["truncated", "bit-flip", "missing-dir", "garbage-json", "garbage-everywhere"],
 )
 def test_damaged_checkpoint_is_a_one_line_error_and_latest_valid_falls_back(tmp_path, damage):
     directory = tmp_path / "run-12"
