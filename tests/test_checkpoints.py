@@ -3,7 +3,10 @@
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import jax
@@ -179,6 +182,40 @@ def test_metadata_that_is_not_json_is_refused_before_anything_is_written(tmp_pat
                 ckpt.save(2, _small_state(2), bad)
         assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["1"]
         assert ckpt.steps() == [1]
+
+
+SAVER = """
+import sys
+import jax.numpy as jnp
+from engine.checkpoints import RunCheckpoints
+ckpt = RunCheckpoints(sys.argv[1], keep=3)
+for step in range(1, 100_000):
+    ckpt.save(step, {"w": jnp.full((1000, 1000), float(step))}, {"step": step})
+"""
+
+
+def test_kill_9_during_a_save_leaves_only_complete_checkpoints(tmp_path):
+    directory = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, str(directory)], cwd=root, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(6000):  # until a save is in flight after at least two complete ones (at most ~10 min)
+            names = [p.name for p in directory.iterdir()] if directory.exists() else []
+            if sum(n.isdigit() for n in names) >= 2 and any(n.endswith(".orbax-checkpoint-tmp") for n in names):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the saver never reached a save in flight")
+    finally:
+        saver.kill()
+        saver.wait()
+    with RunCheckpoints(directory, keep=3) as ckpt:
+        steps = ckpt.steps()
+        assert len(steps) >= 2
+        for step in steps:
+            state, extra = ckpt.restore({"w": jnp.zeros((1000, 1000))}, step)
+            assert extra == {"step": step}
+            np.testing.assert_array_equal(np.asarray(state["w"]), float(step))
 
 
 def test_an_unwritable_directory_is_a_one_line_error(tmp_path):
