@@ -126,7 +126,7 @@ class RunCheckpoints:
             for step in self._manager.all_steps():
                 if self._step_is_final(step):
                     self._final.steps.add(step)
-        except OSError as e:
+        except Exception as e:  # orbax raises many types for an unreadable directory
             raise CheckpointError(
                 f"cannot open the checkpoints of {self.name} at {self.directory} ({_brief(e)}): "
                 f"fix the path or its permissions, or set {ENV_DIR}"
@@ -174,7 +174,7 @@ class RunCheckpoints:
                 self._final.steps.discard(step)
                 raise CheckpointError(
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.directory} "
-                    f"({_brief(e)}): fix the disk space or permissions there, or set {ENV_DIR}"
+                    f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
 
     def _remove_unfinished_saves(self) -> None:

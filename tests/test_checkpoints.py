@@ -3,7 +3,10 @@
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import jax
@@ -181,6 +184,48 @@ def test_metadata_that_is_not_json_is_refused_before_anything_is_written(tmp_pat
         assert ckpt.steps() == [1]
 
 
+SAVER = """
+import sys
+import jax.numpy as jnp
+from engine.checkpoints import RunCheckpoints
+ckpt = RunCheckpoints(sys.argv[1], keep=3)
+for step in range(1, 100_000):
+    ckpt.save(step, {"w": jnp.full((1000, 1000), float(step))}, {"step": step})
+"""
+
+
+def test_kill_9_during_a_save_leaves_only_complete_checkpoints(tmp_path):
+    directory = tmp_path / "run"
+    root = Path(__file__).resolve().parents[1]
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, str(directory)], cwd=root, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(6000):  # until a save is in flight after at least two complete ones (at most ~10 min)
+            names = [p.name for p in directory.iterdir()] if directory.exists() else []
+            if sum(n.isdigit() for n in names) >= 2 and any(n.endswith(".orbax-checkpoint-tmp") for n in names):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the saver never reached a save in flight")
+    finally:
+        saver.kill()
+        saver.wait()
+    with RunCheckpoints(directory, keep=3) as ckpt:
+        steps = ckpt.steps()
+        assert len(steps) >= 2
+        for step in steps:
+            state, extra = ckpt.restore({"w": jnp.zeros((1000, 1000))}, step)
+            assert extra == {"step": step}
+            np.testing.assert_array_equal(np.asarray(state["w"]), float(step))
+
+
+def test_an_unwritable_directory_is_a_one_line_error(tmp_path):
+    (tmp_path / "file").write_text("in the way")
+    with RunCheckpoints(tmp_path / "file" / "run-1", keep=1) as ckpt:
+        with pytest.raises(CheckpointError, match=r"cannot write the checkpoint at step 1 .*fix that path"):
+            ckpt.save(1, _small_state(1), {})
+        assert ckpt.steps() == []
+
+
 def test_a_save_killed_midway_is_never_listed_and_is_cleaned_up(tmp_path):
     """A process killed mid-save leaves only orbax's ``<step>.orbax-checkpoint-tmp``
     directory (it renames it to ``<step>`` once complete); copy a complete
@@ -204,15 +249,25 @@ def test_a_save_killed_midway_is_never_listed_and_is_cleaned_up(tmp_path):
 # --------------------------------------------------------------------------- damage
 
 
+def _flip_a_byte_of_the_array_data(step_dir: Path):
+    files = [p for p in (step_dir / "state" / "d").rglob("*") if p.is_file() and p.stat().st_size > 0]
+    assert files
+    for p in files:
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         _damage_array_files,
+        _flip_a_byte_of_the_array_data,
         lambda d: __import__("shutil").rmtree(d / "state"),
         lambda d: [p.write_text("garbage{") for p in (d / "meta").rglob("*") if p.is_file()],
         lambda d: [p.write_bytes(os.urandom(64)) for p in d.rglob("*") if p.is_file()],
     ],
-    ids=["truncated", "missing-dir", "garbage-json", "garbage-everywhere"],
+    ids=["truncated", "bit-flip", "missing-dir", "garbage-json", "garbage-everywhere"],
 )
 def test_damaged_checkpoint_is_a_one_line_error_and_latest_valid_falls_back(tmp_path, damage):
     directory = tmp_path / "run-12"
