@@ -1,4 +1,4 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary and cancel BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete and cancel BASIS runs.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
+    delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
     cancel.add_argument("runs", nargs="+", help="run ids or names")
     return parser
@@ -430,6 +432,19 @@ def _summary(args) -> int:
     return 0
 
 
+def _delete(args) -> int:
+    from engine.jobs import check_stale, delete_runs
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    ids = store.resolve_runs(args.runs)
+    problems = delete_runs(store, ids)
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    print(f"deleted {len(ids) - len(problems)} run(s)")
+    return EXIT_BAD_INPUT if problems else 0
+
+
 def _cancel(args) -> int:
     from engine.jobs import check_stale
 
@@ -454,7 +469,7 @@ def main(argv=None) -> int:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
-        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "cancel": _cancel, "resume": _resume,
+        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:

@@ -120,6 +120,25 @@ def check_stale(store: RunStore) -> list[int]:
     return liveness.mark_stale_interrupted(store, STALE_AFTER_S)
 
 
+def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
+    """Delete runs, their metrics, diagnostics and checkpoints; running runs are refused
+    (stop them first). Returns one message per run that was not deleted."""
+    root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
+    problems = []
+    for run_id in run_ids:
+        try:
+            uid = store.get_run(run_id).uid
+            store.delete_run(run_id)
+        except StorageError as e:
+            problems.append(str(e))
+            continue
+        try:
+            RunCheckpoints(run_dir(root, uid), keep=1).delete_all()
+        except (CheckpointError, OSError) as e:
+            problems.append(f"run {run_id} was deleted but its checkpoints were not ({e}); remove {run_dir(root, uid)}")
+    return problems
+
+
 class _Checkpoints:
     """A run's ``RunCheckpoints`` that also records each saved step in the database."""
 

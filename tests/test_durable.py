@@ -205,3 +205,14 @@ def test_cancel_on_a_run_that_is_not_active_says_so(lab, capsys):
     assert main(["cancel", str(run_id)]) == 0
     assert "not active (finished); nothing to cancel" in capsys.readouterr().out
     assert store.get_run(run_id).status == "finished"
+
+
+def test_delete_removes_a_run_its_metrics_and_its_checkpoints(lab, capsys):
+    url, ckpt_root = lab
+    assert main(["run", *TINY, "--steps", "4", "--eval-interval", "2"]) == 0
+    store = RunStore(url)
+    run = store.list_runs()[0]
+    assert run_dir(ckpt_root, run.uid).is_dir()
+    assert main(["delete", str(run.id)]) == 0
+    assert store.list_runs() == [] and store.metrics([run.id]).empty
+    assert not run_dir(ckpt_root, run.uid).exists()
