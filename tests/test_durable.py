@@ -136,7 +136,7 @@ def test_a_run_outlasts_a_write_lock_held_for_40_seconds(lab):
     manager = jobs.JobManager(store)
     run_id = manager.submit(config)[0]
     _wait_for(lambda: store.get_run(run_id).steps_done >= 10, what="the run to start")
-    blocker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60)
+    blocker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
     held = threading.Event()
 
