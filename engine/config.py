@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import jax
+
 from engine import checks, data
 from engine.attention import ATTENTION_CHOICES
 from engine.basis import ESTIMATORS
@@ -48,7 +50,8 @@ GROUPS = {  # group → what the Launch page and --help call it
     "checkpoints": "Checkpoints",
 }
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
-CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+CHECKPOINT_SECONDS = 60.0
+FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)  # default checkpoint period: at most this much training is lost
 
 
 class ConfigError(ValueError):
@@ -189,7 +192,7 @@ class RunConfig:
         "AdamW weight decay", "training", "Weight decay", low=0.0, step=0.01, fmt="%.3f"))
     steps: int = field(default=2000, metadata=spec(
         "training steps", "training", "Steps", unit="steps", low=1, step=100))
-    eval_interval: int = field(default=100, metadata=spec(
+    eval_interval: int = field(default=200, metadata=spec(
         "steps between validations (validation loss, train loss, tokens/s)", "training", "Eval interval",
         unit="steps", low=1, step=10))
     probe_interval: int = field(default=100, metadata=spec(
@@ -206,9 +209,10 @@ class RunConfig:
     val_batches: int | None = field(default=None, metadata=spec(
         "validation batches evaluated at every eval", "data", "Validation batches", unit="batches", low=1,
         none=f"enough for {MIN_EVAL_TOKENS:,} tokens"))
-    head_chunk: int = field(default=0, metadata=spec(
+    head_chunk: int | None = field(default=None, metadata=spec(
         "fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored "
-        "(0 = unfused)", "memory", "Fused head chunk", unit="rows", low=0, step=64))
+        "(0 = unfused)", "memory", "Fused head chunk", unit="rows", low=0, step=64,
+        none=f"min(B·T, {FUSED_CHUNK}) on a CPU, where it is faster; 0 on a GPU, where it is not"))
     attention: str = field(default="recompute", metadata=spec(
         "recompute: keep Q, K, V and the row log-sum-exp, not the probabilities; xla: jax.nn.dot_product_attention",
         "memory", "Attention", choices=ATTENTION_CHOICES))
@@ -221,7 +225,8 @@ class RunConfig:
     checkpoint_interval: int | None = field(default=None, metadata=spec(
         "steps between checkpoints; a run also checkpoints when it is stopped, cancelled or interrupted, and at its "
         "last step", "checkpoints", "Checkpoint interval", unit="steps", low=1,
-        none=f"at the first eval boundary {CHECKPOINT_SECONDS:.0f} s of training after the last checkpoint"))
+        none=f"at the first eval boundary {CHECKPOINT_SECONDS:.0f} s after the last checkpoint, at most "
+        f"{1.5 * CHECKPOINT_SECONDS:.0f} s"))
     checkpoint_keep: int = field(default=3, metadata=spec(
         "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept",
         low=1))
@@ -269,10 +274,18 @@ class RunConfig:
         """``val_batches``, or the fewest batches holding ``MIN_EVAL_TOKENS`` tokens."""
         return self.val_batches or math.ceil(MIN_EVAL_TOKENS / self.rows)
 
+    @property
+    def effective_head_chunk(self) -> int:
+        """``head_chunk``, or by default the faster head on this machine's backend."""
+        if self.head_chunk is not None:
+            return self.head_chunk
+        return min(self.rows, FUSED_CHUNK) if jax.default_backend() == "cpu" else 0
+
     def model_config(self) -> GPTConfig:
         return PRESETS[self.preset].model.replace(
             seq_len=self.effective_seq_len, sketched_layers=self.sketched_layers, estimator=self.estimator,
-            rank=self.rank, lam=self.lam, dtype=self.dtype, head_chunk=self.head_chunk, attention=self.attention,
+            rank=self.rank, lam=self.lam, dtype=self.dtype, head_chunk=self.effective_head_chunk,
+            attention=self.attention,
             recompute_activations=self.recompute_activations, remat=self.remat,
         )
 

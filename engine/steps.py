@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from engine.model import GPTConfig, loss_fn
@@ -40,12 +41,19 @@ def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> 
 
 
 def make_eval_step(cfg: GPTConfig) -> Callable:
-    """``eval(params, batches[n, B, T+1]) -> mean loss`` with exact forward (sketching
-    never changes the forward pass)."""
+    """``eval(params, batches[n, B, T+1]) -> (mean loss, standard error)`` with exact
+    forward (sketching never changes the forward pass).
+
+    The n validation batches are disjoint, evenly spaced windows of held-out text; with
+    per-batch mean losses ℓ_i the standard error is sd(ℓ) / √n (ddof 1), the sampling
+    error of the validation loss itself (NaN for one batch)."""
     exact = cfg.replace(estimator="exact")
 
     def evaluate(params, batches):
-        return jax.lax.map(lambda b: loss_fn(exact, params, b, None), batches).mean()
+        losses = jax.lax.map(lambda b: loss_fn(exact, params, b, None), batches)
+        n = losses.shape[0]
+        se = jnp.std(losses, ddof=1) / jnp.sqrt(n) if n > 1 else jnp.float32(jnp.nan)
+        return losses.mean(), se
 
     return jax.jit(evaluate)
 

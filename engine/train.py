@@ -190,7 +190,8 @@ def train(
         window.checked, window.seconds = list(extra["window"]["losses"]), float(extra["window"]["seconds"])
         done, offset = int(extra["step"]), float(extra["wall_time"])
     else:
-        first = {"val_loss": float(eval_fn(state.params, val))}
+        loss, se = eval_fn(state.params, val)
+        first = {"val_loss": float(loss), "val_loss_se": float(se)}
         first.update(memory_figures(config, state.params, example, step_fn, key0))
         yield Record(0, time.perf_counter() - start, first)
     last_saved, last_saved_at = done, time.perf_counter()
@@ -239,9 +240,11 @@ def train(
             on_step(step, window.checked[-1] if (probe_now or eval_now) else None)
         if eval_now:
             lap()
+            val_loss, val_se = eval_fn(state.params, val)
             values.update(
                 train_loss=float(np.mean(window.checked)),
-                val_loss=float(eval_fn(state.params, val)),
+                val_loss=float(val_loss),
+                val_loss_se=float(val_se),
                 tokens_per_s=len(window.checked) * tokens_per_step / window.seconds,
             )
             if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
@@ -262,7 +265,8 @@ def train(
 
 def _checkpoint_due(config: RunConfig, step: int, eval_now: bool, last_saved: int, seconds_since: float) -> bool:
     """Every ``checkpoint_interval`` steps; by default at the first eval boundary
-    ``CHECKPOINT_SECONDS`` of training after the last checkpoint."""
+    ``CHECKPOINT_SECONDS`` after the last checkpoint, or at any step 1.5 times that
+    after it (the checkpoint holds the partial loss window, so any step is exact)."""
     if config.checkpoint_interval is not None:
         return step - last_saved >= config.checkpoint_interval
-    return eval_now and seconds_since >= CHECKPOINT_SECONDS
+    return seconds_since >= CHECKPOINT_SECONDS * (1.0 if eval_now else 1.5)
