@@ -1,4 +1,5 @@
-"""Background runs against a real SQLite file: concurrency, cancel, failure, stale rows."""
+"""Background runs on SQLite and on PostgreSQL (the ``store``/``db_url`` fixtures of
+conftest.py): concurrency, cancel, failure, stale rows."""
 
 import dataclasses
 import threading
@@ -8,32 +9,25 @@ import pytest
 
 from engine.jobs import JobManager
 from engine.config import RunConfig
-from storage import RunStore
+from storage import MetricsFeed, RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=2, probe_interval=4, val_batches=2, rank=4)
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    yield s
-    s.close()
-
-
-def test_two_parallel_runs_and_a_reader_lose_nothing(store, tmp_path):
+def test_two_parallel_runs_and_a_reader_lose_nothing(store, db_url):
     manager = JobManager(store, max_concurrent=2)
     ids = manager.submit([TINY, dataclasses.replace(TINY, estimator="exact")])
-    reader = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    reader = RunStore(db_url)
     seen, errors, done = {}, [], threading.Event()
 
+    feed = MetricsFeed()
+
     def read():
-        after = 0
         try:
             while not done.is_set():
-                rows = reader.metrics(ids, after_id=after)
-                for row in rows.itertuples():
+                for row in feed.poll(reader, ids).itertuples():
+                    assert row.id not in seen, "a row was read twice"
                     seen[row.id] = (row.run_id, row.step, row.name, row.value)
-                after = int(rows["id"].max()) if len(rows) else after
                 time.sleep(0.01)
         except Exception as e:  # pragma: no cover - the assertion below reports it
             errors.append(e)
@@ -51,8 +45,8 @@ def test_two_parallel_runs_and_a_reader_lose_nothing(store, tmp_path):
     assert running_together
     assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
     final = store.metrics(ids)
-    final_reader = reader.metrics(ids, after_id=max(seen) if seen else 0)
-    assert set(seen) | set(final_reader["id"]) == set(final["id"])
+    last = feed.poll(reader, ids)
+    assert not set(seen) & set(last["id"]) and set(seen) | set(last["id"]) == set(final["id"])
     for run_id in ids:
         steps = set(final.loc[(final.run_id == run_id) & (final.name == "val_loss"), "step"])
         assert steps == {0, *range(2, 41, 2)}
@@ -81,13 +75,13 @@ def test_cancel_mid_run_keeps_metrics(store):
     manager.shutdown()
 
 
-def test_cancel_from_another_process_through_the_database(store, tmp_path):
+def test_cancel_from_another_process_through_the_database(store, db_url):
     steps_seen = []
     manager = JobManager(store, on_step=lambda run_id, step, loss: steps_seen.append(step))
     [run_id] = manager.submit(dataclasses.replace(TINY, steps=100_000))
     while len(steps_seen) < 5:
         time.sleep(0.01)
-    other = RunStore(f"sqlite:///{tmp_path / 'jobs.db'}")  # e.g. the CLI's `cancel`
+    other = RunStore(db_url)  # e.g. the CLI's `cancel`
     assert other.request_cancel(run_id)
     assert manager.wait([run_id], timeout=60)
     assert store.get_run(run_id).status == "cancelled"
