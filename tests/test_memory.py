@@ -72,10 +72,15 @@ def test_fused_head_equals_logits_then_cross_entropy(chunk):
     np.testing.assert_allclose(primal, want[0], rtol=1e-6)
 
 
-@pytest.mark.parametrize("estimator,rank", [("gaussian", 5), ("countsketch", 5), ("basis", 48)])
+@pytest.mark.parametrize(
+    "estimator,rank",
+    [("gaussian", 5), ("countsketch", 5), ("basis", 48),
+     ("crs", 5), ("wta-crs", 5), ("proj", 5), ("wta-crs", 48), ("proj", 48)],
+)
 def test_sketched_fused_head_equals_sketched_matmul_then_cross_entropy(estimator, rank):
-    """Same key, same S: the fused head's dW is the sketched dense layer's; at R = B·T
-    the basis sketch is a signed permutation and dW is exact times (1 − λ)²."""
+    """Same key, same S (or rows, or P): the fused head's dW is the sketched dense
+    layer's; at R = B·T the basis sketch is a signed permutation, wta-crs keeps every
+    row and proj keeps X, so dW is exact times (1 − λ)²."""
     x, w, t = _head_inputs()
     key, lam = jax.random.key(7), 0.1
 
