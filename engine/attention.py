@@ -21,8 +21,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 ATTENTION_CHOICES = ("xla", "recompute")
+ATTENTION = "attention"  # checkpoint_name of what attention keeps for its backward pass
 
 
 def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, implementation: str = "xla") -> jax.Array:
@@ -65,7 +67,7 @@ def recompute_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
 
 def _fwd(q, k, v):
     o, lse = _attend(q, k, v)
-    return o, (q, k, v, lse)
+    return o, tuple(checkpoint_name(a, ATTENTION) for a in (q, k, v, lse))
 
 
 def _bwd(residuals, do):

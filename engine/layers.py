@@ -14,13 +14,19 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from engine.basis import sketched_matmul
-from engine.head import head_loss
+from engine.attention import ATTENTION
+from engine.basis import DENSE_INPUT, sketched_matmul
+from engine.head import LOSS_LOGITS, head_loss
+
+__all__ = ["ATTENTION", "DENSE_INPUT", "LOSS_LOGITS", "NONLINEARITY"]  # the residual tags
 
 SKETCH_RNG = "sketch"
-DENSE_INPUT = "sketched_inputs"
 NONLINEARITY = "nonlinearity"
-ATTENTION = "attention"
+# what a dense layer's dW is made of, for engine.diagnostics: its input X is sown
+# into CAPTURED_INPUTS (only when that collection is mutable) and a zero perturbation
+# from CAPTURED_GRADS (only when passed) is added to its output, whose gradient is dY
+CAPTURED_INPUTS = "dense_inputs"
+CAPTURED_GRADS = "dense_output_grads"
 
 
 class SketchedDense(nn.Module):
@@ -45,11 +51,13 @@ class SketchedDense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         x = checkpoint_name(x.astype(self.dtype), DENSE_INPUT)
         kernel = kernel.astype(self.dtype)
+        self.sow(CAPTURED_INPUTS, "x", x)
         if self.estimator == "exact":
             y = x @ kernel
         else:
             key = self.make_rng(SKETCH_RNG)
             y = sketched_matmul(x, kernel, key, rank=self.rank, lam=self.lam, estimator=self.estimator)
+        y = self.perturb("dy", y, collection=CAPTURED_GRADS)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
             y = y + bias.astype(self.dtype)
