@@ -66,6 +66,8 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from engine.residuals import DENSE_INPUT
+
 ESTIMATORS = (
     "exact", "basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj",
 )
@@ -80,7 +82,6 @@ USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scal
 SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of X
 PROJECTION = "proj"  # the estimator that projects the feature axis
 EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
-DENSE_INPUT = "sketched_inputs"  # checkpoint_name of what a dense layer keeps for dW
 
 
 class Sketch(NamedTuple):
@@ -349,38 +350,35 @@ def _fwd(x, w, key, rank, lam, estimator):
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
     if estimator in SAMPLING:
         sample = sample_rows(key, x, estimator, rank)
-        kept = _kept(weighted_rows(x, sample, shrink), sample.index, x_dtype)
+        kept, key = _kept(weighted_rows(x, sample, shrink), sample.index), None
     elif estimator == PROJECTION:
         width = projection_width(rows, features, rank)
         if width >= features:  # X P would be no smaller than X: keep X, exact
-            kept = _kept(x.astype(jnp.float32) * shrink**2, x_dtype)
+            kept, key = _kept(x.astype(jnp.float32) * shrink**2), None
         else:
-            kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2, key, x_dtype)
+            kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
     else:
         sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
-        x_hat = sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink)
-        kept = _kept(x_hat, key, x_dtype)
-    return x @ w, (kept, w)
+        kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
+    # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
+    return x @ w, (kept, key, w, *_kept(x_dtype))
 
 
 def _bwd(rank, lam, estimator, residuals, dy):
-    kept, w = residuals
-    x_dtype = kept[-1]
+    kept, key, w, x_dtype = residuals
     if estimator in SAMPLING:
-        x_tilde, index, _ = kept
+        x_tilde, index = kept
         dw = x_tilde.T @ dy[index].astype(jnp.float32)
-    elif estimator == PROJECTION and len(kept) == 2:
+    elif estimator == PROJECTION and key is None:  # X itself, times c²
         dw = kept[0].T @ dy.astype(jnp.float32)
     elif estimator == PROJECTION:
-        x_proj, key, _ = kept
         rows, features = dy.shape[0], w.shape[0]
         p = projection(key, features, projection_width(rows, features, rank))
-        dw = p @ (x_proj.T @ dy.astype(jnp.float32))
+        dw = p @ (kept[0].T @ dy.astype(jnp.float32))
     else:
-        x_hat, key, _ = kept
         sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
         dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
-        dw = x_hat.T @ dy_hat
+        dw = kept[0].T @ dy_hat
     dx = (dy @ w.T).astype(x_dtype.dtype)
     return dx, dw.astype(w.dtype), None
 

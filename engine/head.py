@@ -18,10 +18,10 @@ dW = c²·P (X P)ᵀ dZ. The loss is the last operation, so its
 cotangent is a scalar g and every gradient is g times the above: they are formed
 during the forward pass, C rows at a time (logits → lse → loss and dZ → dX rows
 and the chunk's share of Xᵀ dZ or of S dZ = Σ_chunks S[:, chunk] dZ[chunk]).
-The B×V logits never exist at once. Kept for the backward pass (each tagged
-``checkpoint_name(·, LOSS_LOGITS)``): dX (B×N) and dW (N×V) when exact; dX, X̂ (R×N)
-and dẐ (R×V) when sketched or sampled; dX, (X P)ᵀ dZ (k×V) and the key for ``proj``
-(dX and c²·dW when k ≥ N). The weight gradient costs R·N·V instead of B·N·V.
+The B×V logits never exist at once. Kept for the backward pass: dX (B×N) and
+dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched or sampled; dX,
+(X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
+``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from engine.basis import (
     EPS, PROJECTION, SAMPLING, SKETCH_KIND, USES_SCALARS, Sketch, apply_sketch, draw_sketch,
     projection, projection_width, sample_rows, sketch_rows, validate, weighted_rows,
 )
-
-LOSS_LOGITS = "loss_logits"  # checkpoint_name of what the loss keeps for its backward pass
+from engine.residuals import DENSE_INPUT, LOSS_LOGITS
 
 
 def head_loss(
@@ -171,23 +170,26 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
     dx = dx.reshape(-1, x.shape[1])[:rows]
     loss = total / rows
     w_dtype = jnp.zeros((0,), w.dtype)  # zero-size: carries w's dtype for dW
+    loss_part = lambda *a: tuple(checkpoint_name(b, LOSS_LOGITS) for b in a)
+    x_part = lambda a: checkpoint_name(a, DENSE_INPUT)  # the head's X̂ or x̃, as a dense layer's
     if mode == "exact":
         factor = shrink**2 if estimator != "exact" else 1.0  # proj at k ≥ N: c²·dW
-        kept = (dx, (acc.T * factor).astype(w.dtype), w_dtype)
-    elif mode == "proj":
-        kept = (dx, acc * shrink**2, key, w_dtype)
+        kept = (*loss_part(dx, (acc.T * factor).astype(w.dtype)), w_dtype)
+    elif mode == "proj":  # the key (a PRNG key, known by its dtype) regenerates P
+        kept = (*loss_part(dx, acc * shrink**2), key, w_dtype)
     elif mode == "sample":
         sample = sample_rows(key, x, estimator, rank)
         e, sum_e, _ = _logits(x[sample.index], w, targets[sample.index])
         onehot = targets[sample.index][:, None] == jnp.arange(v, dtype=targets.dtype)
         dz_rows = (e / sum_e - onehot) / rows
-        kept = (dx, weighted_rows(x, sample, shrink), dz_rows, w_dtype)
+        x_tilde = x_part(weighted_rows(x, sample, shrink))
+        kept = (loss_part(dx)[0], x_tilde, loss_part(dz_rows)[0], w_dtype)
     else:
         scalars = estimator in USES_SCALARS
-        x_hat = sketch_rows(x, sketch, scalars=scalars, shrink=shrink)
+        x_hat = x_part(sketch_rows(x, sketch, scalars=scalars, shrink=shrink))
         dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
-        kept = (dx, x_hat, dz_hat * shrink, w_dtype)
-    return loss, tuple(checkpoint_name(a, LOSS_LOGITS) for a in kept)
+        kept = (loss_part(dx)[0], x_hat, loss_part(dz_hat * shrink)[0], w_dtype)
+    return loss, (*kept[:-1], loss_part(w_dtype)[0])
 
 
 def _bwd(chunk, rank, lam, estimator, residuals, g):
