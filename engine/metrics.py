@@ -10,7 +10,8 @@ Memory: the bytes a train step keeps for its backward pass are the residuals of
 which live in memory anyway. ``memory_breakdown`` sorts them into
 
 - ``sketched_inputs``: what dense layers keep for dW: their input X when exact;
-  X̂ (R×N) and the sketch key when sketched,
+  X̂ (R×N) and the sketch key when sketched; the weighted rows x̃ (R×N) and their
+  indices for ``crs`` / ``wta-crs``; X P (B×k) and the key for ``proj``,
 - ``nonlinearity``: LayerNorm and GELU state (their inputs, or their internals),
 - ``attention``: Q, K, V and the probabilities or the row log-sum-exp,
 - ``loss_logits``: the cross-entropy's B·T×V softmax, or what the fused head keeps
