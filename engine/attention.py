@@ -22,6 +22,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from engine.residuals import ATTENTION, keep_tagged, tag_all
+
 ATTENTION_CHOICES = ("xla", "recompute")
 
 
@@ -33,12 +35,16 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, implementation: s
     custom VJP of this module, which keeps only Q, K, V and the row log-sum-exp.
     """
     if implementation == "xla":
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        return _xla_attention(q, k, v)
     if implementation == "recompute":
         return recompute_attention(q, k, v)
     raise ValueError(
         f"attention must be one of {', '.join(ATTENTION_CHOICES)} (got {implementation!r})"
     )
+
+
+# jax.nn.dot_product_attention, with what it keeps for its backward pass tagged
+_xla_attention = keep_tagged(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True), ATTENTION)
 
 
 def _scores(q: jax.Array, k: jax.Array) -> jax.Array:
@@ -65,7 +71,7 @@ def recompute_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
 
 def _fwd(q, k, v):
     o, lse = _attend(q, k, v)
-    return o, (q, k, v, lse)
+    return o, tag_all((q, k, v, lse), ATTENTION)
 
 
 def _bwd(residuals, do):

@@ -3,23 +3,30 @@
 For a dense layer ``Y = X W`` with ``X ∈ R^{B×N}`` (all leading dims of ``x`` are
 flattened into the B sketched rows) and ``W ∈ R^{N×M}``::
 
-    dX = dY Wᵀ                                     (exact)
+    dX = dY Wᵀ                                     (exact, every estimator)
     dW ≈ X̂ᵀ dŶ,  X̂ = c · γ_X · S X,  dŶ = c · γ_dY · S dY,  c = 1 − λ
 
 with a random sketch ``S ∈ R^{R×B}`` drawn afresh from ``key`` at every step.
+The peer estimators below (row sampling, feature projection) are written in the
+same form with their own S, and every one takes the same shrink c² = (1 − λ)².
 
-Estimators (the family studied in the paper, selected by name):
+Estimators (selected by name). "Rank R" means R rows' worth of X, R·N floats, so
+methods compare at equal memory. Kept: what the backward pass holds for dW besides
+W (float32; a key is 8 bytes; k = ⌈R·N/B⌉):
 
-=============  ==================  ==================  ==========
-name           S                   invariant scalars   E[dW]
-=============  ==================  ==================  ==========
-exact          (none)              --                  dW
-basis          balanced hash       yes                 biased
-countsketch    uniform hash        no                  c² dW
-balanced       balanced hash       no                  c² dW
-scalars        uniform hash        yes                 biased
-gaussian       N(0, 1/R) entries   no                  c² dW
-=============  ==================  ==================  ==========
+=============  ==================  =======  ======  ======================================
+name           S                   scalars  E[dW]   kept for dW (bytes)
+=============  ==================  =======  ======  ======================================
+exact          (none)              --       dW      X: B×N (4BN, in X's dtype)
+basis          balanced hash       yes      biased  X̂: R×N, key (4RN + 8)
+countsketch    uniform hash        no       c² dW   X̂: R×N, key (4RN + 8)
+balanced       balanced hash       no       c² dW   X̂: R×N, key (4RN + 8)
+scalars        uniform hash        yes      biased  X̂: R×N, key (4RN + 8)
+gaussian       N(0, 1/R) entries   no       c² dW   X̂: R×N, key (4RN + 8)
+crs            row sampling        no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
+wta-crs        top rows + sampling no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
+proj           feature projection  no       c² dW   X P: B×k, key (4Bk + 8 ≤ 4RN + 4B + 8)
+=============  ==================  =======  ======  ======================================
 
 Hash sketches have ``S[r, b] = s(b)·[h(b) = r]`` with Rademacher signs ``s``.
 Uniform hashing draws ``h(b)`` independently; balanced hashing is a random
@@ -28,14 +35,25 @@ both cases ``E[SᵀS] = I``, so the estimator without scalars is unbiased. The
 invariant scalar ``γ_X = ‖X‖_F / (‖SX‖_F + ε)`` makes the sketch keep exactly the
 Frobenius norm of X (likewise for dY), trading a small bias for lower variance.
 
-R is clipped to B. At R = B balanced hashing is a signed permutation, so
-``SᵀS = I`` and dW is exact up to the factor c².
+Row sampling (``crs``, ``wta-crs``; ``sample_rows``) keeps R weighted rows
+``x̃_j = c² w_j x_{i_j}`` and their indices, and ``dW ≈ Σ_j x̃_jᵀ dy_{i_j}``: dY is
+unknown in the forward pass, so the probabilities use X alone, ``p_b ∝ ‖x_b‖``.
+Feature projection (``proj``; ``projection``) sketches the other axis:
+``dW ≈ c² P (X P)ᵀ dY`` with ``P ∈ R^{N×k}`` regenerated from the key.
 
-Only ``X̂`` (R×N), ``W`` and ``key`` are saved for the backward pass; the hash
-and signs are replayed from ``key`` (inside one jit XLA computes them once for both
-passes). A hash sketch costs one pass over its input: a segment sum (O(B·N)), or
-with few rows or small R the signed one-hot product S·a (see ``DENSE_MAX_RANK``).
-Sketches are accumulated in float32 whatever the input dtype.
+R is clipped to B. At R = B balanced hashing is a signed permutation, so
+``SᵀS = I`` and dW is exact up to the factor c²; ``wta-crs`` keeps every row
+(exact up to c²); ``crs`` still draws B rows with replacement (random);
+``proj`` has k = N and keeps X itself (exact up to c²). ``gaussian``,
+``countsketch`` and ``scalars`` stay random at R = B.
+
+What the backward pass keeps is tagged where it is made with
+``jax.ad_checkpoint.checkpoint_name(·, DENSE_INPUT)``, so memory accounting can
+sort it. The hash and signs (or P) are replayed from ``key`` (inside one jit XLA
+computes them once for both passes). A hash sketch costs one pass over its input:
+a segment sum (O(B·N)), or with few rows or small R the signed one-hot product S·a
+(see ``DENSE_MAX_RANK``). Sketches are accumulated in float32 whatever the input
+dtype.
 """
 
 from __future__ import annotations
@@ -46,8 +64,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-ESTIMATORS = ("exact", "basis", "countsketch", "balanced", "scalars", "gaussian")
+from engine.residuals import DENSE_INPUT
+
+ESTIMATORS = (
+    "exact", "basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj",
+)
 SKETCH_KIND = {  # the S each non-exact estimator draws
     "basis": "balanced",
     "countsketch": "uniform",
@@ -56,6 +79,8 @@ SKETCH_KIND = {  # the S each non-exact estimator draws
     "gaussian": "gaussian",
 }
 USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scalars
+SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of X
+PROJECTION = "proj"  # the estimator that projects the feature axis
 EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
 
 
@@ -164,6 +189,119 @@ def sketch_rows(
     return sa * shrink if shrink != 1.0 else sa
 
 
+class RowSample(NamedTuple):
+    """R rows of X chosen for dW: row ``index[j]`` enters with weight ``weight[j]``."""
+
+    index: jax.Array  # (R,) int32
+    weight: jax.Array  # (R,) float32
+
+
+def _row_norms(x: jax.Array) -> jax.Array:
+    return jnp.linalg.norm(x.astype(jnp.float32), axis=1)
+
+
+def _draw(key: jax.Array, mass: jax.Array, count: int) -> jax.Array:
+    """``count`` iid row indices with P(b) = mass_b / Σ mass (inverse CDF); uniform,
+    with zero weight to follow, when all mass is zero."""
+    cdf = jnp.cumsum(mass)
+    total = cdf[-1]
+    u = jax.random.uniform(key, (count,), jnp.float32)
+    index = jnp.searchsorted(cdf, u * total, side="right")
+    uniform = (u * mass.shape[0]).astype(jnp.int32)
+    index = jnp.where(total > 0, index, uniform)
+    return jnp.minimum(index, mass.shape[0] - 1).astype(jnp.int32)
+
+
+def _crs(key: jax.Array, norms: jax.Array, rank: int) -> RowSample:
+    """Column-row sampling (Drineas, Kannan & Mahoney 2006; Adelman et al., NeurIPS 2021).
+
+    R iid draws ``i_j ~ p``, ``p_b = ‖x_b‖ / Σ‖x‖``, weights ``w_j = 1 / (R p_{i_j})``:
+
+        E[Σ_j w_j x_{i_j}ᵀ dy_{i_j}] = R · Σ_b p_b · x_bᵀ dy_b / (R p_b) = Xᵀ dY.
+
+    Rows with x_b = 0 are never drawn (p_b = 0) and contribute nothing to dW.
+    """
+    total = jnp.sum(norms)
+    index = _draw(key, norms, rank)
+    picked = norms[index]
+    weight = jnp.where(picked > 0, total / (rank * jnp.where(picked > 0, picked, 1.0)), 0.0)
+    return RowSample(index, weight)
+
+
+def _wta_crs(key: jax.Array, norms: jax.Array, rank: int) -> RowSample:
+    """Winner-take-all column-row sampling (Liu et al., NeurIPS 2023), with p_b ∝ ‖x_b‖.
+
+    The |C| = c most probable rows are kept exactly; the other R − c slots are iid
+    draws from the rest with the probabilities renormalised there,
+    ``q_i = p_i / (1 − P_C)``, ``P_C = Σ_{b∈C} p_b``::
+
+        d̂W = Σ_{b∈C} x_bᵀ dy_b + 1/(R − c) · Σ_{j=1}^{R−c} x_{i_j}ᵀ dy_{i_j} / q_{i_j}.
+
+    Unbiased: C depends on X only, not on the key, and for one draw
+    ``E[x_iᵀ dy_i / q_i] = Σ_{i∉C} q_i · x_iᵀ dy_i / q_i = Σ_{i∉C} x_iᵀ dy_i``, so the
+    mean of the R − c draws is the sum over the complement and E[d̂W] = Xᵀ dY.
+    Kept rows have weight 1, drawn rows ``1/((R − c) q_i) = (1 − P_C)/((R − c) p_i)``.
+
+    Choice of c (the reference code's ``k_adaptive``, from the paper's variance bound
+    (Theorem 2), whose sampled part scales as (1 − P_C)/(R − c) against 1/R for
+    CRS): with P_c the mass of the c most probable rows,
+
+        c = argmin_{c ∈ {0, …, R}} (1 − P_c) / (R − c),
+
+    where c = 0 is plain CRS (score 1/R) and c = R scores 0 when the top R rows hold
+    all the mass (then every nonzero row is kept: exact) and +∞ otherwise; ties go
+    to the smaller c. The masses are computed as sums of the rows left out (never
+    1 − a rounded sum), so at R = B c = B and the estimate is exact.
+    """
+    rows = norms.shape[0]
+    top, top_index = jax.lax.top_k(norms, rank)
+    in_top = jnp.zeros(rows, bool).at[top_index].set(True)
+    mass_out = jnp.sum(jnp.where(in_top, 0.0, norms))  # exactly 0 when the top R are all rows
+    suffix = jnp.concatenate([jnp.cumsum(top[::-1])[::-1], jnp.zeros(1, norms.dtype)])
+    rest = suffix + mass_out  # rest[c]: mass outside the c most probable rows
+    slots = jnp.arange(rank + 1)
+    score = jnp.where(
+        slots < rank, rest / jnp.maximum(rank - slots, 1), jnp.where(rest > 0, jnp.inf, 0.0)
+    )
+    c = jnp.argmin(score)
+    kept = jnp.zeros(rows, bool).at[top_index].set(jnp.arange(rank) < c)
+    drawn = _draw(key, jnp.where(kept, 0.0, norms), rank)
+    picked = norms[drawn]
+    rest_c = rest[c]
+    draw_weight = rest_c / (jnp.maximum(rank - c, 1) * jnp.where(picked > 0, picked, 1.0))
+    draw_weight = jnp.where(picked > 0, draw_weight, 0.0)
+    deterministic = jnp.arange(rank) < c
+    index = jnp.where(deterministic, top_index, drawn).astype(jnp.int32)
+    weight = jnp.where(deterministic, 1.0, draw_weight)
+    return RowSample(index, weight)
+
+
+def sample_rows(key: jax.Array, x: jax.Array, estimator: str, rank: int) -> RowSample:
+    """The R rows (and weights) of a (B, N) ``x`` that ``crs`` or ``wta-crs`` keeps."""
+    norms = _row_norms(x)
+    return _crs(key, norms, rank) if estimator == "crs" else _wta_crs(key, norms, rank)
+
+
+def weighted_rows(x: jax.Array, sample: RowSample, shrink: float) -> jax.Array:
+    """x̃ = (1 − λ)² · diag(w) · X[index] (R × N, float32): the sampled estimator's X̂."""
+    return x[sample.index].astype(jnp.float32) * (sample.weight * shrink**2)[:, None]
+
+
+def projection_width(rows: int, features: int, rank: int) -> int:
+    """k = ⌈R·N/B⌉: the width at which X P (B × k) holds R·N floats."""
+    return -(-rank * features // rows)
+
+
+def projection(key: jax.Array, features: int, width: int) -> jax.Array:
+    """P ∈ R^{N×k} with entries N(0, 1/k), so E[P Pᵀ] = I_N.
+
+    Random projection of the feature axis (the RAD / CompAct family: Oktay et al.,
+    "Randomized automatic differentiation", ICLR 2021; CompAct, 2024):
+    ``d̂W = P (X P)ᵀ dY`` has E[d̂W] = E[P Pᵀ] Xᵀ dY = Xᵀ dY.
+    """
+    return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
+
+
 def sketched_matmul(
     x: jax.Array,
     w: jax.Array,
@@ -180,7 +318,7 @@ def sketched_matmul(
       w: (N, M).
       key: PRNG key, fresh each step; it only draws S (its gradient is zero).
       rank: R ≥ 1, clipped to B.
-      lam: shrink λ ∈ [0, 1); both sketches are scaled by (1 − λ).
+      lam: shrink λ ∈ [0, 1); dW is scaled by (1 − λ)².
       estimator: one of ``ESTIMATORS``; ``exact`` is an ordinary matmul.
     """
     validate(estimator, rank, lam)
@@ -202,20 +340,47 @@ def _sketched_2d(x, w, key, rank, lam, estimator):
     return x @ w
 
 
+def _kept(*arrays):
+    return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
+
+
 def _fwd(x, w, key, rank, lam, estimator):
-    sketch = draw_sketch(key, SKETCH_KIND[estimator], x.shape[0], rank)
-    x_hat = sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
+    rows, features = x.shape
+    shrink = 1.0 - lam
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
-    return x @ w, (x_hat, w, key, x_dtype)
+    if estimator in SAMPLING:
+        sample = sample_rows(key, x, estimator, rank)
+        kept, key = _kept(weighted_rows(x, sample, shrink), sample.index), None
+    elif estimator == PROJECTION:
+        width = projection_width(rows, features, rank)
+        if width >= features:  # X P would be no smaller than X: keep X, exact
+            kept, key = _kept(x.astype(jnp.float32) * shrink**2), None
+        else:
+            kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
+    else:
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
+    # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
+    return x @ w, (kept, key, w, *_kept(x_dtype))
 
 
 def _bwd(rank, lam, estimator, residuals, dy):
-    x_hat, w, key, x_dtype = residuals
-    sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
-    dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
+    kept, key, w, x_dtype = residuals
+    if estimator in SAMPLING:
+        x_tilde, index = kept
+        dw = x_tilde.T @ dy[index].astype(jnp.float32)
+    elif estimator == PROJECTION and key is None:  # X itself, times c²
+        dw = kept[0].T @ dy.astype(jnp.float32)
+    elif estimator == PROJECTION:
+        rows, features = dy.shape[0], w.shape[0]
+        p = projection(key, features, projection_width(rows, features, rank))
+        dw = p @ (kept[0].T @ dy.astype(jnp.float32))
+    else:
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
+        dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
+        dw = kept[0].T @ dy_hat
     dx = (dy @ w.T).astype(x_dtype.dtype)
-    dw = (x_hat.T @ dy_hat).astype(w.dtype)
-    return dx, dw, None
+    return dx, dw.astype(w.dtype), None
 
 
 _sketched_2d.defvjp(_fwd, _bwd)

@@ -10,13 +10,18 @@ and its logit gradient is dZ = (softmax(Z) − onehot(t)) / B, so
     dW ≈ X̂ᵀ dẐ,  X̂ = c·γ_X·S X,  dẐ = c·γ_dZ·S dZ,  c = 1 − λ   (sketched)
 
 with S, γ and the estimators of ``engine.basis`` (S drawn by ``draw_sketch`` from the
-head's key, X̂ by ``sketch_rows``). The loss is the last operation, so its
+head's key, X̂ by ``sketch_rows``). The peer estimators take the same key and draw
+the same numbers as ``sketched_matmul``: row sampling (``crs``, ``wta-crs``) keeps
+x̃ = c²·diag(w)·X[i] and the R sampled rows of dZ, recomputed from their logits
+(R·N·V flops); ``proj`` keeps (X P)ᵀ dZ (k×V), accumulated chunk by chunk, and
+dW = c²·P (X P)ᵀ dZ. The loss is the last operation, so its
 cotangent is a scalar g and every gradient is g times the above: they are formed
 during the forward pass, C rows at a time (logits → lse → loss and dZ → dX rows
 and the chunk's share of Xᵀ dZ or of S dZ = Σ_chunks S[:, chunk] dZ[chunk]).
 The B×V logits never exist at once. Kept for the backward pass: dX (B×N) and
-dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched, where the weight
-gradient costs R·N·V instead of B·N·V.
+dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched or sampled; dX,
+(X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
+``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V.
 """
 
 from __future__ import annotations
@@ -26,8 +31,13 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from engine.basis import EPS, SKETCH_KIND, USES_SCALARS, Sketch, apply_sketch, draw_sketch, sketch_rows, validate
+from engine.basis import (
+    EPS, PROJECTION, SAMPLING, SKETCH_KIND, USES_SCALARS, Sketch, apply_sketch, draw_sketch,
+    projection, projection_width, sample_rows, sketch_rows, validate, weighted_rows,
+)
+from engine.residuals import DENSE_INPUT, LOSS_LOGITS
 
 
 def head_loss(
@@ -110,11 +120,28 @@ def _sketch_chunks(sketch: Sketch, chunk: int) -> tuple:
     return _chunked(sketch.bins, chunk), _chunked(sketch.signs, chunk), None
 
 
+def _mode(estimator: str, rows: int, features: int, rank: int) -> str:
+    """How the head forms dW: ``exact`` (Xᵀ dZ, also ``proj`` when k ≥ N), ``sample``,
+    ``proj`` or ``sketch`` (S applied to X and dZ)."""
+    if estimator == "exact":
+        return "exact"
+    if estimator in SAMPLING:
+        return "sample"
+    if estimator == PROJECTION:
+        return "proj" if projection_width(rows, features, rank) < features else "exact"
+    return "sketch"
+
+
 def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
-    rows, v = x.shape[0], w.shape[1]
-    exact = estimator == "exact"
-    if exact:  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ for chunks of rows
-        sketch, parts, acc = None, None, jnp.zeros((v, x.shape[1]), jnp.float32)
+    rows, features, v = x.shape[0], x.shape[1], w.shape[1]
+    mode = _mode(estimator, rows, features, rank)
+    shrink = 1.0 - lam
+    sketch, parts, p = None, None, None
+    if mode in ("exact", "sample"):  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ
+        acc = jnp.zeros((v, features) if mode == "exact" else (0, v), jnp.float32)
+    elif mode == "proj":
+        p = projection(key, features, projection_width(rows, features, rank))
+        acc = jnp.zeros((p.shape[1], v), jnp.float32)
     else:
         sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
@@ -126,9 +153,11 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
         onehot = tc[:, None] == jnp.arange(v, dtype=tc.dtype)
         dz = jnp.where(valid[:, None], e / sum_e - onehot, 0.0) / rows
         dzc = dz.astype(w.dtype)
-        if exact:
+        if mode == "exact":
             acc = acc + jnp.matmul(dzc.T, xc, preferred_element_type=jnp.float32)
-        else:
+        elif mode == "proj":
+            acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
+        elif mode == "sketch":
             acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz)
             sq = sq + jnp.sum(dz * dz)
         total = total + jnp.sum(jnp.where(valid, nll, 0.0))
@@ -139,22 +168,41 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
         body, (zero, acc, zero), (_chunk_inputs(x, targets, chunk), parts)
     )
     dx = dx.reshape(-1, x.shape[1])[:rows]
-    if exact:
-        return total / rows, (dx, acc.T.astype(w.dtype))
-    scalars = estimator in USES_SCALARS
-    x_hat = sketch_rows(x, sketch, scalars=scalars, shrink=1.0 - lam)
-    dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
+    loss = total / rows
     w_dtype = jnp.zeros((0,), w.dtype)  # zero-size: carries w's dtype for dW
-    return total / rows, (dx, x_hat, dz_hat * (1.0 - lam), w_dtype)
+    loss_part = lambda *a: tuple(checkpoint_name(b, LOSS_LOGITS) for b in a)
+    x_part = lambda a: checkpoint_name(a, DENSE_INPUT)  # the head's X̂ or x̃, as a dense layer's
+    if mode == "exact":
+        factor = shrink**2 if estimator != "exact" else 1.0  # proj at k ≥ N: c²·dW
+        kept = (*loss_part(dx, (acc.T * factor).astype(w.dtype)), w_dtype)
+    elif mode == "proj":  # the key (a PRNG key, known by its dtype) regenerates P
+        kept = (*loss_part(dx, acc * shrink**2), key, w_dtype)
+    elif mode == "sample":
+        sample = sample_rows(key, x, estimator, rank)
+        e, sum_e, _ = _logits(x[sample.index], w, targets[sample.index])
+        onehot = targets[sample.index][:, None] == jnp.arange(v, dtype=targets.dtype)
+        dz_rows = (e / sum_e - onehot) / rows
+        x_tilde = x_part(weighted_rows(x, sample, shrink))
+        kept = (loss_part(dx)[0], x_tilde, loss_part(dz_rows)[0], w_dtype)
+    else:
+        scalars = estimator in USES_SCALARS
+        x_hat = x_part(sketch_rows(x, sketch, scalars=scalars, shrink=shrink))
+        dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
+        kept = (loss_part(dx)[0], x_hat, loss_part(dz_hat * shrink)[0], w_dtype)
+    return loss, (*kept[:-1], loss_part(w_dtype)[0])
 
 
 def _bwd(chunk, rank, lam, estimator, residuals, g):
-    if estimator == "exact":
-        dx, dw = residuals
-    else:
-        dx, x_hat, dz_hat, w_dtype = residuals
-        dw = (x_hat.T @ dz_hat).astype(w_dtype.dtype)
-    return (g * dx).astype(dx.dtype), (g * dw).astype(dw.dtype), None, None
+    dx, w_dtype = residuals[0], residuals[-1]
+    if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
+        dw = residuals[1]
+    elif estimator == PROJECTION:
+        proj_dz, key = residuals[1], residuals[2]
+        features = dx.shape[1]
+        dw = projection(key, features, proj_dz.shape[0]) @ proj_dz
+    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows
+        dw = residuals[1].T @ residuals[2]
+    return (g * dx).astype(dx.dtype), (g * dw).astype(w_dtype.dtype), None, None
 
 
 _head.defvjp(_fwd, _bwd)

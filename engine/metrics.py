@@ -10,16 +10,18 @@ Memory: the bytes a train step keeps for its backward pass are the residuals of
 which live in memory anyway. ``memory_breakdown`` sorts them into
 
 - ``sketched_inputs``: what dense layers keep for dW: their input X when exact;
-  X̂ (R×N) and the sketch key when sketched,
+  X̂ (R×N) and the sketch key when sketched; the weighted rows x̃ (R×N) and their
+  indices for ``crs`` / ``wta-crs``; X P (B×k) and the key for ``proj``,
 - ``nonlinearity``: LayerNorm and GELU state (their inputs, or their internals),
 - ``attention``: Q, K, V and the probabilities or the row log-sum-exp,
 - ``loss_logits``: the cross-entropy's B·T×V softmax, or what the fused head keeps
   (dX and dW or dẐ),
-- ``other``: everything else (token indices, block inputs and matmul outputs kept
-  by a ``remat`` policy).
+- ``other``: everything else: the token indices the embedding lookup (Flax's
+  ``nn.Embed``) keeps, and block inputs and matmul outputs kept by a ``remat`` policy.
 
-A residual is placed by the ``checkpoint_name`` tag its consumer gives it
-(``engine.layers``), else by the file or function that produced it.
+A residual is placed only by the ``checkpoint_name`` tag given where it is made
+(``engine.residuals``: every residual of the project's own code has one), and a
+sketch's PRNG key, which is kept as it is, by its dtype.
 ``compiled_memory`` adds what XLA reports for the whole compiled train step.
 """
 
@@ -34,21 +36,11 @@ import numpy as np
 import optax
 from jax._src.ad_checkpoint import saved_residuals
 
-from engine.layers import ATTENTION, DENSE_INPUT, NONLINEARITY
 from engine.model import GPTConfig, loss_fn
+from engine.residuals import ATTENTION, DENSE_INPUT, LOSS_LOGITS, NONLINEARITY
 from engine.steps import init_state, make_train_step
 
-LOSS_LOGITS = "loss_logits"
 CATEGORIES = (DENSE_INPUT, NONLINEARITY, ATTENTION, LOSS_LOGITS, "other")
-# producer of an untagged residual → category; the first fragment found wins
-_SOURCES = (
-    ("basis.py:", DENSE_INPUT),  # X̂ of a sketched layer
-    ("normalization.py:", NONLINEARITY),  # flax LayerNorm internals
-    ("(gelu)", NONLINEARITY),  # tanh terms of engine.layers.gelu
-    ("attention.py:", ATTENTION),  # probabilities, log-sum-exp
-    ("head.py:", LOSS_LOGITS),  # fused head: dX and dW or dẐ
-    ("optax", LOSS_LOGITS),  # softmax of the logits
-)
 
 
 def layer_name(path: tuple[str, ...]) -> str:
@@ -113,11 +105,8 @@ def residual_category(aval, description: str) -> str:
     if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
         return DENSE_INPUT  # only sketches draw keys
     tag = re.match(r"named '([^']*)'", description)
-    if tag:
-        return tag.group(1) if tag.group(1) in CATEGORIES else "other"
-    for fragment, category in _SOURCES:
-        if fragment in description:
-            return category
+    if tag and tag.group(1) in CATEGORIES:
+        return tag.group(1)
     return "other"
 
 

@@ -46,7 +46,8 @@ from jax.ad_checkpoint import checkpoint_name
 
 from engine.attention import ATTENTION_CHOICES, causal_attention
 from engine.basis import validate
-from engine.layers import ATTENTION, NONLINEARITY, FusedHead, SketchedDense, gelu
+from engine.layers import ATTENTION, NONLINEARITY, FusedHead, LayerNorm, SketchedDense, gelu
+from engine.residuals import LOSS_LOGITS, keep_tagged
 
 SKETCHED_LAYER_CHOICES = ("mlp+head", "mlp", "all", "none")
 _GROUPS = {
@@ -206,7 +207,7 @@ class MLP(nn.Module):
 
 def _layer_norm(cfg: GPTConfig, name: str, x: jax.Array) -> jax.Array:
     """``nn.LayerNorm``; with ``recompute_activations`` it keeps only its input."""
-    norm = nn.remat(nn.LayerNorm) if cfg.recompute_activations else nn.LayerNorm
+    norm = nn.remat(nn.LayerNorm) if cfg.recompute_activations else LayerNorm
     return norm(name=name)(checkpoint_name(x, NONLINEARITY))
 
 
@@ -254,11 +255,17 @@ class GPT(nn.Module):
         return cross_entropy(logits, targets)
 
 
+def _mean_cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+
+_cross_entropy_kept = keep_tagged(_mean_cross_entropy, LOSS_LOGITS, static=1)
+
+
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Mean over all positions of −log softmax(logits)[target], in float32."""
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), targets
-    ).mean()
+    """Mean over all positions of −log softmax(logits)[target], in float32; what it
+    keeps for the backward pass (the softmax) is tagged ``LOSS_LOGITS``."""
+    return _cross_entropy_kept(logits.astype(jnp.float32), targets)
 
 
 def init_params(cfg: GPTConfig, key: jax.Array, batch_size: int = 1):

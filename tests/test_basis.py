@@ -6,9 +6,20 @@ import numpy as np
 import pytest
 from jax._src.ad_checkpoint import saved_residuals
 
-from engine.basis import ESTIMATORS, _argsort, apply_sketch, draw_sketch, sketch_rows, sketched_matmul
+from engine.basis import (
+    ESTIMATORS,
+    SAMPLING,
+    _argsort,
+    apply_sketch,
+    draw_sketch,
+    projection_width,
+    sample_rows,
+    sketch_rows,
+    sketched_matmul,
+)
 
 SKETCHED = [e for e in ESTIMATORS if e != "exact"]
+PEERS = ["crs", "wta-crs", "proj"]
 HASH_KIND = {"balanced": "balanced", "uniform": "uniform"}
 
 
@@ -125,13 +136,25 @@ def test_balanced_hash_permutes_rows_between_steps():
     assert not np.array_equal(a != 0, b != 0)
 
 
-@pytest.mark.parametrize("estimator", ["countsketch", "balanced", "gaussian"])
+def _heavy_rows(x):
+    """x with three rows scaled ×20: most of ‖x_b‖'s mass in a few rows, so wta-crs
+    keeps some rows deterministically."""
+    return x.at[jnp.array([2, 11, 17])].multiply(20.0)
+
+
+@pytest.mark.parametrize(
+    "estimator,heavy",
+    [("countsketch", False), ("balanced", False), ("gaussian", False)]
+    + [(e, False) for e in PEERS] + [("wta-crs", True), ("crs", True)],
+)
 @pytest.mark.parametrize("lam", [0.0, 0.2])
-def test_unbiased_estimators_mean_converges_to_exact_dw(estimator, lam):
+def test_unbiased_estimators_mean_converges_to_exact_dw(estimator, lam, heavy):
     """Monte Carlo over K keys: every entry of mean(dW) − (1−λ)² dW lies within
     z·σ/√K, with σ the sample std of that entry and z = 5.5: with 36 entries the
     chance of a false failure is below 36 · 4e-8 (Gaussian tails of the mean)."""
     x, w, g = _data(shape_x=(24, 4), m=3, seed=3)
+    if heavy:
+        x = _heavy_rows(x)
     k = 20000
     keys = jax.random.split(jax.random.key(11), k)
     dws = jax.jit(jax.vmap(lambda key: _grads(x, w, g, key, rank=4, lam=lam, estimator=estimator)[1]))(keys)
@@ -199,7 +222,8 @@ def test_layer_saves_only_the_sketch_never_x(estimator):
     loss = lambda x, w, key: jnp.sum(sketched_matmul(x, w, key, rank=r, estimator=estimator))
     saved = saved_residuals(loss, x, w, jax.random.key(0))
     shapes = [tuple(aval.shape) for aval, _ in saved]
-    assert (r, n) in shapes
+    if estimator != "proj":  # proj keeps X P, B × ⌈R·N/B⌉
+        assert (r, n) in shapes
     for shape in shapes:
         assert shape not in {(b, n), (4, 16, n)}
         assert int(np.prod(shape)) < b * n
@@ -257,3 +281,91 @@ def test_bad_arguments_raise_clear_errors(kwargs, match):
 def test_shape_mismatch_raises():
     with pytest.raises(ValueError, match="shape mismatch"):
         sketched_matmul(jnp.ones((4, 3)), jnp.ones((5, 2)), jax.random.key(0), rank=2)
+
+
+def _kept_rows(x, rank):
+    """c = |C| of wta-crs: the number of leading slots with weight exactly 1 on the top rows."""
+    sample = sample_rows(jax.random.key(0), x, "wta-crs", rank)
+    top = np.argsort(-np.linalg.norm(np.asarray(x), axis=1), kind="stable")
+    weight, index = np.asarray(sample.weight), np.asarray(sample.index)
+    c = 0
+    while c < rank and weight[c] == 1.0 and index[c] == top[c]:
+        c += 1
+    return c
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+@pytest.mark.parametrize("rank", [1, 2, 4, 8])
+def test_wta_crs_keeps_the_rows_its_variance_rule_picks(heavy, rank):
+    """|C| = argmin_c (1 − P_c)/(R − c) over c = 0..R−1 (first minimum), P_c the mass of
+    the c largest ‖x_b‖, computed here in NumPy float64."""
+    x, _, _ = _data(shape_x=(24, 4), seed=3)
+    if heavy:
+        x = _heavy_rows(x)
+    norms = np.sort(np.linalg.norm(np.asarray(x, np.float64), axis=1))[::-1]
+    p = norms / norms.sum()
+    score = [(1 - p[:c].sum()) / (rank - c) for c in range(rank)]
+    assert _kept_rows(x, rank) == int(np.argmin(score))
+    if heavy and rank >= 4:
+        assert _kept_rows(x, rank) > 0  # the heavy rows are kept, not sampled
+
+
+@pytest.mark.parametrize("estimator", ["wta-crs", "proj"])
+@pytest.mark.parametrize("lam", [0.0, 0.25])
+def test_wta_crs_and_proj_are_exact_at_full_rank(estimator, lam):
+    """R = B: wta-crs keeps every row with weight 1; proj has k = N and keeps X."""
+    x, w, g = _data()
+    b = 4 * 16
+    exact_dw = x.reshape(b, -1).T @ g.reshape(b, -1)
+    for seed, rank in [(0, b), (1, 10 * b)]:
+        _, dw = _grads(x, w, g, jax.random.key(seed), rank=rank, lam=lam, estimator=estimator)
+        np.testing.assert_allclose(dw, exact_dw * (1 - lam) ** 2, rtol=1e-5, atol=1e-5)
+
+
+def test_crs_stays_random_at_full_rank():
+    """crs draws B rows with replacement at R = B: two keys give two different dW."""
+    x, w, g = _data()
+    _, a = _grads(x, w, g, jax.random.key(0), rank=64, estimator="crs")
+    _, b = _grads(x, w, g, jax.random.key(1), rank=64, estimator="crs")
+    assert not np.allclose(a, b)
+
+
+def test_sampling_never_draws_a_zero_row():
+    x, _, _ = _data(shape_x=(40, 6))
+    x = x.at[::2].set(0.0)
+    for estimator in SAMPLING:
+        for seed in range(5):
+            sample = sample_rows(jax.random.key(seed), x, estimator, 8)
+            drawn = np.asarray(sample.index)[np.asarray(sample.weight) > 0]
+            assert np.all(drawn % 2 == 1)
+
+
+def test_all_zero_input_gives_zero_dw():
+    x, w, g = _data(shape_x=(20, 5), m=3)
+    for estimator in PEERS:
+        _, dw = _grads(jnp.zeros_like(x), w, g, jax.random.key(0), rank=4, estimator=estimator)
+        np.testing.assert_array_equal(dw, 0.0)
+
+
+def _table_bytes(estimator, b, n, r):
+    """The module docstring's table: bytes kept for dW (float32, 8-byte key)."""
+    if estimator in SAMPLING:
+        return 4 * r * n + 4 * r
+    if estimator == "proj":
+        k = -(-r * n // b)
+        return 4 * b * k + 8 if k < n else 4 * b * n
+    return 4 * r * n + 8
+
+
+@pytest.mark.parametrize("estimator", SKETCHED)
+@pytest.mark.parametrize("r", [1, 4, 16, 63])
+def test_saved_bytes_agree_with_the_docstring_table(estimator, r):
+    b, n, m = 64, 24, 40
+    x, w, _ = _data(shape_x=(b, n), m=m)
+    loss = lambda x, w, key: jnp.sum(sketched_matmul(x, w, key, rank=r, estimator=estimator))
+    saved = saved_residuals(loss, x, w, jax.random.key(0))
+    kept = [a for a, why in saved if not why.startswith("from the argument w")]
+    nbytes = sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in kept)
+    assert nbytes == _table_bytes(estimator, b, n, r)
+    if estimator == "proj" and projection_width(b, n, r) < n:  # R rows' worth, up to ⌈·⌉
+        assert 4 * r * n <= nbytes - 8 < 4 * (r * n + b)

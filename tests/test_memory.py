@@ -72,10 +72,15 @@ def test_fused_head_equals_logits_then_cross_entropy(chunk):
     np.testing.assert_allclose(primal, want[0], rtol=1e-6)
 
 
-@pytest.mark.parametrize("estimator,rank", [("gaussian", 5), ("countsketch", 5), ("basis", 48)])
+@pytest.mark.parametrize(
+    "estimator,rank",
+    [("gaussian", 5), ("countsketch", 5), ("basis", 48),
+     ("crs", 5), ("wta-crs", 5), ("proj", 5), ("wta-crs", 48), ("proj", 48)],
+)
 def test_sketched_fused_head_equals_sketched_matmul_then_cross_entropy(estimator, rank):
-    """Same key, same S: the fused head's dW is the sketched dense layer's; at R = B·T
-    the basis sketch is a signed permutation and dW is exact times (1 − λ)²."""
+    """Same key, same S (or rows, or P): the fused head's dW is the sketched dense
+    layer's; at R = B·T the basis sketch is a signed permutation, wta-crs keeps every
+    row and proj keeps X, so dW is exact times (1 − λ)²."""
     x, w, t = _head_inputs()
     key, lam = jax.random.key(7), 0.1
 
@@ -236,3 +241,33 @@ def test_head_loss_rejects_bad_arguments():
         head_loss(x, w, t, None, chunk=0)
     with pytest.raises(ValueError, match="shape mismatch"):
         head_loss(x, w, t[:3], None, chunk=2)
+
+
+def _untagged_configs():
+    """Every estimator with fused and unfused head (all layers sketched), every
+    sketched_layers choice, and both settings of attention and recomputation."""
+    from engine.basis import ESTIMATORS
+
+    for i, estimator in enumerate(ESTIMATORS):
+        for chunk in (0, 7):
+            yield CFG.replace(
+                estimator=estimator, rank=4, lam=0.1, sketched_layers="all", head_chunk=chunk,
+                attention=("xla", "recompute")[i % 2], recompute_activations=bool(chunk),
+            )
+    for layers in ("mlp+head", "mlp", "none"):
+        for plain in (True, False):
+            yield CFG.replace(**(PLAIN if plain else OPTIONS), estimator="crs", rank=4, sketched_layers=layers)
+
+
+@pytest.mark.parametrize("cfg", list(_untagged_configs()), ids=lambda c: f"{c.estimator}-{c.sketched_layers}-{c.head_chunk}-{c.attention}-{c.recompute_activations}")
+def test_no_residual_of_the_project_lands_in_other(cfg):
+    """Categories come from tags given where residuals are made: without remat, only the
+    token indices Flax's embedding lookup keeps (B×T integers) are left in ``other``."""
+    from engine.metrics import _listing, residual_category
+
+    listing = _listing(cfg, PARAMS, BATCH, jax.random.key(2))
+    other = [(aval, why) for aval, why in listing if residual_category(aval, why) == "other"]
+    assert len(other) == 1, other
+    aval, why = other[0]
+    assert jnp.issubdtype(aval.dtype, jnp.integer) and aval.size == ROWS and "Embed" in why
+    assert all("named '" in why for aval, why in listing if aval not in (other[0][0],) and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key))
