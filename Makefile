@@ -32,3 +32,8 @@ test: install browser postgres
 bench: install
 	$(PY) bench/layer_speed.py
 	$(PY) bench/memory.py
+	$(PY) bench/memory.py --defaults
+	$(PY) bench/throughput.py
+	$(PY) bench/checkpoint.py
+	$(PY) bench/fleet.py
+	$(PY) bench/diagnose.py

@@ -117,6 +117,31 @@ def print_table(table: list[dict]) -> None:
               + f"  {r['temp_bytes'] / mb:>8.0f}{temp_ratio:>7}  {r['step_s']:>7.3f}{r['time_ratio']:>7.3f}")
 
 
+def defaults(seq_lens=(64, 1024)) -> None:
+    """What BASIS saves under a run's defaults (``RunConfig``: the preset's model, the
+    default memory options) at the paper preset and longer contexts: saved-for-backward
+    bytes of exact and basis R ∈ {1, 8, 32} (mlp+head) and basis ÷ exact, same options."""
+    from engine.config import RunConfig
+    from engine.train import initial_params
+
+    print(f"RunConfig defaults at the paper preset (d 64, 2 layers, batch 1), head chunk "
+          f"{RunConfig(preset='paper').effective_head_chunk} on {jax.default_backend()}; MB = 2^20 bytes")
+    print(f"{'T':>5} {'method':<12}{'saved MB':>10}{'÷ exact':>9}  " + "".join(f"{SHORT[c]:>9}" for c in CATEGORIES))
+    for t in seq_lens:
+        exact_bytes = None
+        for estimator, rank in (("exact", 32), ("basis", 1), ("basis", 8), ("basis", 32)):
+            config = RunConfig(preset="paper", seq_len=t, estimator=estimator, rank=rank)
+            cfg = config.model_config()
+            params = initial_params(config)
+            batch = jax.random.randint(jax.random.key(2), (config.effective_batch_size, t + 1), 0, cfg.vocab_size)
+            breakdown = memory_breakdown(cfg, params, batch, jax.random.key(1))
+            saved = sum(breakdown.values())
+            exact_bytes = exact_bytes or saved
+            label = "exact" if estimator == "exact" else f"basis R={rank}"
+            print(f"{t:>5} {label:<12}{saved / 2**20:>10.2f}{saved / exact_bytes:>9.3f}  "
+                  + "".join(f"{breakdown[c] / 2**20:>9.2f}" for c in CATEGORIES))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--T", default="64,256,1024", help="comma-separated sequence lengths")
@@ -124,7 +149,12 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3, help="timed steps per method")
     ap.add_argument("--head-chunk", type=int, default=1024, help="rows per chunk of the fused head")
     ap.add_argument("--json", type=Path, help="write the table as a JSON list of rows")
+    ap.add_argument("--defaults", action="store_true",
+                    help="only the saved bytes of exact and basis under RunConfig defaults at the paper preset, T 64 and 1024")
     args = ap.parse_args(argv)
+    if args.defaults:
+        defaults()
+        return
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}); "
           f"d {MODEL['d_model']}, {MODEL['n_layers']} layers, {MODEL['n_heads']} heads, "
           f"V {MODEL['vocab_size']}, B·T {args.rows}, head chunk {args.head_chunk}, "
