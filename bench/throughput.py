@@ -33,10 +33,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import flax.linen as nn
 import jax

@@ -64,7 +64,7 @@ def _data_text(grid: Sweep) -> str | None:
     return text
 
 
-def _preview(grid: Sweep, configs: list) -> None:
+def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
     """How many runs, how long (when a step time is known), which runs; and the Launch buttons."""
     for clip in grid.clipped():
         st.warning(f"{clip}: the run records R = {clip.effective}.", icon=":material/content_cut:")
@@ -163,4 +163,4 @@ with preview_col:
         configs = None
         st.error(str(e), icon=":material/error:")
     if configs:
-        _preview(grid, configs)
+        _preview(lab, grid, configs)
