@@ -733,21 +733,17 @@ class RunStore:
 
     def worker_heartbeat(self, worker_id: str, current_run_id: Optional[int] = None) -> None:
         """Stamp the worker's heartbeat and the run it trains now (None: idle)."""
-        with self._session(write=True) as s:
-            res = s.execute(
-                update(Worker).where(Worker.id == str(worker_id))
-                .values(heartbeat_at=utcnow(), current_run_id=current_run_id, status="active")
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount != 1:
-                raise StorageError(f"no worker {worker_id!r}; register it first")
+        self._update_worker(worker_id, current_run_id=current_run_id, status="active")
 
     def end_worker(self, worker_id: str) -> None:
         """Mark the worker ``stopped`` (it exited cleanly)."""
+        self._update_worker(worker_id, current_run_id=None, status="stopped")
+
+    def _update_worker(self, worker_id: str, **values: Any) -> None:
         with self._session(write=True) as s:
             res = s.execute(
                 update(Worker).where(Worker.id == str(worker_id))
-                .values(heartbeat_at=utcnow(), current_run_id=None, status="stopped")
+                .values(heartbeat_at=utcnow(), **values)
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount != 1:

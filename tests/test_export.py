@@ -13,6 +13,7 @@ import pytest
 
 from storage import RunStore, StorageError, export_csv, long_frame, to_csv_bytes, wide_frame
 from storage.export import database_files, neutralize, write_file
+from tests.test_storage import _new_run
 
 
 @pytest.fixture
@@ -22,19 +23,6 @@ def store(tmp_path):
     s.close()
 
 
-def _new_run(store, name="run", **kw):
-    args = dict(
-        name=name,
-        config={"estimator": "ep", "model": {"width": 64, "depth": 2}, "lr": 1e-3, "layers": [1, 2]},
-        estimator="ep",
-        rank=8,
-        lam=0.25,
-        seed=0,
-        preset="tiny",
-        steps=100,
-    )
-    args.update(kw)
-    return store.create_run(**args)
 
 
 

@@ -14,6 +14,7 @@ from engine import jobs, liveness
 from engine.cli import main
 from engine.config import RunConfig
 from storage import RunStore
+from tests.test_durable import _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = RunConfig(preset="tiny", steps=10, eval_interval=5, probe_interval=0, val_batches=1, checkpoint_interval=5)
@@ -23,16 +24,6 @@ def _worker(url: str, ckpt: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "BASIS_LAB_CHECKPOINTS": str(ckpt)}
     return subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", url, *extra], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _wait_for(predicate, timeout=900.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _steps(store: RunStore, run_id: int) -> list[int]:
