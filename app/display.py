@@ -1,4 +1,4 @@
-"""How the pages dress plain data: status symbols and the one chart-render helper."""
+"""How the pages dress plain data: status symbols, user text escaped for markdown, and the one chart-render helper."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ STATUS_LABELS = {  # text symbols, not emoji: they render with any font
     "cancelled": "■ cancelled",
     "interrupted": "⚠ interrupted",
 }
+WORKER_LABELS = {"active": "▶ active", "stopped": "■ stopped", "gone": "⚠ gone"}
 IMAGE_FORMATS = ("png", "svg")
 IMAGE_FORMAT = "display.image_format"  # the sidebar's choice of chart download format
 _MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
@@ -20,6 +21,11 @@ _MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
 def status_text(status: str) -> str:
     """``✓ finished``: a status with its symbol."""
     return STATUS_LABELS.get(status, status)
+
+
+def worker_state_text(state: str) -> str:
+    """``⚠ gone``: a worker's state with its symbol."""
+    return WORKER_LABELS.get(state, state)
 
 
 def plot(fig, key: str) -> None:
