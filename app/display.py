@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 import streamlit as st
 
 STATUS_LABELS = {  # text symbols, not emoji: they render with any font
@@ -26,6 +28,16 @@ def status_text(status: str) -> str:
 def worker_state_text(state: str) -> str:
     """``⚠ gone``: a worker's state with its symbol."""
     return WORKER_LABELS.get(state, state)
+
+
+def resume_text(checkpoint_steps: Mapping[int, int | None], moved: Sequence[int]) -> str:
+    """What a Resume did: which run continues from which checkpoint step (or from
+    step 0), and which of those asked for (the keys) were not resumable."""
+    parts = [f"#{i} from checkpoint step {checkpoint_steps.get(i):,}" if checkpoint_steps.get(i)
+             else f"#{i} from step 0 (no checkpoint)" for i in moved]
+    left = [i for i in checkpoint_steps if i not in set(moved)]
+    text = f"Resumed {', '.join(parts)}." if parts else "Nothing was resumed."
+    return text + (f" Not resumable now: {', '.join(f'#{i}' for i in left)}." if left else "")
 
 
 def plot(fig, key: str) -> None:

@@ -156,7 +156,7 @@ def set_dialog(value: tuple | None) -> None:
 
 
 def flash(message: str) -> None:
-    """A message for the Runs page to show after the next rerun."""
+    """A message (plain text) for the page to show as a toast after the next rerun."""
     st.session_state[_FLASH] = message
 
 

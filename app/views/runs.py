@@ -87,13 +87,8 @@ def _edit_dialog(run_id: int) -> None:
 def resume(run_ids: list[int]) -> str:
     """Resume ``run_ids`` in this dashboard's job manager; says which run continues
     from which checkpoint step (or from step 0)."""
-    before = {r.id: r for r in store.list_runs() if r.id in set(run_ids)}
-    moved = lab.manager.resume(run_ids)
-    parts = [f"#{i} from checkpoint step {before[i].checkpoint_step:,}" if before[i].checkpoint_step
-             else f"#{i} from step 0 (no checkpoint)" for i in moved]
-    left = [i for i in run_ids if i not in moved]
-    text = f"Resumed {', '.join(parts)}." if parts else "Nothing was resumed."
-    return text + (f" Not resumable now: {', '.join(f'#{i}' for i in left)}." if left else "")
+    steps = {r.id: r.checkpoint_step for r in store.list_runs() if r.id in set(run_ids)}
+    return display.resume_text(steps, lab.manager.resume(run_ids))
 
 
 def _actions(view, chosen: list[int]) -> None:
