@@ -90,7 +90,8 @@ def _view() -> None:
     m[4].metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—")
     m[5].metric("wall time", format_seconds(row.wall_s))
     if run.error:
-        st.error(plain(f"This run {run.status}: {run.error.splitlines()[0]}"))
+        first = run.error.splitlines()[0].removeprefix(f"{run.status}: ")  # "interrupted: interrupted: …" once
+        st.error(plain(f"This run {run.status}: {first}"))
         if len(run.error.splitlines()) > 1:
             with st.expander("Full error text"):
                 st.code(run.error, language="text")

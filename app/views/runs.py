@@ -233,8 +233,8 @@ def _table(has_active: bool) -> None:
                       "mean_cos", "estimator", "rank", "lam", "seed", "worker", "started", "duration_s"],
         column_config={
             "id": st.column_config.NumberColumn("id", format="%d", width=40, pinned=True),
-            "name": st.column_config.TextColumn("name", width=125, pinned=True),
-            "sweep": st.column_config.TextColumn("sweep", width=95, help="The launch the run belongs to (its sweep id)."),
+            "name": st.column_config.TextColumn("name", width=120, pinned=True),
+            "sweep": st.column_config.TextColumn("sweep", width=92, help="The launch the run belongs to (its sweep id)."),
             "tags": st.column_config.ListColumn("tags", width=64),
             "status": st.column_config.TextColumn("status", width=92),
             "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64),
@@ -250,7 +250,7 @@ def _table(has_active: bool) -> None:
                                                       help="Mean cosine of sketched dW to exact dW at the last probe."),
             "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85),
             "duration_s": st.column_config.NumberColumn("time (s)", format="%.0f", width=55, help="Duration in seconds."),
-            "notes": st.column_config.TextColumn("notes", width=120),
+            "notes": st.column_config.TextColumn("notes", width=170),
         },
     )
     chosen = [visible[i] for i in event.selection.rows if i < len(visible)]
