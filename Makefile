@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 run: install
-	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.headless true
+	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.address 127.0.0.1 --server.headless true
 
 browser:
 	bash scripts/install_browser.sh

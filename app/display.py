@@ -1,6 +1,8 @@
-"""How the pages dress plain data: status symbols and the one chart-render helper."""
+"""How the pages dress plain data: status symbols, user text escaped for markdown, and the one chart-render helper."""
 
 from __future__ import annotations
+
+from typing import Mapping, Sequence
 
 import streamlit as st
 
@@ -12,6 +14,7 @@ STATUS_LABELS = {  # text symbols, not emoji: they render with any font
     "cancelled": "■ cancelled",
     "interrupted": "⚠ interrupted",
 }
+WORKER_LABELS = {"active": "▶ active", "stopped": "■ stopped", "gone": "⚠ gone"}
 IMAGE_FORMATS = ("png", "svg")
 IMAGE_FORMAT = "display.image_format"  # the sidebar's choice of chart download format
 _MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
@@ -20,6 +23,21 @@ _MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
 def status_text(status: str) -> str:
     """``✓ finished``: a status with its symbol."""
     return STATUS_LABELS.get(status, status)
+
+
+def worker_state_text(state: str) -> str:
+    """``⚠ gone``: a worker's state with its symbol."""
+    return WORKER_LABELS.get(state, state)
+
+
+def resume_text(checkpoint_steps: Mapping[int, int | None], moved: Sequence[int]) -> str:
+    """What a Resume did: which run continues from which checkpoint step (or from
+    step 0), and which of those asked for (the keys) were not resumable."""
+    parts = [f"#{i} from checkpoint step {checkpoint_steps.get(i):,}" if checkpoint_steps.get(i)
+             else f"#{i} from step 0 (no checkpoint)" for i in moved]
+    left = [i for i in checkpoint_steps if i not in set(moved)]
+    text = f"Resumed {', '.join(parts)}." if parts else "Nothing was resumed."
+    return text + (f" Not resumable now: {', '.join(f'#{i}' for i in left)}." if left else "")
 
 
 def plot(fig, key: str) -> None:

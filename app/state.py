@@ -12,7 +12,7 @@
   missed on PostgreSQL, and a resumed run's replaced history is re-read).
 - ``paused()``: the sidebar's switch that stops live refreshes.
 - What one page hands another (a run to open in Run detail, a sweep to clone into
-  Launch, the Runs page's open dialog and its last message): typed accessors
+  Launch, the Runs page's open dialog, its last message and its standing error): typed accessors
   below, so no page reads a bare session-state key of another.
 """
 
@@ -38,6 +38,7 @@ _CLONE = "launch.clone"
 _DIALOG = "runs.dialog"
 _FLASH = "runs.flash"
 _EPOCH = "runs.epoch"
+_ERROR = "runs.error"
 MAX_CONCURRENT = 1
 
 
@@ -155,12 +156,26 @@ def set_dialog(value: tuple | None) -> None:
 
 
 def flash(message: str) -> None:
-    """A message for the Runs page to show after the next rerun."""
+    """A message (plain text) for the page to show as a toast after the next rerun."""
     st.session_state[_FLASH] = message
 
 
 def take_flash() -> str | None:
     return st.session_state.pop(_FLASH, None)
+
+
+def runs_error() -> str | None:
+    """The Runs page's standing error (a refused action): shown, outside the live
+    table, until the user dismisses it or acts again."""
+    return st.session_state.get(_ERROR)
+
+
+def set_runs_error(message: str | None) -> None:
+    """Set (or with None clear) the Runs page's standing error."""
+    if message is None:
+        st.session_state.pop(_ERROR, None)
+    else:
+        st.session_state[_ERROR] = str(message)
 
 
 def table_epoch() -> int:

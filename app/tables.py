@@ -1,22 +1,27 @@
-"""The Runs table as a plain DataFrame (decoration is the views' job)."""
+"""The Runs page's tables as plain DataFrames (decoration is the views' job)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 
 RUNS_COLUMNS = [
-    "id", "name", "status", "progress", "estimator", "rank", "lam", "seed", "preset",
-    "steps_done", "steps", "train_loss", "val_loss", "mean_cos", "started", "duration_s", "notes",
+    "id", "name", "sweep", "tags", "status", "progress", "estimator", "rank", "lam", "seed", "preset",
+    "steps_done", "steps", "steps_text", "worker", "train_loss", "val_loss", "mean_cos", "started", "duration_s",
+    "checkpoint_step", "notes",
 ]
+WORKERS_COLUMNS = ["id", "state", "host", "pid", "device", "current_run", "heartbeat_age_s"]
 
 
 def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
-    """``RunStore.runs_frame()`` → the Runs table: status, progress in
-    [0, 1] (steps done / steps), the last losses and mean cosine, start time (UTC,
+    """``RunStore.runs_frame()`` → the Runs table: status, progress in [0, 1]
+    (steps done / steps, floored to a whole percent so a live run never reads 100 %
+    before it ends), ``steps_text`` ("done/total"), the worker (its ``host:pid``
+    owner, else its worker id), the last losses and mean cosine, start time (UTC,
     naive) and duration in seconds (to ``now`` for running runs). Ordered by id."""
     if frame.empty:
         return pd.DataFrame(columns=RUNS_COLUMNS)
@@ -27,12 +32,16 @@ def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     end = ended.where(~running, pd.Timestamp(now))
     steps = frame["steps"].astype("Float64")
     done = frame["steps_done"].astype("Float64")
-    progress = (done / steps.where(steps > 0)).clip(0, 1)
+    progress = (done / steps.where(steps > 0)).clip(0, 1).astype("float64")
+    progress = np.floor(progress * 100 + 1e-9) / 100
     progress = progress.where(frame["status"] != "finished", 1.0)
+    total = frame["steps"].astype("object").where(frame["steps"].notna(), "?")
     out = pd.DataFrame(
         {
             "id": frame["id"].astype("int64"),
             "name": frame["name"],
+            "sweep": frame["sweep_id"],
+            "tags": [list(t) if isinstance(t, (list, tuple)) else [] for t in frame["tags"]],
             "status": frame["status"],
             "progress": progress.astype("float64"),
             "estimator": frame["estimator"],
@@ -42,20 +51,36 @@ def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
             "preset": frame["preset"],
             "steps_done": frame["steps_done"],
             "steps": frame["steps"],
+            "steps_text": [f"{int(d):,}/{t:,}" if isinstance(t, (int, np.integer)) else f"{int(d):,}/?"
+                           for d, t in zip(frame["steps_done"].fillna(0), total)],
+            "worker": frame["owner"].where(frame["owner"].notna(), frame["worker_id"]),
             "train_loss": frame["last_train_loss"],
             "val_loss": frame["last_val_loss"],
             "mean_cos": frame["last_mean_cos"],
             "started": started.dt.tz_convert(None),
             "duration_s": (end - started).dt.total_seconds(),
+            "checkpoint_step": frame["checkpoint_step"],
             "notes": frame["notes"],
         }
     )
     return out.sort_values("id").reset_index(drop=True)
 
 
-def filter_runs(view: pd.DataFrame, text: str = "", statuses: Sequence[str] = (), estimators: Sequence[str] = ()) -> pd.DataFrame:
+def sweeps_of(view: pd.DataFrame) -> list[str]:
+    """The sweep ids in the table, newest first (ids start with their launch time)."""
+    return sorted(set(view["sweep"].dropna()), reverse=True)
+
+
+def tags_of(view: pd.DataFrame) -> list[str]:
+    """Every tag in the table, sorted."""
+    return sorted({t for tags in view["tags"] for t in tags})
+
+
+def filter_runs(view: pd.DataFrame, text: str = "", statuses: Sequence[str] = (), estimators: Sequence[str] = (),
+                sweeps: Sequence[str] = (), tags: Sequence[str] = ()) -> pd.DataFrame:
     """Rows whose name or notes contain ``text`` (case-insensitive), whose status is
-    in ``statuses`` and estimator in ``estimators`` (empty = any)."""
+    in ``statuses``, estimator in ``estimators``, sweep in ``sweeps``, and which carry
+    at least one of ``tags`` (each empty = any)."""
     keep = pd.Series(True, index=view.index)
     if text.strip():
         needle = text.strip().lower()
@@ -64,6 +89,11 @@ def filter_runs(view: pd.DataFrame, text: str = "", statuses: Sequence[str] = ()
         keep &= view["status"].isin(list(statuses))
     if estimators:
         keep &= view["estimator"].isin(list(estimators))
+    if sweeps:
+        keep &= view["sweep"].isin(list(sweeps))
+    if tags:
+        wanted = set(tags)
+        keep &= view["tags"].map(lambda ts: bool(wanted.intersection(ts)))
     return view[keep].reset_index(drop=True)
 
 
@@ -73,3 +103,26 @@ def merge_selection(previous: Sequence[int], visible: Sequence[int], chosen: Seq
     visible_set = set(int(v) for v in visible)
     kept = [int(i) for i in previous if int(i) not in visible_set]
     return list(dict.fromkeys(kept + [int(c) for c in chosen]))
+
+
+def workers_view(states: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
+    """``engine.liveness.worker_states(...)`` → the Workers panel: id, state (active,
+    stopped, gone), host, pid, device, the run it trains now and the seconds since its
+    last heartbeat; active workers first, then by last heartbeat."""
+    if states.empty:
+        return pd.DataFrame(columns=WORKERS_COLUMNS)
+    now = now or datetime.now(timezone.utc)
+    beat = pd.to_datetime(states["heartbeat_at"], utc=True)
+    out = pd.DataFrame(
+        {
+            "id": states["id"],
+            "state": states["state"],
+            "host": states["host"],
+            "pid": states["pid"],
+            "device": states["device"],
+            "current_run": states["current_run_id"].where(states["state"] == "active"),
+            "heartbeat_age_s": (pd.Timestamp(now) - beat).dt.total_seconds().clip(lower=0),
+        }
+    )
+    order = out["state"].map({"active": 0, "gone": 1, "stopped": 2}).fillna(3)
+    return out.assign(_o=order).sort_values(["_o", "heartbeat_age_s"]).drop(columns="_o").reset_index(drop=True)

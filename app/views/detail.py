@@ -1,4 +1,8 @@
-"""Run detail: one run's status, error, notes, every chart, its config and its environment."""
+"""Run detail: one run's status, error, notes, every chart, its config and its environment;
+Stop it while active, Resume it when it ended resumable, Clone it to Launch.
+
+Like the Runs page it first marks runs whose worker died ``interrupted``
+(``jobs.check_stale``). Names, notes and error text are shown as plain text."""
 
 import json
 from datetime import datetime
@@ -6,15 +10,18 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import charts, frames, state
-from app.display import plot, status_text
+from app import charts, form, frames, state
+from app.display import plain, plot, resume_text, status_text
+from engine import jobs
+from engine.config import ConfigError
 from engine.summary import summarize
 from engine.timing import format_seconds
-from storage import ACTIVE_STATUSES, RunNotFoundError
+from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
+jobs.check_stale(store)
 records = {r.id: r for r in store.list_runs()}
 if not records:
     st.info("No runs yet: launch one, then open it here.")
@@ -36,6 +43,7 @@ st.query_params["run"] = str(run_id)
 
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
+    jobs.check_stale(store)
     try:
         run = store.get_run(run_id)
     except RunNotFoundError:
@@ -43,17 +51,37 @@ def _view() -> None:
         return
     if (run.status in ACTIVE_STATUSES) != active:
         st.rerun()  # the run started or ended: redraw with the matching refresh rate
+    if message := state.take_flash():
+        st.toast(plain(message))
     info = frames.describe_runs([run])
     metrics = state.metrics(store, [run_id])
     summary = summarize([run], metrics)
     row = summary.iloc[0]
-    st.subheader(f"{run.name}  ·  {status_text(run.status)}")
+    st.subheader(f"{plain(run.name)}  ·  {status_text(run.status)}")
+    facts = [f"#{run.id}", f"sweep {run.sweep_id or '—'}", f"tags {', '.join(run.tags) if run.tags else '—'}",
+             f"worker {run.owner or run.worker_id or '—'}",
+             f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
+    st.caption(plain("  ·  ".join(facts)))
     if run.status in ACTIVE_STATUSES:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")
-        if st.button("Stop this run", icon=":material/stop_circle:", key="detail.stop"):
-            lab.manager.cancel(run_id)
-            st.toast("Stop requested.")
+    buttons = st.container(horizontal=True)
+    if run.status in ACTIVE_STATUSES and buttons.button("Stop this run", icon=":material/stop_circle:", key="detail.stop"):
+        lab.manager.cancel(run_id)
+        st.toast("Stop requested.")
+    if run.status in RESUMABLE_STATUSES and buttons.button(
+            "Resume", icon=":material/play_arrow:", key="detail.resume", type="primary",
+            help="Continue this run under its own id from its last checkpoint (from step 0 when it has none)."):
+        state.flash(resume_text({run_id: run.checkpoint_step}, lab.manager.resume([run_id])))
+        st.rerun()  # redraw with the refresh rate of an active run
+    if buttons.button("Clone to Launch", icon=":material/content_copy:", key="detail.clone",
+                      help="Fill the Launch form with this run's settings."):
+        try:
+            state.clone_to_launch(form.clone_sweep([run.config]))
+        except (ConfigError, ValueError) as e:
+            st.error(plain(f"This run cannot be cloned: {e}"))
+        else:
+            st.switch_page("views/launch.py")
     m = st.columns(6)
     m[0].metric(f"steps done (of {run.steps:,})" if run.steps else "steps done", f"{run.steps_done:,}")
     m[1].metric("val loss", f"{row.val_loss:.4f}" if pd.notna(row.val_loss) else "—")
@@ -62,12 +90,13 @@ def _view() -> None:
     m[4].metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—")
     m[5].metric("wall time", format_seconds(row.wall_s))
     if run.error:
-        st.error(f"This run {run.status}: {run.error.splitlines()[0]}")
+        first = run.error.splitlines()[0].removeprefix(f"{run.status}: ")  # "interrupted: interrupted: …" once
+        st.error(plain(f"This run {run.status}: {first}"))
         if len(run.error.splitlines()) > 1:
             with st.expander("Full error text"):
                 st.code(run.error, language="text")
     if run.notes:
-        st.info(run.notes, icon=":material/edit_note:")
+        st.info(plain(run.notes), icon=":material/edit_note:")
 
     left, right = st.columns(2)
     with left:

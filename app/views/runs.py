@@ -1,7 +1,12 @@
-"""Runs: every run in the database, live; select runs to compare, stop, delete, rename, annotate, export.
+"""Runs: every run in the database, live; select runs to compare, resume, clone, stop,
+delete, rename, annotate, export; and the workers that train them.
 
-The table refreshes in a fragment. Delete and rename open a modal dialog from a
+The table refreshes in a fragment, which first marks runs whose worker died
+``interrupted`` (``jobs.check_stale``). Delete and rename open a modal dialog from a
 full run; while one is open the table does not refresh (a refresh would close it).
+A refused action's error is kept in session state and drawn outside the fragment,
+so a refresh does not wipe it; it stays until dismissed or the next action.
+Names, notes and error text are user text: shown as plain text, never as markdown.
 """
 
 import json
@@ -10,7 +15,12 @@ import zlib
 import streamlit as st
 
 from app import display, form, state, tables
-from storage import ACTIVE_STATUSES, ENDED_STATUSES, RUN_STATUSES, RunNotFoundError, StorageError, long_frame, to_csv_bytes, wide_frame
+from engine import jobs, liveness
+from engine.config import ConfigError
+from storage import (
+    ACTIVE_STATUSES, ENDED_STATUSES, RESUMABLE_STATUSES, RUN_STATUSES, RunNotFoundError, StorageError, long_frame,
+    to_csv_bytes, wide_frame,
+)
 
 
 lab = state.lab()
@@ -26,22 +36,26 @@ def _close_dialog(message: str | None = None) -> None:
     st.rerun()
 
 
+def _refuse(message: str) -> None:
+    """Keep ``message`` on the page (outside the live table) and redraw it."""
+    state.set_runs_error(message)
+    st.rerun()
+
+
 @st.dialog("Delete runs", dismissible=False)
 def _delete_dialog(ids: list[int]) -> None:
     records = {r.id: r for r in store.list_runs() if r.id in ids}
-    st.write(f"Delete {len(records)} run{'s' if len(records) != 1 else ''} and all their metrics? This cannot be undone.")
-    st.markdown("\n".join(f"- #{r.id} {r.name} ({r.status})" for r in records.values()))
+    st.write(f"Delete {len(records)} run{'s' if len(records) != 1 else ''} and all their metrics and checkpoints? "
+             "This cannot be undone.")
+    st.markdown("\n".join(f"- #{r.id} {display.plain(r.name)} ({r.status})" for r in records.values()))
     c1, c2 = st.columns(2)
     if c1.button("Delete", type="primary", key="runs.delete.confirm"):
-        problems = []
-        for run_id in records:
-            try:
-                store.delete_run(run_id)
-            except StorageError as e:
-                problems.append(str(e))
+        problems = jobs.delete_runs(store, list(records))
         state.set_selected([i for i in state.selected() if i not in records])
         state.bump_table_epoch()
-        _close_dialog("; ".join(problems) or f"Deleted {len(records)} run(s).")
+        if problems:
+            state.set_runs_error("; ".join(problems))
+        _close_dialog(None if problems else f"Deleted {len(records)} run(s).")
     if c2.button("Cancel", key="runs.delete.cancel"):
         _close_dialog()
 
@@ -63,39 +77,71 @@ def _edit_dialog(run_id: int) -> None:
             store.rename_run(run_id, name)
             store.set_notes(run_id, notes)
         except (StorageError, ValueError) as e:
-            st.error(str(e))
+            st.error(display.plain(e))
         else:
             _close_dialog(f"Saved #{run_id}.")
     if cancel:
         _close_dialog()
 
 
+def resume(run_ids: list[int]) -> str:
+    """Resume ``run_ids`` in this dashboard's job manager; says which run continues
+    from which checkpoint step (or from step 0)."""
+    steps = {r.id: r.checkpoint_step for r in store.list_runs() if r.id in set(run_ids)}
+    return display.resume_text(steps, lab.manager.resume(run_ids))
+
+
 def _actions(view, chosen: list[int]) -> None:
-    """The buttons for the ticked rows: compare, stop, delete, rename, details, CSV."""
+    """The buttons for the ticked rows: compare, resume, clone, stop, delete, rename, details, CSV."""
     rows = view[view["id"].isin(chosen)]
     ids = [int(i) for i in rows["id"]]
     active = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in ACTIVE_STATUSES]
     running = [int(i) for i, s in zip(rows["id"], rows["status"]) if s == "running"]
+    resumable = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in RESUMABLE_STATUSES]
     n = len(ids)
-    st.caption(f"{n} selected" if n else "Tick rows to compare, stop, delete, rename or export them.")
+    st.caption(f"{n} selected" if n else "Tick rows to compare, resume, clone, stop, delete, rename or export them.")
     row = st.container(horizontal=True, vertical_alignment="bottom")
-    if row.button("Compare", icon=":material/monitoring:", disabled=not n, type="primary", key="runs.compare"):
+    clicked = {
+        "compare": row.button("Compare", icon=":material/monitoring:", disabled=not n, type="primary", key="runs.compare"),
+        "resume": row.button("Resume", icon=":material/play_arrow:", disabled=not resumable, key="runs.resume",
+                             help="Continue the selected interrupted, cancelled or failed runs from their last checkpoint."),
+        "clone": row.button("Clone to Launch", icon=":material/content_copy:", disabled=not n, key="runs.clone",
+                            help="Fill the Launch form with the settings of the selected runs."),
+        "stop": row.button("Stop", icon=":material/stop_circle:", disabled=not active, key="runs.stop",
+                           help="Cancel the selected queued or running runs."),
+        "delete": row.button("Delete…", icon=":material/delete:", disabled=not n, key="runs.delete",
+                             help="Deletes runs, metrics and checkpoints. Running runs must be stopped first."),
+        "edit": row.button("Rename…", icon=":material/edit:", disabled=n != 1, key="runs.edit",
+                           help="Rename the run or add notes."),
+        "detail": row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"),
+    }
+    if any(clicked.values()):
+        state.set_runs_error(None)  # acting again clears a standing error
+    if clicked["compare"]:
         st.switch_page("views/compare.py")
-    if row.button("Stop", icon=":material/stop_circle:", disabled=not active, key="runs.stop", help="Cancel the selected queued or running runs."):
+    if clicked["resume"]:
+        state.flash(resume(resumable))
+        st.rerun()
+    if clicked["clone"]:
+        try:
+            sweep = form.clone_sweep([store.get_run(i).config for i in ids])
+        except (ConfigError, ValueError) as e:
+            _refuse(f"These runs cannot be cloned: {e}")
+        state.clone_to_launch(sweep)
+        st.switch_page("views/launch.py")
+    if clicked["stop"]:
         for run_id in active:
             lab.manager.cancel(run_id)
         st.toast(f"Stop requested for {len(active)} run(s).")
-    if row.button("Delete…", icon=":material/delete:", disabled=not n, key="runs.delete",
-                 help="Running runs must be stopped first."):
+    if clicked["delete"]:
         if running:
-            st.error(f"Run(s) {', '.join(map(str, running))} are running: stop them first, then delete.")
-        else:
-            state.set_dialog(("delete", ids))
-            st.rerun()
-    if row.button("Rename…", icon=":material/edit:", disabled=n != 1, key="runs.edit", help="Rename the run or add notes."):
+            _refuse(f"Run(s) {', '.join(map(str, running))} are running: stop them first, then delete.")
+        state.set_dialog(("delete", ids))
+        st.rerun()
+    if clicked["edit"]:
         state.set_dialog(("edit", ids[0]))
         st.rerun()
-    if row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"):
+    if clicked["detail"]:
         state.open_detail(ids[0])
         st.switch_page("views/detail.py")
     if n:
@@ -108,23 +154,71 @@ def _actions(view, chosen: list[int]) -> None:
         )
 
 
+def _resume_all(frame) -> None:
+    """Resume every interrupted run and train every orphaned queued run here."""
+    interrupted = [int(i) for i in frame.loc[frame["status"] == "interrupted", "id"]]
+    orphans = frame[(frame["status"] == "queued") & frame["owner"].isna()]
+    if not st.button("Resume all", icon=":material/resume:", key="runs.resume_all", disabled=not (interrupted or len(orphans)),
+                     help="Continue every interrupted run from its last checkpoint, and train here every queued run "
+                          "whose queuing process is gone."):
+        return
+    state.set_runs_error(None)
+    text = resume(interrupted) if interrupted else ""
+    adopted = lab.manager.adopt_orphans()
+    if adopted:
+        text += f" Training {len(adopted)} orphaned queued run(s) here: {', '.join(f'#{i}' for i in adopted)}."
+    state.flash(text.strip() or "Nothing to resume.")
+    st.rerun()
+
+
+def _workers() -> None:
+    """The workers registered in the database: active, stopped, or gone (silent too long)."""
+    workers = tables.workers_view(liveness.worker_states(store.workers_frame(), jobs.STALE_AFTER_S))
+    counts = workers["state"].value_counts()
+    label = "Workers · " + (", ".join(f"{counts[s]} {s}" for s in ("active", "gone", "stopped") if s in counts) or "none")
+    with st.expander(label, key="runs.workers", icon=":material/dns:"):
+        if workers.empty:
+            st.caption("No worker has registered yet: this dashboard registers one when it starts training, "
+                       "and so does each `python -m engine worker`.")
+            return
+        st.dataframe(
+            workers.assign(state=workers["state"].map(display.worker_state_text)), hide_index=True, width="stretch",
+            placeholder="—", key="runs.workers.table",
+            column_config={
+                "id": st.column_config.TextColumn("worker", width=220),
+                "state": st.column_config.TextColumn("state", width=90),
+                "pid": st.column_config.NumberColumn("pid", format="%d"),
+                "current_run": st.column_config.NumberColumn("training run", format="%d"),
+                "heartbeat_age_s": st.column_config.NumberColumn(
+                    "last heartbeat (s ago)", format="%.0f",
+                    help=f"A worker silent for more than {jobs.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
+            },
+        )
+
+
 def _table(has_active: bool) -> None:
-    """The live table (a fragment) and its actions; ``has_active``: whether the
-    refresh rate was chosen for active runs."""
+    """The live table (a fragment), its actions and the workers; ``has_active``:
+    whether the refresh rate was chosen for active runs."""
+    jobs.check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         st.info("No runs yet. Launch a sweep from the form, or from a terminal with `python -m engine sweep`.")
         st.page_link("views/launch.py", label="Launch your first sweep", icon=":material/rocket_launch:")
+        _workers()
         return
     if (not frame["status"].isin(ENDED_STATUSES).all()) != has_active:
         st.rerun()  # runs started or all ended: redraw with the matching refresh rate
     if message := state.take_flash():
-        st.toast(message)
-    view = tables.filter_runs(tables.runs_view(frame), text, statuses, estimators)
+        st.toast(display.plain(message))
+    view = tables.filter_runs(tables.runs_view(frame), text, statuses, estimators, sweeps, tags)
     counts = frame["status"].value_counts()
-    st.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
+    head = st.container(horizontal=True, vertical_alignment="center")
+    head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
+    with head:
+        _resume_all(frame)
     if view.empty:
         st.info("No run matches the filters.")
+        _workers()
         return
     selected = state.selected()
     visible = [int(i) for i in view["id"]]
@@ -133,34 +227,57 @@ def _table(has_active: bool) -> None:
         on_select="rerun", selection_mode="multi-row",
         selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
         hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
-        column_order=["name", "status", "progress", "estimator", "rank", "lam", "seed", "steps_done",
-                      "train_loss", "val_loss", "mean_cos", "started", "duration_s", "notes"],
+        # notes beside the name, so a 1,400 px window shows them; the columns the
+        # name mostly repeats (estimator, R, λ, seed) and the times scroll in from the right
+        column_order=["id", "name", "notes", "sweep", "tags", "status", "progress", "steps_text", "train_loss", "val_loss",
+                      "mean_cos", "estimator", "rank", "lam", "seed", "worker", "started", "duration_s"],
         column_config={
-            "name": st.column_config.TextColumn("name", width="medium"),
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width="small"),
-            "rank": st.column_config.NumberColumn("rank", format="%d"),
-            "lam": st.column_config.NumberColumn("λ", format="%.3g"),
-            "steps_done": st.column_config.NumberColumn("steps done", format="%d"),
-            "train_loss": st.column_config.NumberColumn("train loss", format="%.4f"),
-            "val_loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-            "mean_cos": st.column_config.NumberColumn("mean cos", format="%.3f",
+            "id": st.column_config.NumberColumn("id", format="%d", width=40, pinned=True),
+            "name": st.column_config.TextColumn("name", width=120, pinned=True),
+            "sweep": st.column_config.TextColumn("sweep", width=92, help="The launch the run belongs to (its sweep id)."),
+            "tags": st.column_config.ListColumn("tags", width=64),
+            "status": st.column_config.TextColumn("status", width=92),
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64),
+            "estimator": st.column_config.TextColumn("estimator", width=65),
+            "rank": st.column_config.NumberColumn("R", format="%d", width=36),
+            "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),
+            "seed": st.column_config.NumberColumn("seed", format="%d", width=40),
+            "steps_text": st.column_config.TextColumn("steps", width=64, help="Steps done / steps."),
+            "worker": st.column_config.TextColumn("worker", width=85, help="The process (host:pid) that trains or queued the run."),
+            "train_loss": st.column_config.NumberColumn("train", format="%.3f", width=50, help="Train loss (mean since the last eval)."),
+            "val_loss": st.column_config.NumberColumn("val", format="%.3f", width=50, help="Last validation loss."),
+            "mean_cos": st.column_config.NumberColumn("cos", format="%.3f", width=50,
                                                       help="Mean cosine of sketched dW to exact dW at the last probe."),
-            "started": st.column_config.DatetimeColumn("started (UTC)", format="YYYY-MM-DD HH:mm:ss"),
-            "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+            "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85),
+            "duration_s": st.column_config.NumberColumn("time (s)", format="%.0f", width=55, help="Duration in seconds."),
+            "notes": st.column_config.TextColumn("notes", width=170),
         },
     )
     chosen = [visible[i] for i in event.selection.rows if i < len(visible)]
     state.set_selected(tables.merge_selection(selected, visible, chosen))
     _actions(view, chosen)
+    _workers()
 
 
 st.title("Runs")
-runs = store.runs_frame()
-f1, f2, f3 = st.columns(3)
+try:
+    jobs.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
+    runs = tables.runs_view(store.runs_frame())
+except StorageError as e:
+    st.error(f"Database error: {display.plain(e)}", icon=":material/error:")
+    st.stop()
+f1, f2, f3, f4, f5 = st.columns([3, 2, 2, 2, 2])
 text = f1.text_input("Search", placeholder="name or notes", key="runs.search")
 statuses = f2.multiselect("Status", RUN_STATUSES, key="runs.status")
 estimators = f3.multiselect("Estimator", sorted(set(runs["estimator"].dropna())), key="runs.estimator")
-filter_id = zlib.crc32(json.dumps([text, statuses, estimators]).encode())  # a new table (and selection) per filter
+sweeps = f4.multiselect("Sweep", tables.sweeps_of(runs), key="runs.sweep")
+tags = f5.multiselect("Tag", tables.tags_of(runs), key="runs.tag")
+filter_id = zlib.crc32(json.dumps([text, statuses, estimators, sweeps, tags]).encode())  # a new table (and selection) per filter
+
+if error := state.runs_error():
+    box = st.container(horizontal=True, vertical_alignment="center")
+    box.error(display.plain(error), icon=":material/error:", width="stretch")
+    box.button("Dismiss", key="runs.error.dismiss", on_click=state.set_runs_error, args=(None,))
 
 dialog = state.dialog()
 active_now = not runs["status"].isin(ENDED_STATUSES).all()
