@@ -64,6 +64,7 @@ def test_bad_input_exits_non_zero_and_writes_nothing(db, capsys, argv, message):
 
 
 def test_unknown_run_and_unopenable_database(db, tmp_path, capsys):
+    RunStore(db)  # an empty database: show only reads, it creates none
     assert main(["show", "--db", db, "42"]) == 2
     assert "python -m engine list" in capsys.readouterr().err
     garbage = tmp_path / "not-a-db.db"
