@@ -29,6 +29,7 @@ CATEGORY_COLORS = {
     "loss_logits": "#d62728",
     "other": "#7f7f7f",
 }
+RANK_DODGE = 0.06  # octaves between neighbouring lines of the rank figure
 MARKERS_UP_TO = 60  # curves with at most this many points also draw their points
 X_TITLES = {"step": "step", "wall_time": "wall time (s)"}
 
@@ -76,10 +77,13 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
     fig.update_layout(
-        title=title, height=height, margin=dict(l=60, r=20, t=50 if title else 20, b=50),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0),
+        title=dict(text=title, yref="container", y=1 - 12 / height, yanchor="top"), height=height,
+        margin=dict(l=60, r=20, t=50 if title else 20, b=50),
+        # the legend sits under the title and pushes the plot down, clear of axis titles and tick labels
+        legend=dict(orientation="h", yref="container", yanchor="top", y=1 - (44 if title else 8) / height, xanchor="left", x=0),
         hovermode="closest", template="plotly_white", uirevision=title or "chart",
     )
+    fig.update_xaxes(automargin=True)
     return fig
 
 
@@ -194,7 +198,7 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
             x=labels, y=q["mib"], name="run (run ÷ exact on top)", showlegend=i == 1, legendgroup="run",
             marker=dict(color=list(q["color"])),
             text=[f"{r:.3f}×" if pd.notna(r) else "" for r in q["ratio"]], textposition="outside",
-            textfont=dict(size=13), cliponaxis=False,
+            textfont=dict(size=12), cliponaxis=False, constraintext="none", zorder=1,  # its ratio drawn over the grey bar
             hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB<extra></extra>",
         ), row=1, col=i)
         fig.add_trace(go.Bar(
@@ -226,4 +230,54 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
         fig.update_layout(barmode="stack")
         fig.update_xaxes(tickangle=0)
     fig.update_yaxes(title_text="saved for backward (MiB)")
+    return _layout(fig, title, height)
+
+
+def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
+    """The paper's central figure from a ``frames.rank_frame``: the quantity against the
+    rank R on a log x axis, one line per trace (estimator, λ, setup) in its
+    ``line_color`` and ``dash``, each point in its method's colour with the seed
+    std as its error bar; exact as a horizontal band (mean ± std, a dotted line at the
+    mean) across the ranks shown, one per setup. Line i of n is drawn at
+    R·2^(RANK_DODGE·(i − (n−1)/2)) so error bars at a shared R do not hide each other
+    (the hover names the true R)."""
+    fig = go.Figure()
+    sketched = frame[frame["estimator"] != "exact"] if not frame.empty else frame
+    if sketched.empty:
+        _no_data(fig, "no sketched run has a value at this step")
+        fig.update_xaxes(title_text="rank R (log scale)", type="log")
+        fig.update_yaxes(title_text=y_title)
+        return _layout(fig, title, height)
+    ranks = sorted(int(r) for r in sketched["rank"].unique())
+    lo, hi = ranks[0] / 1.4, ranks[-1] * 1.4
+    for _, band in frame[frame["estimator"] == "exact"].iterrows():
+        c, name = band["color"], f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"]
+        if pd.notna(band["std"]):
+            top, bottom = band["mean"] + band["std"], band["mean"] - band["std"]
+            fig.add_trace(go.Scatter(x=[lo, hi], y=[top, top], mode="lines", line=dict(width=0, color=c), legendgroup=name,
+                                     showlegend=False, hoverinfo="skip", name=f"{name} +std"))
+            fig.add_trace(go.Scatter(x=[lo, hi], y=[bottom, bottom], mode="lines", line=dict(width=0, color=c), fill="tonexty",
+                                     fillcolor=_rgba(c, 0.15), legendgroup=name, showlegend=False, hoverinfo="skip",
+                                     name=f"{name} −std"))
+        fig.add_trace(go.Scatter(
+            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name, line=dict(color=c, width=2, dash="dot"),
+            hovertemplate=f"<b>{band['trace']}</b><br>{y_title} %{{y:.4f}}"
+                          + ("" if pd.isna(band["std"]) else f" ± {band['std']:.4f}") + "<extra></extra>",
+        ))
+    lines = list(dict.fromkeys(sketched["trace"]))
+    for i, (trace, rows) in enumerate(sketched.groupby("trace", sort=False)):
+        rows = rows.sort_values("rank")
+        dodge = 2.0 ** (RANK_DODGE * (i - (len(lines) - 1) / 2))  # lines side by side at a shared R
+        fig.add_trace(go.Scatter(
+            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=trace,
+            line=dict(color=rows["line_color"].iloc[0], width=2, dash=rows["dash"].iloc[0]),
+            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white")),
+            error_y=dict(type="data", array=rows["std"].tolist(), visible=True, thickness=1.5, width=5),
+            customdata=rows[["rank", "seeds", "std"]].astype(float).to_numpy(),
+            hovertemplate=f"<b>{trace}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
+                          "<br>%{customdata[1]} seeds<extra></extra>",
+        ))
+    fig.update_xaxes(title_text="rank R (rows kept, log scale)", type="log", tickvals=ranks, ticktext=[str(r) for r in ranks],
+                     range=[math.log10(lo), math.log10(hi)])
+    fig.update_yaxes(title_text=y_title)
     return _layout(fig, title, height)

@@ -256,3 +256,57 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     frame = frame.groupby(["bar", "color", "category", "exact"], sort=False).agg(mib=("mib", "mean"), order=("order", "min")).reset_index()
     frame = frame.sort_values(["order", "exact"], kind="stable")
     return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
+
+
+RANK_QUANTITIES = {  # column of ``engine.summary.summarize`` → (name, axis title, divisor to the shown unit)
+    "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
+    "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
+    "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
+}
+RANK_COLUMNS = ["trace", "color", "line_color", "dash", "setup", "estimator", "rank", "lam", "step", "seeds", "mean", "std"]
+LINE_RANK = 8  # a line across ranks takes its method's colour at this rank
+
+
+def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None) -> pd.DataFrame:
+    """The paper's central figure as numbers: ``quantity`` (a key of ``RANK_QUANTITIES``)
+    against the rank R, one row per Table 3 row with seeds at its step.
+
+    The rows, their step and the runs they count are those of
+    ``engine.summary.table3(records, metrics, at_step)`` (every row of a comparable
+    config group read at one step: ``at_step``, or the group's latest common step).
+    ``mean`` and ``std`` (ddof 1; NaN for one seed) are over the counted runs' values
+    from ``summarize(records, metrics, step)`` at that step, in the shown unit (bytes
+    in MiB); runs without a value are left out of both and of ``seeds``. ``trace``
+    names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
+    differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
+    the method's colour (``charts.method_color``), ``line_color`` its colour at
+    ``LINE_RANK`` (one per line), ``dash`` its line style."""
+    if quantity not in RANK_QUANTITIES:
+        raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
+    records = list(records)
+    divisor = RANK_QUANTITIES[quantity][2]
+    table = table3(records, metrics, at_step)
+    table = table[table["seeds"] > 0]
+    at: dict[int, pd.DataFrame] = {}
+    rows = []
+    for row in table.itertuples():
+        step = int(row.step)
+        if step not in at:
+            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
+        ids = [int(i) for i in str(row.run_ids).split(", ")]
+        values = (at[step].loc[ids, quantity] / divisor).dropna()
+        if values.empty:
+            continue
+        exact = row.estimator == "exact"
+        lam = None if pd.isna(row.lam) else float(row.lam)
+        name = "exact" if exact else row.estimator + (f" λ={lam:g}" if lam else "")
+        rows.append({
+            "trace": f"{name} [{row.setup}]" if row.setup else name,
+            "color": method_color(row.estimator, None if exact else row.rank, lam),
+            "line_color": method_color(row.estimator, None if exact else LINE_RANK, lam),
+            "dash": method_dash(lam), "setup": row.setup, "estimator": row.estimator,
+            "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
+            "seeds": len(values), "mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
+        })
+    out = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    return out.astype({"rank": "Int64", "step": "int64", "seeds": "int64"})
