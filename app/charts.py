@@ -80,7 +80,8 @@ def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
         title=dict(text=title, yref="container", y=1 - 12 / height, yanchor="top"), height=height,
         margin=dict(l=60, r=20, t=50 if title else 20, b=50),
         # the legend sits under the title and pushes the plot down, clear of axis titles and tick labels
-        legend=dict(orientation="h", yref="container", yanchor="top", y=1 - (44 if title else 8) / height, xanchor="left", x=0),
+        legend=dict(orientation="h", yref="container", yanchor="top", y=1 - (44 if title else 8) / height, xanchor="left", x=0,
+                    tracegroupgap=0, font=dict(size=12)),
         hovermode="closest", template="plotly_white", uirevision=title or "chart",
     )
     fig.update_xaxes(automargin=True)
@@ -199,7 +200,7 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
             marker=dict(color=list(q["color"])),
             text=[f"{r:.3f}×" if pd.notna(r) else "" for r in q["ratio"]], textposition="outside",
             textfont=dict(size=12), cliponaxis=False, constraintext="none", zorder=1,  # its ratio drawn over the grey bar
-            hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB<extra></extra>",
+            customdata=q["ratio"], hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB, run ÷ exact %{customdata:.3f}×<extra></extra>",
         ), row=1, col=i)
         fig.add_trace(go.Bar(
             x=[label for label, b in zip(labels, has_base) if b], y=q["baseline_mib"][has_base], name="exact baseline of its config",

@@ -145,7 +145,10 @@ def _view() -> None:
     st.subheader("Summary (the paper's Table 3 form)")
     table = table3(records_now.values(), metrics, at_step=at_step)
     shown = display_frame(table)
-    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—")
+    widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "val loss": 130, "Δ val vs exact": 105,
+              "95% CI": 150, "verdict": 95, "train loss": 130, "cos": 55, "saved MiB": 80, "saved ÷ exact": 100}
+    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
+                 column_config={c: st.column_config.Column(width=w) for c, w in widths.items() if c in shown})
     notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
              "(same initial parameters and batches), with its 95 % t-interval; better / worse when the interval "
              "excludes 0, else within noise; one seed has no interval.",
