@@ -88,6 +88,13 @@ def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
     return fig
 
 
+def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
+    """Room between the legend and the subplot titles above the panels: a transparent
+    legend border, which the legend's push on the top margin includes."""
+    fig.update_layout(legend=dict(borderwidth=12, bordercolor="rgba(0,0,0,0)"))
+    return fig
+
+
 def wrap(label: str, width: int = 14) -> str:
     """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
     for bar-axis categories; a longer word stays whole."""
@@ -179,7 +186,7 @@ def panels_figure(
         fig.update_xaxes(title_text=X_TITLES[x], row=r + 1, col=c + 1)
     for r in range(rows):
         fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
-    return _layout(fig, title, height_per_row * rows + 80)
+    return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 
 def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
@@ -211,7 +218,7 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
         fig.update_yaxes(title_text="MiB", range=[0, 1.18 * top if top > 0 else 1], row=1, col=i)
     fig.update_layout(barmode="group")
     fig.update_xaxes(tickangle=0)
-    return _layout(fig, title, height)
+    return _clear_subplot_titles(_layout(fig, title, height))
 
 
 def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
