@@ -1,8 +1,10 @@
 """The frames the Compare and Run detail charts are drawn from, without Streamlit.
 
-Run groups (which runs differ only by seed, and their legend labels), EMA
-smoothing and seed pooling of metric curves, and the memory frames. Everything
-takes and returns plain values and pandas DataFrames.
+Run groups (which runs differ only by seed, and their legend labels, colours by
+method), EMA smoothing and seed pooling of metric curves, the memory frames, and
+the rank frame of the paper's central figure (a quantity against R at one step,
+from ``engine.summary.table3``). Everything takes and returns plain values and
+pandas DataFrames.
 """
 
 from __future__ import annotations
@@ -298,6 +300,8 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
         if values.empty:
             continue
         exact = row.estimator == "exact"
+        if not exact and pd.isna(row.rank):
+            continue  # a sketched run stored without a rank has no place on the R axis
         lam = None if pd.isna(row.lam) else float(row.lam)
         name = "exact" if exact else row.estimator + (f" λ={lam:g}" if lam else "")
         rows.append({

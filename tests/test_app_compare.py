@@ -135,6 +135,18 @@ def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
     store.close()
 
 
+def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'odd.db'}")
+    exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"))
+    odd = store.create_run(name="odd", config={"preset": "tiny", "steps": 40}, estimator="basis", rank=None, lam=0.0,
+                           seed=0, preset="tiny", steps=40, status="finished")
+    store.add_metrics(odd, [(step, 0.5, "val_loss", 7.0) for step in (0, 10, 20, 30, 40)])
+    frame = frames.rank_frame(store.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
+    assert frame["estimator"].tolist() == ["exact"]
+    assert len(charts.rank_figure(frame, y_title="v").layout.annotations) == 1  # says there is nothing to place on R
+    store.close()
+
+
 def test_rank_figure_log_axis_error_bars_and_exact_band(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'fig.db'}")
     ids = _lab(store)
