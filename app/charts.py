@@ -1,23 +1,26 @@
 """Chart builders: pure functions from the frames of :mod:`app.frames` to Plotly figures.
 
-Colours: a curve or bar takes ``PALETTE[color_id % len(PALETTE)]`` where
-``color_id`` is its run id (or its seed group's smallest run id), so a run keeps
-its colour on every chart and every page. Exact baselines in memory charts are
-grey. Every axis has a title with its unit.
+Colours belong to the method: :func:`method_color` maps (estimator, rank, λ) to
+one colour, the same on every chart, page and sweep. Frames carry that colour in
+their ``color`` column. Exact-baseline bars in memory charts are light grey. Every
+axis has a title with its unit.
 """
 
 from __future__ import annotations
 
+import colorsys
+import hashlib
 import math
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-    "#e377c2", "#bcbd22", "#17becf", "#393b79", "#e6550d", "#31a354",
-)
+EXACT_COLOR = "#404040"  # exact backprop: the neutral reference
+ESTIMATOR_HUES = {  # degrees on the colour wheel, one family per estimator
+    "basis": 212, "countsketch": 28, "balanced": 125, "scalars": 270,
+    "gaussian": 352, "crs": 178, "wta-crs": 45, "proj": 318,
+}
 BASELINE_COLOR = "#b0b0b0"
 CATEGORY_COLORS = {
     "sketched_inputs": "#1f77b4",
@@ -26,13 +29,44 @@ CATEGORY_COLORS = {
     "loss_logits": "#d62728",
     "other": "#7f7f7f",
 }
+RANK_DODGE = 0.06  # octaves between neighbouring lines of the rank figure
 MARKERS_UP_TO = 60  # curves with at most this many points also draw their points
 X_TITLES = {"step": "step", "wall_time": "wall time (s)"}
 
 
-def color(color_id: int) -> str:
-    """The colour of run (or seed group) ``color_id``: the same on every chart."""
-    return PALETTE[int(color_id) % len(PALETTE)]
+def _hue(estimator: str) -> float:
+    if estimator in ESTIMATOR_HUES:
+        return ESTIMATOR_HUES[estimator]
+    return int.from_bytes(hashlib.sha256(estimator.encode()).digest()[:4], "big") % 360  # stable across processes
+
+
+def method_color(estimator: str | None, rank=None, lam=None) -> str:
+    """The colour of a method, ``#rrggbb``, from the method alone (not the run, the
+    selection or the sweep), so a method looks the same everywhere.
+
+    * exact (or no rank): ``EXACT_COLOR``, a neutral dark grey;
+    * a sketched estimator: its hue family (``ESTIMATOR_HUES``; an unknown name gets a
+      stable hash of itself), shaded by k = log2(R): lightness L = 0.70 − 0.045·k
+      (clipped to [0.25, 0.70]), the hue turning 3° per doubling, so R = 1 is light
+      and large R dark;
+    * λ > 0: the same shade step, desaturated (S = 0.42 instead of 0.80) and the hue
+      turned 14°, so a shrunk method is told from its λ = 0 twin (line charts also
+      dash it, :func:`method_dash`).
+    """
+    if estimator in (None, "exact") or rank is None or pd.isna(rank):
+        return EXACT_COLOR
+    k = math.log2(max(float(rank), 1.0))
+    shrunk = lam is not None and not pd.isna(lam) and float(lam) > 0
+    hue = (_hue(str(estimator)) + 3.0 * k + (14.0 if shrunk else 0.0)) % 360
+    lightness = min(max(0.70 - 0.045 * k, 0.25), 0.70)
+    saturation = 0.42 if shrunk else 0.80
+    r, g, b = colorsys.hls_to_rgb(hue / 360.0, lightness, saturation)
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
+
+
+def method_dash(lam) -> str:
+    """The line style of a method: dashed when it shrinks (λ > 0), else solid."""
+    return "dash" if lam is not None and not pd.isna(lam) and float(lam) > 0 else "solid"
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -43,10 +77,21 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
     fig.update_layout(
-        title=title, height=height, margin=dict(l=60, r=20, t=50 if title else 20, b=50),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0),
+        title=dict(text=title, yref="container", y=1 - 12 / height, yanchor="top"), height=height,
+        margin=dict(l=60, r=20, t=50 if title else 20, b=50),
+        # the legend sits under the title and pushes the plot down, clear of axis titles and tick labels
+        legend=dict(orientation="h", yref="container", yanchor="top", y=1 - (44 if title else 8) / height, xanchor="left", x=0,
+                    tracegroupgap=0, font=dict(size=12)),
         hovermode="closest", template="plotly_white", uirevision=title or "chart",
     )
+    fig.update_xaxes(automargin=True)
+    return fig
+
+
+def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
+    """Room between the legend and the subplot titles above the panels: a transparent
+    legend border, which the legend's push on the top margin includes."""
+    fig.update_layout(legend=dict(borderwidth=12, bordercolor="rgba(0,0,0,0)"))
     return fig
 
 
@@ -70,8 +115,8 @@ def _no_data(fig: go.Figure, message: str) -> go.Figure:
 def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str, legend: set[str], **cell) -> None:
     """Add each trace of a series frame; a trace gets a legend entry once, the first
     time it is added (``legend`` holds the traces already listed)."""
-    for (color_id, trace), rows in frame.groupby(["color_id", "trace"], sort=False):
-        c = color(color_id)
+    for (c, trace), rows in frame.groupby(["color", "trace"], sort=False):
+        dash = rows["dash"].iloc[0] if "dash" in rows else "solid"
         show_legend = trace not in legend
         legend.add(trace)
         banded = rows["lo"].notna().any()
@@ -86,7 +131,7 @@ def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str,
         extra = " (mean of %{customdata} runs)" if banded else ""
         fig.add_trace(go.Scatter(
             x=rows["x"], y=rows["y"], mode=mode, name=trace, legendgroup=trace, showlegend=show_legend,
-            line=dict(color=c, width=2), marker=dict(size=5, color=c), customdata=rows["n"],
+            line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],
             hovertemplate=f"<b>{trace}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
         ), **cell)
 
@@ -100,7 +145,8 @@ def line_figure(
     log_y: bool = False,
     height: int = 380,
 ) -> go.Figure:
-    """Curves from a ``frames.series`` frame, in its order: one line per trace in its colour; a
+    """Curves from a ``frames.series`` frame, in its order: one line per trace in its
+    method's colour and line style (``color``, ``dash``); a
     trace with ``lo``/``hi`` also gets a translucent ± std band (two fill traces
     before its line). ``x`` (``step`` or ``wall_time``) names the x axis; ``log_y``
     makes the y axis logarithmic. An empty frame gives an empty chart that says so."""
@@ -140,14 +186,14 @@ def panels_figure(
         fig.update_xaxes(title_text=X_TITLES[x], row=r + 1, col=c + 1)
     for r in range(rows):
         fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
-    return _layout(fig, title, height_per_row * rows + 80)
+    return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 
 def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
     """Grouped bars from a ``frames.memory_frame``: one panel per quantity (saved for
     backward, peak, XLA temp), for each curve a bar in its colour beside a grey bar
     for the exact baseline of its config, the ratio to that baseline written on the
-    coloured bar (``0.994×``). Bars are in MiB; bar labels are wrapped (:func:`wrap`)."""
+    coloured bar as run ÷ exact (``0.994×``). Bars are in MiB; bar labels are wrapped (:func:`wrap`)."""
     if frame.empty:
         return _layout(_no_data(go.Figure(), "no memory figures recorded"), title, height)
     quantities = list(dict.fromkeys(frame["quantity"]))
@@ -157,11 +203,11 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
         has_base = q["baseline_mib"].notna()
         labels = [wrap(t) for t in q["trace"]]
         fig.add_trace(go.Bar(
-            x=labels, y=q["mib"], name="run (its ratio to exact on top)", showlegend=i == 1, legendgroup="run",
-            marker=dict(color=[color(c) for c in q["color_id"]]),
+            x=labels, y=q["mib"], name="run (run ÷ exact on top)", showlegend=i == 1, legendgroup="run",
+            marker=dict(color=list(q["color"])),
             text=[f"{r:.3f}×" if pd.notna(r) else "" for r in q["ratio"]], textposition="outside",
-            textfont=dict(size=13), cliponaxis=False,
-            hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB<extra></extra>",
+            textfont=dict(size=12), cliponaxis=False, constraintext="none", zorder=1,  # its ratio drawn over the grey bar
+            customdata=q["ratio"], hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB, run ÷ exact %{customdata:.3f}×<extra></extra>",
         ), row=1, col=i)
         fig.add_trace(go.Bar(
             x=[label for label, b in zip(labels, has_base) if b], y=q["baseline_mib"][has_base], name="exact baseline of its config",
@@ -172,7 +218,7 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
         fig.update_yaxes(title_text="MiB", range=[0, 1.18 * top if top > 0 else 1], row=1, col=i)
     fig.update_layout(barmode="group")
     fig.update_xaxes(tickangle=0)
-    return _layout(fig, title, height)
+    return _clear_subplot_titles(_layout(fig, title, height))
 
 
 def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
@@ -192,4 +238,54 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
         fig.update_layout(barmode="stack")
         fig.update_xaxes(tickangle=0)
     fig.update_yaxes(title_text="saved for backward (MiB)")
+    return _layout(fig, title, height)
+
+
+def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
+    """The paper's central figure from a ``frames.rank_frame``: the quantity against the
+    rank R on a log x axis, one line per trace (estimator, λ, setup) in its
+    ``line_color`` and ``dash``, each point in its method's colour with the seed
+    std as its error bar; exact as a horizontal band (mean ± std, a dotted line at the
+    mean) across the ranks shown, one per setup. Line i of n is drawn at
+    R·2^(RANK_DODGE·(i − (n−1)/2)) so error bars at a shared R do not hide each other
+    (the hover names the true R)."""
+    fig = go.Figure()
+    sketched = frame[frame["estimator"] != "exact"] if not frame.empty else frame
+    if sketched.empty:
+        _no_data(fig, "no sketched run has a value at this step")
+        fig.update_xaxes(title_text="rank R (log scale)", type="log")
+        fig.update_yaxes(title_text=y_title)
+        return _layout(fig, title, height)
+    ranks = sorted(int(r) for r in sketched["rank"].unique())
+    lo, hi = ranks[0] / 1.4, ranks[-1] * 1.4
+    for _, band in frame[frame["estimator"] == "exact"].iterrows():
+        c, name = band["color"], f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"]
+        if pd.notna(band["std"]):
+            top, bottom = band["mean"] + band["std"], band["mean"] - band["std"]
+            fig.add_trace(go.Scatter(x=[lo, hi], y=[top, top], mode="lines", line=dict(width=0, color=c), legendgroup=name,
+                                     showlegend=False, hoverinfo="skip", name=f"{name} +std"))
+            fig.add_trace(go.Scatter(x=[lo, hi], y=[bottom, bottom], mode="lines", line=dict(width=0, color=c), fill="tonexty",
+                                     fillcolor=_rgba(c, 0.15), legendgroup=name, showlegend=False, hoverinfo="skip",
+                                     name=f"{name} −std"))
+        fig.add_trace(go.Scatter(
+            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name, line=dict(color=c, width=2, dash="dot"),
+            hovertemplate=f"<b>{band['trace']}</b><br>{y_title} %{{y:.4f}}"
+                          + ("" if pd.isna(band["std"]) else f" ± {band['std']:.4f}") + "<extra></extra>",
+        ))
+    lines = list(dict.fromkeys(sketched["trace"]))
+    for i, (trace, rows) in enumerate(sketched.groupby("trace", sort=False)):
+        rows = rows.sort_values("rank")
+        dodge = 2.0 ** (RANK_DODGE * (i - (len(lines) - 1) / 2))  # lines side by side at a shared R
+        fig.add_trace(go.Scatter(
+            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=trace,
+            line=dict(color=rows["line_color"].iloc[0], width=2, dash=rows["dash"].iloc[0]),
+            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white")),
+            error_y=dict(type="data", array=rows["std"].tolist(), visible=True, thickness=1.5, width=5),
+            customdata=rows[["rank", "seeds", "std"]].astype(float).to_numpy(),
+            hovertemplate=f"<b>{trace}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
+                          "<br>%{customdata[1]} seeds<extra></extra>",
+        ))
+    fig.update_xaxes(title_text="rank R (rows kept, log scale)", type="log", tickvals=ranks, ticktext=[str(r) for r in ranks],
+                     range=[math.log10(lo), math.log10(hi)])
+    fig.update_yaxes(title_text=y_title)
     return _layout(fig, title, height)

@@ -1,8 +1,10 @@
 """The frames the Compare and Run detail charts are drawn from, without Streamlit.
 
-Run groups (which runs differ only by seed, and their legend labels), EMA
-smoothing and seed pooling of metric curves, and the memory frames. Everything
-takes and returns plain values and pandas DataFrames.
+Run groups (which runs differ only by seed, and their legend labels, colours by
+method), EMA smoothing and seed pooling of metric curves, the memory frames, and
+the rank frame of the paper's central figure (a quantity against R at one step,
+from ``engine.summary.table3``). Everything takes and returns plain values and
+pandas DataFrames.
 """
 
 from __future__ import annotations
@@ -13,18 +15,20 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from app.charts import method_color, method_dash
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key
-from engine.summary import MIB
+from engine.summary import MIB, summarize, table3
 
 def describe_runs(records: Sequence) -> pd.DataFrame:
     """One row per ``storage.RunRecord`` (ordered by id): run_id, name, status,
     estimator, rank, lam, seed, preset, steps, ``key`` (comparable config),
-    ``group`` (seed group), ``color_id`` (smallest run id of its group),
-    ``group_size``, ``method`` and ``setup`` (the config fields that differ across
-    the selection, e.g. ``preset=tiny``; empty when all share one setup)."""
+    ``group`` (seed group), ``group_id`` (smallest run id of its group),
+    ``group_size``, ``method``, ``color`` and ``dash`` (the method's colour and line
+    style, ``charts.method_color``/``method_dash``) and ``setup`` (the config fields
+    that differ across the selection, e.g. ``preset=tiny``; empty when all share one setup)."""
     records = sorted(records, key=lambda r: r.id)
     columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps",
-               "key", "group", "color_id", "group_size", "method", "setup"]
+               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup"]
     if not records:
         return pd.DataFrame(columns=columns)
     differing = differing_fields([r.config for r in records])
@@ -36,9 +40,10 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
             "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset, "steps": r.steps,
             "key": comparable_key(r.config), "group": seed_group_key(r.config),
             "method": method_label(r.estimator, r.rank, r.lam), "setup": setup,
+            "color": method_color(r.estimator, r.rank, r.lam), "dash": method_dash(r.lam),
         })
     info = pd.DataFrame(rows)
-    info["color_id"] = info.groupby("group")["run_id"].transform("min")
+    info["group_id"] = info.groupby("group")["run_id"].transform("min")
     info["group_size"] = info.groupby("group")["run_id"].transform("size")
     info["rank"] = info["rank"].astype("Int64")
     return info[columns]
@@ -48,7 +53,7 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
     """Legend label per run (indexed by run_id): the run name, or for a pooled seed
     group ``method · mean of n seeds`` (shared by its runs), with ``[setup]`` when
     the selection mixes setups. Labels that would still name two curves get
-    ``#id`` (the run id, or the group's colour id when pooled)."""
+    ``#id`` (the run id, or the group's smallest run id when pooled)."""
     labels, owners, suffix = {}, {}, {}
     for row in info.itertuples():
         pooled = pool_seeds and row.group_size > 1
@@ -62,14 +67,14 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
         labels[row.run_id] = label
         curve = ("group", row.group) if pooled else ("run", row.run_id)
         owners.setdefault(label, set()).add(curve)
-        suffix[row.run_id] = row.color_id if pooled else row.run_id
+        suffix[row.run_id] = row.group_id if pooled else row.run_id
     return pd.Series(
         {rid: (f"{label} #{suffix[rid]}" if len(owners[label]) > 1 else label) for rid, label in labels.items()},
         dtype=object,
     )
 
 
-SERIES_COLUMNS = ["trace", "color_id", "x", "y", "lo", "hi", "n"]
+SERIES_COLUMNS = ["trace", "color", "dash", "x", "y", "lo", "hi", "n"]
 
 
 def ema(values: Sequence[float], weight: float) -> np.ndarray:
@@ -119,8 +124,8 @@ def series(
     reached it, ``lo``/``hi`` = mean ∓ std (ddof 1) and ``n`` the number of runs;
     single runs have ``lo``/``hi`` NaN and n = 1. ``x`` is ``step`` or ``wall_time``
     (seconds; pooled: the mean wall time at that step). Returns columns
-    ``SERIES_COLUMNS``, curves in :func:`method_order`, each by x, at most
-    ``max_points`` points per curve.
+    ``SERIES_COLUMNS`` (``color``/``dash``: the method's, see :func:`describe_runs`),
+    curves in :func:`method_order`, each by x, at most ``max_points`` points per curve.
     """
     if x not in ("step", "wall_time"):
         raise ValueError(f"x must be 'step' or 'wall_time' (got {x!r})")
@@ -138,22 +143,23 @@ def series(
         }))
     curves = pd.concat(parts, ignore_index=True)
     curves["trace"] = curves["run_id"].map(labels)
-    curves["color_id"] = curves["run_id"].map(by_run["color_id"] if pool_seeds else pd.Series(by_run.index, index=by_run.index))
+    curves["color"] = curves["run_id"].map(by_run["color"])
+    curves["dash"] = curves["run_id"].map(by_run["dash"])
     curves["pooled"] = pool_seeds & curves["run_id"].map(by_run["group_size"]).gt(1)
     out = []
     single = curves[~curves["pooled"]]
     if len(single):
         out.append(pd.DataFrame({
-            "trace": single["trace"], "color_id": single["color_id"], "x": single[x],
+            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "x": single[x],
             "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
         }))
     pooled = curves[curves["pooled"]]
     if len(pooled):
-        g = pooled.groupby(["trace", "color_id", "step"], sort=True)
+        g = pooled.groupby(["trace", "color", "dash", "step"], sort=True)
         stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
         sd = stats["sd"].where(stats["n"] > 1)
         out.append(pd.DataFrame({
-            "trace": stats["trace"], "color_id": stats["color_id"],
+            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"],
             "x": stats["step"] if x == "step" else stats["wall_time"],
             "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
         }))
@@ -161,7 +167,6 @@ def series(
     result["order"] = result["trace"].map(method_order(info, labels))
     result = result.sort_values(["order", "x"], kind="stable")
     result = pd.concat([thin(t, max_points) for _, t in result.groupby("order", sort=True)])
-    result["color_id"] = result["color_id"].astype("int64")
     result["n"] = result["n"].astype("int64")
     return result[SERIES_COLUMNS].reset_index(drop=True)
 
@@ -186,22 +191,20 @@ MEMORY_QUANTITIES = {
     "mem_peak_bytes": "Peak device memory",
     "mem_temp_bytes": "XLA temp of the step",
 }
-MEMORY_COLUMNS = ["trace", "color_id", "quantity", "mib", "baseline_mib", "ratio"]
+MEMORY_COLUMNS = ["trace", "color", "quantity", "mib", "baseline_mib", "ratio"]
 
 
 def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = True) -> pd.DataFrame:
     """Memory of each run (or pooled seed group, averaged) against the exact baseline
     of its config, in MiB: saved-activation bytes against ``mem_saved_bytes_exact``;
     peak and XLA temp bytes against the exact run of the same comparable config and
-    seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib.
+    seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib (run ÷ exact).
     ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
-    s = summary.merge(info[["run_id", "key", "color_id", "group"]], on="run_id")
+    s = summary.merge(info[["run_id", "key", "color", "group"]], on="run_id")
     labels = trace_labels(info, pool_seeds)
     s["trace"] = s["run_id"].map(labels)
-    if not pool_seeds:
-        s["color_id"] = s["run_id"]
     exact = s[s["estimator"] == "exact"].drop_duplicates(["key", "seed"], keep="last").set_index(["key", "seed"])
     order = method_order(info, labels)
     rows = []
@@ -213,23 +216,22 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
         else:
             baseline = pd.Series([exact[column].get((k, sd), np.nan) if column in exact else np.nan
                                   for k, sd in zip(s["key"], s["seed"])], index=s.index)
-        part = pd.DataFrame({"trace": s["trace"], "color_id": s["color_id"], "run_id": s["run_id"],
+        part = pd.DataFrame({"trace": s["trace"], "color": s["color"], "run_id": s["run_id"],
                              "mib": s[column] / MIB, "baseline_mib": baseline / MIB})
         part = part.dropna(subset=["mib"])
-        part = part.groupby(["trace", "color_id"], sort=False).agg(mib=("mib", "mean"), baseline_mib=("baseline_mib", "mean")).reset_index()
+        part = part.groupby(["trace", "color"], sort=False).agg(mib=("mib", "mean"), baseline_mib=("baseline_mib", "mean")).reset_index()
         part["quantity"] = quantity
         rows.append(part.sort_values("trace", key=lambda t: t.map(order), kind="stable"))
     if not rows:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
     out = pd.concat(rows, ignore_index=True)
     out["ratio"] = out["mib"] / out["baseline_mib"]
-    out["color_id"] = out["color_id"].astype("int64")
     return out[MEMORY_COLUMNS]
 
 
 BREAKDOWN_PREFIX = "mem_bytes/"
 BREAKDOWN_EXACT_PREFIX = "mem_bytes_exact/"
-BREAKDOWN_COLUMNS = ["bar", "color_id", "category", "mib"]
+BREAKDOWN_COLUMNS = ["bar", "color", "category", "mib"]
 
 
 def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = True) -> pd.DataFrame:
@@ -242,18 +244,73 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     last = m.sort_values("id").drop_duplicates(["run_id", "name"], keep="last")
     labels = trace_labels(info, pool_seeds)
-    colors = info.set_index("run_id")["color_id"] if pool_seeds else pd.Series(info["run_id"].values, index=info["run_id"])
+    colors = info.set_index("run_id")["color"]
     exact = last["name"].str.startswith(BREAKDOWN_EXACT_PREFIX)
     frame = pd.DataFrame({
         "run_id": last["run_id"].to_numpy(),
         "bar": [labels[r] + (" · exact" if e else "") for r, e in zip(last["run_id"], exact)],
-        "color_id": last["run_id"].map(colors).to_numpy(),
+        "color": last["run_id"].map(colors).to_numpy(),
         "category": [n.split("/", 1)[1] for n in last["name"]],
         "exact": exact.to_numpy(),
         "mib": last["value"].to_numpy() / MIB,
         "order": last["run_id"].map(labels).map(method_order(info, labels)).to_numpy(),
     })
-    frame = frame.groupby(["bar", "color_id", "category", "exact"], sort=False).agg(mib=("mib", "mean"), order=("order", "min")).reset_index()
+    frame = frame.groupby(["bar", "color", "category", "exact"], sort=False).agg(mib=("mib", "mean"), order=("order", "min")).reset_index()
     frame = frame.sort_values(["order", "exact"], kind="stable")
-    frame["color_id"] = frame["color_id"].astype("int64")
     return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
+
+
+RANK_QUANTITIES = {  # column of ``engine.summary.summarize`` → (name, axis title, divisor to the shown unit)
+    "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
+    "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
+    "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
+}
+RANK_COLUMNS = ["trace", "color", "line_color", "dash", "setup", "estimator", "rank", "lam", "step", "seeds", "mean", "std"]
+LINE_RANK = 8  # a line across ranks takes its method's colour at this rank
+
+
+def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None) -> pd.DataFrame:
+    """The paper's central figure as numbers: ``quantity`` (a key of ``RANK_QUANTITIES``)
+    against the rank R, one row per Table 3 row with seeds at its step.
+
+    The rows, their step and the runs they count are those of
+    ``engine.summary.table3(records, metrics, at_step)`` (every row of a comparable
+    config group read at one step: ``at_step``, or the group's latest common step).
+    ``mean`` and ``std`` (ddof 1; NaN for one seed) are over the counted runs' values
+    from ``summarize(records, metrics, step)`` at that step, in the shown unit (bytes
+    in MiB); runs without a value are left out of both and of ``seeds``. ``trace``
+    names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
+    differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
+    the method's colour (``charts.method_color``), ``line_color`` its colour at
+    ``LINE_RANK`` (one per line), ``dash`` its line style."""
+    if quantity not in RANK_QUANTITIES:
+        raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
+    records = list(records)
+    divisor = RANK_QUANTITIES[quantity][2]
+    table = table3(records, metrics, at_step)
+    table = table[table["seeds"] > 0]
+    at: dict[int, pd.DataFrame] = {}
+    rows = []
+    for row in table.itertuples():
+        step = int(row.step)
+        if step not in at:
+            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
+        ids = [int(i) for i in str(row.run_ids).split(", ")]
+        values = (at[step].loc[ids, quantity] / divisor).dropna()
+        if values.empty:
+            continue
+        exact = row.estimator == "exact"
+        if not exact and pd.isna(row.rank):
+            continue  # a sketched run stored without a rank has no place on the R axis
+        lam = None if pd.isna(row.lam) else float(row.lam)
+        name = "exact" if exact else row.estimator + (f" λ={lam:g}" if lam else "")
+        rows.append({
+            "trace": f"{name} [{row.setup}]" if row.setup else name,
+            "color": method_color(row.estimator, None if exact else row.rank, lam),
+            "line_color": method_color(row.estimator, None if exact else LINE_RANK, lam),
+            "dash": method_dash(lam), "setup": row.setup, "estimator": row.estimator,
+            "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
+            "seeds": len(values), "mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
+        })
+    out = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    return out.astype({"rank": "Int64", "step": "int64", "seeds": "int64"})

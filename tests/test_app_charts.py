@@ -1,31 +1,53 @@
 """Chart builders: frames in, figures out; their traces, colours, bands, axes and texts."""
 
+import colorsys
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts, logic
+from app import charts, frames
 
 
-def _series(trace, color_id, ys, std=None, xs=None):
+def _series(trace, color, ys, std=None, xs=None, dash="solid"):
     xs = list(range(0, 10 * len(ys), 10)) if xs is None else xs
     ys = np.asarray(ys, float)
     sd = np.full_like(ys, np.nan) if std is None else np.full_like(ys, std)
-    return pd.DataFrame({"trace": trace, "color_id": color_id, "x": xs, "y": ys, "lo": ys - sd, "hi": ys + sd,
+    return pd.DataFrame({"trace": trace, "color": color, "dash": dash, "x": xs, "y": ys, "lo": ys - sd, "hi": ys + sd,
                          "n": 1 if std is None else 3})
 
 
-def test_colors_are_stable_per_run_id():
-    assert charts.color(3) == charts.PALETTE[3]
-    assert charts.color(3 + len(charts.PALETTE)) == charts.color(3)
-    assert len(set(charts.PALETTE)) == len(charts.PALETTE) and charts.BASELINE_COLOR not in charts.PALETTE
+EXACT, R8 = charts.method_color("exact"), charts.method_color("basis", 8, 0.0)
+R1, R32 = charts.method_color("basis", 1, 0.0), charts.method_color("basis", 32, 0.0)
+
+
+def _hls(color):
+    return colorsys.rgb_to_hls(*(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+
+
+def test_method_colors_are_the_methods_alone():
+    assert charts.method_color("exact", None, 0.0) == charts.method_color(None) == charts.EXACT_COLOR
+    assert charts.method_color("exact", 8, 0.01) == charts.EXACT_COLOR  # exact has no rank: one neutral colour
+    assert _hls(charts.EXACT_COLOR)[2] == 0 and charts.BASELINE_COLOR != charts.EXACT_COLOR  # grey, not the baseline bars'
+    estimators = ["basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj"]
+    at_8 = [charts.method_color(e, 8, 0.0) for e in estimators]
+    assert len(set(at_8)) == len(estimators) and charts.EXACT_COLOR not in at_8
+    hues = sorted(_hls(c)[0] * 360 for c in at_8)  # families apart on the colour wheel
+    assert min(np.diff(hues + [hues[0] + 360])) > 15
+    assert _hls(R1)[1] > _hls(R8)[1] > _hls(R32)[1]  # shaded by rank: larger R darker
+    shrunk = charts.method_color("basis", 8, 0.01)
+    assert shrunk != R8 and _hls(shrunk)[2] < _hls(R8)[2]  # λ > 0: desaturated
+    assert charts.method_dash(0.01) == "dash" and charts.method_dash(0.0) == charts.method_dash(None) == "solid"
+    unknown = charts.method_color("my-new-sketch", 8, 0.0)
+    assert unknown == charts.method_color("my-new-sketch", 8, 0.0) and unknown.startswith("#") and len(unknown) == 7
+    assert charts.method_color("basis", 8.0, 0) == R8 and charts.method_color("basis", np.int64(8), np.float64(0)) == R8
 
 
 def test_line_figure_draws_one_line_per_trace_in_its_run_colour():
-    frame = pd.concat([_series("exact s0", 1, [10, 8, 7]), _series("basis R=8 s0", 2, [10, 9, 8])])
+    frame = pd.concat([_series("exact s0", EXACT, [10, 8, 7]), _series("basis R=8 s0", R8, [10, 9, 8])])
     fig = charts.line_figure(frame, y_title="validation loss (nats/token)", title="Validation loss")
     assert [t.name for t in fig.data] == ["exact s0", "basis R=8 s0"]
-    assert [t.line.color for t in fig.data] == [charts.color(1), charts.color(2)]
+    assert [t.line.color for t in fig.data] == [EXACT, R8]
     assert list(fig.data[0].y) == [10, 8, 7] and list(fig.data[1].x) == [0, 10, 20]
     assert fig.data[0].mode == "lines+markers"
     assert fig.layout.xaxis.title.text == "step"
@@ -34,34 +56,34 @@ def test_line_figure_draws_one_line_per_trace_in_its_run_colour():
 
 
 def test_line_figure_band_log_axis_and_wall_time():
-    frame = _series("basis R=8 · mean of 3 seeds", 4, [10, 9, 8], std=0.5)
+    frame = _series("basis R=8 · mean of 3 seeds", R8, [10, 9, 8], std=0.5, dash="dash")
     fig = charts.line_figure(frame, x="wall_time", y_title="train loss (nats/token)", log_y=True)
     upper, lower, line = fig.data
     assert list(upper.y) == [10.5, 9.5, 8.5] and list(lower.y) == [9.5, 8.5, 7.5]
     assert lower.fill == "tonexty" and not upper.showlegend and not lower.showlegend
     assert line.name == "basis R=8 · mean of 3 seeds" and line.showlegend is not False
-    assert lower.fillcolor.startswith("rgba(") and line.line.color == charts.color(4)
+    assert lower.fillcolor.startswith("rgba(") and line.line.color == R8 and line.line.dash == "dash"
     assert "mean of %{customdata} runs" in line.hovertemplate
     assert fig.layout.xaxis.title.text == "wall time (s)" and fig.layout.yaxis.type == "log"
 
 
 def test_line_figure_long_curves_have_no_markers_and_empty_frames_say_so():
-    fig = charts.line_figure(_series("a", 1, np.linspace(10, 6, 500)), y_title="loss")
+    fig = charts.line_figure(_series("a", R1, np.linspace(10, 6, 500)), y_title="loss")
     assert fig.data[0].mode == "lines"
-    empty = charts.line_figure(pd.DataFrame(columns=logic.SERIES_COLUMNS), y_title="loss")
+    empty = charts.line_figure(pd.DataFrame(columns=frames.SERIES_COLUMNS), y_title="loss")
     assert not fig.layout.annotations and len(empty.data) == 0
     assert empty.layout.annotations[0].text == "no points yet"
 
 
 def test_panels_figure_one_panel_per_layer_one_legend_entry_per_curve():
-    panels = {layer: pd.concat([_series("basis R=1 s0", 2, [0.1, 0.2]), _series("basis R=8 s0", 3, [0.5, 0.6])])
+    panels = {layer: pd.concat([_series("basis R=1 s0", R1, [0.1, 0.2]), _series("basis R=8 s0", R8, [0.5, 0.6])])
               for layer in ("block_0/mlp/fc", "block_0/mlp/proj", "head", "block_1/mlp/fc")}
     fig = charts.panels_figure(panels, y_title="cosine", columns=3)
     assert [a.text for a in fig.layout.annotations] == list(panels)
     assert len(fig.data) == 8
     legend = [t.name for t in fig.data if t.showlegend is not False]
     assert legend == ["basis R=1 s0", "basis R=8 s0"]
-    assert {t.line.color for t in fig.data if t.name == "basis R=8 s0"} == {charts.color(3)}
+    assert {t.line.color for t in fig.data if t.name == "basis R=8 s0"} == {R8}
     assert fig.layout.yaxis.title.text == "cosine" and fig.layout.xaxis4.title.text == "step"
     assert fig.data[6].xaxis == "x4"  # the fourth layer is drawn in the second row
 
@@ -69,7 +91,7 @@ def test_panels_figure_one_panel_per_layer_one_legend_entry_per_curve():
 def test_memory_figure_bars_against_the_grey_baseline_with_the_ratio_written():
     frame = pd.DataFrame({
         "trace": ["exact s0", "basis R=8 s0", "exact s0", "basis R=8 s0"],
-        "color_id": [1, 2, 1, 2],
+        "color": [EXACT, R8, EXACT, R8],
         "quantity": ["Saved for backward"] * 2 + ["Peak device memory"] * 2,
         "mib": [12.0, 6.0, 40.0, 30.0], "baseline_mib": [12.0, 12.0, 40.0, np.nan],
         "ratio": [1.0, 0.5, 1.0, np.nan],
@@ -79,7 +101,8 @@ def test_memory_figure_bars_against_the_grey_baseline_with_the_ratio_written():
     run, base, run2, base2 = fig.data
     assert list(run.y) == [12.0, 6.0] and list(run.text) == ["1.000×", "0.500×"]
     assert list(run.x) == ["exact s0", "basis R=8 s0"]
-    assert list(run.marker.color) == [charts.color(1), charts.color(2)]
+    assert list(run.marker.color) == [EXACT, R8]
+    assert run.name == "run (run ÷ exact on top)"
     assert base.marker.color == charts.BASELINE_COLOR and list(base.y) == [12.0, 12.0]
     assert list(base2.x) == ["exact s0"]  # no baseline bar where the baseline is unknown
     assert list(run2.text) == ["1.000×", ""]
@@ -89,7 +112,7 @@ def test_memory_figure_bars_against_the_grey_baseline_with_the_ratio_written():
 
 def test_breakdown_figure_stacks_categories_in_fixed_colours():
     frame = pd.DataFrame({
-        "bar": ["R=8", "R=8", "R=8 · exact", "R=8 · exact"], "color_id": [2, 2, 2, 2],
+        "bar": ["R=8", "R=8", "R=8 · exact", "R=8 · exact"], "color": [R8] * 4,
         "category": ["sketched_inputs", "loss_logits", "sketched_inputs", "loss_logits"],
         "mib": [1.0, 5.0, 4.0, 5.0],
     })
@@ -109,5 +132,5 @@ def test_wrap_breaks_long_labels_at_spaces():
 
 @pytest.mark.parametrize("builder", [charts.memory_figure, charts.breakdown_figure])
 def test_bar_figures_on_empty_frames_say_so(builder):
-    fig = builder(pd.DataFrame(columns=["trace", "bar", "color_id", "category", "quantity", "mib", "baseline_mib", "ratio"]))
+    fig = builder(pd.DataFrame(columns=["trace", "bar", "color", "category", "quantity", "mib", "baseline_mib", "ratio"]))
     assert len(fig.data) == 0 and fig.layout.annotations[0].text.startswith("no ")

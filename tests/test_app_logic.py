@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import form, frames, tables
+from app import charts, form, frames, tables
 from engine import timing
 from engine.summary import MIB, display_frame, run_summary, run_table3
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
@@ -179,7 +179,8 @@ def test_describe_runs_groups_seeds_and_names_setups(store):
     configs += [dataclasses.replace(TINY, rank=8, steps=20)]
     info = frames.describe_runs(_records(store, configs))
     assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
-    assert info["color_id"].tolist() == [1, 1, 3, 3, 5]
+    assert info["group_id"].tolist() == [1, 1, 3, 3, 5]
+    assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.method_color("basis", 8, 0.0)] * 3
     assert info["setup"].tolist() == ["steps=40"] * 4 + ["steps=20"]
     pooled = frames.trace_labels(info, pool_seeds=True)
     assert pooled.tolist() == ["exact · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 s0 [steps=20]"]
@@ -225,11 +226,14 @@ def test_series_pools_seeds_into_mean_and_std(store):
     assert pooled["x"].tolist() == raw.index.tolist()
     np.testing.assert_allclose(pooled["y"], raw.mean(axis=1))
     np.testing.assert_allclose(pooled["hi"] - pooled["y"], raw.std(axis=1, ddof=1), atol=1e-12)
-    assert (pooled["n"] == 3).all() and (pooled["color_id"] == 1).all()
+    assert (pooled["n"] == 3).all() and (pooled["color"] == charts.method_color("basis", 32, 0.0)).all()
     exact = s[s["trace"] == "exact s0"]
-    assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color_id"] == 4).all()
+    assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color"] == charts.EXACT_COLOR).all()
     unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
-    assert sorted(unpooled["color_id"].unique()) == [1, 2, 3, 4] and unpooled["lo"].isna().all()
+    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # the method's colour, not the run's
+        "basis R=32 s0": charts.method_color("basis", 32, 0.0), "basis R=32 s1": charts.method_color("basis", 32, 0.0),
+        "basis R=32 s2": charts.method_color("basis", 32, 0.0), "exact s0": charts.EXACT_COLOR}
+    assert unpooled["lo"].isna().all()
     by_wall = frames.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
     assert by_wall["x"].max() == pytest.approx(0.5 + 0.01 * TINY.steps)
     smooth = frames.series(metrics, info, "val_loss", smoothing=0.6, pool_seeds=False)

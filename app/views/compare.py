@@ -1,4 +1,5 @@
-"""Compare: live loss, gradient-cosine and memory charts and the paper's Table 3 for the selected runs."""
+"""Compare: live loss, gradient-cosine and memory charts, the paper's central figure (a
+quantity against the rank R at one step) and its Table 3 for the selected runs."""
 
 import streamlit as st
 
@@ -77,23 +78,29 @@ def _view() -> None:
     left, right = st.columns(2)
     with left:
         s = frames.series(metrics, info, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y), "val")
+        plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y,
+                                  height=460), "val")
     with right:
         s = frames.series(metrics, info, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)", log_y=log_y), "train")
+        plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)",
+                                  log_y=log_y, height=460), "train")
 
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
     layers = frames.layer_names(metrics)
     if not layers:
-        st.info("Cosines are probed for sketched runs only (every probe interval); none of the selected runs has one yet.")
+        st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
+                "none of the selected runs has one yet.")
     else:
-        per_layer = st.toggle("per layer", key="compare.per_layer")
+        per_layer = st.toggle("per layer", key="compare.per_layer",
+                              help="Probed every probe interval on a fixed batch; exact runs are probed too, as the reference 1.0.")
         if per_layer:
-            panels = {layer: frames.series(metrics, info, f"cos/{layer}", smoothing=smoothing, pool_seeds=pool) for layer in layers}
-            plot(charts.panels_figure(panels, y_title="cosine"), "cos_layers")
+            panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
+                      for layer in layers}
+            plot(charts.panels_figure(panels, x=x, y_title="cosine", title="Cosine per sketched layer"), "cos_layers")
         else:
-            s = frames.series(metrics, info, "cos_mean", smoothing=smoothing, pool_seeds=pool)
-            plot(charts.line_figure(s, y_title="cosine (mean over sketched layers)", title="Mean cosine over sketched layers"), "cos")
+            s = frames.series(metrics, info, "cos_mean", x=x, smoothing=smoothing, pool_seeds=pool)
+            plot(charts.line_figure(s, x=x, y_title="cosine (mean over sketched layers)",
+                                    title="Mean cosine over sketched layers"), "cos")
 
     st.subheader("Memory")
     summary_end = summarize(records_now.values(), metrics)
@@ -102,7 +109,8 @@ def _view() -> None:
         st.info("Memory figures are recorded at step 0 of each run; none yet.")
     else:
         plot(charts.memory_figure(mem, title="Activation memory per train step, against exact backprop of the same config"), "memory")
-        notes = ["**Saved for backward**: residual bytes a train step keeps for its backward pass (parameters excluded)."]
+        notes = ["**Saved for backward**: residual bytes a train step keeps for its backward pass (parameters excluded).",
+                 "The number on each bar is run ÷ exact (below 1: the run keeps less)."]
         if "Peak device memory" not in set(mem["quantity"]):
             notes.append("**Peak device memory** is recorded at the end of GPU runs only.")
         st.caption(" ".join(notes))
@@ -110,20 +118,37 @@ def _view() -> None:
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
 
-    st.subheader("Summary (the paper's Table 3 form)")
+    st.subheader("Against the rank R at one step (the paper's central figure)")
     steps = sorted(set(metrics.loc[metrics["name"] == "val_loss", "step"]))
     if not steps:
-        st.info("The summary appears after the first validation (step 0).")
+        st.info("This figure and the summary appear after the first validation (step 0).")
         return
     choices = ["common", *steps]
-    at = st.select_slider(
+    if st.session_state.get("compare.at", "common") not in choices:
+        del st.session_state["compare.at"]  # its step belongs to runs no longer selected
+    c1, c2 = st.columns([3, 2])
+    at = c1.select_slider(
         "at step", options=choices, value="common", key="compare.at",
         format_func=lambda v: "latest common step" if v == "common" else f"{v:,}",
-        help="Seeds are compared at one step only: by default the latest step every run of a setup has "
-             "validated at; a run that has not reached the chosen step counts as a missing seed.")
-    table = table3(records_now.values(), metrics, at_step=None if at == "common" else at)
+        help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
+             "latest step every run of a setup has validated at; a run that has not reached the chosen step "
+             "counts as a missing seed.")
+    at_step = None if at == "common" else at
+    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key="compare.rank_quantity",
+                        format_func=lambda q: frames.RANK_QUANTITIES[q][0])
+    name, y_title, _ = frames.RANK_QUANTITIES[quantity]
+    by_rank = frames.rank_frame(records_now.values(), metrics, quantity, at_step)
+    plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
+    st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
+               "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")
+
+    st.subheader("Summary (the paper's Table 3 form)")
+    table = table3(records_now.values(), metrics, at_step=at_step)
     shown = display_frame(table)
-    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—")
+    widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "val loss": 130, "Δ val vs exact": 105,
+              "95% CI": 150, "verdict": 95, "train loss": 130, "cos": 55, "saved MiB": 80, "saved ÷ exact": 100}
+    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
+                 column_config={c: st.column_config.Column(width=w) for c, w in widths.items() if c in shown})
     notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
              "(same initial parameters and batches), with its 95 % t-interval; better / worse when the interval "
              "excludes 0, else within noise; one seed has no interval.",
