@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import colorsys
 import hashlib
+import html
 import math
 
 import pandas as pd
@@ -95,11 +96,16 @@ def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def plain(label) -> str:
+    """A run name as Plotly text: its ``<a href>``, ``<b>`` and the like are shown, not obeyed."""
+    return html.escape(str(label), quote=False)
+
+
 def wrap(label: str, width: int = 14) -> str:
     """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
     for bar-axis categories; a longer word stays whole."""
     lines: list[str] = []
-    for word in str(label).split(" "):
+    for word in plain(label).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
@@ -130,7 +136,7 @@ def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str,
         mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
         extra = " (mean of %{customdata} runs)" if banded else ""
         fig.add_trace(go.Scatter(
-            x=rows["x"], y=rows["y"], mode=mode, name=trace, legendgroup=trace, showlegend=show_legend,
+            x=rows["x"], y=rows["y"], mode=mode, name=plain(trace), legendgroup=trace, showlegend=show_legend,
             line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],
             hovertemplate=f"<b>{trace}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
         ), **cell)

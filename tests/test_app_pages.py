@@ -300,22 +300,24 @@ def test_compare_pools_seeds_and_draws_the_memory_breakdown(url, store):
 def test_compare_reads_only_new_metric_rows_on_refresh(url, store, monkeypatch):
     ids = [fake_run(store, dataclasses.replace(TINY, seed=s)) for s in range(3)]
     reads = []
-    original = RunStore.metrics
+    original = RunStore.metrics_after
 
-    def spy(self, run_ids, *, names=None, after_id=0):
-        rows = original(self, run_ids, names=names, after_id=after_id)
-        reads.append((after_id, len(rows)))
+    def spy(self, marks, *, names=None):
+        rows = original(self, marks, names=names)
+        reads.append((dict(marks), len(rows)))
         return rows
 
-    monkeypatch.setattr(RunStore, "metrics", spy)
+    total = len(store.metrics(ids))
+    marks = {i: int(store.metrics([i])["id"].max()) for i in ids}
+    monkeypatch.setattr(RunStore, "metrics_after", spy)  # store.metrics reads through it too: ask before
     at = page(app(selected=ids).run(), "compare")
-    assert reads == [(0, len(original(store, ids)))]
-    last = int(original(store, ids)["id"].max())
+    assert reads == [({i: 0 for i in ids}, total)]
     store.add_metrics(ids[0], [(41, 1.0, "val_loss", 5.0)])
+    newest = int(original(store, {ids[0]: marks[ids[0]]})["id"].max())
     at.run()
-    at.select_slider[0].set_value(20).run()
-    assert reads[1:] == [(last, 1), (last + 1, 0)]  # a refresh reads only new rows; the summary none
-    assert at.dataframe[0].value["step"].tolist() == [20]
+    at.select_slider(key="compare.at").set_value(20).run()
+    assert reads[1:] == [(marks, 1), ({**marks, ids[0]: newest}, 0)]  # a refresh reads only new rows; the step none
+    assert at.dataframe[0].value["step"].tolist() == ["20"]
 
 
 def test_detail_shows_the_error_config_and_environment(url, store):

@@ -66,3 +66,17 @@ def test_plain_text_escapes_markdown_links_and_images():
 def test_password_check_is_exact():
     assert gate.check("s3cret", "s3cret")
     assert not gate.check("s3cre", "s3cret") and not gate.check("s3cret ", "s3cret") and not gate.check("", "s3cret")
+
+
+def test_chart_legends_show_html_in_run_names_as_text():
+    import pandas as pd
+
+    from app import charts
+
+    name = "<a href='http://127.0.0.1:9/x'>click</a>"
+    frame = pd.DataFrame({"trace": [name, name], "color": ["#404040"] * 2, "dash": ["solid"] * 2, "x": [0, 1],
+                          "y": [1.0, 2.0], "lo": [float("nan")] * 2, "hi": [float("nan")] * 2, "n": [1, 1]})
+    fig = charts.line_figure(frame, y_title="loss")
+    names = [t.name for t in fig.data if t.name]
+    assert names and all("<a" not in n and "&lt;a href" in n for n in names)
+    assert "<a" not in charts.wrap(name) and "<br>" not in charts.wrap("short")
