@@ -490,7 +490,8 @@ def _diagnose(args) -> int:
         if frame.empty:
             print("no diagnoses yet: run `python -m engine diagnose RUN`")
             return 0
-        frame["settings"] = [", ".join(f"{k}={v}" for k, v in s.items() if k not in ("step", "notes", "chunk"))
+        frame["settings"] = [" ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in s.items()
+                                      if k not in ("step", "notes", "chunk"))
                              for s in frame["settings"]]
         frame["error"] = [e.splitlines()[0] if isinstance(e, str) and e else "-" for e in frame["error"]]
         print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
