@@ -6,7 +6,8 @@ log axes a value ≤ 0 has no place: the squared bias is Monte-Carlo corrected (
 V/K), so an unbiased estimator's is zero within its standard error and often negative.
 A bias² not above 2 se is drawn as an open downward triangle at its upper bound
 max(b², 0) + 2 se ("below this"), a significant one as a dot with ± se bars; a value
-that is exactly 0 (an estimator that keeps X whole at this rank) is left off the axis.
+that is 0 to float32 precision (below ``ROUND_OFF``: an estimator that keeps X whole at this
+rank, whose error is float32 round-off, relative size ~ε² ≈ 1e-14) is left off the axis.
 
 Colours: one fixed colour per estimator (``ESTIMATOR_COLORS``), the same on every
 chart; a second λ of the same estimator is dashed.
@@ -33,6 +34,7 @@ OTHER_COLOR = "#7f7f7f"
 DASHES = ("solid", "dash", "dot", "dashdot")
 QUANTITIES = {"mse": "MSE", "bias2": "bias²", "variance": "variance"}
 POOLED = "all"
+ROUND_OFF = 1e-10  # relative values below this are float32 round-off (ε² ≈ 1.4e-14, with margin): zero
 SIGNIFICANT_SE = 2.0  # a bias² above this many standard errors is drawn as a value, else as a bound
 
 
@@ -77,7 +79,7 @@ def curve_frame(results: pd.DataFrame, layer: str, quantity: str) -> pd.DataFram
     else:
         out["bound"] = False
         out["y"] = out["value"]
-    out["y"] = out["y"].where(out["y"] > 0)
+    out["y"] = out["y"].where(out["y"] > ROUND_OFF)
     return out.reset_index(drop=True)
 
 
@@ -89,12 +91,12 @@ def _add(fig: go.Figure, frame: pd.DataFrame, quantity: str, *, col: int | None,
         cell = dict(row=1, col=col) if col else {}
         hover = f"{label}<br>R=%{{x}}<br>{name} %{{customdata:.4g}}<extra></extra>"
         fig.add_trace(go.Scatter(
-            x=rows["rank"], y=rows["y"], mode="lines", name=label, legendgroup=label, showlegend=False,
+            x=rows["rank"], y=rows["y"], mode="lines", name=label, legendgroup=label, showlegend=legend,
             line=dict(color=c, width=2, dash=dash), connectgaps=True, hoverinfo="skip"), **cell)
         sig = rows[~rows["bound"]]
         err = dict(type="data", array=sig["se"], visible=True, color=c, thickness=1) if quantity == "bias2" else None
         fig.add_trace(go.Scatter(
-            x=sig["rank"], y=sig["y"], mode="markers", name=label, legendgroup=label, showlegend=legend,
+            x=sig["rank"], y=sig["y"], mode="markers", name=label, legendgroup=label, showlegend=False,
             marker=dict(color=c, size=7), error_y=err, customdata=sig["value"], hovertemplate=hover), **cell)
         low = rows[rows["bound"]]
         if not low.empty:

@@ -114,8 +114,8 @@ def _view() -> None:
     plot(est.mse_figure(results, layer, split=split, title=f"Relative MSE against R: {est.layer_label(layer)}"),
          "estimators.mse")
     st.caption("Log–log axes. bias² is corrected for Monte-Carlo noise (‖ē‖² − V/K), so an unbiased estimator's "
-               "is 0 ± se; ▽ marks such an upper bound. A value that is exactly 0 (an estimator that keeps X "
-               "whole at that rank) is not drawn; see the table.")
+               "is 0 ± se; ▽ marks such an upper bound. A value that is 0 to float32 precision (below 1e-10: "
+               "an estimator that keeps X whole at that rank) is not drawn; see the table.")
     choices = est.ranks(results)
     rank = st.select_slider("Table at rank R", choices, value=choices[len(choices) // 2], key="estimators.rank")
     number = st.column_config.NumberColumn(format="%.3g")
