@@ -244,7 +244,7 @@ class JobManager:
 
         plan = diagnosis.plan_diagnosis(self.store, run_id, checkpoints=self.checkpoint_root, **settings)
         diag_id = diagnosis.start(self.store, plan)
-        self._diagnoses[diag_id] = (0, 1)
+        self._diagnoses[diag_id] = (0, plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams))
 
         def progress(done: int, total: int) -> None:
             self._diagnoses[diag_id] = (done, total)
