@@ -26,6 +26,7 @@ page = st.navigation([
     runs_page,
     st.Page("views/compare.py", title="Compare", icon=":material/monitoring:", url_path="compare"),
     st.Page("views/detail.py", title="Run detail", icon=":material/description:", url_path="detail"),
+    st.Page("views/estimators.py", title="Estimators", icon=":material/query_stats:", url_path="estimators"),
 ])
 
 with st.sidebar:

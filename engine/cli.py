@@ -1,4 +1,4 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete and cancel BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -147,6 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
     cancel.add_argument("runs", nargs="+", help="run ids or names")
+    diag = sub.add_parser("diagnose", parents=[db], help="bias, variance and MSE of the dW estimators on a run's state",
+                          description="Measure every estimator's squared bias, variance, MSE (relative to ‖dW‖²) and "
+                                      "mean cosine on a run's checkpoint and the training batches that followed it; "
+                                      "stored in the database (the dashboard's Estimators page).")
+    diag.add_argument("run", nargs="?", help="run id or name")
+    diag.add_argument("--step", type=int, help="checkpoint step (default: the newest; 0: the initial parameters)")
+    diag.add_argument("--estimators", metavar="LIST", help="comma list (default: every sketched estimator)")
+    diag.add_argument("--ranks", metavar="LIST", help="comma list, clipped to B·T (default: 1,4,16,64)")
+    diag.add_argument("--lams", metavar="LIST", help="comma list of λ (default: the run's λ)")
+    diag.add_argument("--keys", type=int, default=256, help="sketch keys K per batch (default: 256)")
+    diag.add_argument("--batches", type=int, default=4, help="training batches N after the step (default: 4)")
+    diag.add_argument("--chunk", type=int, default=32, help="keys per vectorised chunk (default: 32)")
+    diag.add_argument("--seed", type=int, default=0, help="seed of the sketch keys (default: 0)")
+    diag.add_argument("--out", help="also write the results as CSV to this file")
+    diag.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    diag.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
     return parser
 
 
@@ -460,6 +476,61 @@ def _cancel(args) -> int:
     return 0
 
 
+def _diagnose(args) -> int:
+    from pathlib import Path
+
+    from engine import diagnosis
+    from storage.export import write_file
+
+    store = _open_store(args.db, create=False)
+    if args.list:
+        diagnosis.check_stale_diagnoses(store)
+        run_id = store.resolve_runs([args.run])[0] if args.run else None
+        frame = store.diagnostics_frame(run_id)
+        if frame.empty:
+            print("no diagnoses yet: run `python -m engine diagnose RUN`")
+            return 0
+        frame["settings"] = [" ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in s.items()
+                                      if k not in ("step", "notes", "chunk"))
+                             for s in frame["settings"]]
+        frame["error"] = [e.splitlines()[0] if isinstance(e, str) and e else "-" for e in frame["error"]]
+        print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
+              .rename(columns={"run_id": "run"}).to_string(index=False, na_rep="-"))
+        return 0
+    if not args.run:
+        raise CliError("name the run to diagnose (id or name), or pass --list")
+    if args.out:
+        out = Path(args.out).expanduser()
+        if out.exists() and not args.force:
+            raise CliError(f"{args.out} already exists; pass --force to overwrite it, or choose another path")
+        if not out.absolute().parent.is_dir():
+            raise CliError(f"cannot write {args.out}: its directory does not exist; create it or choose another path")
+    run_id = store.resolve_runs([args.run])[0]
+    plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
+                                    lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
+                                    seed=args.seed)
+    where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
+    print(f"run {run_id} {store.get_run(run_id).name}: diagnosing {where} on the {plan.batches} training "
+          f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    diag_id = diagnosis.start(store, plan)
+    bar = tqdm(total=plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams), unit="setting",
+               desc=f"diagnosis {diag_id}")
+    try:
+        frame = diagnosis.execute(store, diag_id, plan, on_progress=lambda done, total: bar.update(done - bar.n))
+    finally:
+        bar.close()
+    shown = frame.assign(layer=pd.Categorical(frame["layer"], ["all", *dict.fromkeys(frame["layer"][frame["layer"] != "all"])]))
+    shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable").drop(columns=["keys", "batches"])
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"stored as diagnosis {diag_id} of run {run_id} (step {plan.step})")
+    if args.out:
+        write_file(store, args.out, diagnosis.results_csv(store, diag_id), force=args.force)
+        print(f"wrote {len(frame)} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     from storage import RunNotFoundError, StorageError
 
@@ -470,6 +541,7 @@ def main(argv=None) -> int:
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
         commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
+                    "diagnose": _diagnose,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:

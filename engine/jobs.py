@@ -197,6 +197,7 @@ class JobManager:
         self._idle = threading.Condition(self._lock)
         self._last_busy = time.monotonic()
         self._env: dict | None = None
+        self._diagnoses: dict[int, tuple[int, int]] = {}  # diagnosis id → progress, while it computes
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
         self._beat = threading.Thread(target=self._beat_loop, name="basis-manager-heartbeat", daemon=True)
@@ -234,6 +235,34 @@ class JobManager:
         ids = self.store.adopt_queued(self.owner)
         self._enqueue(ids)
         return ids
+
+    def diagnose(self, run_id: int, **settings) -> int:
+        """Start a diagnosis of ``run_id`` (``engine.diagnosis.plan_diagnosis``'s settings) on a
+        thread of its own; its id, once the settings are validated and its row stored.
+        ``diagnosis_progress(id)`` follows it while it computes."""
+        from engine import diagnosis
+
+        plan = diagnosis.plan_diagnosis(self.store, run_id, checkpoints=self.checkpoint_root, **settings)
+        diag_id = diagnosis.start(self.store, plan)
+        self._diagnoses[diag_id] = (0, plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams))
+
+        def progress(done: int, total: int) -> None:
+            self._diagnoses[diag_id] = (done, total)
+
+        def job() -> None:
+            try:
+                diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress)
+            except Exception:  # noqa: BLE001 — recorded on the diagnosis by execute
+                log.warning("diagnosis %s failed", diag_id, exc_info=True)
+            finally:
+                self._diagnoses.pop(diag_id, None)
+
+        threading.Thread(target=job, name=f"basis-diagnosis-{diag_id}", daemon=True).start()
+        return diag_id
+
+    def diagnosis_progress(self, diag_id: int) -> tuple[int, int] | None:
+        """``(settings done, total)`` of a diagnosis this manager is computing, else None."""
+        return self._diagnoses.get(diag_id)
 
     def _enqueue(self, ids: list[int]) -> None:
         for run_id in ids:
