@@ -66,6 +66,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from engine import checks
 from engine.residuals import DENSE_INPUT
 
 ESTIMATORS = (
@@ -100,8 +101,7 @@ def validate(estimator: str, rank: int, lam: float) -> None:
         raise ValueError(
             f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}"
         )
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be an integer >= 1 (got {rank!r}); use rank=1 or more")
+    checks.whole("rank", rank, 1, fix="use rank=1 or more")
     if not (isinstance(lam, (int, float)) and 0.0 <= lam < 1.0):
         raise ValueError(f"lam (λ) must be in [0, 1) (got {lam!r}); use 0.0 for no shrink")
 

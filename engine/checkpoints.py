@@ -55,6 +55,8 @@ from orbax.checkpoint import checkpoint_managers
 
 from storage import db
 
+from engine import checks
+
 ENV_DIR = "BASIS_LAB_CHECKPOINTS"
 _FINAL = "basis_lab_final"
 _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
@@ -103,7 +105,7 @@ class RunCheckpoints:
     different threads at once, and one instance serialises its own calls."""
 
     def __init__(self, directory: str | os.PathLike, *, keep: int, name: str | None = None):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        if not checks.is_whole(keep, 1):
             raise CheckpointError(f"keep must be an integer >= 1 (got {keep!r}): fix by keeping at least one")
         self.directory = Path(directory).expanduser().absolute()
         self.keep = keep

@@ -12,10 +12,18 @@ import numbers
 from typing import Any, Iterable
 
 
-def whole(name: str, value: Any, minimum: int = 1, *, note: str = "", error: type[Exception] = ValueError) -> int:
-    """``value`` as an int when it is an integer ≥ ``minimum`` (bools are not integers)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise error(f"{name} must be an integer >= {minimum}{note} (got {value!r})")
+def is_whole(value: Any, minimum: int = 1, maximum: int | None = None) -> bool:
+    """Whether ``value`` is an integer in [``minimum``, ``maximum``] (bools are not integers)."""
+    return (not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= minimum
+            and (maximum is None or value <= maximum))
+
+
+def whole(name: str, value: Any, minimum: int = 1, *, note: str = "", fix: str = "",
+          error: type[Exception] = ValueError) -> int:
+    """``value`` as an int when it is an integer ≥ ``minimum``; else ``error`` with
+    ``<name> must be an integer >= <minimum><note> (got <value>)[; <fix>]``."""
+    if not is_whole(value, minimum):
+        raise error(f"{name} must be an integer >= {minimum}{note} (got {value!r})" + (f"; {fix}" if fix else ""))
     return int(value)
 
 

@@ -49,6 +49,8 @@ from tiktoken.load import check_hash, data_gym_to_mergeable_bpe_ranks
 from tiktoken_ext.openai_public import r50k_pat_str
 from tqdm import tqdm
 
+from engine import checks
+
 SOURCES = ("classics", "fineweb-edu", "files")
 SPLITS = ("train", "val")
 CACHE_ENV = "BASIS_LAB_CACHE"
@@ -82,7 +84,7 @@ class DataError(ValueError):
 
 def _whole(name: str, value: int, minimum: int = 1) -> int:
     """``value`` as an int; DataError unless it is a whole number ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    if not checks.is_whole(value, minimum):
         raise DataError(f"{name}={value!r} is not a whole number >= {minimum}: fix by passing one")
     return int(value)
 

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import pandas as pd
 
+from engine import checks
 from engine import data, liveness
 from engine.basis import ESTIMATORS
 from engine.checkpoints import CheckpointError, RunCheckpoints, checkpoint_root, run_dir
@@ -110,7 +111,7 @@ def checkpoint_steps(store: RunStore, run_id: int, checkpoints: str | Path | Non
 
 
 def _whole(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    if not checks.is_whole(value, low, high):
         bound = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
         raise ConfigError(f"{name} must be {bound} (got {value!r})")
     return value

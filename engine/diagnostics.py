@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from engine import checks
 from engine.basis import sketched_matmul, validate
 from engine.layers import CAPTURED_GRADS, CAPTURED_INPUTS
 from engine.model import GPT, GPTConfig
@@ -128,8 +129,7 @@ def dw_moments(
     split from ``key``, ``chunk`` keys per vmap."""
     validate(estimator, rank, lam)
     for name, value, low in (("keys", keys, 2), ("chunk", chunk, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low} (got {value!r})")
+        checks.whole(name, value, low)
     if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0] or tuple(w_shape) != (x.shape[1], dy.shape[1]):
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)}, dy {tuple(dy.shape)}, w {tuple(w_shape)}; "

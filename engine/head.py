@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from engine import checks
 from engine.basis import (
     EPS, PROJECTION, SAMPLING, SKETCH_KIND, USES_SCALARS, Sketch, apply_sketch, draw_sketch,
     projection, projection_width, sample_rows, sketch_rows, validate, weighted_rows,
@@ -64,8 +65,7 @@ def head_loss(
     validate(estimator, rank, lam)
     if estimator != "exact" and key is None:
         raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be an integer >= 1 (got {chunk!r})")
+    checks.whole("chunk", chunk, 1)
     if w.ndim != 2 or x.shape[-1] != w.shape[0] or targets.shape != x.shape[:-1]:
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)} with targets "

@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 import jax
 
+from engine import checks
 from engine import liveness
 from engine.checkpoints import CheckpointError, RunCheckpoints, checkpoint_root, run_dir
 from engine.config import ConfigError, RunConfig
@@ -176,8 +177,7 @@ class JobManager:
         max_runs: int | None = None,
         checkpoints: str | Path | None = None,
     ):
-        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be an integer >= 1 (got {max_concurrent!r})")
+        checks.whole("max_concurrent", max_concurrent, 1)
         self.store = store
         self.owner = liveness.current_owner()
         self.worker_id = f"{self.owner}:{uuid.uuid4().hex[:6]}"

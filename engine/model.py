@@ -44,6 +44,7 @@ import optax
 
 from jax.ad_checkpoint import checkpoint_name
 
+from engine import checks
 from engine.attention import ATTENTION_CHOICES, causal_attention
 from engine.basis import validate
 from engine.layers import ATTENTION, NONLINEARITY, FusedHead, LayerNorm, SketchedDense, gelu
@@ -84,14 +85,8 @@ class GPTConfig:
     def __post_init__(self):
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-        chunk = self.head_chunk
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-            raise ValueError(
-                f"head_chunk must be an integer >= 0 (got {chunk!r}); "
-                "0 = unfused head, C > 0 = fused head in chunks of C rows"
-            )
+            checks.whole(name, value, 1)
+        checks.whole("head_chunk", self.head_chunk, 0, fix="0 = unfused head, C > 0 = fused head in chunks of C rows")
         if self.attention not in ATTENTION_CHOICES:
             raise ValueError(
                 f"attention must be one of {', '.join(ATTENTION_CHOICES)} (got {self.attention!r})"

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine import checks
 from engine.steps import init_state, make_train_step
 from engine.config import ConfigError, RunConfig
 from engine.train import initial_params, optimizer_for, run_keys, sketch_key
@@ -66,8 +67,7 @@ def measure_step(config: RunConfig, steps: int = 3) -> StepTiming:
     """Compile ``config``'s train step and time ``steps`` steps on random tokens
     after one warm-up step; start-up is ``STARTUP_COMPILES`` times the compile
     time. Cached per (:func:`timing_key`, ``steps``) for the life of the process."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"steps must be an integer >= 1 (got {steps!r})")
+    checks.whole("steps", steps, 1, error=ConfigError)
     key = (timing_key(config), steps)
     with _LOCK:
         hit = _MEASURED.get(key)
