@@ -63,7 +63,8 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
             else:
                 example = {"rank": "1, 8, 32", "lam": "0, 0.01", "seed": "0, 1, 2 or 0-4"}[f.name]
                 extra = " Add 'exact' for exact backprop once per seed." if f.name == "rank" else ""
-                out.append(Widget(plural, s.group, "text", f"{s.label} (comma list)", f"{s.help}{unit}.{extra}",
+                label = {"rank": "Ranks R", "lam": "Shrink λ", "seed": "Seeds"}[f.name]
+                out.append(Widget(plural, s.group, "text", f"{label} (comma list)", f"{s.help}{unit}.{extra}",
                                   placeholder=example))
             continue
         if s.allowed() is not None:

@@ -151,9 +151,10 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
     summary = at.dataframe[0].value
     expected = run_summary(store, ids)
     assert summary["method"].tolist() == ["exact", "basis", "basis"]
-    assert summary["rank"].tolist()[1:] == [2, 8]
+    assert summary["rank"].tolist()[1:] == ["2", "8"]
     assert [float(v) for v in summary["val loss"]] == pytest.approx(expected["val_loss"].round(3).tolist(), abs=1e-3)
-    assert summary["Δ val vs exact"].iloc[0] == "+0.000"
+    assert summary["Δ val vs exact"].iloc[0] == "—" and summary["verdict"].iloc[0] == "reference"
+    assert summary["verdict"].tolist()[1:] == ["one seed", "one seed"]  # one seed: no interval
 
     page(at, "runs")  # the launched runs are still selected: export them
     assert [d.label for d in at.get("download_button")] == ["CSV of 3 runs (long)"]
