@@ -187,6 +187,7 @@ class JobManager:
         self.writer = StoreWriter(store)
         self.interrupted = check_stale(store)
         self.started_runs = 0
+        self._claiming = 0  # threads between reserving a run slot and holding the claimed run
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._events: dict[int, threading.Event] = {}  # run id → its stop event
         self._interrupt = threading.Event()
@@ -295,11 +296,12 @@ class JobManager:
 
     def busy(self) -> bool:
         with self._lock:
-            return bool(self._pending or self._current)
+            return bool(self._pending or self._current or self._claiming)
 
     def idle_seconds(self) -> float:
         with self._lock:
-            return 0.0 if (self._pending or self._current) else time.monotonic() - self._last_busy
+            busy = self._pending or self._current or self._claiming
+            return 0.0 if busy else time.monotonic() - self._last_busy
 
     def wait(self, run_ids: Iterable[int] | None = None, timeout: float | None = None) -> bool:
         """Block until the given runs (default: all queued here) have ended; False on timeout."""
@@ -348,6 +350,7 @@ class JobManager:
                 if self.max_runs is not None and self.started_runs >= self.max_runs:
                     continue
                 self.started_runs += 1  # reserve a slot before claiming
+                self._claiming += 1
             run_id = None
             try:
                 check_stale(self.store)
@@ -355,11 +358,11 @@ class JobManager:
                 run_id = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
                 log.warning("claiming failed: %s", e)
-            if run_id is None:
-                with self._lock:
-                    self.started_runs -= 1
-                continue
             with self._lock:
+                self._claiming -= 1
+                if run_id is None:
+                    self.started_runs -= 1
+                    continue
                 self._pending.add(run_id)
                 self._events.setdefault(run_id, threading.Event())
             return -run_id  # negative: already claimed

@@ -19,6 +19,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pandas as pd
 import pytest
 from sqlalchemy import func, insert, inspect, select, text, update
