@@ -9,8 +9,8 @@ max(b², 0) + 2 se ("below this"), a significant one as a dot with ± se bars; a
 that is 0 to float32 precision (below ``ROUND_OFF``: an estimator that keeps X whole at this
 rank, whose error is float32 round-off, relative size ~ε² ≈ 1e-14) is left off the axis.
 
-Colours: one fixed colour per estimator (``ESTIMATOR_COLORS``), the same on every
-chart; a second λ of the same estimator is dashed.
+Colours: each estimator's hue from ``app.charts.method_color``, the same as on every
+other chart; a second λ of the same estimator is dashed.
 """
 
 from __future__ import annotations
@@ -20,17 +20,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-ESTIMATOR_COLORS = {
-    "basis": "#d62728",
-    "balanced": "#ff7f0e",
-    "scalars": "#9467bd",
-    "countsketch": "#8c564b",
-    "gaussian": "#1f77b4",
-    "crs": "#2ca02c",
-    "wta-crs": "#17becf",
-    "proj": "#e377c2",
-}
-OTHER_COLOR = "#7f7f7f"
+from app.charts import method_color
+
+COLOR_RANK = 8  # a line spans every R: it takes its estimator's colour at a middle rank
 DASHES = ("solid", "dash", "dot", "dashdot")
 QUANTITIES = {"mse": "MSE", "bias2": "bias²", "variance": "variance"}
 POOLED = "all"
@@ -39,7 +31,8 @@ SIGNIFICANT_SE = 2.0  # a bias² above this many standard errors is drawn as a v
 
 
 def estimator_color(estimator: str) -> str:
-    return ESTIMATOR_COLORS.get(estimator, OTHER_COLOR)
+    """The estimator's colour on every chart (``app.charts.method_color``)."""
+    return method_color(estimator, COLOR_RANK)
 
 
 def layers(results: pd.DataFrame) -> list[str]:
