@@ -7,6 +7,7 @@ it too when no browser is found). The test skips, saying why, only when no Chrom
 be found or installed, or Playwright is missing.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -61,6 +62,29 @@ def wait_healthy(port: int, server: subprocess.Popen, timeout: float = 120.0) ->
     raise AssertionError("streamlit did not become healthy")
 
 
+@contextlib.contextmanager
+def streamlit_server(env: dict, log_path: Path):
+    """``streamlit run app/main.py`` on a free localhost port with ``env``; yields the port
+    once the server is healthy, and stops it (its output in ``log_path``)."""
+    port = free_port()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_healthy(port, server)
+            yield port
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
 VALIDATION_POINTS = """() => {
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     const title = ((gd.layout && gd.layout.title && gd.layout.title.text) || '').replace(/<[^>]*>/g, '');
@@ -82,18 +106,10 @@ def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
     if chromium is None:
         pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
 
-    port = free_port()
     url = f"sqlite:///{tmp_path / 'browser.db'}"
     env = dict(os.environ, BASIS_LAB_DB_URL=url, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
-    log = open(tmp_path / "streamlit.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     screenshot = tmp_path / "compare.png"
-    try:
-        wait_healthy(port, server)
+    with streamlit_server(env, tmp_path / "streamlit.log") as port:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
@@ -130,13 +146,5 @@ def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
                 page.screenshot(path=str(screenshot), full_page=True)
             finally:
                 browser.close()
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot: {screenshot}")

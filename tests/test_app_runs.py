@@ -14,7 +14,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from app import display, form, state, tables
 from engine import liveness
 from engine.config import RunConfig
 from storage import RunStore
-from tests.test_app_browser import CHROMIUM_ARGS, ROOT, find_chromium, free_port, wait_healthy
+from tests.test_app_browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
 from tests.test_app_logic import TINY, fake_run
 from tests.test_app_pages import app, button, page, store, url, wait_for  # noqa: F401  (fixtures)
 
@@ -354,18 +353,10 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
     store.set_notes(run_id, notes)
     store.close()
 
-    port = free_port()
     env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
     env.pop("BASIS_LAB_PASSWORD", None)
-    log = open(tmp_path / "streamlit.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     try:
-        wait_healthy(port, server)
-        with sync_playwright() as p:
+        with streamlit_server(env, tmp_path / "streamlit.log") as port, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1100})
@@ -391,12 +382,5 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
             finally:
                 browser.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
         trap.shutdown()
     assert _Counter.hits == []
