@@ -18,8 +18,21 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from engine.config import (
-    DATA_OPTIONS, GROUPS, SWEEP_AXES, ConfigError, RunConfig, Sweep, base_type, default_of, from_flat,
-    parse_estimators, parse_lams, parse_ranks, parse_seeds, schema, to_flat,
+    DATA_OPTIONS,
+    GROUPS,
+    SWEEP_AXES,
+    ConfigError,
+    RunConfig,
+    Sweep,
+    base_type,
+    default_of,
+    from_flat,
+    parse_estimators,
+    parse_lams,
+    parse_ranks,
+    parse_seeds,
+    schema,
+    to_flat,
 )
 
 KEY = "launch."  # widget keys; app.main keeps them across page switches

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from app.charts import method_color, method_dash
+from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key
-from engine.summary import MIB, summarize, table3
+
 
 def describe_runs(records: Sequence) -> pd.DataFrame:
     """One row per ``storage.RunRecord`` (ordered by id): run_id, name, status,

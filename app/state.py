@@ -26,7 +26,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.config import Sweep
-from engine.jobs import JobManager
+from engine.runner.jobs import JobManager
 from storage import MetricsFeed, RunStore, StorageError, resolve_url
 
 REFRESH_S = 2.0  # live refresh period while runs are active

@@ -8,7 +8,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-
 RUNS_COLUMNS = [
     "id", "name", "sweep", "tags", "status", "progress", "estimator", "rank", "lam", "seed", "preset",
     "steps_done", "steps", "steps_text", "worker", "train_loss", "val_loss", "mean_cos", "started", "duration_s",

@@ -28,7 +28,6 @@ momentum, random token batches of the preset's shape; no data is read):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import statistics
 import tempfile
@@ -40,10 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 from tabulate import tabulate
 
-from engine.checkpoints import RunCheckpoints
 from engine.data import BatchSampler
-from engine.steps import init_state, make_train_step
-from engine.train import RunConfig, initial_params, optimizer_for, run_keys, sketch_key
+from engine.training.build import initial_params, model_config, optimizer_for, run_keys, sketch_key
+from engine.training.checkpoints import RunCheckpoints
+from engine.training.loop import RunConfig
+from engine.training.steps import init_state, make_train_step
 
 TOKENS = np.random.default_rng(0).integers(0, 50257, size=2_000_000).astype(np.uint16)
 
@@ -55,7 +55,7 @@ def start(config: RunConfig):
     optimizer = optimizer_for(config)
     state = init_state(initial_params(config), optimizer)
     sampler = BatchSampler(TOKENS, config.effective_batch_size, config.effective_seq_len, config.seed)
-    step_fn = make_train_step(config.model_config(), optimizer)
+    step_fn = make_train_step(model_config(config), optimizer)
     root = run_keys(config.seed)[1]
     state, loss = step_fn(state, jnp.asarray(sampler.next()), sketch_key(root, 1))
     jax.block_until_ready(loss)
@@ -70,7 +70,7 @@ def resume(config: RunConfig, ckpt: RunCheckpoints):
     state, extra = ckpt.restore(target)
     sampler = BatchSampler(TOKENS, config.effective_batch_size, config.effective_seq_len, config.seed)
     sampler.set_state(extra["sampler"])
-    step_fn = make_train_step(config.model_config(), optimizer)
+    step_fn = make_train_step(model_config(config), optimizer)
     step = int(state.step) + 1
     state, loss = step_fn(state, jnp.asarray(sampler.next()), sketch_key(run_keys(config.seed)[1], step))
     jax.block_until_ready(loss)

@@ -18,9 +18,10 @@ import time
 
 import jax
 
-from engine.basis import ESTIMATORS
-from engine.diagnostics import diagnose
-from engine.model import PRESETS, init_params, loss_fn
+from engine.analysis.diagnostics import diagnose
+from engine.core.choices import ESTIMATORS
+from engine.core.presets import PRESETS
+from engine.model.gpt import init_params, loss_fn
 
 
 def main() -> None:

@@ -24,10 +24,10 @@ import threading
 import time
 from pathlib import Path
 
-from engine import jobs
 from engine.config import RunConfig
+from engine.runner import jobs
 from storage import MetricsFeed, RunStore
-from storage.throwaway import ThrowawayPostgres
+from tests.support.postgres import ThrowawayPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,6 @@ import argparse
 import json
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -35,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from engine.basis import sketched_matmul
-from engine.model import PRESETS, init_params
-from engine.steps import init_state, make_optimizer, make_train_step
+from engine.core.presets import PRESETS
+from engine.model.gpt import init_params
+from engine.sketch.basis import sketched_matmul
+from engine.training.steps import init_state, make_optimizer, make_train_step
 
 METHODS = [("exact", 1), ("basis", 1), ("basis", 8), ("basis", 32)]
 FLOOR = ("floor", 0)  # dW of the sketched weights not computed

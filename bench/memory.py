@@ -31,9 +31,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from engine.metrics import CATEGORIES, compiled_stats, memory_breakdown
-from engine.model import GPTConfig, init_params
-from engine.steps import init_state, make_optimizer, make_train_step
+from engine.core.presets import GPTConfig
+from engine.model.gpt import init_params
+from engine.model.memory import CATEGORIES, memory_breakdown
+from engine.training.compiled import compiled_stats
+from engine.training.steps import init_state, make_optimizer, make_train_step
 
 MODEL = dict(vocab_size=50257, d_model=256, n_heads=4, n_layers=4)
 PLAIN = dict(head_chunk=0, attention="xla", recompute_activations=False, remat="none")
@@ -122,16 +124,16 @@ def defaults(seq_lens=(64, 1024)) -> None:
     default memory options) at the paper preset and longer contexts: saved-for-backward
     bytes of exact and basis R ∈ {1, 8, 32} (mlp+head) and basis ÷ exact, same options."""
     from engine.config import RunConfig
-    from engine.train import initial_params
+    from engine.training.build import initial_params, model_config
 
     print(f"RunConfig defaults at the paper preset (d 64, 2 layers, batch 1), head chunk "
-          f"{RunConfig(preset='paper').effective_head_chunk} on {jax.default_backend()}; MB = 2^20 bytes")
+          f"{RunConfig(preset='paper').effective_head_chunk(jax.default_backend())} on {jax.default_backend()}; MB = 2^20 bytes")
     print(f"{'T':>5} {'method':<12}{'saved MB':>10}{'÷ exact':>9}  " + "".join(f"{SHORT[c]:>9}" for c in CATEGORIES))
     for t in seq_lens:
         exact_bytes = None
         for estimator, rank in (("exact", 32), ("basis", 1), ("basis", 8), ("basis", 32)):
             config = RunConfig(preset="paper", seq_len=t, estimator=estimator, rank=rank)
-            cfg = config.model_config()
+            cfg = model_config(config)
             params = initial_params(config)
             batch = jax.random.randint(jax.random.key(2), (config.effective_batch_size, t + 1), 0, cfg.vocab_size)
             breakdown = memory_breakdown(cfg, params, batch, jax.random.key(1))

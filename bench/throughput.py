@@ -41,8 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from engine.steps import init_state, make_train_step
-from engine.train import RunConfig, initial_params, optimizer_for
+from engine.training.build import initial_params, model_config, optimizer_for
+from engine.training.loop import RunConfig
+from engine.training.steps import init_state, make_train_step
 
 RANKS = (1, 8, 32)
 SYNC_CASES = ("plain", "exact h0", "basis R=32 h0")
@@ -84,7 +85,7 @@ class PlainGPT(nn.Module):
 
 
 def plain_case(config: RunConfig, batch) -> Callable:
-    m = config.model_config()
+    m = model_config(config)
     model = PlainGPT(m.vocab_size, m.seq_len, m.d_model, m.n_heads, m.n_layers)
     params = model.init(jax.random.key(0), batch[:, :-1])["params"]
     optimizer = optax.sgd(0.01, momentum=0.9)
@@ -115,7 +116,7 @@ def our_case(config: RunConfig, batch) -> Callable:
     optimizer = optimizer_for(config)
     state = init_state(initial_params(config), optimizer)
     key0 = jax.random.key(1)
-    compiled = make_train_step(config.model_config(), optimizer).lower(state, batch, key0).compile()
+    compiled = make_train_step(model_config(config), optimizer).lower(state, batch, key0).compile()
     box = [state]
 
     def run(batch, key):
@@ -159,7 +160,7 @@ def chunk_sizes(rows: int) -> list[int]:
 def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> list[str]:
     base = RunConfig(preset=preset, lr=0.01, momentum=0.9)
     b, t = base.effective_batch_size, base.effective_seq_len
-    vocab = base.model_config().vocab_size
+    vocab = model_config(base).vocab_size
     rng = np.random.default_rng(seed)
     batches = [jnp.asarray(rng.integers(0, vocab, (b, t + 1)), jnp.int32) for _ in range(4)]
     keys = list(jax.random.split(jax.random.key(seed), block))
@@ -193,8 +194,8 @@ def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> 
     def won(ref_samples, samples):
         return sum(s < r for r, s in zip(ref_samples, samples)) / len(samples)
 
-    lines = [f"## preset {preset}: B={b} T={t} (B·T={b * t}) d={base.model_config().d_model} "
-             f"layers={base.model_config().n_layers} V={vocab}; {reps} rounds × {block} steps, device {jax.devices()[0].platform}",
+    lines = [f"## preset {preset}: B={b} T={t} (B·T={b * t}) d={model_config(base).d_model} "
+             f"layers={model_config(base).n_layers} V={vocab}; {reps} rounds × {block} steps, device {jax.devices()[0].platform}",
              f"{'case':<24}{'head':>6}{'sync':>6}{'ms/step':>10}{'steps/s':>10}{'×plain':>9}{'won':>6}{'×exact h0':>11}{'won':>6}"]
     for c in cases:
         med = statistics.median(c.samples)

@@ -1,3 +1,3 @@
-from engine.cli import main_exit
+from engine.cli.main import main_exit
 
 main_exit()

@@ -10,7 +10,7 @@ and each test gets a fresh database.  Where the server is not installed
 
 import pytest
 
-from storage.throwaway import ThrowawayPostgres
+from tests.support.postgres import ThrowawayPostgres
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ import streamlit as st
 
 from app import charts, frames, state
 from app.display import plot
+from engine.analysis.summary import display_frame, render, summarize, table3
 from engine.config import comparable_key
-from engine.summary import display_frame, render, summarize, table3
 from storage import ACTIVE_STATUSES
 
 lab = state.lab()

@@ -12,10 +12,10 @@ import streamlit as st
 
 from app import charts, form, frames, state
 from app.display import plain, plot, resume_text, status_text
-from engine import jobs
+from engine.analysis.summary import summarize
 from engine.config import ConfigError
-from engine.summary import summarize
-from engine.timing import format_seconds
+from engine.runner import jobs
+from engine.training.timing import format_seconds
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()

@@ -6,9 +6,9 @@ import streamlit as st
 from app import estimators as est
 from app import state
 from app.display import plain, plot, status_text
-from engine import diagnosis
-from engine.checkpoints import CheckpointError
 from engine.config import ConfigError, RunConfig
+from engine.runner import diagnosis
+from engine.training.checkpoints import CheckpointError
 from storage import ACTIVE_STATUSES
 
 lab = state.lab()

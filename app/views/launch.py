@@ -4,10 +4,12 @@ import pandas as pd
 import streamlit as st
 
 from app import form, state
-from engine import data, jobs, timing
+from engine import data
 from engine.config import GROUPS, ConfigError, Sweep
-from engine.model import PRESETS
-from engine.train import check_data
+from engine.core.presets import PRESETS
+from engine.runner import estimates, jobs
+from engine.training import timing
+from engine.training.build import check_data
 from storage import StorageError
 
 
@@ -72,7 +74,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
     for c in configs:
         key = timing.timing_key(c)
         if key not in timings:
-            timings[key] = timing.timing_from_history(lab.store, c) or timing.measured(c)
+            timings[key] = estimates.timing_from_history(lab.store, c) or timing.measured(c)
     known = [timings[timing.timing_key(c)] for c in configs]
     n = len(configs)
     plural = "s" if n != 1 else ""

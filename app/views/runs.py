@@ -15,13 +15,19 @@ import zlib
 import streamlit as st
 
 from app import display, form, state, tables
-from engine import jobs, liveness
 from engine.config import ConfigError
+from engine.runner import jobs, liveness
 from storage import (
-    ACTIVE_STATUSES, ENDED_STATUSES, RESUMABLE_STATUSES, RUN_STATUSES, RunNotFoundError, StorageError, long_frame,
-    to_csv_bytes, wide_frame,
+    ACTIVE_STATUSES,
+    ENDED_STATUSES,
+    RESUMABLE_STATUSES,
+    RUN_STATUSES,
+    RunNotFoundError,
+    StorageError,
+    long_frame,
+    to_csv_bytes,
+    wide_frame,
 )
-
 
 lab = state.lab()
 store = lab.store

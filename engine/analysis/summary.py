@@ -1,0 +1,278 @@
+"""Run summaries and the paper's Table 3, comparing seeds at the same step only.
+
+A run's value "at step S" is
+* for the metrics recorded at evaluation boundaries (``EVAL_METRICS``: train and
+  validation loss, tokens/s): the value recorded AT step S. A run without a
+  validation loss at S has not reached S: it is missing there, never replaced by
+  its last value;
+* for the dW cosine (``cos_mean``, probed every probe interval): the last probe at
+  or before S (runs of one config probe at the same steps);
+* for the memory figures (``MEMORY_METRICS``, properties of the compiled step): the
+  last value recorded.
+
+``table3`` pools the seeds of each method (estimator, rank, λ) within a comparable
+config group (``comparable_key``: the config less estimator, rank, λ, seed, name).
+Every row of a group is read at one step S: ``at_step`` when given, else the
+latest step at which every run of the group that has validated at all has a
+validation loss (so a live sweep reads at the step its slowest run has reached).
+Δ vs exact is the paired difference over seeds, d_s = val(method, s) − val(exact, s),
+over the seeds where both reached S; ``engine.stats.paired_delta`` gives its mean,
+std, 95 % t-interval and verdict. Memory ratios are run ÷ exact everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from engine.config import comparable_key, differing_fields
+from engine.core.stats import paired_delta
+from storage import RunStore
+from storage.export import neutralize
+
+MIB = 2**20
+
+# Table 3 of the paper: final validation loss after 50,000 steps at the paper preset.
+PAPER_TABLE3 = {None: 6.616, 64: 6.573, 32: 6.575, 16: 6.675, 8: 6.762, 1: 7.221}
+
+EVAL_METRICS = ("train_loss", "val_loss", "tokens_per_s")
+PROBE_METRICS = ("cos_mean",)
+MEMORY_METRICS = ("mem_saved_bytes", "mem_saved_bytes_exact", "mem_saved_ratio", "mem_temp_bytes", "mem_peak_bytes")
+SUMMARY_METRICS = (*EVAL_METRICS, *PROBE_METRICS, *MEMORY_METRICS)
+
+# The leading columns are the CSV contract of ``python -m engine summary --format csv``.
+TABLE3_COLUMNS = [
+    "estimator", "rank", "lam", "seeds", "step", "val_loss_mean", "val_loss_std",
+    "delta_val_mean", "delta_val_ci95_low", "delta_val_ci95_high", "verdict",
+    "delta_val_std", "paired_seeds", "train_loss_mean", "train_loss_std", "cos_mean",
+    "mem_saved_bytes_mean", "mem_saved_bytes_exact_mean", "mem_saved_ratio",
+    "missing_seeds", "paper_val_loss", "preset", "setup", "run_ids",
+]
+REFERENCE, MISSING = "reference", "missing"
+FORMATS = ("table", "csv", "markdown", "latex")
+
+
+def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.DataFrame:
+    """``summarize`` of the given runs, read from ``store``."""
+    records, metrics = _read(store, run_ids)
+    return summarize(records, metrics, at_step)
+
+
+def _read(store: RunStore, run_ids):
+    wanted = None if run_ids is None else {int(i) for i in run_ids}
+    records = [r for r in store.list_runs() if wanted is None or r.id in wanted]
+    return records, store.metrics(sorted(r.id for r in records), names=list(SUMMARY_METRICS))
+
+
+def _val_steps(metrics: pd.DataFrame) -> dict[int, set[int]]:
+    val = metrics[metrics["name"] == "val_loss"]
+    return {int(r): {int(s) for s in g} for r, g in val.groupby("run_id")["step"]}
+
+
+def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+    """One row per run record, its metrics at one step (module docstring): at
+    ``at_step`` when given (``reached`` False and the step's metrics NaN for a run
+    without a validation loss there), else at the run's last validation step.
+    Columns: ``run_id, name, status, estimator, rank, lam, seed, preset, step``
+    (nullable), ``reached, wall_s, config_key`` (``comparable_key`` of the config),
+    the ``SUMMARY_METRICS``, and ``delta_val_vs_exact``: val loss minus that of the
+    exact run of the same seed and comparable config AT THE SAME STEP (NaN when there
+    is none). ``metrics`` has the columns of ``RunStore.metrics``; rows of other runs
+    or names are ignored."""
+    runs = {r.id: r for r in records}
+    metrics = metrics[metrics["run_id"].isin(list(runs)) & metrics["name"].isin(SUMMARY_METRICS)].sort_values("id")
+    val_steps = _val_steps(metrics)
+    per_run = {int(k): g for k, g in metrics.groupby("run_id")}
+    rows = []
+    for run_id, r in runs.items():
+        mine = per_run.get(run_id, metrics.iloc[:0])
+        steps = val_steps.get(run_id, set())
+        if at_step is None:
+            step = max(steps) if steps else None
+        else:
+            step = int(at_step) if int(at_step) in steps else None
+        row = {
+            "run_id": run_id, "name": r.name, "status": r.status, "estimator": r.estimator,
+            "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset,
+            "step": step, "reached": step is not None,
+            "wall_s": float(mine.loc[mine["step"] == step, "wall_time"].max()) if step is not None else np.nan,
+            "config_key": comparable_key(r.config),
+        }
+        for m in SUMMARY_METRICS:
+            if m in MEMORY_METRICS:
+                values = mine.loc[mine["name"] == m, "value"]
+            elif step is None:
+                values = ()
+            elif m in PROBE_METRICS:
+                values = mine.loc[(mine["name"] == m) & (mine["step"] <= step), "value"]
+            else:
+                values = mine.loc[(mine["name"] == m) & (mine["step"] == step), "value"]
+            row[m] = float(values.iloc[-1]) if len(values) else np.nan
+        rows.append(row)
+    columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "step", "reached",
+               "wall_s", "config_key", *SUMMARY_METRICS]
+    frame = pd.DataFrame(rows, columns=columns).astype({"step": "Int64", "reached": bool})
+    exact = frame[(frame["estimator"] == "exact") & frame["reached"]].sort_values("run_id")
+    exact = exact.drop_duplicates(["config_key", "seed", "step"], keep="last")
+    exact = exact.set_index(["config_key", "seed", "step"])["val_loss"]
+    frame["delta_val_vs_exact"] = [
+        row.val_loss - exact.get((row.config_key, row.seed, row.step), np.nan) if row.reached else np.nan
+        for row in frame.itertuples()
+    ]
+    return frame.sort_values("run_id").reset_index(drop=True)
+
+
+def common_step(val_steps: list[set[int]]) -> int | None:
+    """The latest step every run that has validated at all has a validation loss at
+    (None when no run has one)."""
+    nonempty = [s for s in val_steps if s]
+    if not nonempty:
+        return None
+    shared = set.intersection(*nonempty)
+    return max(shared) if shared else None
+
+
+def _setups(configs: dict[str, dict]) -> dict[str, str]:
+    """``key=value`` of the config fields that differ between the groups ("" for one group)."""
+    varying = differing_fields(configs.values())
+    return {g: ", ".join(f"{k}={c.get(k)}" for k in varying) for g, c in configs.items()}
+
+
+def _paper_value(preset, estimator, rank) -> float:
+    if preset != "paper" or estimator not in ("exact", "basis"):
+        return np.nan
+    return PAPER_TABLE3.get(None if estimator == "exact" else (int(rank) if pd.notna(rank) else None), np.nan)
+
+
+def _seeds_text(seeds) -> str:
+    return ", ".join(str(s) for s in sorted(seeds))
+
+
+def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+    """The paper's Table 3: one row per method (estimator, rank, λ) of each comparable
+    config group, every row of a group read at the same step (module docstring).
+    Columns ``TABLE3_COLUMNS``:
+
+    * ``seeds``: seeds with a validation loss at ``step`` (the latest run of a seed
+      counts once); ``missing_seeds``: the method's seeds that have not reached it;
+    * ``val_loss_mean/std``, ``train_loss_mean/std`` over those seeds (std ddof=1,
+      NaN for one seed), ``cos_mean`` their mean dW cosine;
+    * ``delta_val_*``, ``verdict``, ``paired_seeds``: ``paired_delta`` of
+      val(method, s) − val(exact, s) over the ``paired_seeds`` seeds both reached; the
+      exact row has NaN deltas and verdict "reference", a row without seeds "missing";
+    * ``mem_saved_bytes_mean``, ``mem_saved_bytes_exact_mean``, ``mem_saved_ratio``:
+      saved-for-backward bytes and their ratio run ÷ exact (mean over seeds);
+    * ``paper_val_loss``: the paper's Table 3 value (paper preset, exact and basis);
+    * ``preset``, ``setup`` (the config fields in which the groups differ),
+      ``run_ids`` (the runs counted).
+
+    Ordered by setup, exact first, then estimator, rank and λ."""
+    records = list(records)
+    if not records:
+        return pd.DataFrame(columns=TABLE3_COLUMNS)
+    metrics = metrics[metrics["run_id"].isin([r.id for r in records])]
+    val_steps = _val_steps(metrics)
+    groups: dict[str, list] = {}
+    for r in records:
+        groups.setdefault(comparable_key(r.config), []).append(r)
+    setups = _setups({k: rs[0].config for k, rs in groups.items()})
+    rows = []
+    for key, members in groups.items():
+        step = at_step if at_step is not None else common_step([val_steps.get(r.id, set()) for r in members])
+        # no run of the group has validated: read at step -1, which none has reached
+        s = summarize(members, metrics, at_step=step if step is not None else -1)
+        s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
+        s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
+                       for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
+        reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
+        exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
+        for (estimator, rank, lam), method in s.groupby("method", sort=False):
+            done = reached[reached["method"] == (estimator, rank, lam)]
+            if done.empty:
+                delta = paired_delta([])._replace(verdict=MISSING)
+            elif estimator == "exact":
+                delta = paired_delta([])._replace(verdict=REFERENCE)
+            else:
+                delta = paired_delta((done.set_index("seed")["val_loss"] - exact_val).dropna())
+            rows.append({
+                "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
+                "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
+                "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
+                "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
+                "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
+                "cos_mean": done["cos_mean"].mean(),
+                "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
+                "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
+                "mem_saved_ratio": done["saved_ratio"].mean(),
+                "missing_seeds": _seeds_text(set(method["seed"]) - set(done["seed"])),
+                "paper_val_loss": _paper_value(members[0].preset, estimator, rank),
+                "preset": members[0].preset, "setup": setups[key],
+                "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
+            })
+    out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
+    out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
+    out["_not_exact"] = (out["estimator"] != "exact").astype(int)
+    out = out.sort_values(["setup", "_not_exact", "estimator", "rank", "lam"], kind="stable", na_position="first")
+    return out.drop(columns="_not_exact").reset_index(drop=True)
+
+
+def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
+    """``table3`` of the given runs (None: all), read from ``store``."""
+    records, metrics = _read(store, run_ids)
+    return table3(records, metrics, at_step)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def _num(value, spec: str) -> str:
+    return "—" if value is None or pd.isna(value) else format(value, spec)
+
+
+def display_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """``table3`` as text for people: ``mean ± std``, the interval as ``[low, high]``,
+    ``—`` for what is unknown; ``setup`` only when the groups differ, ``paper val``
+    only when a row has one."""
+    t = table
+    out = pd.DataFrame({
+        "method": t["estimator"],
+        "rank": [_num(r, "d") for r in t["rank"]],
+        "λ": [_num(v, "g") for v in t["lam"]],
+        "seeds": t["seeds"],
+        "step": [_num(v, "d") for v in t["step"]],
+        "val loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["val_loss_mean"], t["val_loss_std"])],
+        "Δ val vs exact": [_num(m, "+.4f") for m in t["delta_val_mean"]],
+        "95% CI": ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(t["delta_val_ci95_low"], t["delta_val_ci95_high"])],
+        "verdict": t["verdict"],
+        "train loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["train_loss_mean"], t["train_loss_std"])],
+        "cos": [_num(c, ".3f") for c in t["cos_mean"]],
+        "saved MiB": [_num(b / MIB if pd.notna(b) else b, ".3f") for b in t["mem_saved_bytes_mean"]],
+        "saved ÷ exact": [_num(r, ".4f") for r in t["mem_saved_ratio"]],
+        "missing seeds": [m or "—" for m in t["missing_seeds"]],
+        "paper val": [_num(p, ".3f") for p in t["paper_val_loss"]],
+        "setup": t["setup"],
+    })
+    if not t["paper_val_loss"].notna().any():
+        out = out.drop(columns="paper val")
+    if (t["setup"] == "").all():
+        out = out.drop(columns="setup")
+    return out
+
+
+def render(table: pd.DataFrame, fmt: str = "table") -> str:
+    """``table3`` as text: ``table`` (aligned plain text), ``csv`` (every column, full
+    precision, NaN empty, formula-neutralised), ``markdown`` or ``latex``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return neutralize(table).to_csv(index=False)
+    if table.empty:
+        return "no runs to summarise\n"
+    shown = display_frame(table)
+    if fmt == "table":
+        return shown.to_string(index=False) + "\n"
+    if fmt == "markdown":
+        # tabulate itself: pandas' to_markdown asks for tabulate >= 0.9
+        return tabulate(shown.astype(str).values.tolist(), headers=list(shown.columns), tablefmt="pipe", disable_numparse=True) + "\n"
+    styler = shown.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
+    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1])

@@ -1,0 +1,573 @@
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
+
+Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
+file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+
+import pandas as pd
+from tqdm import tqdm
+
+from engine.analysis.summary import MIB, run_summary
+from engine.config import (
+    DATA_OPTIONS,
+    GROUPS,
+    SWEEP_AXES,
+    ConfigError,
+    FieldSpec,
+    RunConfig,
+    Sweep,
+    base_type,
+    default_of,
+    from_flat,
+    parse_estimators,
+    parse_lams,
+    parse_ranks,
+    parse_seeds,
+    schema,
+)
+from engine.training.build import check_data
+
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """Bad command-line input: printed without a traceback, exit status 2."""
+
+
+def _db_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--db", metavar="URL", help="SQLAlchemy URL or SQLite path (default: $BASIS_LAB_DB_URL or the default file)")
+    return p
+
+
+def _typed(kind: type, name: str):
+    """argparse ``type`` of a field: int/float/str, with a message naming the field."""
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    return parse if kind in (int, float) else str
+
+
+def _help(s: FieldSpec, default) -> str:
+    unit = f" [{s.unit}]" if s.unit else ""
+    shown = s.none if default is None and s.none else default
+    return f"{s.help}{unit} (default: {shown})".replace("%", "%%")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, sweep: bool) -> None:
+    """One flag per field of the schema ``cls`` (``--field-name`` plus its aliases), in
+    argument groups named after the field groups. With ``sweep`` the swept fields
+    (estimator, rank, λ, seed) take lists instead (``--ranks exact,1,8,32``; the
+    singular spelling is an alias)."""
+    groups = {g: parser.add_argument_group(f"{title.lower()} options") for g, title in GROUPS.items()}
+    for f, s, tp in schema(cls):
+        kind, optional = base_type(tp)
+        group, default = groups[s.group], default_of(f)
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "dataset_options":
+            for opt in DATA_OPTIONS:
+                group.add_argument(opt.cli_flag, dest=opt.name, type=_typed(opt.kind, opt.name),
+                                   help=f"{'/'.join(opt.sources)}: {opt.help}".replace("%", "%%"))
+            continue
+        if sweep and s.swept:
+            plural, _ = SWEEP_AXES[f.name]
+            text = {"rank": "exact,1,8,32", "estimator": "basis"}.get(f.name, str(default))
+            group.add_argument("--" + plural, flag, dest=plural, default=text, metavar="LIST",
+                               help=f"comma list: {s.help}" + (" ('exact' adds exact backprop once per seed)" if f.name == "rank" else "")
+                               + f" (default: {text})")
+            continue
+        kwargs = {"dest": f.name, "default": default, "help": _help(s, default)}
+        if s.allowed() is not None:
+            kwargs["choices"] = s.allowed()
+        elif kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = _typed(kind, f.name)
+        group.add_argument(flag, *s.aliases, **kwargs)
+
+
+def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
+    """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
+    values = vars(args)
+    if not sweep:
+        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+                     seeds=(args.seed,))
+    with_exact, ranks = parse_ranks(values["ranks"])
+    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
+    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
+                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    db = _db_parent()
+    parser = argparse.ArgumentParser(prog="python -m engine", description="BASIS Lab: sketched-backprop training runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", parents=[db], help="train one run in the foreground",
+                         description="Train one run in the foreground. Every run field is a flag.")
+    add_config_flags(run, sweep=False)
+    sweep = sub.add_parser("sweep", parents=[db], help="a grid over estimators × ranks × λ × seeds",
+                           description="Train a grid of runs: estimators × ranks × λs × seeds, exact once per seed.")
+    add_config_flags(sweep, sweep=True)
+    sweep.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    for p in (run, sweep):
+        p.add_argument("--queue-only", action="store_true",
+                       help="queue the runs for `python -m engine worker` processes instead of training them here")
+        p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
+
+    resume = sub.add_parser("resume", parents=[db], help="continue interrupted runs from their last checkpoint",
+                            description="Continue runs under their own ids from their newest checkpoint (from step 0 "
+                                        "when they have none). Metrics past that step are replaced.")
+    resume.add_argument("runs", nargs="*", help="run ids or names")
+    resume.add_argument("--all", action="store_true",
+                        help="every interrupted run, and every queued run no live process will train")
+    resume.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+
+    worker = sub.add_parser("worker", parents=[db], help="train queued runs from the database until stopped",
+                            description="A long-lived process that claims queued runs (whoever queued them) and "
+                                        "trains them; run one per GPU or machine against one shared database.")
+    worker.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    worker.add_argument("--max-runs", type=int, help="exit after this many runs")
+    worker.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
+    sub.add_parser("workers", parents=[db], help="the registered workers and what they train")
+
+    sub.add_parser("list", parents=[db], help="all runs")
+    show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
+    show.add_argument("run", help="run id or name")
+    export = sub.add_parser("export", parents=[db], help="metric histories as CSV")
+    export.add_argument("--out", required=True, help="CSV file to write")
+    export.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
+    export.add_argument("--format", default="long", choices=("long", "wide"))
+    export.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
+    summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
+    summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
+    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--out", help="file to write instead of stdout")
+    summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
+    delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
+    cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
+    cancel.add_argument("runs", nargs="+", help="run ids or names")
+    diag = sub.add_parser("diagnose", parents=[db], help="bias, variance and MSE of the dW estimators on a run's state",
+                          description="Measure every estimator's squared bias, variance, MSE (relative to ‖dW‖²) and "
+                                      "mean cosine on a run's checkpoint and the training batches that followed it; "
+                                      "stored in the database (the dashboard's Estimators page).")
+    diag.add_argument("run", nargs="?", help="run id or name")
+    diag.add_argument("--step", type=int, help="checkpoint step (default: the newest; 0: the initial parameters)")
+    diag.add_argument("--estimators", metavar="LIST", help="comma list (default: every sketched estimator)")
+    diag.add_argument("--ranks", metavar="LIST", help="comma list, clipped to B·T (default: 1,4,16,64)")
+    diag.add_argument("--lams", metavar="LIST", help="comma list of λ (default: the run's λ)")
+    diag.add_argument("--keys", type=int, default=256, help="sketch keys K per batch (default: 256)")
+    diag.add_argument("--batches", type=int, default=4, help="training batches N after the step (default: 4)")
+    diag.add_argument("--chunk", type=int, default=32, help="keys per vectorised chunk (default: 32)")
+    diag.add_argument("--seed", type=int, default=0, help="seed of the sketch keys (default: 0)")
+    diag.add_argument("--out", help="also write the results as CSV to this file")
+    diag.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    diag.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
+    return parser
+
+
+def _open_store(url, *, create: bool = True):
+    from storage import RunStore
+    return RunStore(url, create=create)
+
+
+def _grid(args) -> list[RunConfig]:
+    grid = sweep_from_args(args, sweep=args.command == "sweep")
+    for clip in grid.clipped():
+        print(f"note: {clip}; the run records R={clip.effective}", file=sys.stderr)
+    return grid.expand()
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP end the runs of this process the same way: each
+    running run writes a checkpoint and ends ``interrupted`` (resumable), then the
+    process exits with 128 + the signal number."""
+
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self, on_signal):
+        self.received: int | None = None
+        self._on_signal = on_signal
+        self._previous = {}
+
+    def __enter__(self):
+        for name in self.NAMES:
+            if hasattr(signal, name):
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            print(f"\n{signal.Signals(signum).name}: checkpointing and stopping (runs end interrupted; "
+                  "`python -m engine resume --all` continues them)...", file=sys.stderr)
+            self._on_signal()
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def exit_code(self, default: int) -> int:
+        return 128 + self.received if self.received is not None else default
+
+
+def _bars(manager_hook: dict):
+    """tqdm progress bars per run, updated from worker threads."""
+    bars: dict[int, tqdm] = {}
+    lock = threading.Lock()
+
+    def on_step(run_id, step, loss):
+        with lock:
+            bar = bars.get(run_id)
+            if bar is None:
+                return
+            bar.update(step - bar.n)
+            if loss is not None:
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def add(run_id: int, total: int, label: str, done: int = 0) -> None:
+        with lock:
+            bars[run_id] = tqdm(total=total, initial=done, desc=f"#{run_id} {label}", position=len(bars), unit="step",
+                                leave=True)
+
+    def close():
+        for bar in bars.values():
+            bar.close()
+
+    manager_hook.update(on_step=on_step)
+    return add, close
+
+
+def _foreground(args, store, start_runs) -> int:
+    """Train in this process what ``start_runs(manager)`` queues, with progress bars and
+    signal handling; print the summary. Exit 0 when every run finished."""
+    from engine.runner.jobs import JobManager
+
+    concurrent = getattr(args, "concurrent", 1)
+    if concurrent < 1:
+        raise CliError(f"--concurrent must be >= 1 (got {concurrent})")
+    hooks: dict = {}
+    add_bar, close_bars = _bars(hooks)
+    manager = JobManager(store, max_concurrent=concurrent, on_step=lambda *a: hooks["on_step"](*a))
+    if manager.interrupted:
+        print(f"marked interrupted (left running by a process that died): {manager.interrupted}", file=sys.stderr)
+    start = time.perf_counter()
+    with _Signals(manager.interrupt) as signals:
+        try:
+            ids = start_runs(manager)
+            for run_id in ids:
+                r = store.get_run(run_id)
+                add_bar(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
+            manager.wait(ids)
+        finally:
+            manager.shutdown(cancel_running=False)
+            close_bars()
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    if ids:
+        _print_summary(store, ids)
+    statuses = {store.get_run(i).status for i in ids}
+    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+
+
+def _train(args, configs: list[RunConfig]) -> int:
+    from engine.runner.jobs import new_sweep_id, queue_runs
+
+    store = _open_store(args.db)
+    check_data(configs)
+    tags = _tags(args)
+    if args.queue_only:
+        ids = queue_runs(store, configs, tags=tags)
+        print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
+              "`python -m engine worker`")
+        return 0
+
+    def start(manager):
+        ids = manager.submit(configs, sweep_id=new_sweep_id(), tags=tags)
+        print(f"queued {len(ids)} run(s) in {store.url}: ids {ids}", file=sys.stderr)
+        return ids
+
+    return _foreground(args, store, start)
+
+
+def _tags(args) -> tuple[str, ...]:
+    tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
+    for t in tags:
+        if len(t) > 64:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+    return tags
+
+
+def _resume(args) -> int:
+    if not args.all and not args.runs:
+        raise CliError("name the runs to resume (ids or names), or pass --all")
+    store = _open_store(args.db, create=False)
+
+    def start(manager):
+        from engine.runner.jobs import check_stale
+
+        check_stale(store)
+        ids = store.resolve_runs(args.runs) if args.runs else []
+        if args.all:
+            ids += [r.id for r in store.list_runs(statuses=["interrupted"]) if r.id not in ids]
+        for run_id in ids:
+            r = store.get_run(run_id)
+            if r.status in ("running", "queued", "finished"):
+                print(f"run {run_id}: {r.status}, nothing to resume", file=sys.stderr)
+        moved = manager.resume(ids)
+        if args.all:
+            moved += manager.adopt_orphans()
+        for run_id in moved:
+            r = store.get_run(run_id)
+            where = f"from its checkpoint at step {r.checkpoint_step}" if r.checkpoint_step else "from step 0 (no checkpoint)"
+            print(f"run {run_id} {r.name}: resuming {where}", file=sys.stderr)
+        if not moved:
+            print("nothing to resume", file=sys.stderr)
+        return moved
+
+    return _foreground(args, store, start)
+
+
+def _worker(args) -> int:
+    from engine.runner.jobs import JobManager
+
+    for name in ("concurrent", "max_runs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be >= 1 (got {value})")
+    if args.idle_exit is not None and args.idle_exit < 0:
+        raise CliError(f"--idle-exit must be >= 0 seconds (got {args.idle_exit})")
+    store = _open_store(args.db)
+    manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs,
+                         on_step=None)
+    print(f"worker {manager.worker_id} on {store.url}: training queued runs, {args.concurrent} at a time; "
+          f"checkpoints in {manager.checkpoint_root}", file=sys.stderr)
+    with _Signals(manager.interrupt) as signals:
+        try:
+            while signals.received is None:
+                time.sleep(0.5)
+                if args.max_runs is not None and manager.started_runs >= args.max_runs and not manager.busy():
+                    break
+                if args.idle_exit is not None and manager.idle_seconds() >= args.idle_exit:
+                    break
+        finally:
+            manager.shutdown(cancel_running=False)
+    print(f"worker {manager.worker_id} stopped after {manager.started_runs} run(s)", file=sys.stderr)
+    return signals.exit_code(0)
+
+
+def _workers(args) -> int:
+    from engine.runner.jobs import STALE_AFTER_S
+    from engine.runner.liveness import worker_states
+
+    store = _open_store(args.db, create=False)
+    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
+    if frame.empty:
+        print("no workers yet: start one with `python -m engine worker`")
+        return 0
+    cols = ["id", "state", "host", "pid", "device", "concurrent", "current_run_id", "started_at", "heartbeat_at"]
+    print(frame[cols].rename(columns={"current_run_id": "run"}).to_string(index=False, na_rep="-"))
+    return 0
+
+
+def _print_summary(store, ids) -> None:
+    s = run_summary(store, ids)
+    table = pd.DataFrame({
+        "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
+        "train": s["train_loss"].round(4), "val": s["val_loss"].round(4),
+        "Δval": s["delta_val_vs_exact"].round(4), "cos": s["cos_mean"].round(3),
+        "saved MiB": (s["mem_saved_bytes"] / MIB).round(2), "exact MiB": (s["mem_saved_bytes_exact"] / MIB).round(2),
+        "saved/exact": s["mem_saved_ratio"].round(4), "temp MiB": (s["mem_temp_bytes"] / MIB).round(2),
+        "tok/s": s["tokens_per_s"].round(0), "wall s": s["wall_s"].round(1),
+    })
+    print(table.to_string(index=False, na_rep="-"))
+    for r in (store.get_run(i) for i in ids):
+        if r.status == "failed":
+            print(f"run {r.id} failed: {r.error.splitlines()[0] if r.error else '?'}")
+
+
+def _list(args) -> int:
+    from engine.runner.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    frame = store.runs_frame()
+    if frame.empty:
+        print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
+        return 0
+    cols = ["id", "name", "status", "sweep_id", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
+            "last_train_loss", "last_val_loss", "last_mean_cos", "owner", "created_at"]
+    print(frame[[c for c in cols if c in frame.columns]].to_string(index=False, na_rep="-"))
+    return 0
+
+
+def _show(args) -> int:
+    from engine.runner.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    run_id = store.resolve_runs([args.run])[0]
+    r = store.get_run(run_id)
+    print(f"run {r.id}: {r.name}  [{r.status}]  steps {r.steps_done}/{r.steps}")
+    print(f"created {r.created_at}  started {r.started_at}  finished {r.finished_at}")
+    print(f"device {r.device}  git {r.git_commit}  worker {r.owner or '-'}")
+    print(f"sweep {r.sweep_id or '-'}  tags {', '.join(r.tags) or '-'}  checkpoint step {r.checkpoint_step}")
+    print("versions " + json.dumps(r.versions))
+    print("config " + json.dumps(r.config, indent=2))
+    if r.notes:
+        print(f"notes: {r.notes}")
+    if r.error:
+        print(f"error: {r.error}")
+    _print_summary(store, [run_id])
+    return 0
+
+
+def _export(args) -> int:
+    from storage import export_csv
+    store = _open_store(args.db, create=False)
+    ids = store.resolve_runs(args.runs) if args.runs else None
+    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force)
+    print(f"wrote {n} rows to {args.out} ({args.format})")
+    return 0
+
+
+def _summary(args) -> int:
+    from engine.analysis.summary import render, run_table3
+    from storage.export import write_file
+
+    if args.at_step is not None and args.at_step < 0:
+        raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
+    store = _open_store(args.db, create=False)
+    ids = store.resolve_runs(args.runs) if args.runs else None
+    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    if args.out:
+        write_file(store, args.out, text, force=args.force)
+        print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _delete(args) -> int:
+    from engine.runner.jobs import check_stale, delete_runs
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    ids = store.resolve_runs(args.runs)
+    problems = delete_runs(store, ids)
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    print(f"deleted {len(ids) - len(problems)} run(s)")
+    return EXIT_BAD_INPUT if problems else 0
+
+
+def _cancel(args) -> int:
+    from engine.runner.jobs import check_stale
+
+    store = _open_store(args.db, create=False)
+    check_stale(store)
+    for run_id in store.resolve_runs(args.runs):
+        status = store.get_run(run_id).status
+        if status not in ("queued", "running"):
+            print(f"run {run_id}: not active ({status}); nothing to cancel")
+            continue
+        store.request_cancel(run_id)
+        print(f"run {run_id}: {'cancelled' if status == 'queued' else 'cancel requested; it stops within a step'}")
+    return 0
+
+
+def _diagnose(args) -> int:
+    from pathlib import Path
+
+    from engine.runner import diagnosis
+    from storage.export import write_file
+
+    store = _open_store(args.db, create=False)
+    if args.list:
+        diagnosis.check_stale_diagnoses(store)
+        run_id = store.resolve_runs([args.run])[0] if args.run else None
+        frame = store.diagnostics_frame(run_id)
+        if frame.empty:
+            print("no diagnoses yet: run `python -m engine diagnose RUN`")
+            return 0
+        frame["settings"] = [" ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in s.items()
+                                      if k not in ("step", "notes", "chunk"))
+                             for s in frame["settings"]]
+        frame["error"] = [e.splitlines()[0] if isinstance(e, str) and e else "-" for e in frame["error"]]
+        print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
+              .rename(columns={"run_id": "run"}).to_string(index=False, na_rep="-"))
+        return 0
+    if not args.run:
+        raise CliError("name the run to diagnose (id or name), or pass --list")
+    if args.out:
+        out = Path(args.out).expanduser()
+        if out.exists() and not args.force:
+            raise CliError(f"{args.out} already exists; pass --force to overwrite it, or choose another path")
+        if not out.absolute().parent.is_dir():
+            raise CliError(f"cannot write {args.out}: its directory does not exist; create it or choose another path")
+    run_id = store.resolve_runs([args.run])[0]
+    plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
+                                    lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
+                                    seed=args.seed)
+    where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
+    print(f"run {run_id} {store.get_run(run_id).name}: diagnosing {where} on the {plan.batches} training "
+          f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    diag_id = diagnosis.start(store, plan)
+    bar = tqdm(total=plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams), unit="setting",
+               desc=f"diagnosis {diag_id}")
+    try:
+        frame = diagnosis.execute(store, diag_id, plan, on_progress=lambda done, total: bar.update(done - bar.n))
+    finally:
+        bar.close()
+    shown = frame.assign(layer=pd.Categorical(frame["layer"], ["all", *dict.fromkeys(frame["layer"][frame["layer"] != "all"])]))
+    shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable").drop(columns=["keys", "batches"])
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"stored as diagnosis {diag_id} of run {run_id} (step {plan.step})")
+    if args.out:
+        write_file(store, args.out, diagnosis.results_csv(store, diag_id), force=args.force)
+        print(f"wrote {len(frame)} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    from storage import RunNotFoundError, StorageError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command in ("run", "sweep"):
+            configs = _grid(args)  # validated before anything is written
+            return _train(args, configs)
+        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
+                    "diagnose": _diagnose,
+                    "worker": _worker, "workers": _workers}
+        return commands[args.command](args)
+    except (CliError, ConfigError, StorageError, ValueError) as e:
+        hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
+        print(f"error: {e}{hint}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"error: {e.strerror or e}{where}; check that the disk has space and the path is writable, "
+              "or point BASIS_LAB_DB_URL / BASIS_LAB_CHECKPOINTS elsewhere", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def main_exit() -> None:
+    """The ``basis-lab`` console script: ``main()`` as the process exit status."""
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The run schema: what defines a run (``RunConfig`` and its field metadata), sweeps
+over it, identity and labels. Plain Python: no JAX, no Flax (choices and presets come
+from ``engine.core``), so ``--help``, the Launch form and every frame builder load fast.
+
+Every field of a run is declared once, in ``engine.config.run``, with a ``FieldSpec``;
+validation, the CLI's flags (``engine.cli``) and the Launch widgets (``app.form``)
+derive from it. ``engine.config.sweep`` expands a base run over estimators × ranks ×
+λs × seeds. May import ``engine.core`` only.
+"""
+
+from engine.config.run import (
+    CHECKPOINT_SECONDS,
+    DATA_OPTIONS,
+    FUSED_CHUNK,
+    GROUPS,
+    MIN_EVAL_TOKENS,
+    ConfigError,
+    DataOption,
+    FieldSpec,
+    FrozenMap,
+    RunConfig,
+    base_type,
+    comparable_key,
+    default_of,
+    differing_fields,
+    kinds,
+    method_label,
+    schema,
+    seed_group_key,
+    spec,
+    stored,
+)
+from engine.config.sweep import (
+    SWEEP_AXES,
+    Clip,
+    Sweep,
+    from_flat,
+    parse_estimators,
+    parse_lams,
+    parse_ranks,
+    parse_seeds,
+    to_flat,
+)

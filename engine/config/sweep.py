@@ -1,0 +1,212 @@
+"""Sweeps: a base run times estimators × ranks × λs × seeds, the parsers of the swept
+lists a user types, and the flat form of a config that CLI flags and form widgets use.
+
+``Sweep.expand()`` clips every rank to the number of sketched rows B·T (a sketch
+cannot have more rows than its input), so two ranks that clip to the same effective R
+are one run, and ``Sweep.clipped()`` says which ranks clipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config.run import DATA_OPTIONS, DEFAULTS, SWEPT_NAMES, ConfigError, RunConfig, _validate, default_of, kinds
+from engine.core.choices import ESTIMATORS
+
+
+def parse_ranks(text: str) -> tuple[bool, list[int]]:
+    """``"exact, 1, 8, 32"`` → (True, [1, 8, 32]): exactly the numbers typed, in order,
+    duplicates dropped; ``exact`` adds an exact-backprop run per seed."""
+    with_exact, ranks = False, []
+    for token in _tokens(text):
+        if token == "exact":
+            with_exact = True
+            continue
+        try:
+            rank = int(token)
+        except ValueError:
+            raise ConfigError(f"ranks: {token!r} is neither 'exact' nor an integer >= 1 (e.g. exact, 1, 8, 32)") from None
+        if rank < 1:
+            raise ConfigError(f"ranks: {rank} is not an integer >= 1 (e.g. exact, 1, 8, 32)")
+        if rank not in ranks:
+            ranks.append(rank)
+    if not with_exact and not ranks:
+        raise ConfigError("ranks: give at least one rank or 'exact' (e.g. exact, 1, 8, 32)")
+    return with_exact, ranks
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0"`` → [0]; ``"0,1,2"``, ``"0 1 2"`` and ``"0-2"`` → [0, 1, 2]; order kept,
+    duplicates dropped."""
+    seeds: list[int] = []
+    tokens = _tokens(text)
+    if not tokens:
+        raise ConfigError("seeds: give at least one seed, e.g. 0 or 0,1,2 or 0-4")
+    for token in tokens:
+        lo, sep, hi = token.partition("-")
+        try:
+            span = range(int(lo), int(hi) + 1) if sep else [int(token)]
+        except ValueError:
+            raise ConfigError(f"seeds: {token!r} is not a seed (integers >= 0: 0,1,2 or 0-4)") from None
+        if sep and int(hi) < int(lo):
+            raise ConfigError(f"seeds: range {token!r} is empty; write low-high, e.g. 0-4")
+        if len(span) > 10_000:
+            raise ConfigError(f"seeds: range {token!r} holds {len(span):,} seeds; at most 10,000")
+        for seed in span:
+            _validate_field("seed", seed)
+            if seed not in seeds:
+                seeds.append(seed)
+    return seeds
+
+
+def parse_lams(text: str) -> list[float]:
+    """``"0, 0.01"`` → [0.0, 0.01]: every λ in [0, 1), order kept, duplicates dropped."""
+    lams: list[float] = []
+    for token in _tokens(text):
+        try:
+            lam = float(token)
+        except ValueError:
+            raise ConfigError(f"lams: {token!r} is not a number in [0, 1) (e.g. 0, 0.01)") from None
+        _validate_field("lam", lam)
+        if lam not in lams:
+            lams.append(lam)
+    if not lams:
+        raise ConfigError("lams: give at least one λ in [0, 1), e.g. 0 or 0, 0.01")
+    return lams
+
+
+def parse_estimators(text: str) -> list[str]:
+    """``"exact, basis"`` → ["exact", "basis"], each one of ``ESTIMATORS``."""
+    out = []
+    for token in _tokens(text):
+        if token not in ESTIMATORS:
+            raise ConfigError(f"unknown estimator {token!r}; choose from {', '.join(ESTIMATORS)}")
+        if token not in out:
+            out.append(token)
+    if not out:
+        raise ConfigError(f"estimators: choose at least one of {', '.join(ESTIMATORS)}")
+    return out
+
+
+def _tokens(text) -> list[str]:
+    if not isinstance(text, str):
+        text = ",".join(map(str, text))
+    return [t for t in text.replace(",", " ").split() if t]
+
+
+def _validate_field(name: str, value: Any) -> None:
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
+    _validate(f, *kinds(RunConfig)[name], value)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A requested rank that the sweep's B·T rows clip to ``effective``."""
+
+    requested: int
+    effective: int
+    rows: int
+
+    def __str__(self) -> str:
+        return f"R={self.requested} clips to R={self.effective} (B·T = {self.rows} rows)"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """``base`` × estimators × ranks × λs × seeds; exact backprop once per seed when
+    ``with_exact`` (or ``exact`` is among the estimators). An axis left None is the
+    base's own value; the base keeps defaults in the swept fields, so equal sweeps
+    compare equal. ``tags`` label every run."""
+
+    base: RunConfig
+    estimators: tuple[str, ...] | None = None
+    ranks: tuple[int, ...] | None = None
+    lams: tuple[float, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    with_exact: bool = False
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name, plural in (("estimator", "estimators"), ("rank", "ranks"), ("lam", "lams"), ("seed", "seeds")):
+            values = getattr(self, plural)
+            values = (getattr(self.base, name),) if values is None else tuple(values)
+            for v in values:
+                _validate_field(name, v)
+            object.__setattr__(self, plural, values)
+        object.__setattr__(self, "tags", tuple(self.tags))
+        object.__setattr__(self, "base", self.base.replace(**{n: DEFAULTS[n] for n in SWEPT_NAMES}))
+        if not self.seeds:
+            raise ConfigError("seeds: give at least one seed (e.g. 0,1,2)")
+        if self.sketched and not self.ranks:
+            raise ConfigError(f"ranks: estimators {list(self.sketched)} need at least one rank (e.g. 1, 8, 32)")
+        if not self.sketched and not self.exact:
+            raise ConfigError("the sweep is empty: choose at least one estimator with ranks, or exact")
+
+    @property
+    def sketched(self) -> tuple[str, ...]:
+        return tuple(e for e in self.estimators if e != "exact")
+
+    @property
+    def exact(self) -> bool:
+        return self.with_exact or "exact" in self.estimators
+
+    def clipped(self) -> list[Clip]:
+        """The requested ranks larger than B·T, and what they clip to."""
+        rows = self.base.rows
+        return [Clip(r, rows, rows) for r in self.ranks if r > rows] if self.sketched else []
+
+    def expand(self) -> list[RunConfig]:
+        """One validated config per (seed, estimator, effective rank, λ), exact once per
+        seed (λ = 0); a rank above B·T becomes B·T, and duplicates are dropped."""
+        configs: list[RunConfig] = []
+        for seed in self.seeds:
+            if self.exact:
+                configs.append(self.base.replace(estimator="exact", lam=0.0, seed=seed, name=None))
+            for estimator in self.sketched:
+                for rank in self.ranks:
+                    for lam in self.lams:
+                        configs.append(self.base.replace(
+                            estimator=estimator, rank=min(rank, self.base.rows), lam=lam, seed=seed, name=None))
+        configs = list(dict.fromkeys(configs))
+        if self.base.name:
+            if len(configs) == 1:
+                return [configs[0].replace(name=self.base.name)]
+            configs = [c.replace(name=f"{self.base.name} · {c.label()}") for c in configs]
+        return configs
+
+
+SWEEP_AXES = {  # swept field → (plural name, parser of its text)
+    "estimator": ("estimators", parse_estimators),
+    "rank": ("ranks", parse_ranks),
+    "lam": ("lams", parse_lams),
+    "seed": ("seeds", parse_seeds),
+}
+
+
+def from_flat(values: Mapping[str, Any], cls: type = RunConfig) -> RunConfig:
+    """A config from flat values (CLI flags, form widgets): schema fields by name, and
+    the ``DATA_OPTIONS`` of the chosen dataset gathered into ``dataset_options``
+    (empty text and None are left out). Fields not given take their defaults."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    fields_ = {k: v for k, v in values.items() if k in names and k != "dataset_options"}
+    dataset = fields_.get("dataset", default_of(next(f for f in dataclasses.fields(cls) if f.name == "dataset")))
+    options = {}
+    for opt in DATA_OPTIONS:
+        value = values.get(opt.name)
+        if isinstance(value, str):
+            value = value.strip()
+        if dataset in opt.sources and value not in (None, ""):
+            options[opt.name] = value
+    return cls(**fields_, dataset_options=options)
+
+
+def to_flat(config: RunConfig) -> dict[str, Any]:
+    """The inverse of ``from_flat``: every field, and each data option (its default when unset)."""
+    flat = config.to_dict()
+    options = flat.pop("dataset_options")
+    for opt in DATA_OPTIONS:
+        flat[opt.name] = options.get(opt.name, opt.default)
+    return flat

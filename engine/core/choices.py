@@ -1,0 +1,19 @@
+"""Names of every choice a run makes, as plain data: the one list each widget, flag
+and check reads. What each name does lives with its implementation (``engine.sketch``,
+``engine.model``, ``engine.training``, ``engine.data``)."""
+
+ESTIMATORS = (
+    "exact", "basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj",
+)
+SKETCHED_LAYER_CHOICES = ("mlp+head", "mlp", "all", "none")
+SKETCHED_GROUPS = {  # sketched_layers → the dense-layer groups it sketches
+    "mlp+head": frozenset({"mlp", "head"}),
+    "mlp": frozenset({"mlp"}),
+    "all": frozenset({"mlp", "head", "attn"}),
+    "none": frozenset(),
+}
+DTYPES = ("float32", "bfloat16")
+REMAT_POLICIES = ("none", "dots_saveable", "full")
+ATTENTION_CHOICES = ("xla", "recompute")
+OPTIMIZERS = ("sgd", "adamw")
+SOURCES = ("classics", "fineweb-edu", "files")

@@ -1,0 +1,167 @@
+"""A pre-LayerNorm GPT (nanoGPT layout) whose dense layers may be sketched.
+
+Blocks: ``x + Attn(LN(x))`` then ``x + MLP(LN(x))`` with causal multi-head
+attention, a 4× GELU MLP, learned positions and an untied LM head without
+bias. Which dense layers use the sketched dW is ``GPTConfig.sketched_layers``:
+
+- ``mlp+head``: both MLP layers of every block and the LM head (the paper's code)
+- ``mlp``: both MLP layers of every block
+- ``all``: ``mlp+head`` plus the attention q/k/v and output projections
+- ``none``: nothing sketched (exact backprop whatever the estimator)
+
+Memory options (none changes a parameter name or shape, so every method of a
+seed starts from the same parameters whatever its estimator, rank, layers or options):
+
+- ``head_chunk``: 0 = logits then cross-entropy; C > 0 = the head fused with the
+  loss in chunks of C rows (``engine.head``): the B·T×V logits are never kept.
+- ``attention``: ``xla`` (``jax.nn.dot_product_attention``) or ``recompute``
+  (``engine.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
+- ``recompute_activations``: LayerNorm and GELU keep only their inputs and recompute
+  the rest in the backward pass; an output is then kept only by an exact dense layer
+  that needs it, never for a sketched one.
+- ``remat``: ``jax.checkpoint`` around every block: ``none``, ``dots_saveable``
+  (keep matmul outputs, recompute the rest) or ``full`` (keep the block input).
+
+``head_chunk``, ``attention`` and ``recompute_activations`` change no number beyond
+float rounding; ``remat`` changes none at all. Defaults: ``recompute`` attention and
+recomputed activations are on (no slower on this project's 2-core CPU at the
+presets, faster at long T); the fused head is off (0): it is faster there too (an
+exact step of the paper preset takes 22 instead of 32 ms with head_chunk=256) but it
+changes what a run's memory figures count (dX and dW instead of the logits), and
+``engine.train`` defines those on the unfused head; ``remat`` is off (it costs a
+forward pass per block).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.ad_checkpoint import checkpoint_name
+
+from engine.core import choices
+from engine.core.presets import GPTConfig
+from engine.model.layers import ATTENTION, NONLINEARITY, FusedHead, LayerNorm, SketchedDense, gelu
+from engine.sketch.attention import causal_attention
+from engine.sketch.residuals import LOSS_LOGITS, keep_tagged
+
+DTYPES = {name: getattr(jnp, name) for name in choices.DTYPES}
+REMAT_POLICIES = {
+    "none": None,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+assert tuple(REMAT_POLICIES) == choices.REMAT_POLICIES
+
+
+def _dense(cfg: GPTConfig, group: str, features: int, name: str, use_bias: bool = True):
+    return SketchedDense(
+        features,
+        use_bias=use_bias,
+        estimator=cfg.estimator_for(group),
+        rank=cfg.rank,
+        lam=cfg.lam,
+        dtype=DTYPES[cfg.dtype],
+        name=name,
+    )
+
+
+class CausalSelfAttention(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        b, t, d = x.shape
+        head_dim = d // cfg.n_heads
+        qkv = _dense(cfg, "attn", 3 * d, "qkv")(x)
+        q, k, v = jnp.split(qkv.reshape(b, t, 3 * cfg.n_heads, head_dim), 3, axis=2)
+        q, k, v = (checkpoint_name(a, ATTENTION) for a in (q, k, v))
+        y = causal_attention(q, k, v, cfg.attention)
+        return _dense(cfg, "attn", d, "out")(y.reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        d = self.cfg.d_model
+        h = _dense(self.cfg, "mlp", 4 * d, "fc")(x)
+        return _dense(self.cfg, "mlp", d, "proj")(gelu(h, recompute=self.cfg.recompute_activations))
+
+
+def _layer_norm(cfg: GPTConfig, name: str, x: jax.Array) -> jax.Array:
+    """``nn.LayerNorm``; with ``recompute_activations`` it keeps only its input."""
+    norm = nn.remat(nn.LayerNorm) if cfg.recompute_activations else LayerNorm
+    return norm(name=name)(checkpoint_name(x, NONLINEARITY))
+
+
+class Block(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + CausalSelfAttention(self.cfg, name="attn")(_layer_norm(self.cfg, "ln_1", x))
+        return x + MLP(self.cfg, name="mlp")(_layer_norm(self.cfg, "ln_2", x))
+
+
+class GPT(nn.Module):
+    """``GPT(cfg).apply(params, idx)`` → logits (B, T, V); with ``targets`` → mean cross-entropy."""
+
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, idx: jax.Array, targets: jax.Array | None = None) -> jax.Array:
+        cfg = self.cfg
+        t = idx.shape[1]
+        if t > cfg.seq_len:
+            raise ValueError(f"sequence of {t} tokens is longer than seq_len {cfg.seq_len}")
+        init = nn.initializers.normal(0.02)
+        tok = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, name="wte")(idx)
+        pos = self.param("wpe", init, (cfg.seq_len, cfg.d_model))[:t]
+        x = (tok + pos).astype(DTYPES[cfg.dtype])
+        block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
+        for i in range(cfg.n_layers):
+            x = block(cfg, name=f"block_{i}")(x)
+        x = _layer_norm(cfg, "ln_f", x)
+        if targets is not None and cfg.head_chunk:
+            return FusedHead(
+                cfg.vocab_size,
+                cfg.head_chunk,
+                estimator=cfg.estimator_for("head"),
+                rank=cfg.rank,
+                lam=cfg.lam,
+                dtype=DTYPES[cfg.dtype],
+                name="head",
+            )(x, targets)
+        logits = _dense(cfg, "head", cfg.vocab_size, "head", use_bias=False)(x)
+        if targets is None:
+            return logits
+        return cross_entropy(logits, targets)
+
+
+def _mean_cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+
+_cross_entropy_kept = keep_tagged(_mean_cross_entropy, LOSS_LOGITS, static=1)
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean over all positions of −log softmax(logits)[target], in float32; what it
+    keeps for the backward pass (the softmax) is tagged ``LOSS_LOGITS``."""
+    return _cross_entropy_kept(logits.astype(jnp.float32), targets)
+
+
+def init_params(cfg: GPTConfig, key: jax.Array, batch_size: int = 1):
+    """Parameters for ``cfg``; the same for every estimator, rank and λ given ``key``."""
+    idx = jnp.zeros((batch_size, cfg.seq_len), jnp.int32)
+    return GPT(cfg.replace(estimator="exact")).init({"params": key}, idx)["params"]
+
+
+def loss_fn(cfg: GPTConfig, params, batch: jax.Array, sketch_key: jax.Array | None) -> jax.Array:
+    """Mean next-token cross-entropy of ``batch`` (B, T+1) under ``cfg``'s estimator."""
+    rngs = None if cfg.estimator == "exact" else {"sketch": sketch_key}
+    return GPT(cfg).apply({"params": params}, batch[:, :-1], batch[:, 1:], rngs=rngs)

@@ -1,0 +1,319 @@
+"""A diagnosis of a stored run: ``engine.diagnostics.diagnose`` on that run's own state and batches.
+
+What is measured
+----------------
+A diagnosis at step S takes the parameters of the run's checkpoint at S and the N
+training batches the run drew *after* S (steps S+1 … S+N of its own sampler
+sequence: the sampler state saved with the checkpoint, continued), so each d̂W is
+measured exactly where training would have used it. At step 0 (a run without
+checkpoints, or ``step=0``) the parameters are the run's initial ones
+(``train.initial_params``) and the batches the first N of a fresh ``BatchSampler``
+with the run's seed. The sketch keys are ``jax.random.key(seed)`` (``seed`` a
+setting, 0 by default), split inside ``diagnose``.
+
+The job
+-------
+``plan_diagnosis`` validates every setting and resolves the step (reading no arrays),
+so bad input is a one-line ``ConfigError``/``CheckpointError`` and nothing is written.
+``start`` stores the diagnostic row (status ``queued``) with the plan's settings (the
+step used, whether it is the initial parameters, the clipped ranks, …); ``execute``
+claims it (``running``, heartbeat every ``HEARTBEAT_S``), computes, stores the result
+rows and ends it ``finished``, or ``failed`` with a one-line error. ``run_diagnosis``
+does all three in the calling thread (the CLI); ``JobManager.diagnose`` runs
+``execute`` on a thread of its own (the dashboard). ``check_stale_diagnoses`` marks
+running diagnoses whose process died ``interrupted`` (the runs' rule,
+``liveness.stale_runs``). ``results_csv`` is the CSV export (formula-neutralised).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+
+from engine import data
+from engine.analysis.diagnostics import COLUMNS, diagnose
+from engine.config import ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
+from engine.core import checks
+from engine.core.choices import ESTIMATORS
+from engine.runner import liveness
+from engine.runner.jobs import HEARTBEAT_S, STALE_AFTER_S
+from engine.runner.paths import checkpoint_root
+from engine.training.build import initial_params, load_data, model_config, optimizer_for
+from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.steps import init_state
+from storage import RunStore
+from storage.export import to_csv_bytes
+
+SKETCHED = tuple(e for e in ESTIMATORS if e != "exact")  # the default estimators
+DEFAULT_RANKS = (1, 4, 16, 64)
+DEFAULT_KEYS = 256
+DEFAULT_BATCHES = 4
+DEFAULT_CHUNK = 32
+MAX_BATCHES = 1000
+
+__all__ = [
+    "Plan", "plan_diagnosis", "start", "execute", "run_diagnosis", "checkpoint_steps", "check_stale_diagnoses",
+    "results_csv", "SKETCHED", "DEFAULT_RANKS",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a diagnosis needs, validated; ``settings`` is what its row stores."""
+
+    run_id: int
+    step: int  # the step measured (0: the initial parameters)
+    initial: bool  # the run's initial parameters, not a checkpoint
+    estimators: tuple[str, ...]
+    ranks: tuple[int, ...]
+    lams: tuple[float, ...]
+    keys: int
+    batches: int
+    chunk: int
+    seed: int
+    checkpoints: Path  # the run's checkpoint directory
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def settings(self) -> dict:
+        return {
+            "step": self.step, "initial": self.initial, "estimators": list(self.estimators),
+            "ranks": list(self.ranks), "lams": list(self.lams), "keys": self.keys, "batches": self.batches,
+            "chunk": self.chunk, "seed": self.seed, "notes": list(self.notes),
+        }
+
+
+def _run_dir(store: RunStore, run, checkpoints) -> Path:
+    return run_dir(Path(checkpoints) if checkpoints else checkpoint_root(store.url), run.uid)
+
+
+def _open(directory: Path, config: RunConfig, run_id: int) -> RunCheckpoints | None:
+    """The run's checkpoints, or None when it never wrote one (nothing is created)."""
+    if not directory.is_dir():
+        return None
+    return RunCheckpoints(directory, keep=config.checkpoint_keep, name=f"run {run_id}")
+
+
+def checkpoint_steps(store: RunStore, run_id: int, checkpoints: str | Path | None = None) -> list[int]:
+    """The steps of ``run_id``'s complete checkpoints on disk, oldest first."""
+    run = store.get_run(run_id)
+    ckpt = _open(_run_dir(store, run, checkpoints), RunConfig.from_dict(run.config), run_id)
+    if ckpt is None:
+        return []
+    with ckpt:
+        return ckpt.steps()
+
+
+def _whole(name: str, value, low: int, high: int | None = None) -> int:
+    if not checks.is_whole(value, low, high):
+        bound = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+        raise ConfigError(f"{name} must be {bound} (got {value!r})")
+    return value
+
+
+def plan_diagnosis(
+    store: RunStore,
+    run_id: int,
+    *,
+    step: int | None = None,
+    estimators: str | Sequence[str] | None = None,
+    ranks: str | Sequence[int] | None = None,
+    lams: str | Sequence[float] | None = None,
+    keys: int = DEFAULT_KEYS,
+    batches: int = DEFAULT_BATCHES,
+    chunk: int = DEFAULT_CHUNK,
+    seed: int = 0,
+    checkpoints: str | Path | None = None,
+) -> Plan:
+    """Validate the settings of a diagnosis of ``run_id`` and resolve its step: ``None``
+    the newest checkpoint (the initial parameters when there is none), 0 the initial
+    parameters, S > 0 the checkpoint at S (a ``CheckpointError`` listing the saved
+    steps when there is none). Defaults: every sketched estimator, ranks
+    ``DEFAULT_RANKS``, the run's λ. Ranks are clipped to the run's B·T (duplicates
+    dropped), as training clips them. Reads no arrays and writes nothing."""
+    run = store.get_run(run_id)
+    config = RunConfig.from_dict(run.config)
+    cfg = model_config(config)
+    if not cfg.sketched_kernel_paths():
+        raise ConfigError(f"run {run_id} sketches no layers (sketched_layers={config.sketched_layers}); "
+                          "diagnose a run with sketched layers")
+    est = list(SKETCHED) if estimators is None else parse_estimators(estimators)
+    if "exact" in est:
+        raise ConfigError(f"estimators: exact has no sketch to diagnose; choose from {', '.join(SKETCHED)}")
+    if ranks is None:
+        wanted = list(DEFAULT_RANKS)
+    else:
+        with_exact, wanted = parse_ranks(ranks if isinstance(ranks, str) else ",".join(map(str, ranks)))
+        if with_exact:
+            raise ConfigError("ranks: 'exact' is not a rank here; give integers >= 1, e.g. 1, 4, 16, 64")
+    rows = config.rows
+    clipped = list(dict.fromkeys(min(r, rows) for r in wanted))
+    notes = [f"ranks above B·T = {rows} clipped to {rows}"] if any(r > rows for r in wanted) else []
+    lam_list = [float(config.lam)] if lams is None else parse_lams(lams)
+    _whole("keys", keys, 2)
+    _whole("batches", batches, 1, MAX_BATCHES)
+    _whole("chunk", chunk, 1)
+    _whole("seed", seed, 0, 2**32 - 1)
+
+    directory = _run_dir(store, run, checkpoints)
+    ckpt = _open(directory, config, run_id)
+    saved = []
+    if ckpt is not None:
+        with ckpt:
+            saved = ckpt.steps()
+    if step is None:
+        used = saved[-1] if saved else 0
+        if not saved:
+            notes.append("the run has no checkpoint: measured at its initial parameters")
+    else:
+        used = _whole("step", step, 0)
+        if used and used not in saved:
+            raise CheckpointError(f"run {run_id} has no checkpoint at step {used} (saved: "
+                                  f"{', '.join(map(str, saved)) or 'none'}; 0 = the initial parameters): "
+                                  "choose a saved step")
+    return Plan(run_id=int(run_id), step=used, initial=used == 0, estimators=tuple(est), ranks=tuple(clipped),
+                lams=tuple(lam_list), keys=keys, batches=batches, chunk=chunk, seed=seed, checkpoints=directory,
+                notes=tuple(notes))
+
+
+def start(store: RunStore, plan: Plan) -> int:
+    """Store the diagnostic row of ``plan`` (status ``queued``); its id."""
+    return store.create_diagnostic(plan.run_id, plan.step, plan.settings)
+
+
+def load_inputs(store: RunStore, plan: Plan):
+    """``(model config, params, [batch …])`` the plan measures: the parameters at its step
+    and the ``plan.batches`` batches the run drew after it."""
+    config = RunConfig.from_dict(store.get_run(plan.run_id).config)
+    train_tokens, _ = load_data(config)
+    sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
+    params = initial_params(config)
+    if not plan.initial:
+        ckpt = _open(plan.checkpoints, config, plan.run_id)
+        if ckpt is None:
+            raise CheckpointError(f"run {plan.run_id}'s checkpoints at {plan.checkpoints} are gone: "
+                                  "choose step 0 (the initial parameters)")
+        with ckpt:
+            state, extra = ckpt.restore(init_state(params, optimizer_for(config)), plan.step)
+        if int(extra.get("step", -1)) != plan.step:
+            raise CheckpointError(f"checkpoint at step {plan.step} of run {plan.run_id} says it is step "
+                                  f"{extra.get('step')}: fix by deleting it")
+        sampler.set_state(extra["sampler"])
+        params = state.params
+    batches = [jnp.asarray(sampler.next()) for _ in range(plan.batches)]
+    return model_config(config), params, batches
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, (ValueError, OSError)):  # ConfigError, CheckpointError, DataError, StorageError…
+        text = str(error).strip().splitlines()
+        return text[0] if text else type(error).__name__
+    return f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}"
+
+
+def execute(
+    store: RunStore,
+    diag_id: int,
+    plan: Plan,
+    *,
+    owner: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """Claim the queued diagnostic ``diag_id``, compute ``plan``, store its rows and end it
+    ``finished``; on an error, end it ``failed`` (the error's first line; a traceback
+    below it for an unexpected one) and raise it again."""
+    owner = owner or liveness.current_owner()
+    if not store.claim_diagnostic(diag_id, owner):
+        raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                store.set_diagnostic_status(diag_id, "running")
+            except Exception:  # noqa: BLE001 — a missed beat is retried; the job goes on
+                pass
+
+    thread = threading.Thread(target=beat, name=f"basis-diagnosis-{diag_id}", daemon=True)
+    thread.start()
+    try:
+        cfg, params, batches = load_inputs(store, plan)
+        frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
+                         keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=on_progress)
+        stop.set()
+        thread.join()
+        store.add_diagnostic_results(diag_id, frame.to_dict("records"))
+        store.set_diagnostic_status(diag_id, "finished")
+        return frame
+    except BaseException as e:
+        stop.set()
+        thread.join()
+        interrupted = isinstance(e, KeyboardInterrupt)
+        try:
+            store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
+                                        error="interrupted; run the diagnosis again" if interrupted else _one_line(e))
+        except Exception:  # noqa: BLE001 — the run (and so the row) was deleted meanwhile
+            pass
+        raise
+
+
+def run_diagnosis(
+    store: RunStore,
+    run_id: int,
+    *,
+    step: int | None = None,
+    estimators=None,
+    ranks=None,
+    lams=None,
+    keys: int = DEFAULT_KEYS,
+    batches: int = DEFAULT_BATCHES,
+    chunk: int = DEFAULT_CHUNK,
+    seed: int = 0,
+    checkpoints: str | Path | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    diag_id: int | None = None,
+) -> tuple[int, pd.DataFrame]:
+    """Plan, store and compute a diagnosis of ``run_id`` in this thread; ``(id, results)``
+    (``engine.diagnostics.COLUMNS``). ``diag_id``: a queued row already created with
+    ``start`` for the same settings, to run instead of creating one."""
+    plan = plan_diagnosis(store, run_id, step=step, estimators=estimators, ranks=ranks, lams=lams, keys=keys,
+                          batches=batches, chunk=chunk, seed=seed, checkpoints=checkpoints)
+    diag_id = start(store, plan) if diag_id is None else diag_id
+    return diag_id, execute(store, diag_id, plan, on_progress=on_progress)
+
+
+def check_stale_diagnoses(store: RunStore, timeout_s: float = STALE_AFTER_S) -> list[int]:
+    """Mark ``running`` diagnoses whose process died (or that stopped beating for
+    ``timeout_s``) ``interrupted``; their ids."""
+    frame = store.diagnostics_frame()
+    frame = frame[frame["status"] == "running"]
+    rows = []
+    for diag_id, owner, beat, started in zip(frame["id"], frame["owner"], frame["heartbeat_at"], frame["started_at"]):
+        last = beat if pd.notna(beat) else started
+        rows.append((int(diag_id), owner, None if pd.isna(last) else last.to_pydatetime()))
+    stale = liveness.stale_runs(rows, datetime.now(timezone.utc), timeout_s)
+    for diag_id, reason in stale.items():
+        store.set_diagnostic_status(diag_id, "interrupted", error=f"{reason}; run the diagnosis again")
+    return sorted(stale)
+
+
+def results_csv(store: RunStore, diag_id: int, results: pd.DataFrame | None = None) -> bytes:
+    """The result rows of ``diag_id`` as CSV, with its run and step in the first columns,
+    formula-neutralised (``storage.export.to_csv_bytes``)."""
+    diag = store.diagnostics_frame().set_index("id").loc[int(diag_id)]
+    run = store.get_run(int(diag["run_id"]))
+    frame = store.diagnostic_results(diag_id) if results is None else results[list(COLUMNS)]
+    frame = frame.copy()
+    frame.insert(0, "step", int(diag["step"]) if pd.notna(diag["step"]) else None)
+    frame.insert(0, "run_name", run.name)
+    frame.insert(0, "run_id", run.id)
+    frame.insert(0, "diagnostic_id", int(diag_id))
+    return to_csv_bytes(frame)

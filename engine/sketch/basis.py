@@ -1,0 +1,351 @@
+"""Sketched matrix multiplication: exact forward and exact dX, sketched dW.
+
+For a dense layer ``Y = X W`` with ``X ∈ R^{B×N}`` (all leading dims of ``x`` are
+flattened into the B sketched rows) and ``W ∈ R^{N×M}``::
+
+    dX = dY Wᵀ                                     (exact, every estimator)
+    dW ≈ X̂ᵀ dŶ,  X̂ = c · γ_X · S X,  dŶ = c · γ_dY · S dY,  c = 1 − λ
+
+with a random sketch ``S ∈ R^{R×B}`` drawn afresh from ``key`` at every step.
+The peer estimators below (row sampling, feature projection) are written in the
+same form with their own S, and every one takes the same shrink c² = (1 − λ)².
+
+Estimators (selected by name). "Rank R" means R rows' worth of X, R·N floats, so
+methods compare at equal memory. Kept: what the backward pass holds for dW besides
+W (float32; a key is 8 bytes; k = ⌈R·N/B⌉):
+
+=============  ==================  =======  ======  ======================================
+name           S                   scalars  E[dW]   kept for dW (bytes)
+=============  ==================  =======  ======  ======================================
+exact          (none)              --       dW      X: B×N (4BN, in X's dtype)
+basis          balanced hash       yes      biased  X̂: R×N, key (4RN + 8)
+countsketch    uniform hash        no       c² dW   X̂: R×N, key (4RN + 8)
+balanced       balanced hash       no       c² dW   X̂: R×N, key (4RN + 8)
+scalars        uniform hash        yes      biased  X̂: R×N, key (4RN + 8)
+gaussian       N(0, 1/R) entries   no       c² dW   X̂: R×N, key (4RN + 8)
+crs            row sampling        no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
+wta-crs        top rows + sampling no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
+proj           feature projection  no       c² dW   X P: B×k, key (4Bk + 8 ≤ 4RN + 4B + 8)
+=============  ==================  =======  ======  ======================================
+
+Hash sketches have ``S[r, b] = s(b)·[h(b) = r]`` with Rademacher signs ``s``.
+Uniform hashing draws ``h(b)`` independently; balanced hashing is a random
+permutation of ``arange(B) mod R``, so every bin holds ⌊B/R⌋ or ⌈B/R⌉ rows. In
+both cases ``E[SᵀS] = I``, so the estimator without scalars is unbiased. The
+invariant scalar ``γ_X = ‖X‖_F / (‖SX‖_F + ε)`` makes the sketch keep exactly the
+Frobenius norm of X (likewise for dY), trading a small bias for lower variance.
+
+Row sampling (``crs``, ``wta-crs``; ``sample_rows``) keeps R weighted rows
+``x̃_j = c² w_j x_{i_j}`` and their indices, and ``dW ≈ Σ_j x̃_jᵀ dy_{i_j}``: dY is
+unknown in the forward pass, so the probabilities use X alone, ``p_b ∝ ‖x_b‖``.
+Feature projection (``proj``; ``projection``) sketches the other axis:
+``dW ≈ c² P (X P)ᵀ dY`` with ``P ∈ R^{N×k}`` regenerated from the key.
+
+R is clipped to B. At R = B balanced hashing is a signed permutation, so
+``SᵀS = I`` and dW is exact up to the factor c²; ``wta-crs`` keeps every row
+(exact up to c²); ``crs`` still draws B rows with replacement (random);
+``proj`` has k = N and keeps X itself (exact up to c²). ``gaussian``,
+``countsketch`` and ``scalars`` stay random at R = B.
+
+What the backward pass keeps is tagged where it is made with
+``jax.ad_checkpoint.checkpoint_name(·, DENSE_INPUT)``, so memory accounting can
+sort it. The hash and signs (or P) are replayed from ``key`` (inside one jit XLA
+computes them once for both passes). A hash sketch costs one pass over its input:
+a segment sum (O(B·N)), or with few rows or small R the signed one-hot product S·a
+(see ``DENSE_MAX_RANK``). Sketches are accumulated in float32 whatever the input
+dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from engine.core.presets import validate_method
+from engine.sketch.residuals import DENSE_INPUT
+
+SKETCH_KIND = {  # the S each non-exact estimator draws
+    "basis": "balanced",
+    "countsketch": "uniform",
+    "balanced": "balanced",
+    "scalars": "uniform",
+    "gaussian": "gaussian",
+}
+USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scalars
+SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of X
+PROJECTION = "proj"  # the estimator that projects the feature axis
+EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
+
+class Sketch(NamedTuple):
+    """Everything that defines S ∈ R^{R×B}; rebuilt from the key in the backward pass."""
+
+    kind: str  # "balanced", "uniform" or "gaussian"
+    rank: int
+    bins: jax.Array | None  # hash sketches: h(b) ∈ [0, R)
+    signs: jax.Array | None  # hash sketches: s(b) ∈ {−1, +1}
+    dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
+
+def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
+    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
+
+    Balanced: h = RandomPermutation(arange(B) mod R). Uniform: h(b) ~ U{0..R−1} iid.
+    """
+    k_hash, k_sign = jax.random.split(key)
+    if kind == "gaussian":
+        dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
+        return Sketch(kind, rank, None, None, dense)
+    signs = jax.random.rademacher(k_sign, (rows,), jnp.float32)
+    if kind == "balanced":
+        # argsort of iid 32-bit keys is a uniform permutation (one sort, where
+        # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
+        # rows in order, and bins stay balanced whatever the order
+        bins = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32)) % rank
+    else:
+        bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
+    return Sketch(kind, rank, bins, signs, None)
+
+def _argsort(keys: jax.Array) -> jax.Array:
+    """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
+
+    The keys alone are sorted, each key's rank found by binary search, and the order
+    is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
+    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
+    ``jnp.argsort`` itself runs.
+    """
+    n = keys.shape[0]
+    ordered = jnp.sort(keys)
+
+    def invert_ranks(keys):
+        rank = jnp.searchsorted(ordered, keys).astype(jnp.int32)
+        index = jnp.arange(n, dtype=jnp.int32)
+        return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
+
+    tie = jnp.any(ordered[1:] == ordered[:-1])
+    return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
+
+# A hash sketch is applied in one of two ways. With few rows or small R, as the signed
+# one-hot product S·a (2·R·B·F flops, one streaming pass). Otherwise as a segment sum of
+# the rows of a into 2R bins, h(b) when s(b) = +1 and R + h(b) when s(b) = −1, then the
+# first R minus the last R: one scattered pass over a, where scattering a·s would first
+# write a signed copy of a. Measured on the 2-core CPU, at B = 4096, F = 1024: the
+# segment sum 0.63–0.68 ms at any R (a·s scattered: 1.35 ms), the product 0.46 ms at
+# R = 1, 0.50 at R = 2, 0.55 at R = 4, 0.80 at R = 8, 2.1 at R = 32. At B = 64, F = 50257
+# (the LM head's dY) the product wins at every R (0.39, 0.52, 1.14 ms at R = 1, 8, 32
+# against 0.53, 1.15, 1.92): scattering into wide rows costs more per element.
+DENSE_MAX_RANK = 4
+_DENSE_MAX_ROWS = 256
+
+def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
+    """Return S a (R × F, float32) for a of shape (B, F).
+
+    Hash sketches take s(b) ∈ {−1, 0, +1}: a row with s(b) = 0 (padding) is left out.
+    """
+    a = a.astype(jnp.float32)
+    rank = sketch.rank
+    if sketch.kind == "gaussian":
+        return sketch.dense @ a
+    if rank <= DENSE_MAX_RANK or a.shape[0] <= _DENSE_MAX_ROWS:
+        onehot = sketch.bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
+        return jnp.where(onehot, sketch.signs[None, :], 0.0) @ a
+    # sign-split bins; s(b) = 0 maps to 2R, out of range, which segment_sum drops
+    split = jnp.where(sketch.signs > 0, sketch.bins, sketch.bins + rank)
+    split = jnp.where(sketch.signs == 0, 2 * rank, split)
+    sums = jax.ops.segment_sum(a, split, num_segments=2 * rank)
+    return sums[:rank] - sums[rank:]
+
+def sketch_rows(
+    a: jax.Array, sketch: Sketch, *, scalars: bool, shrink: float
+) -> jax.Array:
+    """X̂ = (1 − λ) · γ · S a with γ = ‖a‖_F / (‖S a‖_F + ε) when ``scalars``, else γ = 1."""
+    sa = apply_sketch(sketch, a)
+    if scalars:
+        norm_a = jnp.linalg.norm(a.astype(jnp.float32))
+        sa = sa * (norm_a / (jnp.linalg.norm(sa) + EPS))
+    return sa * shrink if shrink != 1.0 else sa
+
+class RowSample(NamedTuple):
+    """R rows of X chosen for dW: row ``index[j]`` enters with weight ``weight[j]``."""
+
+    index: jax.Array  # (R,) int32
+    weight: jax.Array  # (R,) float32
+
+def _row_norms(x: jax.Array) -> jax.Array:
+    return jnp.linalg.norm(x.astype(jnp.float32), axis=1)
+
+def _draw(key: jax.Array, mass: jax.Array, count: int) -> jax.Array:
+    """``count`` iid row indices with P(b) = mass_b / Σ mass (inverse CDF); uniform,
+    with zero weight to follow, when all mass is zero."""
+    cdf = jnp.cumsum(mass)
+    total = cdf[-1]
+    u = jax.random.uniform(key, (count,), jnp.float32)
+    index = jnp.searchsorted(cdf, u * total, side="right")
+    uniform = (u * mass.shape[0]).astype(jnp.int32)
+    index = jnp.where(total > 0, index, uniform)
+    return jnp.minimum(index, mass.shape[0] - 1).astype(jnp.int32)
+
+def _crs(key: jax.Array, norms: jax.Array, rank: int) -> RowSample:
+    """Column-row sampling (Drineas, Kannan & Mahoney 2006; Adelman et al., NeurIPS 2021).
+
+    R iid draws ``i_j ~ p``, ``p_b = ‖x_b‖ / Σ‖x‖``, weights ``w_j = 1 / (R p_{i_j})``:
+
+        E[Σ_j w_j x_{i_j}ᵀ dy_{i_j}] = R · Σ_b p_b · x_bᵀ dy_b / (R p_b) = Xᵀ dY.
+
+    Rows with x_b = 0 are never drawn (p_b = 0) and contribute nothing to dW.
+    """
+    total = jnp.sum(norms)
+    index = _draw(key, norms, rank)
+    picked = norms[index]
+    weight = jnp.where(picked > 0, total / (rank * jnp.where(picked > 0, picked, 1.0)), 0.0)
+    return RowSample(index, weight)
+
+def _wta_crs(key: jax.Array, norms: jax.Array, rank: int) -> RowSample:
+    """Winner-take-all column-row sampling (Liu et al., NeurIPS 2023), with p_b ∝ ‖x_b‖.
+
+    The |C| = c most probable rows are kept exactly; the other R − c slots are iid
+    draws from the rest with the probabilities renormalised there,
+    ``q_i = p_i / (1 − P_C)``, ``P_C = Σ_{b∈C} p_b``::
+
+        d̂W = Σ_{b∈C} x_bᵀ dy_b + 1/(R − c) · Σ_{j=1}^{R−c} x_{i_j}ᵀ dy_{i_j} / q_{i_j}.
+
+    Unbiased: C depends on X only, not on the key, and for one draw
+    ``E[x_iᵀ dy_i / q_i] = Σ_{i∉C} q_i · x_iᵀ dy_i / q_i = Σ_{i∉C} x_iᵀ dy_i``, so the
+    mean of the R − c draws is the sum over the complement and E[d̂W] = Xᵀ dY.
+    Kept rows have weight 1, drawn rows ``1/((R − c) q_i) = (1 − P_C)/((R − c) p_i)``.
+
+    Choice of c (the reference code's ``k_adaptive``, from the paper's variance bound
+    (Theorem 2), whose sampled part scales as (1 − P_C)/(R − c) against 1/R for
+    CRS): with P_c the mass of the c most probable rows,
+
+        c = argmin_{c ∈ {0, …, R}} (1 − P_c) / (R − c),
+
+    where c = 0 is plain CRS (score 1/R) and c = R scores 0 when the top R rows hold
+    all the mass (then every nonzero row is kept: exact) and +∞ otherwise; ties go
+    to the smaller c. The masses are computed as sums of the rows left out (never
+    1 − a rounded sum), so at R = B c = B and the estimate is exact.
+    """
+    rows = norms.shape[0]
+    top, top_index = jax.lax.top_k(norms, rank)
+    in_top = jnp.zeros(rows, bool).at[top_index].set(True)
+    mass_out = jnp.sum(jnp.where(in_top, 0.0, norms))  # exactly 0 when the top R are all rows
+    suffix = jnp.concatenate([jnp.cumsum(top[::-1])[::-1], jnp.zeros(1, norms.dtype)])
+    rest = suffix + mass_out  # rest[c]: mass outside the c most probable rows
+    slots = jnp.arange(rank + 1)
+    score = jnp.where(
+        slots < rank, rest / jnp.maximum(rank - slots, 1), jnp.where(rest > 0, jnp.inf, 0.0)
+    )
+    c = jnp.argmin(score)
+    kept = jnp.zeros(rows, bool).at[top_index].set(jnp.arange(rank) < c)
+    drawn = _draw(key, jnp.where(kept, 0.0, norms), rank)
+    picked = norms[drawn]
+    rest_c = rest[c]
+    draw_weight = rest_c / (jnp.maximum(rank - c, 1) * jnp.where(picked > 0, picked, 1.0))
+    draw_weight = jnp.where(picked > 0, draw_weight, 0.0)
+    deterministic = jnp.arange(rank) < c
+    index = jnp.where(deterministic, top_index, drawn).astype(jnp.int32)
+    weight = jnp.where(deterministic, 1.0, draw_weight)
+    return RowSample(index, weight)
+
+def sample_rows(key: jax.Array, x: jax.Array, estimator: str, rank: int) -> RowSample:
+    """The R rows (and weights) of a (B, N) ``x`` that ``crs`` or ``wta-crs`` keeps."""
+    norms = _row_norms(x)
+    return _crs(key, norms, rank) if estimator == "crs" else _wta_crs(key, norms, rank)
+
+def weighted_rows(x: jax.Array, sample: RowSample, shrink: float) -> jax.Array:
+    """x̃ = (1 − λ)² · diag(w) · X[index] (R × N, float32): the sampled estimator's X̂."""
+    return x[sample.index].astype(jnp.float32) * (sample.weight * shrink**2)[:, None]
+
+def projection_width(rows: int, features: int, rank: int) -> int:
+    """k = ⌈R·N/B⌉: the width at which X P (B × k) holds R·N floats."""
+    return -(-rank * features // rows)
+
+def projection(key: jax.Array, features: int, width: int) -> jax.Array:
+    """P ∈ R^{N×k} with entries N(0, 1/k), so E[P Pᵀ] = I_N.
+
+    Random projection of the feature axis (the RAD / CompAct family: Oktay et al.,
+    "Randomized automatic differentiation", ICLR 2021; CompAct, 2024):
+    ``d̂W = P (X P)ᵀ dY`` has E[d̂W] = E[P Pᵀ] Xᵀ dY = Xᵀ dY.
+    """
+    return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
+
+def sketched_matmul(
+    x: jax.Array,
+    w: jax.Array,
+    key: jax.Array,
+    *,
+    rank: int,
+    lam: float = 0.0,
+    estimator: str = "basis",
+) -> jax.Array:
+    """``y = x @ w`` whose backward pass returns exact dX and a sketched dW.
+
+    Args:
+      x: (..., N); every leading dim is a sketched row, B = prod(x.shape[:-1]).
+      w: (N, M).
+      key: PRNG key, fresh each step; it only draws S (its gradient is zero).
+      rank: R ≥ 1, clipped to B.
+      lam: shrink λ ∈ [0, 1); dW is scaled by (1 − λ)².
+      estimator: one of ``ESTIMATORS``; ``exact`` is an ordinary matmul.
+    """
+    validate_method(estimator, rank, lam)
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
+        raise ValueError(
+            f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)}; "
+            "x must be (..., N) and w (N, M)"
+        )
+    if estimator == "exact":
+        return x @ w
+    lead = x.shape[:-1]
+    rows = math.prod(lead)
+    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator)
+    return y.reshape(*lead, w.shape[1])
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _sketched_2d(x, w, key, rank, lam, estimator):
+    return x @ w
+
+def _kept(*arrays):
+    return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
+
+def _fwd(x, w, key, rank, lam, estimator):
+    rows, features = x.shape
+    shrink = 1.0 - lam
+    x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
+    if estimator in SAMPLING:
+        sample = sample_rows(key, x, estimator, rank)
+        kept, key = _kept(weighted_rows(x, sample, shrink), sample.index), None
+    elif estimator == PROJECTION:
+        width = projection_width(rows, features, rank)
+        if width >= features:  # X P would be no smaller than X: keep X, exact
+            kept, key = _kept(x.astype(jnp.float32) * shrink**2), None
+        else:
+            kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
+    else:
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
+    # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
+    return x @ w, (kept, key, w, *_kept(x_dtype))
+
+def _bwd(rank, lam, estimator, residuals, dy):
+    kept, key, w, x_dtype = residuals
+    if estimator in SAMPLING:
+        x_tilde, index = kept
+        dw = x_tilde.T @ dy[index].astype(jnp.float32)
+    elif estimator == PROJECTION and key is None:  # X itself, times c²
+        dw = kept[0].T @ dy.astype(jnp.float32)
+    elif estimator == PROJECTION:
+        rows, features = dy.shape[0], w.shape[0]
+        p = projection(key, features, projection_width(rows, features, rank))
+        dw = p @ (kept[0].T @ dy.astype(jnp.float32))
+    else:
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
+        dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
+        dw = kept[0].T @ dy_hat
+    dx = (dy @ w.T).astype(x_dtype.dtype)
+    return dx, dw.astype(w.dtype), None
+
+_sketched_2d.defvjp(_fwd, _bwd)

@@ -1,0 +1,220 @@
+"""LM head fused with the cross-entropy loss, computed in chunks of rows.
+
+For rows X ∈ R^{B×N}, head W ∈ R^{N×V} and targets t, the loss is
+
+    L = (1/B) Σ_b [lse(z_b) − z_b[t_b]],   Z = X W,   lse(z) = log Σ_v exp z_v,
+
+and its logit gradient is dZ = (softmax(Z) − onehot(t)) / B, so
+
+    dX = dZ Wᵀ,   dW = Xᵀ dZ                                  (exact)
+    dW ≈ X̂ᵀ dẐ,  X̂ = c·γ_X·S X,  dẐ = c·γ_dZ·S dZ,  c = 1 − λ   (sketched)
+
+with S, γ and the estimators of ``engine.basis`` (S drawn by ``draw_sketch`` from the
+head's key, X̂ by ``sketch_rows``). The peer estimators take the same key and draw
+the same numbers as ``sketched_matmul``: row sampling (``crs``, ``wta-crs``) keeps
+x̃ = c²·diag(w)·X[i] and the R sampled rows of dZ, recomputed from their logits
+(R·N·V flops); ``proj`` keeps (X P)ᵀ dZ (k×V), accumulated chunk by chunk, and
+dW = c²·P (X P)ᵀ dZ. The loss is the last operation, so its
+cotangent is a scalar g and every gradient is g times the above: they are formed
+during the forward pass, C rows at a time (logits → lse → loss and dZ → dX rows
+and the chunk's share of Xᵀ dZ or of S dZ = Σ_chunks S[:, chunk] dZ[chunk]).
+The B×V logits never exist at once. Kept for the backward pass: dX (B×N) and
+dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched or sampled; dX,
+(X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
+``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from engine.core import checks
+from engine.core.presets import validate_method
+from engine.sketch.basis import (
+    EPS,
+    PROJECTION,
+    SAMPLING,
+    SKETCH_KIND,
+    USES_SCALARS,
+    Sketch,
+    apply_sketch,
+    draw_sketch,
+    projection,
+    projection_width,
+    sample_rows,
+    sketch_rows,
+    weighted_rows,
+)
+from engine.sketch.residuals import DENSE_INPUT, LOSS_LOGITS
+
+
+def head_loss(
+    x: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    key: jax.Array | None,
+    *,
+    chunk: int,
+    estimator: str = "exact",
+    rank: int = 1,
+    lam: float = 0.0,
+) -> jax.Array:
+    """Mean cross-entropy of ``softmax(x @ w)`` against ``targets``, float32.
+
+    Args:
+      x: (..., N) rows in the order ``sketched_matmul`` flattens them.
+      w: (N, V).
+      targets: integer array of shape x.shape[:-1].
+      key: the head's sketch key (unused, may be None, when ``estimator="exact"``).
+      chunk: rows per chunk C ≥ 1; B need not be a multiple of C.
+      estimator, rank, lam: as ``engine.basis.sketched_matmul``; R is clipped to B.
+    """
+    validate_method(estimator, rank, lam)
+    if estimator != "exact" and key is None:
+        raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
+    checks.whole("chunk", chunk, 1)
+    if w.ndim != 2 or x.shape[-1] != w.shape[0] or targets.shape != x.shape[:-1]:
+        raise ValueError(
+            f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)} with targets "
+            f"{tuple(targets.shape)}; need x (..., N), w (N, V), targets x.shape[:-1]"
+        )
+    rows = math.prod(targets.shape)
+    return _head(
+        x.reshape(rows, x.shape[-1]), w, targets.reshape(rows), key,
+        min(chunk, rows), min(rank, rows), float(lam), estimator,
+    )
+
+
+def _chunked(a: jax.Array, chunk: int) -> jax.Array:
+    """(B, ...) → (⌈B/C⌉, C, ...), zero-padded at the end."""
+    pad = -a.shape[0] % chunk
+    a = jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+    return a.reshape(-1, chunk, *a.shape[1:])
+
+
+def _chunk_inputs(x, targets, chunk):
+    rows = x.shape[0]
+    valid = jnp.arange(rows + (-rows % chunk)) < rows
+    return _chunked(x, chunk), _chunked(targets, chunk), valid.reshape(-1, chunk)
+
+
+def _logits(xc, w, tc):
+    """exp(Z − m) and Σ_v exp(Z − m) with m = max_v Z (one exp per logit), and the
+    per-row loss lse − Z[t] = log Σ + m − Z[t] of one chunk; float32."""
+    z = (xc @ w).astype(jnp.float32)
+    m = jnp.max(z, axis=-1, keepdims=True)
+    e = jnp.exp(z - m)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    nll = jnp.log(total) + m - jnp.take_along_axis(z, tc[:, None], axis=-1)
+    return e, total, nll[:, 0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _head(x, w, targets, key, chunk, rank, lam, estimator):
+    def body(total, xs):
+        xc, tc, valid = xs
+        return total + jnp.sum(jnp.where(valid, _logits(xc, w, tc)[2], 0.0)), None
+
+    total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), _chunk_inputs(x, targets, chunk))
+    return total / x.shape[0]
+
+
+def _sketch_chunks(sketch: Sketch, chunk: int) -> tuple:
+    """The columns of S, chunk by chunk: (bins, signs, dense) each with a leading chunk axis."""
+    if sketch.kind == "gaussian":
+        dense = _chunked(sketch.dense.T, chunk)  # (K, C, R)
+        return None, None, jnp.swapaxes(dense, 1, 2)
+    return _chunked(sketch.bins, chunk), _chunked(sketch.signs, chunk), None
+
+
+def _mode(estimator: str, rows: int, features: int, rank: int) -> str:
+    """How the head forms dW: ``exact`` (Xᵀ dZ, also ``proj`` when k ≥ N), ``sample``,
+    ``proj`` or ``sketch`` (S applied to X and dZ)."""
+    if estimator == "exact":
+        return "exact"
+    if estimator in SAMPLING:
+        return "sample"
+    if estimator == PROJECTION:
+        return "proj" if projection_width(rows, features, rank) < features else "exact"
+    return "sketch"
+
+
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
+    rows, features, v = x.shape[0], x.shape[1], w.shape[1]
+    mode = _mode(estimator, rows, features, rank)
+    shrink = 1.0 - lam
+    sketch, parts, p = None, None, None
+    if mode in ("exact", "sample"):  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ
+        acc = jnp.zeros((v, features) if mode == "exact" else (0, v), jnp.float32)
+    elif mode == "proj":
+        p = projection(key, features, projection_width(rows, features, rank))
+        acc = jnp.zeros((p.shape[1], v), jnp.float32)
+    else:
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
+
+    def body(carry, xs):
+        total, acc, sq = carry
+        (xc, tc, valid), part = xs
+        e, sum_e, nll = _logits(xc, w, tc)
+        onehot = tc[:, None] == jnp.arange(v, dtype=tc.dtype)
+        dz = jnp.where(valid[:, None], e / sum_e - onehot, 0.0) / rows
+        dzc = dz.astype(w.dtype)
+        if mode == "exact":
+            acc = acc + jnp.matmul(dzc.T, xc, preferred_element_type=jnp.float32)
+        elif mode == "proj":
+            acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
+        elif mode == "sketch":
+            acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz)
+            sq = sq + jnp.sum(dz * dz)
+        total = total + jnp.sum(jnp.where(valid, nll, 0.0))
+        return (total, acc, sq), (dzc @ w.T).astype(x.dtype)
+
+    zero = jnp.zeros((), jnp.float32)
+    (total, acc, sq), dx = jax.lax.scan(
+        body, (zero, acc, zero), (_chunk_inputs(x, targets, chunk), parts)
+    )
+    dx = dx.reshape(-1, x.shape[1])[:rows]
+    loss = total / rows
+    w_dtype = jnp.zeros((0,), w.dtype)  # zero-size: carries w's dtype for dW
+    loss_part = lambda *a: tuple(checkpoint_name(b, LOSS_LOGITS) for b in a)
+    x_part = lambda a: checkpoint_name(a, DENSE_INPUT)  # the head's X̂ or x̃, as a dense layer's
+    if mode == "exact":
+        factor = shrink**2 if estimator != "exact" else 1.0  # proj at k ≥ N: c²·dW
+        kept = (*loss_part(dx, (acc.T * factor).astype(w.dtype)), w_dtype)
+    elif mode == "proj":  # the key (a PRNG key, known by its dtype) regenerates P
+        kept = (*loss_part(dx, acc * shrink**2), key, w_dtype)
+    elif mode == "sample":
+        sample = sample_rows(key, x, estimator, rank)
+        e, sum_e, _ = _logits(x[sample.index], w, targets[sample.index])
+        onehot = targets[sample.index][:, None] == jnp.arange(v, dtype=targets.dtype)
+        dz_rows = (e / sum_e - onehot) / rows
+        x_tilde = x_part(weighted_rows(x, sample, shrink))
+        kept = (loss_part(dx)[0], x_tilde, loss_part(dz_rows)[0], w_dtype)
+    else:
+        scalars = estimator in USES_SCALARS
+        x_hat = x_part(sketch_rows(x, sketch, scalars=scalars, shrink=shrink))
+        dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
+        kept = (loss_part(dx)[0], x_hat, loss_part(dz_hat * shrink)[0], w_dtype)
+    return loss, (*kept[:-1], loss_part(w_dtype)[0])
+
+
+def _bwd(chunk, rank, lam, estimator, residuals, g):
+    dx, w_dtype = residuals[0], residuals[-1]
+    if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
+        dw = residuals[1]
+    elif estimator == PROJECTION:
+        proj_dz, key = residuals[1], residuals[2]
+        features = dx.shape[1]
+        dw = projection(key, features, proj_dz.shape[0]) @ proj_dz
+    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows
+        dw = residuals[1].T @ residuals[2]
+    return (g * dx).astype(dx.dtype), (g * dw).astype(w_dtype.dtype), None, None
+
+
+_head.defvjp(_fwd, _bwd)

@@ -1,0 +1,1 @@
+"""Training a run: from a run config to its model, keys and optimizer, the jitted steps, the loop (records of metrics), checkpoints and step timing. Never storage. May import ``engine.model``, ``engine.data``, ``engine.config`` and below."""

@@ -1,0 +1,232 @@
+"""The training loop.
+
+Randomness of a run with seed s comes from three independent streams, so runs
+of the same seed differ only by their estimator:
+
+- parameters: ``init_params(cfg, fold_in(key(s), 0))`` (never depends on the estimator),
+- batches: ``BatchSampler(train, B, T, seed=s)`` (a seeded NumPy generator),
+- sketches: ``fold_in(fold_in(key(s), 1), step)``, used only by sketched layers.
+
+``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
+of the initial parameters and the memory figures), one at every eval interval
+and one at the last step. It checks ``should_stop`` before every step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine import data
+from engine.config import CHECKPOINT_SECONDS, RunConfig
+from engine.model.gpt import init_params
+from engine.model.memory import make_dw_probe, memory_breakdown
+from engine.training.build import load_data, model_config, optimizer_for, run_keys, sketch_key
+from engine.training.compiled import compiled_stats
+from engine.training.steps import init_state, make_eval_step, make_train_step
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """Metrics measured at one step; ``wall_time`` is seconds since the run started."""
+
+    step: int
+    wall_time: float
+    values: dict[str, float]
+
+
+def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
+    """Saved-activation bytes of this run's step and of its exact baseline, in total
+    and per category (``engine.metrics.CATEGORIES``), and the compiled step's XLA
+    temp bytes."""
+    cfg = model_config(config)
+    mine = memory_breakdown(cfg, params, batch, key)
+    exact = memory_breakdown(cfg.replace(estimator="exact"), params, batch, None)
+    out = {f"mem_bytes/{c}": float(v) for c, v in mine.items()}
+    out.update({f"mem_bytes_exact/{c}": float(v) for c, v in exact.items()})
+    saved, saved_exact = sum(mine.values()), sum(exact.values())
+    out.update(mem_saved_bytes=float(saved), mem_saved_bytes_exact=float(saved_exact), mem_saved_ratio=saved / saved_exact)
+    stats = compiled_stats(compiled_step)
+    if "temp_bytes" in stats:
+        out["mem_temp_bytes"] = float(stats["temp_bytes"])
+    return out
+
+
+class Checkpointer(Protocol):
+    """Where a run's checkpoints live (``engine.checkpoints.RunCheckpoints``)."""
+
+    def latest_step(self) -> int | None: ...
+
+    def save(self, step: int, state, extra: dict, *, final: bool = False) -> None: ...
+
+    def restore_latest_valid(self, target) -> tuple[int, object, dict, list[str]]: ...
+
+
+@dataclass
+class _Window:
+    """The train losses since the last eval, still on the device, and their step time."""
+
+    losses: list = field(default_factory=list)  # (step, device scalar)
+    checked: list = field(default_factory=list)  # host floats already checked finite
+    seconds: float = 0.0
+
+    def read(self, lr: float) -> None:
+        """Bring the pending losses to the host (one sync) and stop at the first non-finite one."""
+        if not self.losses:
+            return
+        values = np.asarray(jax.device_get(jnp.stack([v for _, v in self.losses])), dtype=np.float64)
+        for (step, _), value in zip(self.losses, values):
+            if not math.isfinite(value):
+                raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})")
+        self.checked.extend(values.tolist())
+        self.losses = []
+
+    def state(self) -> dict:
+        return {"losses": list(self.checked), "seconds": self.seconds}
+
+
+def train(
+    config: RunConfig,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_step: Callable[[int, float | None], None] | None = None,
+    checkpoints: Checkpointer | None = None,
+    resume: bool = False,
+    on_resume: Callable[[int, list[str]], None] | None = None,
+) -> Iterator[Record]:
+    """Train ``config`` and yield its ``Record``s; raises ``TrainingDiverged`` on a
+    non-finite loss (after yielding everything measured before it).
+
+    Losses stay on the device between reads: they are read (one sync) before any
+    record is yielded, so a non-finite loss is caught before anything after it is
+    recorded. ``on_step(step, loss)`` is called every step, with the loss only at
+    reads (None otherwise). With ``checkpoints``, the run saves its state (parameters,
+    optimizer state, the batch sampler's generator, the loss window and wall time)
+    every ``checkpoint_interval`` steps (by default: at the first eval boundary a
+    minute of training after the last), when ``should_stop`` ends it, and at its
+    last step; with ``resume`` it continues from the latest checkpoint exactly as an
+    uninterrupted run would (no step-0 record then). ``on_resume(step, notes)`` is
+    called before the first record with the step it continues from (0: from the
+    start) and why newer checkpoints were skipped, so the caller can drop the
+    records it already holds past that step.
+    """
+    cfg = model_config(config)
+    param_key, sketch_root = run_keys(config.seed)
+    train_tokens, val = load_data(config)
+    sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
+    optimizer = optimizer_for(config)
+    eval_fn = make_eval_step(cfg)
+    probe_names, probe = make_dw_probe(cfg)
+    state = init_state(init_params(cfg, param_key), optimizer)
+    val = jnp.asarray(val)
+    tokens_per_step = config.effective_batch_size * config.effective_seq_len
+    shape = (config.effective_batch_size, config.effective_seq_len + 1)
+
+    start = time.perf_counter()
+    example = jnp.zeros(shape, jnp.int32)  # shapes alone decide the compiled step and the memory figures
+    key0 = sketch_key(sketch_root, 0)
+    step_fn = make_train_step(cfg, optimizer).lower(state, example, key0).compile()
+    window, done, offset = _Window(), 0, 0.0
+    extra, notes = None, []
+    if checkpoints is not None and resume and checkpoints.latest_step() is not None:
+        try:
+            _, state, extra, notes = checkpoints.restore_latest_valid(state)
+        except ValueError as e:  # CheckpointError: none is readable
+            notes = [str(e)]
+    if on_resume is not None and resume:
+        on_resume(int(extra["step"]) if extra else 0, notes)
+    if extra is not None:
+        sampler.set_state(extra["sampler"])
+        window.checked, window.seconds = list(extra["window"]["losses"]), float(extra["window"]["seconds"])
+        done, offset = int(extra["step"]), float(extra["wall_time"])
+    else:
+        loss, se = eval_fn(state.params, val)
+        first = {"val_loss": float(loss), "val_loss_se": float(se)}
+        first.update(memory_figures(config, state.params, example, step_fn, key0))
+        yield Record(0, time.perf_counter() - start, first)
+    last_saved, last_saved_at = done, time.perf_counter()
+
+    def wall() -> float:
+        return offset + time.perf_counter() - start
+
+    def save(step: int, *, final: bool = False) -> None:
+        nonlocal last_saved, last_saved_at
+        if checkpoints is None or (step == last_saved and not final):
+            return
+        extra = {"step": step, "sampler": sampler.state(), "window": window.state(), "wall_time": wall(),
+                 "config": config.to_dict()}
+        checkpoints.save(step, state, extra, final=final)
+        last_saved, last_saved_at = step, time.perf_counter()
+
+    # Step time is wall time between syncs, less probes, evals, writes and checkpoints.
+    segment = time.perf_counter()
+
+    def lap() -> None:
+        jax.block_until_ready(state)
+        window.seconds += time.perf_counter() - segment
+
+    for step in range(done + 1, config.steps + 1):
+        if should_stop():
+            window.read(config.lr)
+            save(step - 1)
+            return
+        batch = jnp.asarray(sampler.next())
+        key = sketch_key(sketch_root, step)
+        probe_now = bool(probe_names) and config.probe_interval and step % config.probe_interval == 0
+        eval_now = step % config.eval_interval == 0 or step == config.steps
+        values: dict[str, float] = {}
+        if probe_now:
+            lap()
+            cos, rel = (np.asarray(a) for a in probe(state.params, batch, key))
+            values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
+            values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
+            values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
+            segment = time.perf_counter()
+        state, loss = step_fn(state, batch, key)
+        window.losses.append((step, loss))
+        if probe_now or eval_now:
+            window.read(config.lr)
+        if on_step:
+            on_step(step, window.checked[-1] if (probe_now or eval_now) else None)
+        if eval_now:
+            lap()
+            val_loss, val_se = eval_fn(state.params, val)
+            values.update(
+                train_loss=float(np.mean(window.checked)),
+                val_loss=float(val_loss),
+                val_loss_se=float(val_se),
+                tokens_per_s=len(window.checked) * tokens_per_step / window.seconds,
+            )
+            if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
+                values["mem_peak_bytes"] = float(peak)
+            window = _Window()
+        if values:
+            if not eval_now:
+                lap()
+            yield Record(step, wall(), values)
+        if step == config.steps:
+            save(step, final=True)
+        elif _checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at):
+            lap()
+            save(step)
+        if values or step == last_saved:
+            segment = time.perf_counter()
+
+
+def _checkpoint_due(config: RunConfig, step: int, eval_now: bool, last_saved: int, seconds_since: float) -> bool:
+    """Every ``checkpoint_interval`` steps; by default at the first eval boundary
+    ``CHECKPOINT_SECONDS`` after the last checkpoint, or at any step 1.5 times that
+    after it (the checkpoint holds the partial loss window, so any step is exact)."""
+    if config.checkpoint_interval is not None:
+        return step - last_saved >= config.checkpoint_interval
+    return seconds_since >= CHECKPOINT_SECONDS * (1.0 if eval_now else 1.5)

@@ -1,0 +1,62 @@
+"""Jitted train and eval steps, kept apart from configuration and I/O."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from engine.core.choices import OPTIMIZERS
+from engine.core.presets import GPTConfig
+from engine.model.gpt import loss_fn
+
+
+class TrainState(NamedTuple):
+    params: dict
+    opt_state: optax.OptState
+    step: jax.Array
+
+
+def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay: float = 0.0):
+    """``sgd``: SGD with (heavy-ball) momentum, as in the paper; ``adamw``: AdamW."""
+    if name == "sgd":
+        return optax.sgd(lr, momentum=momentum or None)
+    if name == "adamw":
+        return optax.adamw(lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
+    """``step(state, batch, sketch_key) -> (state, loss)``, jitted, state donated."""
+
+    def step(state: TrainState, batch: jax.Array, sketch_key: jax.Array):
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(cfg, p, batch, sketch_key))(state.params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(params, opt_state, state.step + 1), loss
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def make_eval_step(cfg: GPTConfig) -> Callable:
+    """``eval(params, batches[n, B, T+1]) -> (mean loss, standard error)`` with exact
+    forward (sketching never changes the forward pass).
+
+    The n validation batches are disjoint, evenly spaced windows of held-out text; with
+    per-batch mean losses ℓ_i the standard error is sd(ℓ) / √n (ddof 1), the sampling
+    error of the validation loss itself (NaN for one batch)."""
+    exact = cfg.replace(estimator="exact")
+
+    def evaluate(params, batches):
+        losses = jax.lax.map(lambda b: loss_fn(exact, params, b, None), batches)
+        n = losses.shape[0]
+        se = jnp.std(losses, ddof=1) / jnp.sqrt(n) if n > 1 else jnp.float32(jnp.nan)
+        return losses.mean(), se
+
+    return jax.jit(evaluate)
+
+
+def init_state(params, optimizer: optax.GradientTransformation) -> TrainState:
+    return TrainState(params, optimizer.init(params), jax.numpy.zeros((), jax.numpy.int32))

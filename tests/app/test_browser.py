@@ -1,0 +1,150 @@
+"""End to end in a real browser: start `streamlit run app/main.py` on a free port, drive
+headless Chromium (Debian's, through Playwright) to launch a tiny sweep from the form,
+and wait until the Compare page's validation-loss chart shows every run's points.
+
+Chromium comes from ``scripts/install_browser.sh`` (``make test`` runs it; this test runs
+it too when no browser is found). The test skips, saying why, only when no Chromium can
+be found or installed, or Playwright is missing.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from storage import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+STEPS, EVAL = 4, 2  # two runs (exact and basis R=1), validation at steps 0, 2, 4
+EXPECTED = [["basis R=1 s0", 3], ["exact s0", 3]]
+
+
+def find_chromium() -> str | None:
+    """Debian's Chromium, installing it with the project's script when it is missing."""
+    def which():
+        return shutil.which("chromium") or shutil.which("chromium-browser") or (
+            "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
+
+    if which() is None:
+        subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=False, timeout=900)
+    return which()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(port: int, server: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"streamlit exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError("streamlit did not become healthy")
+
+
+@contextlib.contextmanager
+def streamlit_server(env: dict, log_path: Path):
+    """``streamlit run app/main.py`` on a free localhost port with ``env``; yields the port
+    once the server is healthy, and stops it (its output in ``log_path``)."""
+    port = free_port()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_healthy(port, server)
+            yield port
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+VALIDATION_POINTS = """() => {
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const title = ((gd.layout && gd.layout.title && gd.layout.title.text) || '').replace(/<[^>]*>/g, '');
+    if (title !== 'Validation loss') continue;
+    const traces = (gd._fullData || []).map(t => [t.name, Array.from(t.y || []).filter(Number.isFinite).length]);
+    return {traces: traces, drawn: gd.querySelectorAll('.scatterlayer .trace .points path').length};
+  }
+  return null;
+}"""
+
+
+@pytest.mark.browser
+def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+
+    url = f"sqlite:///{tmp_path / 'browser.db'}"
+    env = dict(os.environ, BASIS_LAB_DB_URL=url, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
+    screenshot = tmp_path / "compare.png"
+    with streamlit_server(env, tmp_path / "streamlit.log") as port:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1100})
+                page.set_default_timeout(120_000)
+                page.goto(f"http://127.0.0.1:{port}/launch")
+                page.get_by_text("Launch a sweep", exact=True).wait_for()
+                for label, value in (("Ranks R (comma list)", "1"), ("Steps", STEPS), ("Eval interval", EVAL),
+                                     ("Probe interval", EVAL), ("Validation batches", 2)):
+                    box = page.get_by_label(label, exact=True)
+                    box.fill(str(value))
+                    box.press("Enter")
+                page.get_by_text("2 runs to launch").wait_for()
+                page.get_by_role("button", name=re.compile(r"Launch 2 runs")).click()
+                page.get_by_text("Queued 2 runs").wait_for(timeout=600_000)
+                page.get_by_role("link", name="Watch them on Compare").click()
+                page.get_by_text("Validation loss", exact=True).first.wait_for()
+
+                store = RunStore(url)
+                ids = [r.id for r in store.list_runs()]
+                assert len(ids) == 2
+                deadline = time.monotonic() + 900
+                points = None
+                while time.monotonic() < deadline:
+                    done = all(store.get_run(i).status == "finished" for i in ids)
+                    points = page.evaluate(VALIDATION_POINTS)
+                    if done and points and sorted(points["traces"]) == EXPECTED and points["drawn"] == 6:
+                        break
+                    time.sleep(1)
+                assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+                assert points and sorted(points["traces"]) == EXPECTED, points
+                assert points["drawn"] == 6, points  # every validation point is on the chart
+                store.close()
+                page.screenshot(path=str(screenshot), full_page=True)
+            finally:
+                browser.close()
+    assert screenshot.stat().st_size > 10_000
+    print(f"screenshot: {screenshot}")

@@ -1,0 +1,306 @@
+"""The Compare page: method colours, the paper's central figure (a quantity against the
+rank R at one step), the wall-time x axis of the cosine charts, chart downloads in the
+sidebar's format, and the Table 3 downloads."""
+
+import base64
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.runtime.media_file_manager import MediaFileManager
+
+from app import charts, display, frames
+from engine.analysis.summary import MIB, summarize, table3
+from engine.config import RunConfig
+from storage import RunStore
+from tests.app.test_logic import LAYERS, TINY, fake_run
+from tests.app.test_pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+
+PAPER = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10)
+RANK_TITLES = {"val_loss": "Validation loss against rank R", "cos_mean": "Mean cosine against rank R",
+               "mem_saved_bytes": "Saved bytes against rank R"}
+
+
+def _run(store, config, *, final, saved, cos=None, steps_done=None):
+    """``fake_run`` whose saved bytes and (when given) mean cosine differ per seed, so
+    every quantity of the rank figure has a seed spread."""
+    status = "finished" if steps_done is None else "running"
+    run_id = fake_run(store, config, final=final + 0.03 * config.seed, saved=saved * (1 + 0.01 * config.seed),
+                      status=status, steps_done=steps_done)
+    if cos is not None:
+        done = config.steps if steps_done is None else steps_done
+        store.add_metrics(run_id, [(step, 0.5 + 0.01 * step, "cos_mean", cos + 0.02 * config.seed * step / 40)
+                                   for step in range(10, done + 1, 10)])
+    return run_id
+
+
+def _lab(store, config=TINY):
+    """exact and basis R=1, 8 and countsketch R=8 at seeds 0-2, a basis R=8 λ=0.01 run;
+    basis R=8 seed 2 has stopped at step 20 of 40."""
+    ids = [_run(store, dataclasses.replace(config, estimator="exact", seed=s), final=6.6, saved=13e6, cos=1.0) for s in range(3)]
+    for estimator, rank, final, saved, cos in (("basis", 1, 7.2, 6e6, 0.3), ("basis", 8, 6.8, 7e6, 0.6),
+                                               ("countsketch", 8, 6.9, 7e6, 0.45)):
+        for s in range(3):
+            cut = 20 if (estimator, rank, s) == ("basis", 8, 2) else None
+            ids.append(_run(store, dataclasses.replace(config, estimator=estimator, rank=rank, seed=s), final=final,
+                            saved=saved, cos=cos, steps_done=cut))
+    ids.append(_run(store, dataclasses.replace(config, rank=8, lam=0.01), final=6.75, saved=7.2e6, cos=0.58))
+    return ids
+
+
+def _method(row):
+    return ("exact", None, None) if row.estimator == "exact" else (row.estimator, int(row.rank), float(row.lam))
+
+
+# ----------------------------------------------------------------------------- colours
+
+
+def test_a_method_has_one_colour_in_every_selection_and_sweep(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'colours.db'}")
+    first = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=8, seed=0)) for e in ("exact", "basis", "countsketch")]
+    second = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=r, seed=s, steps=20))
+              for e, r, s in (("countsketch", 8, 1), ("basis", 1, 1), ("basis", 8, 1), ("exact", 8, 1))]
+    records = {r.id: r for r in store.list_runs()}
+    metrics = store.metrics(sorted(records))
+
+    def colours(ids, pool):
+        info = frames.describe_runs([records[i] for i in ids])
+        s = frames.series(metrics, info, "val_loss", pool_seeds=pool)
+        by_trace = s.groupby("trace", sort=False)["color"].agg(set)
+        assert (by_trace.map(len) == 1).all()  # one colour per curve
+        method = {label: info.set_index("run_id").loc[rid, "method"] for rid, label in frames.trace_labels(info, pool).items()}
+        return {method[t]: c.pop() for t, c in by_trace.items()}
+
+    a, b, both = colours(first, False), colours(second, False), colours(first + second, True)
+    for method in set(a) & set(b):  # a new sweep, other run ids, other seeds, another setup: the same colour
+        assert a[method] == b[method] == both[method]
+    assert set(a) & set(b) == {"exact", "basis R=8", "countsketch R=8"}
+    assert a["basis R=8"] != a["countsketch R=8"]  # estimators differ at the same rank
+    assert b["basis R=1"] != b["basis R=8"]  # and ranks within an estimator
+    assert a["exact"] == charts.EXACT_COLOR
+    mem = frames.memory_frame(summarize(records.values(), metrics), frames.describe_runs(list(records.values())), pool_seeds=False)
+    assert set(mem.loc[mem["trace"].str.startswith("basis R=8"), "color"]) == {a["basis R=8"]}
+    store.close()
+
+
+# ----------------------------------------------------------------------------- the central figure
+
+
+def _direct(store, ids, column, step):
+    """mean and std over seeds of ``column`` at ``step`` by method, straight from the metric rows."""
+    rows = store.metrics(ids)
+    records = {r.id: r for r in store.list_runs()}
+    reached = set(rows.loc[(rows["name"] == "val_loss") & (rows["step"] == step), "run_id"])
+    named = rows[rows["name"] == column].sort_values("id")
+    if column == "val_loss":
+        values = named[named["step"] == step].groupby("run_id")["value"].last()
+    elif column == "cos_mean":
+        values = named[named["step"] <= step].groupby("run_id")["value"].last()
+    else:
+        values = named.groupby("run_id")["value"].last() / MIB
+    values = values[values.index.isin(reached)]
+    method = pd.Series({i: _method(records[i]) for i in values.index})
+    stats = values.groupby(method).agg(["mean", "std", "count"])
+    return stats
+
+
+@pytest.mark.parametrize("quantity", list(frames.RANK_QUANTITIES))
+@pytest.mark.parametrize("at_step", [None, 40, 20])
+def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
+    store = RunStore(f"sqlite:///{tmp_path / 'rank.db'}")
+    ids = _lab(store)
+    records = store.list_runs()
+    got = frames.rank_frame(records, store.metrics(ids), quantity, at_step)
+    step = 20 if at_step is None else at_step  # the latest step every run validated at: basis R=8 seed 2 stopped at 20
+    assert list(got.columns) == frames.RANK_COLUMNS and (got["step"] == step).all()
+    want = _direct(store, ids, quantity, step)
+    got["method"] = [_method(r) for r in got.itertuples()]
+    got = got.set_index("method")
+    assert sorted(got.index, key=str) == sorted(want.index, key=str)
+    np.testing.assert_allclose(got["mean"], want.loc[got.index, "mean"], rtol=1e-12)
+    np.testing.assert_allclose(got["std"], want.loc[got.index, "std"], rtol=1e-9, atol=1e-15)
+    assert (got["seeds"] == want.loc[got.index, "count"]).all()
+    assert got.loc[[("basis", 8, 0.0)], "seeds"].item() == (2 if step == 40 else 3)  # seed 2 never reached 40
+    assert np.isnan(got.loc[[("basis", 8, 0.01)], "std"].item())  # one seed: no spread
+    assert got.loc[[("exact", None, None)], "color"].item() == charts.EXACT_COLOR
+    assert got.loc[[("basis", 1, 0.0)], "trace"].item() == "basis" and got.loc[[("basis", 8, 0.01)], "trace"].item() == "basis λ=0.01"
+    if quantity == "val_loss":  # the numbers of Table 3 itself
+        table = table3(records, store.metrics(ids), at_step).set_index(["estimator", "rank", "lam"])
+        np.testing.assert_allclose(got.loc[[("basis", 1, 0.0)], "mean"].item(), table.loc[("basis", 1, 0.0), "val_loss_mean"])
+    with pytest.raises(ValueError, match="unknown quantity"):
+        frames.rank_frame(records, store.metrics(ids), "val_los")
+    store.close()
+
+
+def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'odd.db'}")
+    exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"))
+    odd = store.create_run(name="odd", config={"preset": "tiny", "steps": 40}, estimator="basis", rank=None, lam=0.0,
+                           seed=0, preset="tiny", steps=40, status="finished")
+    store.add_metrics(odd, [(step, 0.5, "val_loss", 7.0) for step in (0, 10, 20, 30, 40)])
+    frame = frames.rank_frame(store.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
+    assert frame["estimator"].tolist() == ["exact"]
+    assert len(charts.rank_figure(frame, y_title="v").layout.annotations) == 1  # says there is nothing to place on R
+    store.close()
+
+
+def test_rank_figure_log_axis_error_bars_and_exact_band(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'fig.db'}")
+    ids = _lab(store)
+    frame = frames.rank_frame(store.list_runs(), store.metrics(ids), "val_loss", 40)
+    fig = charts.rank_figure(frame, y_title="validation loss (nats/token)", title="Validation loss against rank R")
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == [1, 8]
+    lines = {t.name: t for t in fig.data if t.error_y.array is not None}
+    assert list(lines) == ["basis", "basis λ=0.01", "countsketch"]  # one line per (estimator, λ)
+    sketched = frame[frame["estimator"] != "exact"]
+    for name, trace in lines.items():
+        rows = sketched[sketched["trace"] == name].sort_values("rank")
+        np.testing.assert_allclose(trace.y, rows["mean"])
+        np.testing.assert_allclose(np.asarray(trace.error_y.array, float), rows["std"])  # error bars = seed std
+        np.testing.assert_allclose(np.asarray(trace.x) / rows["rank"].to_numpy(float), 2 ** (charts.RANK_DODGE * (list(lines).index(name) - 1)))
+        assert [c[0] for c in trace.customdata] == rows["rank"].tolist()  # the hover's true R
+        assert trace.line.color == charts.method_color(rows["estimator"].iloc[0], frames.LINE_RANK, rows["lam"].iloc[0])
+        assert list(trace.marker.color) == rows["color"].tolist()
+    assert lines["basis λ=0.01"].line.dash == "dash" and lines["basis"].line.dash == "solid"
+    exact = frame[frame["estimator"] == "exact"].iloc[0]
+    upper, lower, mean = fig.data[:3]
+    assert lower.fill == "tonexty" and upper.y[0] == pytest.approx(exact["mean"] + exact["std"])
+    assert lower.y[0] == pytest.approx(exact["mean"] - exact["std"]) and mean.y[0] == pytest.approx(exact["mean"])
+    assert mean.name == "exact (mean ± std of 3 seeds)" and mean.x[0] < 1 and mean.x[-1] > 8  # across every rank
+    empty = charts.rank_figure(frame[frame["estimator"] == "exact"], y_title="v")
+    assert empty.layout.annotations[0].text.startswith("no sketched run")
+    store.close()
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def _spec(at, title):
+    return figures(at)[title]
+
+
+def _array(value):
+    """A plotly JSON array, typed (``bdata``) or plain."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return data.reshape([int(n) for n in str(value.get("shape", len(data))).split(",")])
+    return np.asarray(value)
+
+
+def test_compare_draws_the_central_figure_for_each_quantity(url, store):
+    ids = _lab(store)
+    at = page(app(selected=ids).run(), "compare")
+    fig = _spec(at, RANK_TITLES["val_loss"])
+    assert fig["layout"]["xaxis"]["type"] == "log"
+    named = [t["name"] for t in fig["data"] if t.get("showlegend") is not False]
+    assert named == ["exact (mean ± std of 3 seeds)", "basis", "basis λ=0.01", "countsketch"]
+    assert sum(t.get("fill") == "tonexty" for t in fig["data"]) == 1  # the exact band
+    assert at.select_slider(key="compare.at").value == "common"
+    at.select_slider(key="compare.at").set_value(40).run()  # the one step control moves figure and summary
+    fig = _spec(at, RANK_TITLES["val_loss"])
+    basis = next(t for t in fig["data"] if t["name"] == "basis")
+    assert _array(basis["customdata"])[:, 1].tolist() == [3, 2]  # R=8 seed 2 never reached step 40
+    assert at.dataframe[0].value["step"].tolist() == ["40"] * 5
+    for quantity in ("cos_mean", "mem_saved_bytes"):
+        at.radio(key="compare.rank_quantity").set_value(quantity).run()
+        assert not at.exception
+        fig = _spec(at, RANK_TITLES[quantity])
+        assert fig["layout"]["yaxis"]["title"]["text"] == frames.RANK_QUANTITIES[quantity][1]
+
+
+def test_compare_cosine_charts_follow_the_wall_time_axis(url, store):
+    ids = _lab(store)
+    at = page(app(selected=ids).run(), "compare")
+    assert _spec(at, "Mean cosine over sketched layers")["layout"]["xaxis"]["title"]["text"] == "step"
+    at.radio(key="compare.x").set_value("wall_time").run()
+    cos = _spec(at, "Mean cosine over sketched layers")
+    assert cos["layout"]["xaxis"]["title"]["text"] == "wall time (s)"
+    rows = store.metrics([ids[0]], names=["cos_mean"])
+    exact = next(t for t in cos["data"] if t["name"] == "exact · mean of 3 seeds")
+    np.testing.assert_allclose(exact["x"], rows["wall_time"])  # seconds, not steps
+    at.toggle(key="compare.per_layer").set_value(True).run()
+    layers = _spec(at, "Cosine per sketched layer")
+    assert all(layers["layout"][f"xaxis{i if i > 1 else ''}"]["title"]["text"] == "wall time (s)" for i in range(1, len(LAYERS) + 1))
+    assert "exact runs are probed too" in at.toggle(key="compare.per_layer").help
+    bare = page(app(selected=[fake_run(store, dataclasses.replace(TINY, estimator="exact"))]).run(), "compare")
+    text = " ".join(i.value for i in bare.info)
+    assert "exact runs too" in text and "sketched runs only" not in text  # exact is probed: its cosine is the reference 1.0
+
+
+def test_every_compare_chart_downloads_in_the_sidebars_format(url, store):
+    ids = _lab(store)
+    at = page(app(selected=ids).run(), "compare")
+    charts_on_page = at.get("plotly_chart")
+    assert len(charts_on_page) >= 5
+    assert {json.loads(c.proto.config)["toImageButtonOptions"]["format"] for c in charts_on_page} == {"png"}
+    at.radio(key=display.IMAGE_FORMAT).set_value("svg").run()
+    charts_on_page = at.get("plotly_chart")
+    configs = [json.loads(c.proto.config)["toImageButtonOptions"] for c in charts_on_page]
+    assert {c["format"] for c in configs} == {"svg"} and len(configs) >= 5
+    assert all(c["filename"].startswith("basis-lab-") for c in configs)
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """File name → the bytes a download button serves (given as data, not a callable)."""
+    files = {}
+    add = MediaFileManager.add
+
+    def spy(self, path_or_data, mimetype, coordinates, file_name=None, **kwargs):
+        files[file_name] = path_or_data
+        return add(self, path_or_data, mimetype, coordinates, file_name=file_name, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add", spy)
+    return files
+
+
+class _Foreign:
+    """A config as another program might have stored it: any name, any preset."""
+
+    def __init__(self, config, name, preset):
+        self.config, self.name, self.preset = config, name, preset
+
+    def __getattr__(self, attr):
+        return getattr(self.config, attr)
+
+    def label(self):
+        return self.name
+
+    def to_dict(self):
+        return {**self.config.to_dict(), "preset": self.preset}
+
+
+def test_table3_downloads_and_a_neutralised_csv(url, store, served):
+    formula = '=HYPERLINK("x")'
+    ids = [fake_run(store, dataclasses.replace(TINY, estimator="exact")), fake_run(store, dataclasses.replace(TINY, rank=8))]
+    ids.append(fake_run(store, _Foreign(dataclasses.replace(TINY, rank=8, seed=1), formula, formula)))
+    assert store.get_run(ids[-1]).name == formula
+    at = page(app(selected=ids).run(), "compare")
+    labels = [d.label for d in at.get("download_button")]
+    assert labels == ["Table 3 as markdown", "Table 3 as latex", "Table 3 as csv"]
+    markdown = _text(served["basis-table3.md"])
+    assert markdown.startswith("| method") and "basis" in markdown
+    assert "\\begin{tabular}" in _text(served["basis-table3.tex"])
+    csv = _text(served["basis-table3.csv"])
+    table = pd.read_csv(io.StringIO(csv), dtype=str, keep_default_na=False)
+    assert list(table.columns[:11]) == ["estimator", "rank", "lam", "seeds", "step", "val_loss_mean", "val_loss_std",
+                                        "delta_val_mean", "delta_val_ci95_low", "delta_val_ci95_high", "verdict"]
+    assert "'" + formula in table["preset"].tolist()  # the foreign run's preset reaches the table, neutralised
+    cells = [c for c in table.to_numpy().ravel() if c]
+    assert not [c for c in cells if c[0] in "=+@\t\r" or (c[0] == "-" and not _number(c))]
+    assert formula not in csv.replace("'" + formula, "")
+
+
+def _text(data):
+    return data.decode() if isinstance(data, bytes) else data
+
+
+def _number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False

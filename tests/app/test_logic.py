@@ -1,0 +1,386 @@
+"""The dashboard's logic without Streamlit: form parsing, grouping, smoothing, pooling,
+the incremental metrics cache, memory and summary frames, and the time estimate."""
+
+import dataclasses
+import math
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app import charts, form, frames, tables
+from engine.analysis.summary import MIB, display_frame, run_summary, run_table3
+from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
+from engine.runner import estimates
+from engine.training import timing
+from storage import MetricsFeed, RunStore
+
+TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
+LAYERS = ("block_0/mlp/fc", "block_0/mlp/proj", "head")
+
+
+def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
+             steps_done: int | None = None, error: str | None = None, breakdown: bool = False,
+             saved: float = 12e6, saved_exact: float = 13e6) -> int:
+    """A run as a worker would have written it (metrics at step 0, every eval and probe
+    interval), without training: val loss decays from 10.8 towards ``final``."""
+    run_id = store.create_run(
+        name=config.label(), config=config.to_dict(), estimator="exact" if config.is_exact else config.estimator,
+        rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
+        steps=config.steps, versions={"jax": "0.10.2"}, device="cpu: cpu",
+        status="queued",
+    )
+    if status != "queued":
+        store.set_status(run_id, "running")
+    done = config.steps if steps_done is None else steps_done
+    if config.is_exact:
+        saved = saved_exact
+    rows = [(0, 0.5, "val_loss", 10.8), (0, 0.5, "mem_saved_bytes", saved), (0, 0.5, "mem_saved_bytes_exact", saved_exact),
+            (0, 0.5, "mem_saved_ratio", saved / saved_exact), (0, 0.5, "mem_temp_bytes", 30e6)]
+    if breakdown:
+        for cat, share in (("sketched_inputs", 0.2), ("nonlinearity", 0.3), ("loss_logits", 0.5)):
+            rows += [(0, 0.5, f"mem_bytes/{cat}", share * saved), (0, 0.5, f"mem_bytes_exact/{cat}", share * saved_exact)]
+    for step in range(1, done + 1):
+        wall = 0.5 + 0.01 * step
+        if step % config.eval_interval == 0 or step == config.steps:
+            v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
+            rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
+        if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:
+            cos = [0.5 + 0.1 * i for i in range(len(LAYERS))]
+            rows += [(step, wall, f"cos/{n}", c) for n, c in zip(LAYERS, cos)]
+            rows += [(step, wall, f"rel_err/{n}", 1 - c) for n, c in zip(LAYERS, cos)]
+            rows += [(step, wall, "cos_mean", float(np.mean(cos))), (step, wall, "rel_err_mean", 1 - float(np.mean(cos)))]
+    store.add_metrics(run_id, rows)
+    store.heartbeat(run_id, done)
+    if status not in ("queued", "running"):
+        store.set_status(run_id, status, error=error)
+    return run_id
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = RunStore(f"sqlite:///{tmp_path / 'logic.db'}")
+    yield s
+    s.close()
+
+
+# ----------------------------------------------------------------------------- launch form
+
+
+def test_parse_seeds_accepts_lists_and_ranges():
+    assert parse_seeds("0") == [0]
+    assert parse_seeds("0, 1,2") == [0, 1, 2]
+    assert parse_seeds("3 1 3") == [3, 1]
+    assert parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "seeds: give at least one seed"),
+    ("a", "seeds: 'a' is not a seed"),
+    ("4-2", "seeds: range '4-2' is empty"),
+    ("99999999999999999999", r"seed must be an integer in \[0, 4294967296\)"),
+])
+def test_parse_seeds_names_the_field(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_seeds(text)
+
+
+def test_parse_ranks_takes_exactly_what_is_typed():
+    assert parse_ranks("8") == (False, [8])  # not 8 and 128
+    assert parse_ranks("3") == (False, [3])  # not 32
+    assert parse_ranks("32, 8 ,1, 8") == (False, [32, 8, 1])
+    assert parse_ranks("exact, 1") == (True, [1])
+    with pytest.raises(ConfigError, match=r"ranks: 'x' is neither 'exact' nor an integer >= 1"):
+        parse_ranks("x")
+    with pytest.raises(ConfigError, match=r"ranks: 0 is not an integer >= 1"):
+        parse_ranks("0")
+
+
+def _form(**changes):
+    values = form.values_of(form.DEFAULT_SWEEP)
+    values.update(changes)
+    return form.to_sweep(values)
+
+
+def test_form_sweep_one_run_per_estimator_rank_seed_and_exact_once_per_seed():
+    configs = _form(estimators=["exact", "basis", "countsketch"], ranks="8, 2", seeds="0,1", steps=10).expand()
+    assert len(configs) == 2 * (1 + 2 * 2)
+    assert sorted((c.estimator, c.rank if not c.is_exact else None, c.seed) for c in configs) == sorted(
+        [("exact", None, s) for s in (0, 1)] + [(e, r, s) for e in ("basis", "countsketch") for r in (2, 8) for s in (0, 1)])
+    assert all(c.steps == 10 and c.preset == "tiny" for c in configs)
+
+
+def test_form_ranks_above_bt_clip_and_collapse():
+    grid = _form(estimators=["basis"], ranks="64, 128", seeds="0")  # tiny: B·T = 64
+    assert [str(c) for c in grid.clipped()] == ["R=128 clips to R=64 (B·T = 64 rows)"]
+    assert [c.rank for c in grid.expand()] == [64]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lams": "1.5"}, r"lam must be in \[0, 1\) \(got 1.5\)"),
+    ({"steps": 0}, r"steps must be an integer >= 1 \(got 0\)"),
+    ({"lr": -0.1}, r"lr must be in \(0, inf\)"),
+    ({"estimators": []}, "estimators: choose at least one"),
+    ({"estimators": ["basis"], "ranks": ""}, "ranks: give at least one rank"),
+    ({"batch_size": 0}, r"batch_size must be an integer >= 1"),
+])
+def test_form_rejects_bad_values_with_the_config_message(change, message):
+    with pytest.raises(ConfigError, match=message):
+        _form(**change)
+
+
+def test_paper_settings_are_the_papers_run():
+    configs = form.PAPER_SWEEP.expand()
+    sketched = [c for c in configs if not c.is_exact]
+    assert {c.rank for c in sketched} == {1, 8, 16, 32, 64}
+    assert all(c.lam == 0.01 and c.preset == "paper" and c.optimizer == "sgd" and c.lr == 0.01
+               and c.momentum == 0.9 and c.steps == 50_000 and c.eval_interval == 1000 for c in sketched)
+    assert [c.lam for c in configs if c.is_exact] == [0.0]
+    assert form.to_sweep(form.values_of(form.PAPER_SWEEP)) == form.PAPER_SWEEP
+
+
+# ----------------------------------------------------------------------------- runs table
+
+
+def test_runs_view_progress_duration_and_filters(store):
+    a = fake_run(store, TINY)
+    b = fake_run(store, dataclasses.replace(TINY, estimator="exact"), status="running", steps_done=10)
+    store.set_notes(b, "baseline for the memory check")
+    now = datetime.now(timezone.utc) + timedelta(seconds=30)
+    view = tables.runs_view(store.runs_frame(), now=now)
+    assert list(view.columns) == tables.RUNS_COLUMNS
+    assert view["id"].tolist() == [a, b]
+    assert view["progress"].tolist() == [1.0, 0.25]
+    assert view["status"].tolist() == ["finished", "running"]
+    assert view.loc[1, "duration_s"] >= 30  # running: up to now
+    assert view.loc[0, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
+    assert tables.filter_runs(view, "BASELINE")["id"].tolist() == [b]
+    assert tables.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
+    assert tables.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
+    assert tables.runs_view(store.runs_frame().iloc[:0]).empty
+
+
+def test_merge_selection_keeps_runs_hidden_by_a_filter():
+    assert tables.merge_selection([1, 5, 3], visible=[3, 4], chosen=[4]) == [1, 5, 4]
+    assert tables.merge_selection([], visible=[1, 2], chosen=[2, 1]) == [2, 1]
+
+
+# ----------------------------------------------------------------------------- groups and labels
+
+
+def _records(store, configs):
+    ids = [fake_run(store, c) for c in configs]
+    return [store.get_run(i) for i in ids]
+
+
+def test_describe_runs_groups_seeds_and_names_setups(store):
+    configs = [dataclasses.replace(TINY, estimator="exact", seed=s) for s in (0, 1)]
+    configs += [dataclasses.replace(TINY, rank=8, seed=s) for s in (0, 1)]
+    configs += [dataclasses.replace(TINY, rank=8, steps=20)]
+    info = frames.describe_runs(_records(store, configs))
+    assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
+    assert info["group_id"].tolist() == [1, 1, 3, 3, 5]
+    assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.method_color("basis", 8, 0.0)] * 3
+    assert info["setup"].tolist() == ["steps=40"] * 4 + ["steps=20"]
+    pooled = frames.trace_labels(info, pool_seeds=True)
+    assert pooled.tolist() == ["exact · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 s0 [steps=20]"]
+    single = frames.trace_labels(info, pool_seeds=False)
+    assert single[1] == "exact s0 [steps=40]" and single[4] == "basis R=8 s1 [steps=40]"
+
+
+def test_trace_labels_disambiguate_equal_names(store):
+    info = frames.describe_runs(_records(store, [TINY, TINY]))
+    assert frames.trace_labels(info, pool_seeds=False).tolist() == ["basis R=32 s0 #1", "basis R=32 s0 #2"]
+    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2 runs"] * 2
+
+
+# ----------------------------------------------------------------------------- smoothing and pooling
+
+
+def test_ema_is_debiased_and_identity_at_zero():
+    x = np.array([1.0, 2.0, 3.0, np.nan, 5.0])
+    np.testing.assert_array_equal(frames.ema(x, 0.0), x)
+    np.testing.assert_allclose(frames.ema(np.full(6, 4.0), 0.9), 4.0)  # a constant stays constant
+    got = frames.ema([1.0, 3.0], 0.5)
+    assert got[0] == 1.0 and got[1] == pytest.approx((0.25 * 1 + 0.5 * 3) / 0.75)
+    assert np.isnan(frames.ema(x, 0.5)[3])
+    with pytest.raises(ValueError):
+        frames.ema(x, 1.0)
+
+
+def test_thin_keeps_first_and_last():
+    frame = pd.DataFrame({"x": range(1000)})
+    out = frames.thin(frame, 10)
+    assert len(out) == 10 and out["x"].iloc[0] == 0 and out["x"].iloc[-1] == 999
+    assert frames.thin(frame, 2000) is frame
+
+
+def test_series_pools_seeds_into_mean_and_std(store):
+    configs = [dataclasses.replace(TINY, seed=s) for s in (0, 1, 2)] + [dataclasses.replace(TINY, estimator="exact")]
+    info = frames.describe_runs(_records(store, configs))
+    metrics = store.metrics(info["run_id"].tolist())
+    s = frames.series(metrics, info, "val_loss")
+    assert list(s.columns) == frames.SERIES_COLUMNS
+    pooled = s[s["trace"] == "basis R=32 · mean of 3 seeds"]
+    raw = metrics[(metrics["name"] == "val_loss") & metrics["run_id"].isin([1, 2, 3])].pivot(index="step", columns="run_id", values="value")
+    assert pooled["x"].tolist() == raw.index.tolist()
+    np.testing.assert_allclose(pooled["y"], raw.mean(axis=1))
+    np.testing.assert_allclose(pooled["hi"] - pooled["y"], raw.std(axis=1, ddof=1), atol=1e-12)
+    assert (pooled["n"] == 3).all() and (pooled["color"] == charts.method_color("basis", 32, 0.0)).all()
+    exact = s[s["trace"] == "exact s0"]
+    assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color"] == charts.EXACT_COLOR).all()
+    unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
+    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # the method's colour, not the run's
+        "basis R=32 s0": charts.method_color("basis", 32, 0.0), "basis R=32 s1": charts.method_color("basis", 32, 0.0),
+        "basis R=32 s2": charts.method_color("basis", 32, 0.0), "exact s0": charts.EXACT_COLOR}
+    assert unpooled["lo"].isna().all()
+    by_wall = frames.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
+    assert by_wall["x"].max() == pytest.approx(0.5 + 0.01 * TINY.steps)
+    smooth = frames.series(metrics, info, "val_loss", smoothing=0.6, pool_seeds=False)
+    assert smooth["y"].iloc[-1] > unpooled["y"].iloc[-1]  # smoothing lags a falling curve
+    assert frames.series(metrics, info, "no_such_metric").empty
+
+
+# ----------------------------------------------------------------------------- incremental metrics
+
+
+class CountingStore:
+    """A RunStore proxy that records the per-run marks of every incremental read."""
+
+    def __init__(self, store):
+        self.store, self.reads = store, []
+
+    def history_versions(self, run_ids):
+        return self.store.history_versions(run_ids)
+
+    def metrics_after(self, marks, *, names=None):
+        rows = self.store.metrics_after(marks, names=names)
+        self.reads.append((dict(marks), len(rows)))
+        return rows
+
+
+def test_the_session_feed_reads_only_new_rows_and_follows_the_selection(store):
+    a, b = fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, rank=8))
+    spy = CountingStore(store)
+    feed = MetricsFeed()
+    feed.poll(spy, [a])
+    first = feed.frame
+    pd.testing.assert_frame_equal(first.reset_index(drop=True), store.metrics([a]))
+    last = int(first["id"].max())
+    store.add_metrics(a, [(41, 9.0, "val_loss", 5.0)])
+    feed.poll(spy, [a])
+    again = feed.frame
+    assert spy.reads[-1] == ({a: last}, 1)
+    assert again["id"].is_unique and len(again) == len(first) + 1
+    feed.poll(spy, [a, b])  # b is read from its start, a from the last id
+    pd.testing.assert_frame_equal(feed.frame.reset_index(drop=True), store.metrics([a, b]))
+    store.add_metrics(b, [(41, 9.0, "val_loss", 4.0)])
+    feed.poll(spy, [a, b])
+    assert len(feed.frame) == len(store.metrics([a, b]))
+    feed.poll(spy, [b])
+    only_b = feed.frame
+    assert set(only_b["run_id"]) == {b} and len(only_b) == len(store.metrics([b]))
+    assert only_b["id"].is_monotonic_increasing
+
+
+# ----------------------------------------------------------------------------- memory and summary
+
+
+def test_memory_frame_ratios_against_the_exact_baseline(store):
+    exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"))
+    sk = fake_run(store, dataclasses.replace(TINY, rank=8), saved=6.5e6)
+    store.add_metrics(exact, [(40, 1.0, "mem_peak_bytes", 40e6)])
+    store.add_metrics(sk, [(40, 1.0, "mem_peak_bytes", 30e6)])
+    info = frames.describe_runs([store.get_run(exact), store.get_run(sk)])
+    mem = frames.memory_frame(run_summary(store, [exact, sk]), info)
+    saved = mem[mem["quantity"] == "Saved for backward"].set_index("trace")
+    assert saved.loc["basis R=8 s0", "mib"] == pytest.approx(6.5e6 / MIB)
+    assert saved.loc["basis R=8 s0", "ratio"] == pytest.approx(0.5)
+    assert saved.loc["exact s0", "ratio"] == pytest.approx(1.0)
+    peak = mem[mem["quantity"] == "Peak device memory"].set_index("trace")
+    assert peak.loc["basis R=8 s0", "baseline_mib"] == pytest.approx(40e6 / MIB)
+    assert peak.loc["basis R=8 s0", "ratio"] == pytest.approx(0.75)
+    assert set(mem["quantity"]) == {"Saved for backward", "Peak device memory", "XLA temp of the step"}
+
+
+def test_breakdown_frame_is_empty_without_categories_and_stacks_with_them(store):
+    plain = fake_run(store, TINY)
+    info = frames.describe_runs([store.get_run(plain)])
+    assert frames.breakdown_frame(store.metrics([plain]), info).empty
+    run = fake_run(store, dataclasses.replace(TINY, rank=8), breakdown=True, saved=10e6)
+    info = frames.describe_runs([store.get_run(run)])
+    frame = frames.breakdown_frame(store.metrics([run]), info)
+    assert frame["bar"].unique().tolist() == ["basis R=8 s0", "basis R=8 s0 · exact"]
+    assert frame.groupby("bar")["mib"].sum().tolist() == pytest.approx([10e6 / MIB, 13e6 / MIB])
+    assert set(frame["category"]) == {"sketched_inputs", "nonlinearity", "loss_logits"}
+
+
+def test_summary_table_pairs_seeds_and_shows_the_papers_numbers(store):
+    paper = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10, lam=0.01)
+    ids = [fake_run(store, dataclasses.replace(paper, estimator="exact", lam=0.0, seed=s), final=6.6) for s in (0, 1)]
+    ids += [fake_run(store, dataclasses.replace(paper, rank=8, seed=s), final=6.8) for s in (0, 1)]
+    table = display_frame(run_table3(store, ids))
+    assert table["method"].tolist() == ["exact", "basis"]
+    assert table["seeds"].tolist() == [2, 2]
+    assert table["paper val"].tolist() == ["6.616", "6.762"]
+    delta = f"{0.2 * (1 - math.exp(-4)):+.4f}"
+    assert "±" in table.loc[1, "val loss"] and table.loc[1, "Δ val vs exact"] == delta
+    assert table.loc[1, "95% CI"] == f"[{delta}, {delta}]" and table.loc[1, "verdict"] == "worse"  # equal pairs: std 0
+    assert table.loc[0, "verdict"] == "reference" and table.loc[0, "Δ val vs exact"] == "—"
+    assert table.loc[1, "saved ÷ exact"] == f"{12e6 / 13e6:.4f}"  # run ÷ exact, as on the memory chart
+    assert "setup" not in table
+
+
+def test_summary_table_without_seeds_or_paper(store):
+    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, steps=20))]
+    table = display_frame(run_table3(store, ids))
+    assert "paper val" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
+    assert table["Δ val vs exact"].tolist() == ["—", "—"] and table["95% CI"].tolist() == ["—", "—"]
+    assert "±" not in table.loc[0, "val loss"]
+
+
+# ----------------------------------------------------------------------------- time estimate
+
+
+def test_run_seconds_counts_steps_evals_probes_and_startup():
+    t = timing.StepTiming(step_s=0.1, startup_s=5.0, source="measured")
+    config = RunConfig(preset="tiny", steps=100, eval_interval=10, val_batches=3, probe_interval=20)
+    evals, probes = 100 // 10 + 1, 100 // 20
+    assert timing.run_seconds(config, t) == pytest.approx(5.0 + 0.1 * (100 + evals * 3 * timing.EVAL_COST + probes * timing.PROBE_COST))
+    exact = dataclasses.replace(config, estimator="exact")
+    assert timing.run_seconds(exact, t) == pytest.approx(5.0 + 0.1 * (100 + evals * 3 * timing.EVAL_COST))
+    assert timing.grid_seconds([config, exact], [t, t]) == pytest.approx(timing.run_seconds(config, t) + timing.run_seconds(exact, t))
+    assert timing.grid_seconds([config, exact], [t, t], concurrent=2) == pytest.approx(timing.run_seconds(config, t))
+
+
+def test_format_seconds():
+    assert [timing.format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
+
+
+def test_timing_key_ignores_what_does_not_change_step_time():
+    a = RunConfig(preset="tiny", estimator="exact", rank=8, lam=0.0, lr=0.1, steps=5)
+    assert timing.timing_key(a) == timing.timing_key(dataclasses.replace(a, rank=32, lr=0.5, steps=50, seed=3))
+    b = dataclasses.replace(a, estimator="basis")
+    assert timing.timing_key(b) == timing.timing_key(dataclasses.replace(b, lam=0.01))
+    assert timing.timing_key(b) != timing.timing_key(dataclasses.replace(b, rank=32))
+
+
+def test_timing_from_history_uses_finished_runs_of_the_same_model(store):
+    config = dataclasses.replace(TINY, rank=8)
+    assert estimates.timing_from_history(store, config) is None
+    fake_run(store, config)  # 1000 tokens/s; tiny: B·T = 2·32 tokens per step
+    fake_run(store, dataclasses.replace(config, rank=2))
+    got = estimates.timing_from_history(store, dataclasses.replace(config, seed=4, steps=999))
+    assert got.step_s == pytest.approx(64 / 1000) and got.startup_s == pytest.approx(0.5)
+    assert got.source == "history (1 run)"
+
+
+def test_measure_step_times_the_real_step_once_per_key():
+    config = RunConfig(preset="tiny", rank=4, steps=5)
+    assert timing.measured(config) is None
+    got = timing.measure_step(config, steps=2)
+    assert got.source == "measured" and 0 < got.step_s < got.startup_s
+    assert timing.measure_step(dataclasses.replace(config, lr=0.5), steps=2) is got  # cached by timing key
+    assert timing.measured(config, steps=2) is got
+    assert timing.measure_step_seconds(config, steps=2) == got.step_s

@@ -1,0 +1,384 @@
+"""The Runs and Run detail pages: sweep/tag columns and filters, liveness on read,
+Resume, Resume all, Clone to Launch, a refused delete's standing error, the workers
+panel, the password gate, user text shown as plain text (also in a real Chromium),
+and the public start (Procfile) that refuses to run without a password.
+
+AppTest tests run on the per-test database of conftest.py; runs are written the way a
+worker would (``fake_run``), and Resume trains real tiny runs.
+"""
+
+import dataclasses
+import http.server
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from app import display, form, state, tables
+from engine.runner import liveness
+from storage import RunStore
+from tests.app.test_browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
+from tests.app.test_logic import TINY, fake_run
+from tests.app.test_pages import app, button, page, store, url, wait_for  # noqa: F401  (fixtures)
+
+SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
+
+
+class InSweep:
+    """A store whose new runs belong to one sweep with tags (what a launch records)."""
+
+    def __init__(self, store, sweep_id, tags=()):
+        self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def create_run(self, **kwargs):
+        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def runs_table(at):
+    return at.dataframe[0].value
+
+
+def toasts(at) -> list[str]:
+    return [t.value for t in at.toast]
+
+
+# ----------------------------------------------------------------------------- columns and filters
+
+
+def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
+    a = [fake_run(InSweep(store, SWEEP_A, ["pilot"]), TINY), fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=8))]
+    b = [fake_run(InSweep(store, SWEEP_B, ["ablation", "lam"]), TINY, status="running", steps_done=6)]
+    store.set_notes(b[0], "same name, other sweep")
+    at = app().run()
+    assert not at.exception
+    table = runs_table(at)
+    assert table["id"].tolist() == a + b
+    assert table["name"].tolist() == ["basis R=32 s0", "basis R=8 s0", "basis R=32 s0"]  # same name twice…
+    assert table["sweep"].tolist() == [SWEEP_A, SWEEP_A, SWEEP_B]  # …told apart by sweep and id
+    assert [list(t) for t in table["tags"]] == [["pilot"], ["pilot"], ["ablation", "lam"]]
+    assert table["steps_text"].tolist() == ["40/40", "40/40", "6/40"]
+    assert table["status"].tolist() == ["✓ finished", "✓ finished", "▶ running"]  # decorated in the view only
+    assert store.get_run(b[0]).status == "running"
+    assert table["progress"].tolist() == [1.0, 1.0, 0.15]  # 6/40: a whole percent
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["progress"]["type_config"]["format"] == "percent"
+    shown = list(at.dataframe[0].proto.column_order)
+    for col in ("id", "name", "sweep", "tags", "status", "progress", "estimator", "rank", "lam", "seed", "steps_text",
+                "worker", "train_loss", "val_loss", "mean_cos", "started", "duration_s", "notes"):
+        assert col in shown
+    assert shown.index("notes") < shown.index("status")  # notes stay in view at 1,400 px
+
+    assert at.multiselect(key="runs.sweep").options == [SWEEP_B, SWEEP_A]
+    at.multiselect(key="runs.sweep").set_value([SWEEP_B]).run()
+    assert runs_table(at)["id"].tolist() == b
+    at.multiselect(key="runs.sweep").set_value([]).run()
+    assert at.multiselect(key="runs.tag").options == ["ablation", "lam", "pilot"]
+    at.multiselect(key="runs.tag").set_value(["pilot"]).run()
+    assert runs_table(at)["id"].tolist() == a
+    at.multiselect(key="runs.tag").set_value(["lam", "pilot"]).run()
+    assert runs_table(at)["id"].tolist() == a + b
+    at.multiselect(key="runs.sweep").set_value([SWEEP_A]).run()
+    assert runs_table(at)["id"].tolist() == a
+
+
+def test_progress_is_floored_to_a_whole_percent(store):
+    run_id = fake_run(store, dataclasses.replace(TINY, steps=150, eval_interval=50, probe_interval=50),
+                      status="running", steps_done=20)
+    view = tables.runs_view(store.runs_frame())
+    assert view.loc[0, "progress"] == pytest.approx(0.13)  # 20/150 = 13.33 %: shown as 13 %
+    store.heartbeat(run_id, 149)
+    assert tables.runs_view(store.runs_frame()).loc[0, "progress"] == pytest.approx(0.99)  # never 100 % early
+
+
+def test_a_run_whose_worker_died_shows_interrupted_on_read(url, store):
+    run_id = fake_run(store, TINY, status="queued", steps_done=5)
+    assert store.claim(run_id, f"{socket.gethostname()}:{dead_pid()}")
+    assert store.get_run(run_id).status == "running"
+    at = app().run()
+    assert runs_table(at)["status"].tolist() == ["⚠ interrupted"]
+    assert store.get_run(run_id).status == "interrupted"
+    assert store.get_run(run_id).error.startswith(liveness.STALE_PREFIX)
+    button(at, "Resume all")  # there is something to resume
+    assert not button(at, "Resume all").disabled
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def test_resume_trains_a_selected_interrupted_run_from_step_0(url, store):
+    run_id = fake_run(store, TINY, status="running", steps_done=10)
+    store.set_status(run_id, "interrupted", error="interrupted: signal")
+    at = app(selected=[run_id]).run()
+    assert not button(at, "Resume").disabled
+    button(at, "Resume").click().run()
+    assert not at.exception
+    assert f"Resumed \\#{run_id} from step 0 \\(no checkpoint\\)\\." in toasts(at)
+    wait_for(lambda: store.get_run(run_id).status == "finished", timeout=600)
+    assert store.get_run(run_id).steps_done == TINY.steps
+    val = store.metrics([run_id], names=["val_loss"])
+    assert val["step"].tolist() == list(range(0, TINY.steps + 1, TINY.eval_interval))  # replaced, not duplicated
+
+
+def test_resume_all_resumes_interrupted_runs_and_trains_orphaned_queued_runs(url, store):
+    done = fake_run(store, TINY)
+    interrupted = fake_run(store, TINY, status="running", steps_done=10)
+    store.set_status(interrupted, "interrupted", error="interrupted: worker gone")
+    orphan = fake_run(store, dataclasses.replace(TINY, rank=8), status="queued", steps_done=0)
+    assert store.get_run(orphan).owner is None
+    at = app().run()
+    button(at, "Resume all").click().run()
+    assert not at.exception
+    [message] = toasts(at)
+    assert f"\\#{interrupted} from step 0" in message and f"\\#{orphan}" in message
+    wait_for(lambda: all(store.get_run(i).status == "finished" for i in (interrupted, orphan)), timeout=600)
+    assert [store.get_run(i).steps_done for i in (done, interrupted, orphan)] == [TINY.steps] * 3
+    at.run()
+    assert button(at, "Resume all").disabled  # nothing left to resume
+
+
+def test_resume_text_names_the_checkpoint_step():
+    text = display.resume_text({3: 200, 4: None, 5: 100}, [3, 4])
+    assert text == "Resumed #3 from checkpoint step 200, #4 from step 0 (no checkpoint). Not resumable now: #5."
+    assert display.resume_text({7: None}, []) == "Nothing was resumed. Not resumable now: #7."
+
+
+# ----------------------------------------------------------------------------- clone to launch
+
+
+def _launch_values(at) -> dict:
+    return {w.name: at.session_state[w.key] for w in form.widgets()}
+
+
+def test_clone_to_launch_fills_the_form_with_the_selected_runs(url, store):
+    configs = [dataclasses.replace(TINY, rank=2, seed=0, steps=30, lr=0.02), dataclasses.replace(TINY, rank=8, seed=1, steps=30, lr=0.02)]
+    ids = [fake_run(store, c) for c in configs]
+    at = app(selected=ids).run()
+    button(at, "Clone to Launch").click().run()
+    assert not at.exception
+    assert at.title[0].value == "Launch a sweep"
+    assert at.text_input(key="launch.ranks").value == "2, 8"
+    assert at.text_input(key="launch.seeds").value == "0, 1"
+    assert at.number_input(key="launch.steps").value == 30
+    assert at.number_input(key="launch.lr").value == pytest.approx(0.02)
+    expected = form.values_of(form.clone_sweep([store.get_run(i).config for i in ids]))
+    assert {k: v for k, v in _launch_values(at).items() if k in expected} == expected
+    assert [c.label() for c in form.to_sweep(_launch_values(at)).expand()] == [
+        "basis R=2 s0", "basis R=8 s0", "basis R=2 s1", "basis R=8 s1"]
+
+
+def test_clone_to_launch_from_run_detail(url, store):
+    run_id = fake_run(store, dataclasses.replace(TINY, estimator="exact", seed=3, steps=25))
+    at = app().run()
+    at.session_state["detail.run"] = run_id
+    page(at, "detail")
+    button(at, "Clone to Launch").click().run()
+    assert at.title[0].value == "Launch a sweep"
+    assert at.multiselect(key="launch.estimators").value == ["exact"]
+    assert at.text_input(key="launch.seeds").value == "3"
+    assert at.number_input(key="launch.steps").value == 25
+
+
+# ----------------------------------------------------------------------------- delete, workers
+
+
+def test_the_refused_delete_error_stays_until_dismissed(url, store):
+    run_id = fake_run(store, TINY, status="running", steps_done=5)
+    at = app(selected=[run_id]).run()
+    button(at, "Delete").click().run()
+    refused = display.plain(f"Run(s) {run_id} are running: stop them first, then delete.")
+    assert at.error[0].value == refused
+    at.run()
+    at.run()  # refreshes do not wipe it
+    assert at.error[0].value == refused
+    assert [r.id for r in store.list_runs()] == [run_id]
+    at.button(key="runs.error.dismiss").click().run()
+    assert not at.error
+
+
+def test_workers_panel_shows_active_stopped_and_gone(url, store):
+    store.register_worker("gpu-box:41:aa", "gpu-box", 41, device="gpu: H100")
+    store.register_worker("laptop:7:bb", "laptop", 7, device="cpu: cpu")
+    store.end_worker("laptop:7:bb")
+    pid = dead_pid()
+    store.register_worker(f"here:{pid}:cc", socket.gethostname(), pid, device="cpu: cpu")
+    fake_run(store, TINY)
+    at = app().run()
+    workers = at.dataframe[1].value
+    states = dict(zip(workers["id"], workers["state"]))
+    assert states["gpu-box:41:aa"] == "▶ active"
+    assert states["laptop:7:bb"] == "■ stopped"
+    assert states[f"here:{pid}:cc"] == "⚠ gone"
+    assert states[state._lab(url).manager.worker_id] == "▶ active"  # this dashboard's own job manager
+    assert any(e.label.startswith("Workers ·") and "1 gone" in e.label and "1 stopped" in e.label for e in at.expander)
+
+
+# ----------------------------------------------------------------------------- plain text, detail
+
+
+EVIL = "![x](http://127.0.0.1:9/img) <img src=x> **bold**"
+
+
+def test_names_notes_and_errors_are_escaped_on_both_pages(url, store):
+    run_id = fake_run(store, TINY, status="failed", steps_done=10, error=f"boom: [link]({EVIL})")
+    store.rename_run(run_id, EVIL)
+    store.set_notes(run_id, f"note {EVIL}")
+    at = app(selected=[run_id]).run()
+    assert runs_table(at)["name"].tolist() == [EVIL]  # a grid cell: plain already
+    button(at, "Delete").click().run()
+    listed = [m.value for m in at.markdown if m.value.startswith("- #") or m.value.startswith("- \\#")]
+    assert listed == [f"- #{run_id} {display.plain(EVIL)} (failed)"]
+    at.button(key="runs.delete.cancel").click().run()
+
+    at.session_state["detail.run"] = run_id
+    page(at, "detail")
+    assert at.subheader[0].value.startswith(display.plain(EVIL))
+    assert display.plain(f"note {EVIL}") == at.info[0].value
+    assert display.plain(f"This run failed: boom: [link]({EVIL})") == at.error[0].value
+    assert "sweep" in at.caption[0].value and "no checkpoint" in at.caption[0].value
+    assert button(at, "Resume") and button(at, "Clone to Launch")
+
+
+def test_run_detail_resumes_a_cancelled_run(url, store):
+    run_id = fake_run(store, TINY, status="cancelled", steps_done=20)
+    at = app().run()
+    at.session_state["detail.run"] = run_id
+    page(at, "detail")
+    button(at, "Resume").click().run()
+    assert f"Resumed \\#{run_id} from step 0 \\(no checkpoint\\)\\." in toasts(at)
+    wait_for(lambda: store.get_run(run_id).status == "finished", timeout=600)
+
+
+# ----------------------------------------------------------------------------- password gate, public start
+
+
+def test_the_password_gate_shows_only_its_form_until_the_right_password(url, store, monkeypatch):
+    monkeypatch.setenv("BASIS_LAB_PASSWORD", "correct horse")
+    fake_run(store, TINY)
+    at = app().run()
+    assert [t.value for t in at.title] == ["BASIS Lab"]
+    assert len(at.text_input) == 1 and not at.dataframe and not at.sidebar.toggle
+    at.text_input[0].input("wrong")
+    button(at, "Unlock").click().run()
+    assert at.error[0].value == "Wrong password." and not at.dataframe
+    at.text_input[0].input("correct horse")
+    button(at, "Unlock").click().run()
+    assert at.title[0].value == "Runs" and len(runs_table(at)) == 1
+    page(at, "detail")
+    assert at.title[0].value == "Run detail"
+
+
+def _procfile_web() -> str:
+    [line] = [line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("web:")]
+    return line[len("web:"):].strip()
+
+
+def test_the_procfile_refuses_to_serve_without_a_password(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "BASIS_LAB_PASSWORD"}
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "streamlit").write_text('#!/bin/sh\necho "streamlit $*"\n')
+    (fake_bin / "streamlit").chmod(0o755)
+    env.update(PORT="8765", PATH=f"{fake_bin}:{env['PATH']}")
+    refused = subprocess.run(["bash", "-c", _procfile_web()], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0
+    assert "BASIS_LAB_PASSWORD" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert "streamlit" not in refused.stdout
+    env["BASIS_LAB_PASSWORD"] = "s3cret"
+    started = subprocess.run(["bash", "-c", _procfile_web()], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.split() == ["streamlit", "run", "app/main.py", "--server.port", "8765",
+                                      "--server.address", "0.0.0.0", "--server.headless", "true"]
+
+
+def test_make_run_binds_localhost():
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^run:.*\n\t(.*)$", makefile, re.M).group(1)
+    assert "--server.address 127.0.0.1" in recipe
+
+
+# ----------------------------------------------------------------------------- real browser
+
+
+class _Counter(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self):
+        type(self).hits.append(self.path)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.browser
+def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+
+    _Counter.hits = []
+    trap = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counter)
+    threading.Thread(target=trap.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{trap.server_address[1]}"
+    name = f"![x]({host}/img)"
+    notes = f"see [the notes]({host}/notes) ![n]({host}/n.png) <img src='{host}/tag.png'>"
+    error = f"diverged, details at [here]({host}/err) ![e]({host}/e.png)"
+
+    db = f"sqlite:///{tmp_path / 'browser.db'}"
+    store = RunStore(db)
+    run_id = fake_run(store, TINY, status="failed", steps_done=10, error=error)
+    store.rename_run(run_id, name)
+    store.set_notes(run_id, notes)
+    store.close()
+
+    env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
+    env.pop("BASIS_LAB_PASSWORD", None)
+    try:
+        with streamlit_server(env, tmp_path / "streamlit.log") as port, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1100})
+                page.set_default_timeout(120_000)
+                page.goto(f"http://127.0.0.1:{port}/runs")
+                page.get_by_role("heading", name="Runs").wait_for()
+                page.get_by_text("1 failed · 1 in all").wait_for()
+                assert "Page not found" not in page.content()
+                page.get_by_text(name, exact=True).first.wait_for(state="attached")  # the grid's cell text
+
+                page.goto(f"http://127.0.0.1:{port}/detail?run={run_id}")
+                page.get_by_role("heading", name="Run detail").wait_for()
+                page.get_by_text("Validation loss").first.wait_for()
+                heading = page.locator('[data-testid="stHeading"]').filter(has_text="failed")
+                assert heading.inner_text().startswith(name)
+                page.get_by_text(notes, exact=True).wait_for()
+                page.get_by_text(f"This run failed: {error}", exact=True).wait_for()
+                time.sleep(2)  # let any image or prefetch the page might start arrive
+                assert page.locator(f'img[src^="{host}"]').count() == 0
+                # a bare URL is linked by GFM, but only as itself: no text hides where a link goes
+                links = page.locator(f'a[href^="{host}"]').evaluate_all("els => els.map(e => [e.href, e.textContent])")
+                assert all(href == text for href, text in links), links
+            finally:
+                browser.close()
+    finally:
+        trap.shutdown()
+    assert _Counter.hits == []

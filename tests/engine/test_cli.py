@@ -1,0 +1,81 @@
+"""The command line, end to end on a temporary database."""
+
+import pandas as pd
+import pytest
+
+from engine.cli.main import main
+from storage import RunStore
+
+
+@pytest.fixture
+def db(tmp_path):
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def test_sweep_list_show_export(db, tmp_path, capsys):
+    rc = main(["sweep", "--db", db, "--preset", "tiny", "--ranks", "exact,2,8", "--seeds", "0,1",
+               "--steps", "6", "--eval-interval", "3", "--probe-interval", "3", "--val-batches", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    store = RunStore(db)
+    runs = store.list_runs()
+    assert sorted((r.estimator, r.rank, r.seed) for r in runs) == sorted(
+        [("exact", None, s) for s in (0, 1)] + [("basis", r, s) for r in (2, 8) for s in (0, 1)])
+    assert all(r.status == "finished" for r in runs)
+    assert "saved/exact" in out and "basis R=8 s1" in out
+
+    assert main(["list", "--db", db]) == 0
+    assert "basis R=2 s0" in capsys.readouterr().out
+    assert main(["show", "--db", db, "basis R=2 s0"]) == 0
+    assert '"rank": 2' in capsys.readouterr().out
+
+    for fmt in ("long", "wide"):
+        path = tmp_path / f"{fmt}.csv"
+        assert main(["export", "--db", db, "--out", str(path), "--format", fmt]) == 0
+        frame = pd.read_csv(path)
+        metrics = store.metrics([r.id for r in runs])
+        if fmt == "long":
+            assert len(frame) == len(metrics)
+            merged = frame.merge(metrics, left_on=["run_id", "step", "metric"], right_on=["run_id", "step", "name"])
+            assert len(merged) == len(metrics)
+            assert (merged["value_x"] - merged["value_y"]).abs().max() < 1e-9
+        else:
+            assert len(frame) == metrics.groupby(["run_id", "step"]).ngroups
+            got = frame.set_index(["run_id", "step"])["val_loss"].dropna()
+            want = metrics[metrics.name == "val_loss"].set_index(["run_id", "step"])["value"]
+            pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["run", "--rank", "0"], "rank must be an integer >= 1"),
+        (["run", "--lam", "1.5"], "lam must be in [0, 1)"),
+        (["sweep", "--ranks", "exact,big"], "neither 'exact' nor an integer"),
+        (["sweep", "--estimators", "basis,magic"], "unknown estimator"),
+        (["run", "--dataset", "files", "--data-path", "/nonexistent/*.txt"], "no file matches"),
+        (["run", "--preset", "tiny", "--val-tokens", "10", "--val-batches", "500"], "fix by"),
+    ],
+)
+def test_bad_input_exits_non_zero_and_writes_nothing(db, capsys, argv, message):
+    assert main([*argv, "--db", db]) == 2
+    assert message in capsys.readouterr().err
+    assert RunStore(db).list_runs() == []
+
+
+def test_unknown_run_and_unopenable_database(db, tmp_path, capsys):
+    RunStore(db)  # an empty database: show only reads, it creates none
+    assert main(["show", "--db", db, "42"]) == 2
+    assert "python -m engine list" in capsys.readouterr().err
+    garbage = tmp_path / "not-a-db.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    assert main(["list", "--db", str(garbage)]) == 2
+    assert "BASIS_LAB_DB_URL" in capsys.readouterr().err
+    assert garbage.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_cancel_command_cancels_a_queued_run(db, capsys):
+    store = RunStore(db)
+    run_id = store.create_run(name="queued", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
+    assert main(["cancel", "--db", db, str(run_id)]) == 0
+    assert store.get_run(run_id).status == "cancelled"

@@ -1,0 +1,218 @@
+"""Long runs survive a dead process and lose nothing: kill -9 and resume, signals,
+orphaned queued runs, a database locked for 40 s, ids never reused, read-only commands."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from engine.cli.main import main
+from engine.config import RunConfig
+from engine.runner import jobs
+from engine.training.build import initial_params, optimizer_for
+from engine.training.checkpoints import RunCheckpoints, run_dir
+from engine.training.steps import init_state
+from storage import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--preset", "tiny", "--eval-interval", "20", "--probe-interval", "20", "--val-batches", "2"]
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    """A database and checkpoint directory of the test's own, for this process and its children."""
+    url = f"sqlite:///{tmp_path / 'lab.db'}"
+    monkeypatch.setenv("BASIS_LAB_DB_URL", url)
+    monkeypatch.setenv("BASIS_LAB_CHECKPOINTS", str(tmp_path / "ckpt"))
+    return url, tmp_path / "ckpt"
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=os.environ.copy(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(predicate, timeout=600.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _final_state(config: RunConfig, ckpt_root: Path, uid: str):
+    target = init_state(initial_params(config), optimizer_for(config))
+    with RunCheckpoints(run_dir(ckpt_root, uid), keep=config.checkpoint_keep) as ckpt:
+        assert ckpt.latest_step() == config.steps
+        _, state, _, _ = ckpt.restore_latest_valid(target)
+    return state
+
+
+def _val_losses(store: RunStore, run_id: int) -> dict[int, float]:
+    m = store.metrics([run_id], names=["val_loss"])
+    assert m["step"].is_unique, "a resumed run must not duplicate metrics"
+    return dict(zip(m["step"], m["value"]))
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
+    url, ckpt_root = lab
+    args = [*TINY, "--steps", "300", "--checkpoint-interval", "20", "--estimator", "basis", "--rank", "8"]
+    proc = _cli("run", *args)
+    store = RunStore(url)
+    run_id = _wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
+    _wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 100, what="a checkpoint at step 100")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    assert store.get_run(run_id).steps_done < 300
+    assert main(["list"]) == 0  # the dead owner is seen on read
+    assert store.get_run(run_id).status == "interrupted"
+
+    assert main(["resume", str(run_id)]) == 0
+    resumed = store.get_run(run_id)
+    assert resumed.status == "finished" and resumed.steps_done == 300
+    assert "resumed from the checkpoint at step" in resumed.notes
+
+    assert main(["run", *args, "--name", "straight"]) == 0
+    straight = store.resolve_runs(["straight"])[0]
+    config = RunConfig.from_dict(resumed.config)
+    a = _final_state(config, ckpt_root, resumed.uid)
+    b = _final_state(config, ckpt_root, store.get_run(straight).uid)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert _val_losses(store, run_id) == _val_losses(store, straight)  # every eval, none twice
+
+
+@pytest.mark.slow
+def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
+    url, ckpt_root = lab
+    proc = _cli("run", *TINY, "--steps", "5000", "--checkpoint-interval", "1000")
+    store = RunStore(url)
+    run_id = _wait_for(lambda: next((r.id for r in store.list_runs() if r.steps_done >= 30), None),
+                       what="the run to train 30 steps")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    run = store.get_run(run_id)
+    assert run.status == "interrupted" and "resume" in run.error
+    assert run.checkpoint_step is not None and run.checkpoint_step >= 30
+    with RunCheckpoints(run_dir(ckpt_root, run.uid), keep=3) as ckpt:
+        assert ckpt.latest_step() == run.checkpoint_step
+
+
+@pytest.mark.slow
+def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
+    url, _ = lab
+    proc = _cli("sweep", *TINY, "--steps", "200", "--ranks", "2,4,8", "--checkpoint-interval", "20")
+    store = RunStore(url)
+    _wait_for(lambda: len(store.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.list_runs()),
+              what="the sweep to start")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    assert sorted(r.status for r in store.list_runs()) == ["queued", "queued", "running"]
+    assert main(["resume", "--all"]) == 0
+    runs = store.list_runs()
+    assert [r.status for r in runs] == ["finished"] * 3
+    for r in runs:
+        steps = sorted(_val_losses(store, r.id))
+        assert steps == [0, *range(20, 201, 20)]
+
+
+@pytest.mark.slow
+def test_a_run_outlasts_a_write_lock_held_for_40_seconds(lab):
+    url, _ = lab
+    store = RunStore(url)
+    config = RunConfig(preset="tiny", steps=120, eval_interval=2, probe_interval=0, val_batches=1)
+    manager = jobs.JobManager(store)
+    run_id = manager.submit(config)[0]
+    _wait_for(lambda: store.get_run(run_id).steps_done >= 10, what="the run to start")
+    blocker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    held = threading.Event()
+
+    def release():
+        time.sleep(40)
+        blocker.rollback()
+        held.set()
+
+    threading.Thread(target=release, daemon=True).start()
+    assert manager.wait([run_id], timeout=900)
+    manager.shutdown()
+    assert held.is_set()
+    run = store.get_run(run_id)
+    assert run.status == "finished", run.error
+    steps = sorted(_val_losses(store, run_id))
+    assert steps == [0, *range(2, 121, 2)]  # every record, none lost
+    assert manager.writer.retries > 0  # the lock really was in the way
+
+
+def test_run_ids_are_never_reused_after_a_delete(lab):
+    url, _ = lab
+    store = RunStore(url)
+    ids = [store.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+                            steps=10, status="finished") for i in range(3)]
+    store.delete_run(ids[-1])
+    new = store.create_run(name="new", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
+    assert new == ids[-1] + 1
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "1"], ["export", "--out", "x.csv"], ["cancel", "1"],
+                                     ["resume", "--all"], ["workers"]])
+def test_read_only_commands_on_a_missing_database_create_nothing(tmp_path, capsys, command):
+    missing = tmp_path / "typo" / "lab.db"
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    cwd = os.getcwd()
+    os.chdir(out_dir)
+    try:
+        assert main([*command, "--db", str(missing)]) == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert str(missing) in err and "BASIS_LAB_DB_URL" in err and len(err.strip().splitlines()) == 1
+    assert not missing.parent.exists() and not any(out_dir.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--seed", "99999999999999999999"], "seed must be an integer in [0, 4294967296)"),
+    (["run", "--preset", "tiny", "--checkpoint-interval", "0"], "checkpoint_interval must be an integer >= 1"),
+    (["resume"], "name the runs to resume"),
+    (["worker", "--concurrent", "0"], "--concurrent must be >= 1"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(lab, capsys, argv, message):
+    url, _ = lab
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert RunStore(url).list_runs() == []
+
+
+def test_cancel_on_a_run_that_is_not_active_says_so(lab, capsys):
+    url, _ = lab
+    store = RunStore(url)
+    run_id = store.create_run(name="done", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+                              steps=10, status="finished")
+    assert main(["cancel", str(run_id)]) == 0
+    assert "not active (finished); nothing to cancel" in capsys.readouterr().out
+    assert store.get_run(run_id).status == "finished"
+
+
+def test_delete_removes_a_run_its_metrics_and_its_checkpoints(lab, capsys):
+    url, ckpt_root = lab
+    assert main(["run", *TINY, "--steps", "4", "--eval-interval", "2"]) == 0
+    store = RunStore(url)
+    run = store.list_runs()[0]
+    assert run_dir(ckpt_root, run.uid).is_dir()
+    assert main(["delete", str(run.id)]) == 0
+    assert store.list_runs() == [] and store.metrics([run.id]).empty
+    assert not run_dir(ckpt_root, run.uid).exists()

@@ -1,0 +1,145 @@
+"""Background runs on SQLite and on PostgreSQL (the ``store``/``db_url`` fixtures of
+conftest.py): concurrency, cancel, failure, stale rows."""
+
+import dataclasses
+import threading
+import time
+
+from engine.config import RunConfig
+from engine.runner.jobs import JobManager
+from storage import MetricsFeed, RunStore
+
+TINY = RunConfig(preset="tiny", steps=40, eval_interval=2, probe_interval=4, val_batches=2, rank=4)
+
+
+def test_two_parallel_runs_and_a_reader_lose_nothing(store, db_url):
+    manager = JobManager(store, max_concurrent=2)
+    ids = manager.submit([TINY, dataclasses.replace(TINY, estimator="exact")])
+    reader = RunStore(db_url)
+    seen, errors, done = {}, [], threading.Event()
+
+    feed = MetricsFeed()
+
+    def read():
+        try:
+            while not done.is_set():
+                for row in feed.poll(reader, ids).itertuples():
+                    assert row.id not in seen, "a row was read twice"
+                    seen[row.id] = (row.run_id, row.step, row.name, row.value)
+                time.sleep(0.01)
+        except Exception as e:  # pragma: no cover - the assertion below reports it
+            errors.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    running_together = False
+    while manager.pending():
+        running_together |= sum(r.status == "running" for r in store.list_runs()) == 2
+        time.sleep(0.05)
+    manager.wait(ids)
+    done.set(), t.join()
+    manager.shutdown()
+    assert not errors
+    assert running_together
+    assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+    final = store.metrics(ids)
+    last = feed.poll(reader, ids)
+    assert not set(seen) & set(last["id"]) and set(seen) | set(last["id"]) == set(final["id"])
+    for run_id in ids:
+        steps = set(final.loc[(final.run_id == run_id) & (final.name == "val_loss"), "step"])
+        assert steps == {0, *range(2, 41, 2)}
+        assert store.get_run(run_id).steps_done == 40
+    probes = final[final.name == "cos_mean"]
+    for run_id in ids:
+        assert set(probes.loc[probes.run_id == run_id, "step"]) == set(range(4, 41, 4))
+    exact_cos = probes.loc[probes.run_id == ids[1], "value"]
+    assert exact_cos.sub(1.0).abs().max() < 1e-5  # exact against exact: the reference line
+    assert probes.loc[probes.run_id == ids[0], "value"].max() < 0.999
+
+
+def test_cancel_mid_run_keeps_metrics(store):
+    steps_seen = []
+    manager = JobManager(store, on_step=lambda run_id, step, loss: steps_seen.append(step))
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=100_000))
+    while len(steps_seen) < 10:
+        time.sleep(0.01)
+    assert manager.cancel(run_id)
+    assert manager.wait([run_id], timeout=60)
+    run = store.get_run(run_id)
+    assert run.status == "cancelled" and run.finished_at is not None
+    kept = store.metrics([run_id], names=["val_loss"])
+    assert len(kept) >= 5 and kept["step"].max() <= run.steps_done
+    assert run.steps_done < 100_000
+    manager.shutdown()
+
+
+def test_cancel_from_another_process_through_the_database(store, db_url):
+    steps_seen = []
+    manager = JobManager(store, on_step=lambda run_id, step, loss: steps_seen.append(step))
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=100_000))
+    while len(steps_seen) < 5:
+        time.sleep(0.01)
+    other = RunStore(db_url)  # e.g. the CLI's `cancel`
+    assert other.request_cancel(run_id)
+    assert manager.wait([run_id], timeout=60)
+    assert store.get_run(run_id).status == "cancelled"
+    manager.shutdown()
+
+
+def test_cancel_while_queued_never_starts(store):
+    manager = JobManager(store, max_concurrent=1)
+    first, second = manager.submit([dataclasses.replace(TINY, steps=30), TINY])
+    manager.cancel(second)
+    manager.wait()
+    assert store.get_run(second).status == "cancelled"
+    assert store.get_run(second).started_at is None
+    assert store.metrics([second]).empty
+    assert store.get_run(first).status == "finished"
+    manager.shutdown()
+
+
+def test_forced_nan_fails_with_the_reason_and_keeps_metrics(store):
+    manager = JobManager(store)
+    [run_id] = manager.submit(dataclasses.replace(TINY, estimator="exact", lr=1e12, eval_interval=1))
+    manager.wait()
+    run = store.get_run(run_id)
+    assert run.status == "failed"
+    assert "training loss became" in run.error and "lower lr" in run.error
+    assert not store.metrics([run_id], names=["val_loss"]).empty
+    manager.shutdown()
+
+
+def test_a_failing_run_does_not_stop_the_queue(store):
+    manager = JobManager(store)
+    bad, good = manager.submit([
+        dataclasses.replace(TINY, dataset="files", dataset_options={"path": "/nonexistent/*.txt"}),
+        dataclasses.replace(TINY, steps=4),
+    ])
+    manager.wait()
+    assert store.get_run(bad).status == "failed" and "no file matches" in store.get_run(bad).error
+    assert store.get_run(good).status == "finished"
+    manager.shutdown()
+
+
+def test_stale_running_row_is_marked_interrupted_at_start_up(store):
+    run_id = store.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
+    assert store.claim(run_id, "localhost-that-died:999999999")
+    with store._session(write=True) as s:  # an old heartbeat, as a dead process leaves it
+        from datetime import datetime, timedelta, timezone
+
+        from storage.models import Run
+        s.get(Run, run_id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    manager = JobManager(store)
+    assert manager.interrupted == [run_id]
+    assert store.get_run(run_id).status == "interrupted"
+    manager.shutdown()
+
+
+def test_run_rows_record_the_environment(store):
+    manager = JobManager(store)
+    [run_id] = manager.submit(dataclasses.replace(TINY, steps=2))
+    manager.wait()
+    run = store.get_run(run_id)
+    assert run.versions["jax"] and run.device.startswith("cpu")
+    assert RunConfig.from_dict(run.config) == dataclasses.replace(TINY, steps=2)
+    manager.shutdown()

@@ -1,0 +1,274 @@
+"""Run summaries, the paired statistics and the Table 3 form, on a database written by hand."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from engine.analysis.summary import (
+    MISSING,
+    PAPER_TABLE3,
+    REFERENCE,
+    TABLE3_COLUMNS,
+    common_step,
+    render,
+    run_summary,
+    run_table3,
+    summarize,
+    table3,
+)
+from engine.cli import main as cli
+from engine.config import RunConfig
+from engine.core.stats import BETTER, ONE_SEED, WITHIN_NOISE, WORSE, paired_delta
+from storage import RunStore
+
+BASE = RunConfig(preset="paper", steps=20)
+CSV_LEADING = ["estimator", "rank", "lam", "seeds", "step", "val_loss_mean", "val_loss_std", "delta_val_mean",
+               "delta_val_ci95_low", "delta_val_ci95_high", "verdict"]
+
+
+def _run(store, config, val_losses, saved=900.0, exact_saved=1000.0, cos=None):
+    run_id = store.create_run(
+        name=config.label(), config=config.to_dict(), estimator=config.estimator,
+        rank=None if config.estimator == "exact" else config.rank, lam=config.lam,
+        seed=config.seed, preset=config.preset, steps=config.steps,
+    )
+    rows = [(0, 0.0, "mem_saved_bytes", saved), (0, 0.0, "mem_saved_bytes_exact", exact_saved)]
+    rows += [(step, float(step), "val_loss", v) for step, v in val_losses.items()]
+    rows += [(step, float(step), "train_loss", v + 0.5) for step, v in val_losses.items() if step > 0]
+    rows += [(step, float(step), "cos_mean", c) for step, c in (cos or {}).items()]
+    store.add_metrics(run_id, rows)
+    return run_id
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(f"sqlite:///{tmp_path / 's.db'}")
+
+
+# ----------------------------------------------------------------------------- paired statistics
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 12])
+def test_paired_delta_matches_scipy_on_random_pairs(n):
+    rng = np.random.default_rng(n)
+    exact = rng.normal(6.6, 0.05, n)
+    method = exact + rng.normal(0.02, 0.03, n)
+    d = paired_delta(method - exact)
+    ref = stats.ttest_rel(method, exact).confidence_interval(0.95)
+    low, high = stats.t.interval(0.95, n - 1, loc=np.mean(method - exact), scale=stats.sem(method - exact))
+    assert d.n == n and d.mean == pytest.approx(np.mean(method - exact), rel=1e-12)
+    assert d.std == pytest.approx(np.std(method - exact, ddof=1), rel=1e-12)
+    assert (d.ci_low, d.ci_high) == pytest.approx((ref.low, ref.high), rel=1e-10)
+    assert (d.ci_low, d.ci_high) == pytest.approx((low, high), rel=1e-10)
+    expected = BETTER if ref.high < 0 else WORSE if ref.low > 0 else WITHIN_NOISE
+    assert d.verdict == expected
+
+
+def test_paired_delta_verdicts_and_edge_cases():
+    one = paired_delta([0.3])
+    assert one.n == 1 and one.mean == 0.3 and one.verdict == ONE_SEED
+    assert math.isnan(one.std) and math.isnan(one.ci_low) and math.isnan(one.ci_high)  # never a zero std
+    two = paired_delta([0.1, 0.3])  # t_{0.975,1} = 12.706: a wide interval
+    half = stats.t.ppf(0.975, 1) * np.std([0.1, 0.3], ddof=1) / math.sqrt(2)
+    assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == WITHIN_NOISE
+    # all-equal differences: std 0, the interval is the point; the verdict follows the sign
+    same = paired_delta([-0.05, -0.05, -0.05])
+    assert same.std == 0 and same.ci_low == same.ci_high == pytest.approx(-0.05) and same.verdict == BETTER
+    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == WITHIN_NOISE
+    assert paired_delta([-1.0, -1.1, -0.9]).verdict == BETTER and paired_delta([1.0, 1.1, 0.9]).verdict == WORSE
+    assert paired_delta([np.nan, 0.2]).n == 1
+    none = paired_delta([])
+    assert none.n == 0 and math.isnan(none.mean)
+
+
+def test_common_step_is_the_latest_step_every_validated_run_shares():
+    assert common_step([{0, 50, 100, 150}, {0, 50, 100, 101}]) == 100
+    assert common_step([{0, 50}, set()]) == 50  # a run without any validation does not hold the others back
+    assert common_step([set()]) is None and common_step([{0, 10}, {5}]) is None
+
+
+# ----------------------------------------------------------------------------- per-run summary
+
+
+def test_summary_takes_values_at_a_step_and_deltas_to_the_same_seed(store):
+    exact0 = _run(store, dataclasses.replace(BASE, estimator="exact", seed=0), {10: 7.0, 20: 6.0}, saved=1000.0)
+    exact1 = _run(store, dataclasses.replace(BASE, estimator="exact", seed=1), {10: 7.5, 20: 6.5}, saved=1000.0)
+    r8 = _run(store, dataclasses.replace(BASE, rank=8, seed=1), {10: 8.0, 20: 6.75})
+    other = _run(store, dataclasses.replace(BASE, rank=8, seed=1, lr=0.1), {10: 9.0, 20: 9.0})
+    s = run_summary(store, [exact0, exact1, r8, other]).set_index("run_id")
+    assert s.at[r8, "val_loss"] == 6.75 and s.at[r8, "train_loss"] == 7.25 and s.at[r8, "step"] == 20
+    assert s.at[r8, "delta_val_vs_exact"] == pytest.approx(0.25)  # against seed 1, not seed 0
+    assert np.isnan(s.at[other, "delta_val_vs_exact"])  # lr differs: no comparable exact run
+    at10 = run_summary(store, [r8, exact1], at_step=10).set_index("run_id")
+    assert at10.at[r8, "val_loss"] == 8.0 and at10.at[r8, "delta_val_vs_exact"] == pytest.approx(0.5)
+    # the pure form ignores rows of other runs and other metric names
+    records = [r for r in store.list_runs() if r.id in (r8, exact1)]
+    noisy = store.metrics([exact0, exact1, r8, other])
+    assert summarize(records, noisy).equals(run_summary(store, [r8, exact1]))
+
+
+def test_summary_at_a_step_not_reached_is_missing_not_the_last_value(store):
+    exact = _run(store, dataclasses.replace(BASE, estimator="exact", steps=200), {0: 9.0, 50: 8.0, 100: 7.0, 150: 6.0})
+    short = _run(store, dataclasses.replace(BASE, rank=8, steps=200), {0: 9.0, 50: 8.2, 100: 7.2, 101: 7.1})
+    at150 = run_summary(store, [exact, short], at_step=150).set_index("run_id")
+    assert not at150.at[short, "reached"] and pd.isna(at150.at[short, "step"]) and np.isnan(at150.at[short, "val_loss"])
+    assert at150.at[exact, "reached"] and at150.at[exact, "val_loss"] == 6.0
+    # at their own last steps (150 and 101) there is no exact value at 101: no Δ across steps
+    last = run_summary(store, [exact, short]).set_index("run_id")
+    assert last.at[short, "step"] == 101 and np.isnan(last.at[short, "delta_val_vs_exact"])
+    # memory figures are properties of the step: kept whatever the step
+    assert at150.at[short, "mem_saved_bytes"] == 900.0
+
+
+# ----------------------------------------------------------------------------- Table 3
+
+
+def _row(t, estimator, rank=None, **match):
+    rows = t[(t["estimator"] == estimator) & (t["rank"].isna() if rank is None else t["rank"] == rank)]
+    for k, v in match.items():
+        rows = rows[rows[k] == v]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_table3_pools_seeds_within_a_config_only(store):
+    ids = [
+        _run(store, dataclasses.replace(BASE, estimator="exact", seed=0), {20: 6.0}, saved=1000.0),
+        _run(store, dataclasses.replace(BASE, estimator="exact", seed=1), {20: 6.2}, saved=1000.0),
+        _run(store, dataclasses.replace(BASE, rank=32, seed=0), {20: 6.1}, saved=500.0),
+        _run(store, dataclasses.replace(BASE, rank=32, seed=1), {20: 6.5}, saved=500.0),
+        _run(store, dataclasses.replace(BASE, rank=32, seed=0, steps=40), {20: 9.0}),
+    ]
+    t = run_table3(store, ids)
+    assert list(t.columns) == TABLE3_COLUMNS and list(t.columns[:11]) == CSV_LEADING
+    assert len(t) == 3  # the 40-step run is a config of its own
+    r32 = _row(t, "basis", 32, seeds=2)
+    assert r32["val_loss_mean"] == pytest.approx(6.3) and r32["val_loss_std"] == pytest.approx(np.std([6.1, 6.5], ddof=1))
+    assert r32["delta_val_mean"] == pytest.approx(np.mean([0.1, 0.3]))
+    assert r32["delta_val_std"] == pytest.approx(np.std([0.1, 0.3], ddof=1)) and r32["paired_seeds"] == 2
+    ci = stats.ttest_rel([6.1, 6.5], [6.0, 6.2]).confidence_interval(0.95)
+    assert (r32["delta_val_ci95_low"], r32["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high))
+    assert r32["verdict"] == WITHIN_NOISE
+    assert r32["mem_saved_ratio"] == pytest.approx(0.5)  # run ÷ exact
+    assert r32["paper_val_loss"] == PAPER_TABLE3[32]
+    assert r32["train_loss_mean"] == pytest.approx(6.8) and r32["missing_seeds"] == ""
+    exact = _row(t, "exact")
+    assert exact["paper_val_loss"] == PAPER_TABLE3[None] and exact["verdict"] == REFERENCE
+    assert np.isnan(exact["delta_val_mean"]) and exact["mem_saved_ratio"] == pytest.approx(1.0)
+    alone = _row(t, "basis", 32, seeds=1)
+    assert alone["verdict"] == "no exact pair" and np.isnan(alone["delta_val_mean"]) and np.isnan(alone["val_loss_std"])
+    assert set(t["setup"]) == {"steps=20", "steps=40"}
+
+
+def test_table3_does_not_pool_seeds_at_different_steps(store):
+    """The reported bug: seed 0 at step 150 and seed 1 at step 101 were pooled as "step 100"."""
+    cfg = dataclasses.replace(BASE, steps=200, eval_interval=50)
+    for s in (0, 1):
+        _run(store, dataclasses.replace(cfg, estimator="exact", seed=s), {0: 9.0, 50: 8.0, 100: 7.0 + s / 10, 150: 6.0 + s / 10})
+    b0 = _run(store, dataclasses.replace(cfg, rank=8, seed=0), {0: 9.0, 50: 8.1, 100: 7.3, 150: 6.2})
+    b1 = _run(store, dataclasses.replace(cfg, rank=8, seed=1), {0: 9.0, 50: 8.2, 100: 7.5, 101: 7.4})
+    t = run_table3(store)
+    r8 = _row(t, "basis", 8)
+    # default: the latest step every run has a validation loss at is 100, for every row
+    assert (t["step"] == 100).all() and r8["seeds"] == 2
+    assert r8["val_loss_mean"] == pytest.approx(np.mean([7.3, 7.5]))  # not 6.2 (step 150) nor 7.4 (step 101)
+    assert r8["delta_val_mean"] == pytest.approx(np.mean([0.3, 0.4]))  # against exact at step 100
+    # at step 150 seed 1 has not arrived: only seed 0 counts, seed 1 is named missing
+    at150 = run_table3(store, at_step=150)
+    r8 = _row(at150, "basis", 8)
+    assert r8["seeds"] == 1 and r8["missing_seeds"] == "1" and r8["run_ids"] == str(b0)
+    assert r8["val_loss_mean"] == 6.2 and np.isnan(r8["val_loss_std"])
+    assert r8["delta_val_mean"] == pytest.approx(0.2) and r8["verdict"] == ONE_SEED and np.isnan(r8["delta_val_ci95_low"])
+    assert _row(at150, "exact")["seeds"] == 2
+    # a step nobody reached: rows say so instead of showing old values
+    none = run_table3(store, at_step=175)
+    assert (none["seeds"] == 0).all() and (none["verdict"] == MISSING).all() and none["val_loss_mean"].isna().all()
+    assert _row(none, "basis", 8)["missing_seeds"] == "0, 1"
+    assert b1 not in {int(i) for i in _row(at150, "basis", 8)["run_ids"].split(", ")}
+
+
+def test_table3_reads_cosine_at_the_last_probe_and_dedupes_reruns(store):
+    cfg = dataclasses.replace(BASE, steps=40)
+    _run(store, dataclasses.replace(cfg, estimator="exact"), {20: 6.0, 40: 5.0})
+    _run(store, dataclasses.replace(cfg, rank=8), {20: 6.3, 40: 5.9}, cos={10: 0.1, 20: 0.2, 30: 0.3, 40: 0.4})
+    rerun = _run(store, dataclasses.replace(cfg, rank=8), {20: 6.1, 40: 5.5}, cos={10: 0.5, 20: 0.6, 30: 0.7, 40: 0.8})
+    t = run_table3(store, at_step=20)
+    r8 = _row(t, "basis", 8)
+    assert r8["seeds"] == 1 and r8["run_ids"] == str(rerun)  # the later run of a seed counts once
+    assert r8["cos_mean"] == pytest.approx(0.6) and r8["delta_val_mean"] == pytest.approx(0.1)
+
+
+def test_table3_of_nothing_and_the_pure_form(store):
+    assert table3([], store.metrics([])).empty and list(table3([], store.metrics([])).columns) == TABLE3_COLUMNS
+    store.create_run(name="q", config=BASE.to_dict(), estimator="basis", rank=8, lam=0.0, seed=0,
+                              preset="paper", steps=20)
+    t = run_table3(store)
+    assert t["verdict"].tolist() == [MISSING] and pd.isna(t["step"].iloc[0]) and t["missing_seeds"].tolist() == ["0"]
+
+
+# ----------------------------------------------------------------------------- rendering and CLI
+
+
+def _paired_store(store):
+    for s, (e, b) in enumerate([(6.0, 6.1), (6.2, 6.25), (6.1, 6.3)]):
+        _run(store, dataclasses.replace(BASE, estimator="exact", seed=s), {10: 7.0, 20: e}, saved=1000.0)
+        _run(store, dataclasses.replace(BASE, rank=8, seed=s, name="=HYPERLINK(\"http://x\")"), {10: 7.1, 20: b}, saved=250.0)
+
+
+def test_render_formats(store):
+    _paired_store(store)
+    t = run_table3(store)
+    text = render(t, "table")
+    assert "exact" in text and "reference" in text and "—" in text and "±" in text
+    md = render(t, "markdown")
+    assert md.startswith("| method") and md.splitlines()[1].startswith("|:")  # a pipe table
+    latex = render(t, "latex")
+    assert "\\begin{tabular}" in latex and "\\toprule" in latex and "Δ" in latex
+    csv = render(t, "csv")
+    assert csv.splitlines()[0].split(",")[:11] == CSV_LEADING
+    with pytest.raises(ValueError, match="table, csv, markdown, latex"):
+        render(t, "html")
+
+
+def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monkeypatch):
+    _paired_store(store)
+    monkeypatch.setenv("BASIS_LAB_DB_URL", store.url)
+    assert cli.main(["summary", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    back = pd.read_csv(pd.io.common.StringIO(out))
+    assert list(back.columns[:11]) == CSV_LEADING
+    r8 = back[back["estimator"] == "basis"].iloc[0]
+    d = np.array([0.1, 0.05, 0.2])
+    ci = stats.ttest_rel(d, np.zeros(3)).confidence_interval(0.95)
+    assert r8["seeds"] == 3 and r8["step"] == 20 and r8["delta_val_mean"] == pytest.approx(d.mean(), rel=1e-12)
+    assert (r8["delta_val_ci95_low"], r8["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert r8["verdict"] == ("worse" if ci.low > 0 else "within noise")
+    assert r8["mem_saved_ratio"] == pytest.approx(0.25)
+    exact_ids = [r.id for r in store.list_runs() if r.estimator == "exact"]
+    assert cli.main(["summary", "--runs", *map(str, exact_ids), "--at-step", "10", "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "basis" not in md and "| exact" in md
+    out_file = tmp_path / "t3.tex"
+    assert cli.main(["summary", "--format", "latex", "--out", str(out_file)]) == 0
+    assert "\\begin{tabular}" in out_file.read_text()
+    assert cli.main(["summary", "--out", str(out_file)]) == 2  # exists: needs --force
+    assert "--force" in capsys.readouterr().err and "tabular" in out_file.read_text()
+    assert cli.main(["summary", "--out", str(out_file), "--force"]) == 0 and "verdict" in out_file.read_text()
+    db_file = store.engine.url.database
+    assert cli.main(["summary", "--out", db_file, "--force"]) == 2
+    assert "database" in capsys.readouterr().err and len(RunStore(store.url).list_runs()) == 6
+    assert cli.main(["summary", "--at-step", "-3"]) == 2
+
+
+def test_table3_pairs_with_exact_whatever_its_lambda_and_keeps_lambdas_apart(store):
+    _run(store, dataclasses.replace(BASE, estimator="exact", lam=0.5), {20: 6.0})
+    _run(store, dataclasses.replace(BASE, rank=8, lam=0.01), {20: 6.25})
+    _run(store, dataclasses.replace(BASE, rank=8, lam=0.0), {20: 6.5})
+    t = run_table3(store)
+    assert len(t) == 3 and _row(t, "exact")["lam"] == 0.5 and _row(t, "exact")["verdict"] == REFERENCE
+    assert _row(t, "basis", 8, lam=0.01)["delta_val_mean"] == pytest.approx(0.25)
+    assert _row(t, "basis", 8, lam=0.0)["delta_val_mean"] == pytest.approx(0.5)

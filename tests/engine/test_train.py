@@ -1,0 +1,158 @@
+"""The training loop: config validation, seeds, records, divergence."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import engine.training.loop as train_mod
+from engine import data
+from engine.config import ConfigError, RunConfig
+from engine.training.loop import TrainingDiverged, train
+
+TINY = RunConfig(preset="tiny", steps=6, eval_interval=3, probe_interval=2, val_batches=2, rank=4)
+
+
+@pytest.mark.parametrize(
+    "changes,field,allowed",
+    [
+        (dict(rank=0), "rank", ">= 1"),
+        (dict(lam=1.0), "lam", "[0, 1)"),
+        (dict(lam=-0.5), "lam", "[0, 1)"),
+        (dict(lr=0.0), "lr", "(0, inf)"),
+        (dict(lr=float("nan")), "lr", "(0, inf)"),
+        (dict(momentum=1.5), "momentum", "[0, 1)"),
+        (dict(steps=0), "steps", ">= 1"),
+        (dict(estimator="sketchy"), "estimator", "exact, basis"),
+        (dict(preset="huge"), "preset", "paper"),
+        (dict(optimizer="sgdx"), "optimizer", "sgd, adamw"),
+        (dict(dataset="web"), "dataset", "classics"),
+        (dict(sketched_layers="head"), "sketched_layers", "mlp+head"),
+        (dict(probe_interval=-1), "probe_interval", ">= 0"),
+        (dict(batch_size=0), "batch_size", ">= 1"),
+        (dict(dtype="float64"), "dtype", "float32"),
+        (dict(seed=-1), "seed", ">= 0"),
+        (dict(head_chunk=-8), "head_chunk", ">= 0"),
+    ],
+)
+def test_bad_config_names_the_field_and_the_range(changes, field, allowed):
+    with pytest.raises(ConfigError) as e:
+        dataclasses.replace(TINY, **changes)
+    assert field in str(e.value) and allowed in str(e.value)
+
+
+def test_config_round_trips_through_a_dict():
+    c = dataclasses.replace(TINY, dataset_options={"max_documents": 5}, lam=0.01)
+    assert RunConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ConfigError, match="unknown run config field"):
+        RunConfig.from_dict({**c.to_dict(), "rnak": 3})
+
+
+def _recording(monkeypatch):
+    """Record the initial parameters and every batch the loop draws."""
+    seen = {"params": [], "batches": []}
+    real_init, real_next = train_mod.init_params, data.BatchSampler.next
+
+    def init(cfg, key):
+        p = real_init(cfg, key)
+        seen["params"].append(jax.tree_util.tree_map(np.asarray, p))
+        return p
+
+    def nxt(self):
+        b = real_next(self)
+        seen["batches"].append(b.copy())
+        return b
+
+    monkeypatch.setattr(train_mod, "init_params", init)
+    monkeypatch.setattr(data.BatchSampler, "next", nxt)
+    return seen
+
+
+def test_same_seed_same_parameters_and_batches_for_every_estimator(monkeypatch):
+    seen = _recording(monkeypatch)
+    runs = {}
+    for estimator in ("exact", "basis", "gaussian"):
+        seen["params"].clear(), seen["batches"].clear()
+        list(train(dataclasses.replace(TINY, estimator=estimator)))
+        runs[estimator] = (seen["params"][0], list(seen["batches"]))
+    ref_params, ref_batches = runs["exact"]
+    assert len(ref_batches) == TINY.steps
+    for params, batches in list(runs.values())[1:]:
+        jax.tree_util.tree_map(np.testing.assert_array_equal, ref_params, params)
+        for a, b in zip(ref_batches, batches, strict=True):
+            np.testing.assert_array_equal(a, b)
+    seen["params"].clear(), seen["batches"].clear()
+    list(train(dataclasses.replace(TINY, seed=1)))
+    assert not np.array_equal(seen["batches"][0], ref_batches[0])
+    assert not np.array_equal(seen["params"][0]["head"]["kernel"], ref_params["head"]["kernel"])
+
+
+def test_records_carry_losses_probes_and_memory():
+    records = list(train(TINY))
+    assert [r.step for r in records] == [0, 2, 3, 4, 6]
+    first = records[0].values
+    assert first["val_loss"] == pytest.approx(np.log(50257), rel=0.05)
+    assert first["mem_saved_bytes"] < first["mem_saved_bytes_exact"]
+    assert first["mem_saved_ratio"] == pytest.approx(first["mem_saved_bytes"] / first["mem_saved_bytes_exact"])
+    assert first["mem_temp_bytes"] > 0
+    from engine.model.memory import CATEGORIES
+    for prefix, total in (("mem_bytes/", "mem_saved_bytes"), ("mem_bytes_exact/", "mem_saved_bytes_exact")):
+        assert sum(first[f"{prefix}{c}"] for c in CATEGORIES) == first[total]
+    assert first[f"mem_bytes/{CATEGORIES[0]}"] < first[f"mem_bytes_exact/{CATEGORIES[0]}"]
+    by_step = {r.step: r.values for r in records}
+    assert {"train_loss", "val_loss", "tokens_per_s"} <= set(by_step[3]) and "cos_mean" not in by_step[3]
+    probe = by_step[2]
+    layers = ["block_0/mlp/fc", "block_0/mlp/proj", "head"]
+    assert {f"cos/{n}" for n in layers} <= set(probe)
+    assert probe["cos_mean"] == pytest.approx(np.mean([probe[f"cos/{n}"] for n in layers]))
+    assert 0 < probe["cos_mean"] < 1 and probe["rel_err_mean"] > 0
+    assert by_step[6]["train_loss"] < first["val_loss"]
+    times = [r.wall_time for r in records]
+    assert times == sorted(times)
+
+
+def test_full_rank_probe_is_one():
+    rows = 2 * 32  # tiny preset: batch 2 × T 32
+    records = list(train(dataclasses.replace(TINY, rank=rows, steps=2)))
+    assert records[1].values["cos_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_memory_figures_drop_by_inputs_minus_sketches():
+    """mlp+head on the tiny preset (d 32, 1 block, B·T = 64 rows, R = 4): the fc,
+    proj and head inputs (64×32, 64×128, 64×32 floats) become 4-row sketches; the
+    sketch keys and dtype markers add a few bytes. (Unfused head: with the fused one the
+    head keeps dW or its sketch instead of its input.)"""
+    rec = next(iter(train(dataclasses.replace(TINY, head_chunk=0))))
+    removed = 4 * ((64 - 4) * 32 + (64 - 4) * 128 + (64 - 4) * 32)
+    diff = rec.values["mem_saved_bytes_exact"] - rec.values["mem_saved_bytes"]
+    assert removed - 64 <= diff <= removed
+
+
+def test_fused_head_run_drops_the_logits_and_trains_identically():
+    """head_chunk fuses the LM head with the loss: the same losses (exact), and the
+    B·T×V logits (64 × 50257 floats on the tiny preset) are no longer kept."""
+    exact = dataclasses.replace(TINY, estimator="exact", head_chunk=0)
+    plain, fused = list(train(exact)), list(train(dataclasses.replace(exact, head_chunk=24)))
+    for a, b in zip(plain, fused, strict=True):
+        for name in ("train_loss", "val_loss"):
+            if name in a.values:
+                assert b.values[name] == pytest.approx(a.values[name], rel=1e-5)
+    logits = 64 * 50257 * 4
+    assert plain[0].values["mem_bytes/loss_logits"] >= logits > fused[0].values["mem_bytes/loss_logits"]
+
+
+def test_stop_flag_is_checked_before_every_step():
+    calls = []
+    records = list(train(TINY, should_stop=lambda: len(calls) >= 4, on_step=lambda s, l: calls.append(s)))
+    assert calls == [1, 2, 3, 4]
+    assert records[-1].step == 4
+
+
+def test_nan_loss_ends_the_run_with_a_reason():
+    diverging = dataclasses.replace(TINY, lr=1e12, estimator="exact", steps=50, eval_interval=1)
+    seen = []
+    with pytest.raises(TrainingDiverged, match=r"became (nan|inf) at step \d+; lower lr"):
+        for r in train(diverging):
+            seen.append(r.step)
+    assert seen[0] == 0 and len(seen) >= 2  # what was measured before is yielded first
