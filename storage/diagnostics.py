@@ -1,0 +1,98 @@
+"""Estimator diagnoses of a run: their lifecycle and result rows.
+
+A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+import pandas as pd
+from sqlalchemy import insert, select, update
+
+from .errors import StorageError
+from .models import Diagnostic, DiagnosticResult, Run, new_uid, utcnow
+from .records import (
+    DIAGNOSTIC_RESULT_COLUMNS,
+    ENDED_STATUSES,
+    _check_status,
+    _json_normal,
+    _not_found,
+)
+
+
+class DiagnosticsMixin:
+    """Estimator diagnoses of a run: their lifecycle and result rows."""
+
+    def create_diagnostic(self, run_id: int, step: Optional[int], settings: Optional[dict] = None) -> int:
+        """Queue an estimator-diagnostics job on the run's checkpoint at ``step``; its id."""
+        settings = _json_normal(dict(settings or {}), "diagnostic settings")
+        with self._session(write=True) as s:
+            if s.execute(select(Run.id).where(Run.id == run_id)).first() is None:
+                raise _not_found(run_id)
+            diag = Diagnostic(uid=new_uid(), run_id=int(run_id), step=None if step is None else int(step),
+                              status="queued", settings=settings, created_at=utcnow(), notes="")
+            s.add(diag)
+            s.flush()
+            return int(diag.id)
+
+    def claim_diagnostic(self, diag_id: int, owner: str) -> bool:
+        """Atomically move a queued diagnostic to running; False if it is no longer queued."""
+        now = utcnow()
+        with self._session(write=True) as s:
+            res = s.execute(
+                update(Diagnostic)
+                .where(Diagnostic.id == diag_id, Diagnostic.status == "queued")
+                .values(status="running", started_at=now, heartbeat_at=now, owner=owner)
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1
+
+    def set_diagnostic_status(self, diag_id: int, status: str, error: Optional[str] = None) -> None:
+        _check_status(status)
+        now = utcnow()
+        with self._session(write=True) as s:
+            diag = s.get(Diagnostic, diag_id)
+            if diag is None:
+                raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
+            diag.status = status
+            diag.heartbeat_at = now
+            if status == "running" and diag.started_at is None:
+                diag.started_at = now
+            if status in ENDED_STATUSES:
+                diag.finished_at = now
+            if error is not None:
+                diag.error = str(error)
+
+    def add_diagnostic_results(self, diag_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append result rows (keys from :data:`DIAGNOSTIC_RESULT_COLUMNS`; missing ones are NULL)."""
+        params = []
+        for row in rows:
+            unknown = set(row) - set(DIAGNOSTIC_RESULT_COLUMNS)
+            if unknown:
+                raise ValueError(f"unknown diagnostic result fields {sorted(unknown)}; "
+                                 f"expected some of {', '.join(DIAGNOSTIC_RESULT_COLUMNS)}")
+            p = {c: row.get(c) for c in DIAGNOSTIC_RESULT_COLUMNS}
+            for c in ("rank", "keys", "batches"):
+                p[c] = None if p[c] is None else int(p[c])
+            for c in ("lam", "bias2", "bias2_se", "variance", "mse", "cos_mean"):
+                p[c] = None if p[c] is None else float(p[c])
+            params.append({"diagnostic_id": int(diag_id), **p})
+        if not params:
+            return
+        with self._session(write=True) as s:
+            if s.get(Diagnostic, diag_id) is None:
+                raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
+            s.execute(insert(DiagnosticResult.__table__), params)
+
+    def diagnostic_results(self, diag_id: int) -> pd.DataFrame:
+        """The result rows of one diagnostic, in the order they were added."""
+        rt = DiagnosticResult.__table__
+        stmt = select(*(rt.c[c] for c in DIAGNOSTIC_RESULT_COLUMNS)).where(rt.c.diagnostic_id == int(diag_id))
+        with self._session() as s:
+            rows = [tuple(r) for r in s.execute(stmt.order_by(rt.c.id))]
+        frame = pd.DataFrame.from_records(rows, columns=list(DIAGNOSTIC_RESULT_COLUMNS))
+        for col in ("rank", "keys", "batches"):
+            frame[col] = frame[col].astype("Int64")
+        for col in ("lam", "bias2", "bias2_se", "variance", "mse", "cos_mean"):
+            frame[col] = frame[col].astype("float64")
+        return frame

@@ -1,0 +1,140 @@
+"""The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership.
+
+A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable, Optional, Union
+
+from sqlalchemy import select, update
+
+from .models import Run, utcnow
+from .records import RESUMABLE_STATUSES, _ids, _not_found
+
+
+class QueueMixin:
+    """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership."""
+
+    def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> bool:
+        """Atomically move a queued run to running; False if it is no longer queued."""
+        now = utcnow()
+        with self._session(write=True) as s:
+            res = s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_not(True))
+                .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id)
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1
+
+    def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
+        """Atomically take the oldest queued, non-cancelled run that no process owns and mark
+        it running; its id, or None when there is none.
+
+        PostgreSQL: ``SELECT … FOR UPDATE SKIP LOCKED`` then the update, in one transaction,
+        so concurrent claimers take different runs without waiting on each other.  SQLite:
+        the transaction starts with ``BEGIN IMMEDIATE``, so select and update are one step.
+        """
+        while True:
+            now = utcnow()
+            with self._session(write=True) as s:
+                stmt = (
+                    select(Run.id)
+                    .where(Run.status == "queued", Run.cancel_requested.is_not(True), Run.owner.is_(None))
+                    .order_by(Run.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                run_id = s.execute(stmt).scalar()
+                if run_id is None:
+                    return None
+                res = s.execute(
+                    update(Run)
+                    .where(Run.id == run_id, Run.status == "queued")
+                    .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
+                            finished_at=None, error=None)
+                    .execution_options(synchronize_session=False)
+                )
+                if res.rowcount == 1:
+                    return int(run_id)
+
+    def requeue(self, run_ids: Union[int, Iterable[int]], owner: Optional[str] = None) -> list[int]:
+        """Move ended runs (interrupted, cancelled, failed) back to ``queued`` so a worker
+        can claim them again (to resume from ``checkpoint_step``); return the ids moved.
+
+        Clears the error, finish time, cancel flag and worker, and sets the owner (None: any
+        worker may claim them); keeps ``steps_done``,
+        ``checkpoint_step`` and the metrics.  Runs in any other status are left alone;
+        an unknown id raises :class:`RunNotFoundError` and moves nothing.
+        """
+        ids = _ids(run_ids)
+        with self._session(write=True) as s:
+            found = set(s.execute(select(Run.id).where(Run.id.in_(ids))).scalars())
+            missing = [i for i in ids if i not in found]
+            if missing:
+                raise _not_found(missing[0])
+            moved = s.execute(
+                select(Run.id).where(Run.id.in_(ids), Run.status.in_(RESUMABLE_STATUSES)).with_for_update()
+            ).scalars().all()
+            if moved:
+                s.execute(
+                    update(Run)
+                    .where(Run.id.in_(moved), Run.status.in_(RESUMABLE_STATUSES))
+                    .values(status="queued", error=None, finished_at=None, cancel_requested=False,
+                            owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None)
+                    .execution_options(synchronize_session=False)
+                )
+        return sorted(int(i) for i in moved)
+
+    def touch_queued(self, run_ids: Iterable[int], owner: str) -> None:
+        """Stamp the heartbeat of queued runs that ``owner`` will train (they are not orphans)."""
+        ids = _ids(run_ids)
+        if not ids:
+            return
+        with self._session(write=True) as s:
+            s.execute(
+                update(Run)
+                .where(Run.id.in_(ids), Run.status == "queued", Run.owner == owner)
+                .values(heartbeat_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+
+    def queued_owners(self) -> list[tuple[int, str, Optional[datetime]]]:
+        """``(run_id, owner, last sign of life)`` of queued runs that a process owns."""
+        with self._session() as s:
+            rows = s.execute(
+                select(Run.id, Run.owner, Run.heartbeat_at, Run.created_at)
+                .where(Run.status == "queued", Run.owner.is_not(None))
+            ).all()
+        return [(int(i), o, beat or created) for i, o, beat, created in rows]
+
+    def release_queued(self, run_ids: Iterable[int]) -> list[int]:
+        """Hand queued runs to any worker (owner None); the ids changed."""
+        ids = _ids(run_ids)
+        if not ids:
+            return []
+        with self._session(write=True) as s:
+            changed = s.execute(
+                select(Run.id).where(Run.id.in_(ids), Run.status == "queued").with_for_update()
+            ).scalars().all()
+            if changed:
+                s.execute(
+                    update(Run).where(Run.id.in_(changed), Run.status == "queued").values(owner=None)
+                    .execution_options(synchronize_session=False)
+                )
+        return sorted(int(i) for i in changed)
+
+    def adopt_queued(self, owner: str) -> list[int]:
+        """Make ``owner`` the owner of every queued run no process owns; their ids."""
+        with self._session(write=True) as s:
+            ids = s.execute(
+                select(Run.id).where(Run.status == "queued", Run.owner.is_(None), Run.cancel_requested.is_not(True))
+                .order_by(Run.id).with_for_update(skip_locked=True)
+            ).scalars().all()
+            if ids:
+                s.execute(
+                    update(Run).where(Run.id.in_(ids)).values(owner=owner, heartbeat_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+        return [int(i) for i in ids]

@@ -1,0 +1,165 @@
+"""What the store hands out: run and worker records, the status names, and small
+value checks shared by the store's parts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Iterable, Optional, Union
+
+import pandas as pd
+
+from .db import json_dumps
+from .errors import RunNotFoundError
+from .models import Run, Worker
+
+RUN_STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
+ACTIVE_STATUSES = ("queued", "running")
+ENDED_STATUSES = ("finished", "failed", "cancelled", "interrupted")
+RESUMABLE_STATUSES = ("failed", "cancelled", "interrupted")  # what requeue() moves back to queued
+WORKER_STATUSES = ("active", "stopped")
+LAST_METRICS = {"last_train_loss": "train_loss", "last_val_loss": "val_loss", "last_mean_cos": "cos_mean"}
+METRIC_COLUMNS = ("id", "run_id", "step", "wall_time", "name", "value")
+DIAGNOSTIC_RESULT_COLUMNS = ("layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse",
+                             "cos_mean", "keys", "batches")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    uid: str
+    name: str
+    status: str
+    created_at: Optional[datetime]
+    started_at: Optional[datetime]
+    finished_at: Optional[datetime]
+    heartbeat_at: Optional[datetime]
+    config: dict
+    estimator: Optional[str]
+    rank: Optional[int]
+    lam: Optional[float]
+    seed: Optional[int]
+    preset: Optional[str]
+    steps: Optional[int]
+    steps_done: int
+    error: Optional[str]
+    notes: str
+    versions: dict
+    git_commit: Optional[str]
+    device: Optional[str]
+    owner: Optional[str]
+    cancel_requested: bool
+    sweep_id: Optional[str]
+    tags: list
+    worker_id: Optional[str]
+    checkpoint_step: Optional[int]
+    history_version: int
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @classmethod
+    def from_row(cls, run: Run) -> "RunRecord":
+        return cls(
+            id=run.id,
+            uid=run.uid,
+            name=run.name if run.name is not None else f"run-{run.id}",
+            status=run.status or "finished",
+            created_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            heartbeat_at=run.heartbeat_at,
+            config=dict(run.config or {}),
+            estimator=run.estimator,
+            rank=run.rank,
+            lam=run.lam,
+            seed=run.seed,
+            preset=run.preset,
+            steps=run.steps,
+            steps_done=run.steps_done or 0,
+            error=run.error,
+            notes=run.notes or "",
+            versions=dict(run.versions or {}),
+            git_commit=run.git_commit,
+            device=run.device,
+            owner=run.owner,
+            cancel_requested=bool(run.cancel_requested),
+            sweep_id=run.sweep_id,
+            tags=list(run.tags or []),
+            worker_id=run.worker_id,
+            checkpoint_step=run.checkpoint_step,
+            history_version=run.history_version or 0,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: str
+    host: Optional[str]
+    pid: Optional[int]
+    device: Optional[str]
+    started_at: Optional[datetime]
+    heartbeat_at: Optional[datetime]
+    current_run_id: Optional[int]
+    status: str
+    concurrent: Optional[int]
+
+    @classmethod
+    def from_row(cls, w: Worker) -> "WorkerRecord":
+        return cls(**{f.name: getattr(w, f.name) for f in fields(cls)})
+
+
+SCALAR_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name not in ("config", "versions"))
+_TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
+_INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
+_DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
+                      "finished_at", "heartbeat_at", "owner", "error", "notes")
+
+
+def _check_status(status: str) -> str:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
+    return status
+
+
+def _not_found(ref: Any) -> RunNotFoundError:
+    return RunNotFoundError(f"no run {ref}; list the runs to see their ids")
+
+
+def _ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
+    if isinstance(run_ids, int) or hasattr(run_ids, "__index__"):  # one id (also numpy ints)
+        return [int(run_ids)]  # type: ignore[arg-type]
+    return [int(r) for r in dict.fromkeys(run_ids)]
+
+
+def _json_normal(value: Any, what: str) -> Any:
+    """``value`` as JSON gives it back (tuples -> lists, numpy scalars -> numbers)."""
+    try:
+        return json.loads(json_dumps(value))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} must be JSON serialisable: {e}") from e
+
+
+def _tags(tags: Optional[Iterable[str]]) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        tags = [tags]
+    out = [str(t).strip() for t in tags]
+    if any(not t for t in out):
+        raise ValueError("a tag cannot be empty")
+    return list(dict.fromkeys(out))
+
+
+def empty_metrics_frame() -> pd.DataFrame:
+    return _metrics_frame([])
+
+
+def _metrics_frame(rows: list) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(rows, columns=list(METRIC_COLUMNS))
+    return frame.astype(
+        {"id": "int64", "run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"}
+    )
+
