@@ -2,6 +2,9 @@
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
+
+The parser is generated from the run schema alone (``engine.config``: no JAX), and
+each command imports what it runs, so ``--help`` and bad flags answer at once.
 """
 
 from __future__ import annotations
@@ -13,10 +16,6 @@ import sys
 import threading
 import time
 
-import pandas as pd
-from tqdm import tqdm
-
-from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
@@ -34,7 +33,6 @@ from engine.config import (
     parse_seeds,
     schema,
 )
-from engine.training.build import check_data
 
 EXIT_BAD_INPUT = 2
 
@@ -227,6 +225,8 @@ class _Signals:
 
 def _bars(manager_hook: dict):
     """tqdm progress bars per run, updated from worker threads."""
+    from tqdm import tqdm
+
     bars: dict[int, tqdm] = {}
     lock = threading.Lock()
 
@@ -285,6 +285,7 @@ def _foreground(args, store, start_runs) -> int:
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.training.inputs import check_data
 
     store = _open_store(args.db)
     check_data(configs)
@@ -384,6 +385,10 @@ def _workers(args) -> int:
 
 
 def _print_summary(store, ids) -> None:
+    import pandas as pd
+
+    from engine.analysis.summary import MIB, run_summary
+
     s = run_summary(store, ids)
     table = pd.DataFrame({
         "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
@@ -492,6 +497,9 @@ def _cancel(args) -> int:
 def _diagnose(args) -> int:
     from pathlib import Path
 
+    import pandas as pd
+    from tqdm import tqdm
+
     from engine.runner import diagnosis
     from storage.export import write_file
 
@@ -545,10 +553,10 @@ def _diagnose(args) -> int:
 
 
 def main(argv=None) -> int:
-    from storage import RunNotFoundError, StorageError
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    from storage import RunNotFoundError, StorageError
+
     try:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written

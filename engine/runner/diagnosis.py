@@ -46,8 +46,9 @@ from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
 from engine.runner.jobs import HEARTBEAT_S, STALE_AFTER_S
 from engine.runner.paths import checkpoint_root
-from engine.training.build import initial_params, load_data, model_config, optimizer_for
+from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
 from storage.export import to_csv_bytes

@@ -27,8 +27,9 @@ from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
-from engine.training.build import load_data, model_config, optimizer_for, run_keys, sketch_key
+from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
+from engine.training.inputs import load_data
 from engine.training.steps import init_state, make_eval_step, make_train_step
 
 

@@ -33,9 +33,7 @@ def url():
     """The test's database URL; its job manager is shut down afterwards."""
     url = os.environ["BASIS_LAB_DB_URL"]
     yield url
-    lab = state._lab(url)
-    lab.manager.shutdown(cancel_running=True)
-    lab.store.close()
+    state._lab(url).close(cancel_running=True)
     state._lab.clear()
 
 

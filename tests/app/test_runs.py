@@ -218,12 +218,15 @@ def test_workers_panel_shows_active_stopped_and_gone(url, store):
     store.register_worker(f"here:{pid}:cc", socket.gethostname(), pid, device="cpu: cpu")
     fake_run(store, TINY)
     at = app().run()
+    assert len(at.dataframe[1].value) == 3  # a dashboard that has not trained yet is no worker
+    mine = state._lab(url).manager.worker_id  # its job manager starts on first use
+    at.run()
     workers = at.dataframe[1].value
     states = dict(zip(workers["id"], workers["state"]))
     assert states["gpu-box:41:aa"] == "▶ active"
     assert states["laptop:7:bb"] == "■ stopped"
     assert states[f"here:{pid}:cc"] == "⚠ gone"
-    assert states[state._lab(url).manager.worker_id] == "▶ active"  # this dashboard's own job manager
+    assert states[mine] == "▶ active"  # this dashboard's own job manager
     assert any(e.label.startswith("Workers ·") and "1 gone" in e.label and "1 stopped" in e.label for e in at.expander)
 
 

@@ -22,8 +22,9 @@ from engine.analysis.diagnostics import COLUMNS, diagnose
 from engine.cli.main import main
 from engine.config import ConfigError, RunConfig
 from engine.runner import diagnosis
-from engine.training.build import initial_params, load_data, model_config, optimizer_for
+from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
 from tests.app.test_logic import fake_run
@@ -259,7 +260,5 @@ def test_estimators_page_shows_a_diagnosis_and_starts_one_in_the_background(trai
         assert any("ranks" in e.value for e in at.error)
         assert len(store.diagnostics_frame(run_id)) == n
     finally:
-        lab = state._lab(url)
-        lab.manager.shutdown(cancel_running=True)
-        lab.store.close()
+        state._lab(url).close(cancel_running=True)
         state._lab.clear()
