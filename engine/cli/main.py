@@ -318,7 +318,7 @@ def _resume(args) -> int:
     store = _open_store(args.db, create=False)
 
     def start(manager):
-        from engine.runner.jobs import check_stale
+        from engine.runner.liveness import check_stale
 
         check_stale(store)
         ids = store.resolve_runs(args.runs) if args.runs else []
@@ -371,11 +371,10 @@ def _worker(args) -> int:
 
 
 def _workers(args) -> int:
-    from engine.runner.jobs import STALE_AFTER_S
     from engine.runner.liveness import worker_states
 
     store = _open_store(args.db, create=False)
-    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
+    frame = worker_states(store.workers_frame())
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker`")
         return 0
@@ -405,7 +404,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -420,7 +419,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -467,7 +466,8 @@ def _summary(args) -> int:
 
 
 def _delete(args) -> int:
-    from engine.runner.jobs import check_stale, delete_runs
+    from engine.runner.jobs import delete_runs
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -480,7 +480,7 @@ def _delete(args) -> int:
 
 
 def _cancel(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)

@@ -17,7 +17,7 @@ The job
 so bad input is a one-line ``ConfigError``/``CheckpointError`` and nothing is written.
 ``start`` stores the diagnostic row (status ``queued``) with the plan's settings (the
 step used, whether it is the initial parameters, the clipped ranks, …); ``execute``
-claims it (``running``, heartbeat every ``HEARTBEAT_S``), computes, stores the result
+claims it (``running``, heartbeat every ``liveness.HEARTBEAT_S``), computes, stores the result
 rows and ends it ``finished``, or ``failed`` with a one-line error. ``run_diagnosis``
 does all three in the calling thread (the CLI); ``JobManager.diagnose`` runs
 ``execute`` on a thread of its own (the dashboard). ``check_stale_diagnoses`` marks
@@ -27,7 +27,6 @@ running diagnoses whose process died ``interrupted`` (the runs' rule,
 
 from __future__ import annotations
 
-import threading
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,7 +43,6 @@ from engine.config import ConfigError, RunConfig, parse_estimators, parse_lams, 
 from engine.core import checks
 from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
-from engine.runner.jobs import HEARTBEAT_S, STALE_AFTER_S
 from engine.runner.paths import checkpoint_root
 from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
@@ -234,29 +232,16 @@ def execute(
     owner = owner or liveness.current_owner()
     if not store.claim_diagnostic(diag_id, owner):
         raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(HEARTBEAT_S):
-            try:
-                store.set_diagnostic_status(diag_id, "running")
-            except Exception:  # noqa: BLE001 — a missed beat is retried; the job goes on
-                pass
-
-    thread = threading.Thread(target=beat, name=f"basis-diagnosis-{diag_id}", daemon=True)
-    thread.start()
     try:
-        cfg, params, batches = load_inputs(store, plan)
-        frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
-                         keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=on_progress)
-        stop.set()
-        thread.join()
+        with liveness.Heartbeat(lambda: store.set_diagnostic_status(diag_id, "running"),
+                                name=f"basis-diagnosis-{diag_id}"):
+            cfg, params, batches = load_inputs(store, plan)
+            frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
+                             keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=on_progress)
         store.add_diagnostic_results(diag_id, frame.to_dict("records"))
         store.set_diagnostic_status(diag_id, "finished")
         return frame
     except BaseException as e:
-        stop.set()
-        thread.join()
         interrupted = isinstance(e, KeyboardInterrupt)
         try:
             store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
@@ -291,7 +276,7 @@ def run_diagnosis(
     return diag_id, execute(store, diag_id, plan, on_progress=on_progress)
 
 
-def check_stale_diagnoses(store: RunStore, timeout_s: float = STALE_AFTER_S) -> list[int]:
+def check_stale_diagnoses(store: RunStore, timeout_s: float = liveness.STALE_AFTER_S) -> list[int]:
     """Mark ``running`` diagnoses whose process died (or that stopped beating for
     ``timeout_s``) ``interrupted``; their ids."""
     frame = store.diagnostics_frame()

@@ -12,18 +12,18 @@ trains runs in worker threads of this process:
 Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
 is trained by exactly one process. A claimed run (``running``) streams its metrics
-through a ``StoreWriter`` (writes outlast a busy database), is stamped by a heartbeat
-thread every ``HEARTBEAT_S`` seconds, and checkpoints its state under
-``engine.checkpoints.checkpoint_root()`` (see ``train.train``). It ends as
+through a ``StoreWriter`` (writes outlast a busy database), is stamped by a
+``liveness.Heartbeat`` every ``liveness.HEARTBEAT_S`` seconds, and checkpoints its state
+under ``engine.runner.paths.checkpoint_root()`` (see ``engine.training.loop.train``). It ends as
 ``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness (``engine.liveness``): a process that dies leaves ``running`` rows whose
-heartbeat stops; any reader marks them ``interrupted`` within ``STALE_AFTER_S``
-(at once on the same host, where a dead pid is seen).
+Liveness (``engine.runner.liveness``): a process that dies leaves ``running`` rows whose
+heartbeat stops; any reader (``liveness.check_stale``) marks them ``interrupted`` within
+``liveness.STALE_AFTER_S`` (at once on the same host, where a dead pid is seen).
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ from storage import RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0
 CANCEL_POLL_S = 0.25
-STALE_AFTER_S = 60.0
 PULL_POLL_S = 1.0
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
              "streamlit")
@@ -112,14 +110,6 @@ def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str |
     """Queue runs for any worker (``--queue-only``); their ids in order."""
     env, sweep_id = environment(), sweep_id or new_sweep_id()
     return [create_run(store, c, env, sweep_id=sweep_id, tags=tags) for c in configs]
-
-
-def check_stale(store: RunStore) -> list[int]:
-    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
-    process died to any worker; the ids marked interrupted. Called on every read that
-    shows statuses (``list``, ``show``, the dashboard's pages)."""
-    liveness.release_orphans(store, STALE_AFTER_S)
-    return liveness.mark_stale_interrupted(store, STALE_AFTER_S)
 
 
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
@@ -186,7 +176,7 @@ class JobManager:
         self.pull, self.max_runs = pull, max_runs
         self.checkpoint_root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
         self.writer = StoreWriter(store)
-        self.interrupted = check_stale(store)
+        self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
         self._claiming = 0  # threads between reserving a run slot and holding the claimed run
         self._queue: queue.Queue[int | None] = queue.Queue()
@@ -202,8 +192,7 @@ class JobManager:
         self._diagnoses: dict[int, tuple[int, int]] = {}  # diagnosis id → progress, while it computes
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
-        self._beat = threading.Thread(target=self._beat_loop, name="basis-manager-heartbeat", daemon=True)
-        self._beat.start()
+        self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
         self._workers = [
             threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
         ]
@@ -233,7 +222,7 @@ class JobManager:
     def adopt_orphans(self) -> list[int]:
         """Take every queued run whose queuing process is gone (or that no process owns)
         to train here; their ids."""
-        check_stale(self.store)
+        liveness.check_stale(self.store)
         ids = self.store.adopt_queued(self.owner)
         self._enqueue(ids)
         return ids
@@ -325,6 +314,7 @@ class JobManager:
         else:
             self.interrupt()
         self._closing.set()
+        self._heartbeat.stop()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
@@ -354,7 +344,7 @@ class JobManager:
                 self._claiming += 1
             run_id = None
             try:
-                check_stale(self.store)
+                liveness.check_stale(self.store)
                 liveness.requeue_orphaned_runs(self.store)
                 run_id = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
@@ -407,14 +397,14 @@ class JobManager:
         )
         log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
 
-    def _beat_loop(self) -> None:
-        while not self._closing.wait(HEARTBEAT_S):
-            with self._lock:
-                current = next(iter(self._current.values()), None)
-                queued = sorted(self._pending - set(self._current.values()))
-            self.writer.call(None, "worker_heartbeat", self.worker_id, current)
-            if queued:
-                self.writer.call(None, "touch_queued", queued, self.owner)
+    def _beat(self) -> None:
+        """The worker's sign of life, and its queued runs' (so no reader releases them)."""
+        with self._lock:
+            current = next(iter(self._current.values()), None)
+            queued = sorted(self._pending - set(self._current.values()))
+        self.writer.call(None, "worker_heartbeat", self.worker_id, current)
+        if queued:
+            self.writer.call(None, "touch_queued", queued, self.owner)
 
 
 def execute(
@@ -433,12 +423,6 @@ def execute(
     run = store.get_run(run_id)
     steps_done = [run.steps_done]
     notes: list[str] = []
-    stop_beat = threading.Event()
-
-    def beat() -> None:
-        while not stop_beat.wait(HEARTBEAT_S):
-            writer.heartbeat(run_id, steps_done[0], owner=owner)
-
     last_poll = [time.monotonic()]
 
     def should_stop() -> bool:
@@ -475,8 +459,8 @@ def execute(
             writer.call(run_id, "delete_metrics_after", run_id, step if step else -1)
         writer.heartbeat(run_id, step, owner=owner)
 
-    beat_thread = threading.Thread(target=beat, name=f"basis-heartbeat-{run_id}", daemon=True)
-    beat_thread.start()
+    heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner),
+                                   name=f"basis-heartbeat-{run_id}").start()
     ckpt_dir = run_dir(checkpoints, run.uid)
     try:
         config = RunConfig.from_dict(run.config)
@@ -499,8 +483,7 @@ def execute(
     except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
         status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
-        stop_beat.set()
-        beat_thread.join()
+        heartbeat.stop()
     if notes:
         writer.call(run_id, "append_notes", run_id, "; ".join(notes))
     writer.heartbeat(run_id, steps_done[0], owner=owner)

@@ -1,0 +1,89 @@
+"""``liveness.Heartbeat``: the one sign-of-life thread of runs, diagnoses and workers.
+
+Timing is checked only from below (a beat never comes sooner than its period after
+the previous one, or after the start); how late a beat comes on a busy machine is not
+bounded here.
+"""
+
+import logging
+import threading
+import time
+
+import pytest
+
+from engine.runner.liveness import HEARTBEAT_S, STALE_AFTER_S, Heartbeat
+
+PERIOD = 0.05
+
+
+def wait_until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(PERIOD / 5)
+
+
+def test_it_beats_at_its_period_until_the_block_ends():
+    times = []
+    start = time.monotonic()
+    with Heartbeat(lambda: times.append(time.monotonic()), period=PERIOD, name="test-beat") as beat:
+        assert beat.period == PERIOD
+        wait_until(lambda: len(times) >= 4)
+    ended = time.monotonic()
+    gaps = [b - a for a, b in zip([start, *times], times)]
+    assert min(gaps) >= PERIOD * 0.95  # never sooner than a period (the first: after the start)
+    assert beat.beats == len(times) and beat.failures == 0 and beat.last_error is None
+    assert not beat._thread.is_alive()
+    n = len(times)
+    time.sleep(4 * PERIOD)
+    assert len(times) == n and all(t <= ended for t in times)  # nothing after stop()
+
+
+def test_stop_waits_for_a_beat_in_progress():
+    started, finished = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(5 * PERIOD)
+        finished.set()
+
+    beat = Heartbeat(slow, period=PERIOD).start()
+    assert started.wait(60)
+    beat.stop()
+    assert finished.is_set()
+    assert beat.beats == 1
+
+
+def test_a_failed_beat_is_reported_and_the_next_one_tried(caplog):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("database is busy")
+
+    with caplog.at_level(logging.WARNING, logger="engine.runner.liveness"):
+        with Heartbeat(flaky, period=PERIOD, name="run-7-beat") as beat:
+            wait_until(lambda: beat.beats >= 2)
+    assert beat.failures == 1
+    assert isinstance(beat.last_error, ConnectionError) and str(beat.last_error) == "database is busy"
+    assert len(calls) == beat.beats + beat.failures
+    [record] = [r for r in caplog.records if "run-7-beat" in r.getMessage()]
+    assert "ConnectionError: database is busy" in record.getMessage()
+
+
+def test_bad_period_and_second_start_are_refused():
+    with pytest.raises(ValueError, match="period must be > 0"):
+        Heartbeat(lambda: None, period=0)
+    beat = Heartbeat(lambda: None, period=PERIOD).start()
+    try:
+        with pytest.raises(RuntimeError, match="started already"):
+            beat.start()
+    finally:
+        beat.stop()
+
+
+def test_a_beat_comes_well_within_the_stale_timeout():
+    """A live worker is never mistaken for a dead one: many beats fit in the timeout."""
+    assert STALE_AFTER_S >= 10 * HEARTBEAT_S
+    assert Heartbeat(lambda: None).period == HEARTBEAT_S
