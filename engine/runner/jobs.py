@@ -145,7 +145,7 @@ class _Checkpoints:
 
     def save(self, step, state, extra, *, final=False):
         self.inner.save(step, state, extra, final=final)
-        self.writer.call(self.run_id, "set_checkpoint_step", self.run_id, step)
+        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step)
 
 
 class JobManager:
@@ -327,12 +327,14 @@ class JobManager:
 
     # ------------------------------------------------------------------ workers
 
-    def _next(self) -> int | None:
-        """The next run id for a worker thread: a queued one of ours, else (pull) one
-        claimed from the database, else wait."""
+    def _next(self) -> tuple[int, bool] | None:
+        """The next run for a worker thread, ``(run id, already claimed)``: a queued one
+        of ours (not claimed yet), else (pull) one claimed from the database, else wait;
+        None when the manager closes."""
         while True:
             try:
-                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                run_id = self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                return None if run_id is None else (run_id, False)
             except queue.Empty:
                 pass
             if self._closing.is_set() or self._interrupt.is_set():
@@ -356,12 +358,12 @@ class JobManager:
                     continue
                 self._pending.add(run_id)
                 self._events.setdefault(run_id, threading.Event())
-            return -run_id  # negative: already claimed
+            return run_id, True
 
     def _work(self) -> None:
         name = threading.current_thread().name
         while (item := self._next()) is not None:
-            claimed, run_id = item < 0, abs(item)
+            run_id, claimed = item
             try:
                 with self._lock:
                     self._current[name] = run_id
@@ -380,7 +382,7 @@ class JobManager:
         event = self._events.get(run_id) or threading.Event()
         if not claimed:
             if self._interrupt.is_set():
-                self.writer.call(run_id, "set_status", run_id, "interrupted",
+                self.writer.call(run_id, self.store.set_status, run_id, "interrupted",
                                  error="interrupted before it started; resume it to train it")
                 self.writer.flush()
                 return
@@ -402,9 +404,9 @@ class JobManager:
         with self._lock:
             current = next(iter(self._current.values()), None)
             queued = sorted(self._pending - set(self._current.values()))
-        self.writer.call(None, "worker_heartbeat", self.worker_id, current)
+        self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
         if queued:
-            self.writer.call(None, "touch_queued", queued, self.owner)
+            self.writer.call(None, self.store.touch_queued, queued, self.owner)
 
 
 def execute(
@@ -456,7 +458,7 @@ def execute(
                          "directory shared with the machine that trained it?)")
         notes.extend(f"skipped: {s}" for s in skipped)
         if had_history:
-            writer.call(run_id, "delete_metrics_after", run_id, step if step else -1)
+            writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1)
         writer.heartbeat(run_id, step, owner=owner)
 
     heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner),
@@ -485,8 +487,8 @@ def execute(
     finally:
         heartbeat.stop()
     if notes:
-        writer.call(run_id, "append_notes", run_id, "; ".join(notes))
+        writer.call(run_id, store.append_notes, run_id, "; ".join(notes))
     writer.heartbeat(run_id, steps_done[0], owner=owner)
-    writer.call(run_id, "set_status", run_id, status, error=error)
+    writer.call(run_id, store.set_status, run_id, status, error=error)
     writer.flush()
     return status, error
