@@ -16,7 +16,7 @@ Every row of a group is read at one step S: ``at_step`` when given, else the
 latest step at which every run of the group that has validated at all has a
 validation loss (so a live sweep reads at the step its slowest run has reached).
 Δ vs exact is the paired difference over seeds, d_s = val(method, s) − val(exact, s),
-over the seeds where both reached S; ``engine.stats.paired_delta`` gives its mean,
+over the seeds where both reached S; ``engine.core.stats.paired_delta`` gives its mean,
 std, 95 % t-interval and verdict. Memory ratios are run ÷ exact everywhere.
 """
 

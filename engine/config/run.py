@@ -54,8 +54,8 @@ GROUPS = {  # group → what the Launch page and --help call it
     "checkpoints": "Checkpoints",
 }
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
-CHECKPOINT_SECONDS = 60.0
-FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)  # default checkpoint period: at most this much training is lost
+CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)
 
 
 class ConfigError(ValueError):

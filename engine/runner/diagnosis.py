@@ -1,4 +1,4 @@
-"""A diagnosis of a stored run: ``engine.diagnostics.diagnose`` on that run's own state and batches.
+"""A diagnosis of a stored run: ``engine.analysis.diagnostics.diagnose`` on that run's own state and batches.
 
 What is measured
 ----------------
@@ -7,7 +7,7 @@ training batches the run drew *after* S (steps S+1 … S+N of its own sampler
 sequence: the sampler state saved with the checkpoint, continued), so each d̂W is
 measured exactly where training would have used it. At step 0 (a run without
 checkpoints, or ``step=0``) the parameters are the run's initial ones
-(``train.initial_params``) and the batches the first N of a fresh ``BatchSampler``
+(``engine.training.build.initial_params``) and the batches the first N of a fresh ``BatchSampler``
 with the run's seed. The sketch keys are ``jax.random.key(seed)`` (``seed`` a
 setting, 0 by default), split inside ``diagnose``.
 
@@ -268,7 +268,7 @@ def run_diagnosis(
     diag_id: int | None = None,
 ) -> tuple[int, pd.DataFrame]:
     """Plan, store and compute a diagnosis of ``run_id`` in this thread; ``(id, results)``
-    (``engine.diagnostics.COLUMNS``). ``diag_id``: a queued row already created with
+    (``engine.analysis.diagnostics.COLUMNS``). ``diag_id``: a queued row already created with
     ``start`` for the same settings, to run instead of creating one."""
     plan = plan_diagnosis(store, run_id, step=step, estimators=estimators, ranks=ranks, lams=lams, keys=keys,
                           batches=batches, chunk=chunk, seed=seed, checkpoints=checkpoints)

@@ -228,7 +228,7 @@ class JobManager:
         return ids
 
     def diagnose(self, run_id: int, **settings) -> int:
-        """Start a diagnosis of ``run_id`` (``engine.diagnosis.plan_diagnosis``'s settings) on a
+        """Start a diagnosis of ``run_id`` (``engine.runner.diagnosis.plan_diagnosis``'s settings) on a
         thread of its own; its id, once the settings are validated and its row stored.
         ``diagnosis_progress(id)`` follows it while it computes."""
         from engine.runner import diagnosis

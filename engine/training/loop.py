@@ -48,7 +48,7 @@ class Record:
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, in total
-    and per category (``engine.metrics.CATEGORIES``), and the compiled step's XLA
+    and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
     temp bytes."""
     cfg = model_config(config)
     mine = memory_breakdown(cfg, params, batch, key)
@@ -64,7 +64,7 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
 
 
 class Checkpointer(Protocol):
-    """Where a run's checkpoints live (``engine.checkpoints.RunCheckpoints``)."""
+    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``)."""
 
     def latest_step(self) -> int | None: ...
 

@@ -1,4 +1,4 @@
-"""Diagnoses of stored runs (engine.diagnosis, `python -m engine diagnose`, the Estimators page):
+"""Diagnoses of stored runs (engine.runner.diagnosis, `python -m engine diagnose`, the Estimators page):
 the right state and batches are measured, the numbers are stored and exported, bad input
 writes nothing.
 
@@ -69,7 +69,7 @@ def _direct(config, params, batches, settings):
 
 
 def _restored(trained, step):
-    """Parameters and sampler of the checkpoint at ``step``, read independently of engine.diagnosis."""
+    """Parameters and sampler of the checkpoint at ``step``, read independently of engine.runner.diagnosis."""
     _, ckpt, run_id, config = trained
     store = RunStore(trained[0])
     uid = store.get_run(run_id).uid
