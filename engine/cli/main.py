@@ -33,6 +33,7 @@ from engine.config import (
     parse_seeds,
     schema,
 )
+from engine.core.choices import SUMMARY_FORMATS
 
 EXIT_BAD_INPUT = 2
 
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
-    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
@@ -386,7 +387,8 @@ def _workers(args) -> int:
 def _print_summary(store, ids) -> None:
     import pandas as pd
 
-    from engine.analysis.summary import MIB, run_summary
+    from engine.analysis.summary import MIB
+    from engine.runner.queries import run_summary
 
     s = run_summary(store, ids)
     table = pd.DataFrame({
@@ -449,14 +451,14 @@ def _export(args) -> int:
 
 
 def _summary(args) -> int:
-    from engine.analysis.summary import render, run_table3
+    from engine.runner.queries import run_table3, table3_text
     from storage.export import write_file
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    text = table3_text(run_table3(store, ids, at_step=args.at_step), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from app import charts, form, frames, tables
-from engine.analysis.summary import MIB, display_frame, run_summary, run_table3
+from engine.analysis.summary import MIB, display_frame
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from engine.runner import estimates
+from engine.runner.queries import run_summary, run_table3
 from engine.training import timing
 from storage import MetricsFeed, RunStore
 

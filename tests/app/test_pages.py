@@ -20,8 +20,8 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from app import state
-from engine.analysis.summary import run_summary
 from engine.config import RunConfig
+from engine.runner.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
 from tests.app.test_logic import TINY, fake_run
 
