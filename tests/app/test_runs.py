@@ -22,9 +22,9 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.app.test_browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
-from tests.app.test_logic import TINY, fake_run
-from tests.app.test_pages import app, button, page, store, url, wait_for  # noqa: F401  (fixtures)
+from tests.support.browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
+from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
+from tests.support.runs import TINY, dead_pid, fake_run, wait_for
 
 SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
 
@@ -40,13 +40,6 @@ class InSweep:
 
     def create_run(self, **kwargs):
         return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
 
 
 def runs_table(at):

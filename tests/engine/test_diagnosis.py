@@ -27,8 +27,8 @@ from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
 from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
-from tests.app.test_logic import fake_run
-from tests.app.test_pages import button, figures, wait_for
+from tests.support.pages import button, figures
+from tests.support.runs import fake_run, wait_for
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
 SMALL = dict(estimators=["basis", "crs"], ranks=[4], keys=8, batches=2, chunk=4)

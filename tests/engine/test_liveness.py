@@ -1,4 +1,6 @@
-"""``liveness.Heartbeat``: the one sign-of-life thread of runs, diagnoses and workers.
+"""The liveness policy (``engine.runner.liveness``) on a real store: which runs are stale
+and are marked interrupted; and ``Heartbeat``, the one sign-of-life thread of runs,
+diagnoses and workers.
 
 Timing is checked only from below (a beat never comes sooner than its period after
 the previous one, or after the start); how late a beat comes on a busy machine is not
@@ -6,12 +8,24 @@ bounded here.
 """
 
 import logging
+import socket
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import update
 
-from engine.runner.liveness import HEARTBEAT_S, STALE_AFTER_S, Heartbeat
+from engine.runner.liveness import (
+    HEARTBEAT_S,
+    STALE_AFTER_S,
+    Heartbeat,
+    current_owner,
+    mark_stale_interrupted,
+    stale_runs,
+)
+from storage.models import Run
+from tests.support.runs import dead_pid, new_run
 
 PERIOD = 0.05
 
@@ -87,3 +101,49 @@ def test_a_beat_comes_well_within_the_stale_timeout():
     """A live worker is never mistaken for a dead one: many beats fit in the timeout."""
     assert STALE_AFTER_S >= 10 * HEARTBEAT_S
     assert Heartbeat(lambda: None).period == HEARTBEAT_S
+
+
+def test_mark_stale_interrupted(store):
+    host = socket.gethostname()
+    old = datetime.now(timezone.utc) - timedelta(hours=1)
+
+    def running(name, owner, heartbeat=None):
+        rid = new_run(store, name)
+        assert store.claim(rid, owner)
+        if heartbeat is not None:
+            with store.engine.begin() as con:
+                con.execute(update(Run).where(Run.id == rid).values(heartbeat_at=heartbeat))
+        return rid
+
+    dead_old = running("dead-old", f"{host}:{dead_pid()}", old)
+    dead_fresh = running("dead-fresh", f"{host}:{dead_pid()}")
+    remote_old = running("remote-old", "elsewhere.example:1234", old)
+    live = running("live", current_owner())
+    remote_fresh = running("remote-fresh", "elsewhere.example:1234")
+    queued = new_run(store, "queued")
+
+    assert mark_stale_interrupted(store, 120) == sorted([dead_old, dead_fresh, remote_old])
+    status = {r.id: r.status for r in store.list_runs()}
+    assert status == {dead_old: "interrupted", dead_fresh: "interrupted", remote_old: "interrupted",
+                      live: "running", remote_fresh: "running", queued: "queued"}
+    rec = store.get_run(dead_old)
+    assert rec.finished_at is not None and "interrupted" in rec.error
+    assert mark_stale_interrupted(store) == []  # idempotent
+
+
+def test_liveness_primitives_and_policy(store):
+    now = datetime.now(timezone.utc)
+    a, b, q = new_run(store, "a"), new_run(store, "b"), new_run(store, "q")
+    store.claim(a, "far.example:1")
+    store.claim(b, "far.example:2")
+    rows = store.active_runs_heartbeats()
+    assert [(r, o) for r, o, _ in rows] == [(a, "far.example:1"), (b, "far.example:2")]
+    assert all(abs((last - now).total_seconds()) < 60 for _, _, last in rows)
+    rows = [(a, "far.example:1", now - timedelta(seconds=200)), (b, "far.example:2", now - timedelta(seconds=10)),
+            (q, None, None), (77, f"{socket.gethostname()}:{dead_pid()}", now), (78, current_owner(), now)]
+    stale = stale_runs(rows, now, 120, socket.gethostname())
+    assert sorted(stale) == [a, q, 77] and "no longer running" in stale[77] and "no heartbeat" in stale[a]
+    assert store.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]
+    assert store.get_run(a).status == "interrupted" and store.get_run(a).error == "interrupted: test"
+    assert store.get_run(q).status == "queued"  # only running rows change
+    assert store.mark_interrupted({a: "again"}) == [] and store.get_run(a).error == "interrupted: test"
