@@ -27,11 +27,8 @@ from engine.config import (
     base_type,
     default_of,
     from_flat,
-    parse_estimators,
-    parse_lams,
-    parse_ranks,
-    parse_seeds,
     schema,
+    sweep_from_flat,
 )
 from engine.core.choices import SUMMARY_FORMATS
 
@@ -98,14 +95,10 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, 
 
 def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
     """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
-    values = vars(args)
     if not sweep:
-        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+        return Sweep(from_flat(vars(args), cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
                      seeds=(args.seed,))
-    with_exact, ranks = parse_ranks(values["ranks"])
-    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
-    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
-                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
+    return sweep_from_flat(vars(args), cls)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, playwright_and_chromium, streamlit_server
 
 STEPS, EVAL = 4, 2  # two runs (exact and basis R=1), validation at steps 0, 2, 4
 EXPECTED = [["basis R=1 s0", 3], ["exact s0", 3]]
@@ -33,13 +33,7 @@ VALIDATION_POINTS = """() => {
 
 @pytest.mark.browser
 def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
 
     url = f"sqlite:///{tmp_path / 'browser.db'}"
     env = dict(os.environ, BASIS_LAB_DB_URL=url, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")

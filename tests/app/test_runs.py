@@ -22,7 +22,7 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, ROOT, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, dead_pid, fake_run, wait_for
 
@@ -324,13 +324,7 @@ class _Counter(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.browser
 def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
 
     _Counter.hits = []
     trap = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counter)

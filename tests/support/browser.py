@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -30,6 +32,19 @@ def find_chromium() -> str | None:
     if which() is None:
         subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=False, timeout=900)
     return which()
+
+
+def playwright_and_chromium():
+    """(Playwright's ``sync_playwright``, the Chromium executable), or skip the test
+    saying which is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    return sync_playwright, chromium
 
 
 def free_port() -> int:
