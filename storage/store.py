@@ -14,7 +14,7 @@ keeps one high-water mark per run: :class:`storage.feed.MetricsFeed`.
 
 Liveness policy (which worker is dead, when a heartbeat is stale) is not decided here:
 storage offers the rows (:meth:`RunStore.active_runs_heartbeats`) and the primitive
-(:meth:`RunStore.mark_interrupted`), and ``engine/liveness.py`` decides.
+(:meth:`RunStore.mark_interrupted`), and ``engine/runner/liveness.py`` decides.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from app import form, state
 from engine import data
 from engine.config import GROUPS, ConfigError, Sweep
 from engine.core.presets import PRESETS
-from engine.runner import estimates, jobs
+from engine.runner import estimates
 from engine.training import timing
-from engine.training.build import check_data
+from engine.training.inputs import check_data
 from storage import StorageError
 
 
@@ -115,6 +115,8 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
         tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
             if queue_only:
+                from engine.runner import jobs  # JAX, for the device each run records
+
                 ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
             else:
                 ids = lab.manager.submit(configs, tags=tag_list)

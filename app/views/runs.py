@@ -2,7 +2,7 @@
 delete, rename, annotate, export; and the workers that train them.
 
 The table refreshes in a fragment, which first marks runs whose worker died
-``interrupted`` (``jobs.check_stale``). Delete and rename open a modal dialog from a
+``interrupted`` (``liveness.check_stale``). Delete and rename open a modal dialog from a
 full run; while one is open the table does not refresh (a refresh would close it).
 A refused action's error is kept in session state and drawn outside the fragment,
 so a refresh does not wipe it; it stays until dismissed or the next action.
@@ -16,7 +16,7 @@ import streamlit as st
 
 from app import display, form, state, tables
 from engine.config import ConfigError
-from engine.runner import jobs, liveness
+from engine.runner import liveness
 from storage import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
@@ -56,6 +56,8 @@ def _delete_dialog(ids: list[int]) -> None:
     st.markdown("\n".join(f"- #{r.id} {display.plain(r.name)} ({r.status})" for r in records.values()))
     c1, c2 = st.columns(2)
     if c1.button("Delete", type="primary", key="runs.delete.confirm"):
+        from engine.runner import jobs  # checkpoints (orbax, JAX) only when something is deleted
+
         problems = jobs.delete_runs(store, list(records))
         state.set_selected([i for i in state.selected() if i not in records])
         state.bump_table_epoch()
@@ -179,7 +181,7 @@ def _resume_all(frame) -> None:
 
 def _workers() -> None:
     """The workers registered in the database: active, stopped, or gone (silent too long)."""
-    workers = tables.workers_view(liveness.worker_states(store.workers_frame(), jobs.STALE_AFTER_S))
+    workers = tables.workers_view(liveness.worker_states(store.workers_frame()))
     counts = workers["state"].value_counts()
     label = "Workers · " + (", ".join(f"{counts[s]} {s}" for s in ("active", "gone", "stopped") if s in counts) or "none")
     with st.expander(label, key="runs.workers", icon=":material/dns:"):
@@ -197,7 +199,7 @@ def _workers() -> None:
                 "current_run": st.column_config.NumberColumn("training run", format="%d"),
                 "heartbeat_age_s": st.column_config.NumberColumn(
                     "last heartbeat (s ago)", format="%.0f",
-                    help=f"A worker silent for more than {jobs.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
+                    help=f"A worker silent for more than {liveness.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
             },
         )
 
@@ -205,7 +207,7 @@ def _workers() -> None:
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
-    jobs.check_stale(store)
+    liveness.check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         st.info("No runs yet. Launch a sweep from the form, or from a terminal with `python -m engine sweep`.")
@@ -267,7 +269,7 @@ def _table(has_active: bool) -> None:
 
 st.title("Runs")
 try:
-    jobs.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
+    liveness.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
     runs = tables.runs_view(store.runs_frame())
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")

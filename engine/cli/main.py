@@ -2,6 +2,9 @@
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
+
+The parser is generated from the run schema alone (``engine.config``: no JAX), and
+each command imports what it runs, so ``--help`` and bad flags answer at once.
 """
 
 from __future__ import annotations
@@ -13,10 +16,6 @@ import sys
 import threading
 import time
 
-import pandas as pd
-from tqdm import tqdm
-
-from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
@@ -28,13 +27,10 @@ from engine.config import (
     base_type,
     default_of,
     from_flat,
-    parse_estimators,
-    parse_lams,
-    parse_ranks,
-    parse_seeds,
     schema,
+    sweep_from_flat,
 )
-from engine.training.build import check_data
+from engine.core.choices import SUMMARY_FORMATS
 
 EXIT_BAD_INPUT = 2
 
@@ -99,14 +95,10 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, 
 
 def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
     """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
-    values = vars(args)
     if not sweep:
-        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+        return Sweep(from_flat(vars(args), cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
                      seeds=(args.seed,))
-    with_exact, ranks = parse_ranks(values["ranks"])
-    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
-    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
-                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
+    return sweep_from_flat(vars(args), cls)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
-    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
@@ -227,6 +219,8 @@ class _Signals:
 
 def _bars(manager_hook: dict):
     """tqdm progress bars per run, updated from worker threads."""
+    from tqdm import tqdm
+
     bars: dict[int, tqdm] = {}
     lock = threading.Lock()
 
@@ -285,6 +279,7 @@ def _foreground(args, store, start_runs) -> int:
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.training.inputs import check_data
 
     store = _open_store(args.db)
     check_data(configs)
@@ -317,7 +312,7 @@ def _resume(args) -> int:
     store = _open_store(args.db, create=False)
 
     def start(manager):
-        from engine.runner.jobs import check_stale
+        from engine.runner.liveness import check_stale
 
         check_stale(store)
         ids = store.resolve_runs(args.runs) if args.runs else []
@@ -370,11 +365,10 @@ def _worker(args) -> int:
 
 
 def _workers(args) -> int:
-    from engine.runner.jobs import STALE_AFTER_S
     from engine.runner.liveness import worker_states
 
     store = _open_store(args.db, create=False)
-    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
+    frame = worker_states(store.workers_frame())
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker`")
         return 0
@@ -384,6 +378,11 @@ def _workers(args) -> int:
 
 
 def _print_summary(store, ids) -> None:
+    import pandas as pd
+
+    from engine.analysis.summary import MIB
+    from engine.runner.queries import run_summary
+
     s = run_summary(store, ids)
     table = pd.DataFrame({
         "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
@@ -400,7 +399,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -415,7 +414,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -445,14 +444,14 @@ def _export(args) -> int:
 
 
 def _summary(args) -> int:
-    from engine.analysis.summary import render, run_table3
+    from engine.runner.queries import run_table3, table3_text
     from storage.export import write_file
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    text = table3_text(run_table3(store, ids, at_step=args.at_step), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
@@ -462,7 +461,8 @@ def _summary(args) -> int:
 
 
 def _delete(args) -> int:
-    from engine.runner.jobs import check_stale, delete_runs
+    from engine.runner.jobs import delete_runs
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -475,7 +475,7 @@ def _delete(args) -> int:
 
 
 def _cancel(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -491,6 +491,9 @@ def _cancel(args) -> int:
 
 def _diagnose(args) -> int:
     from pathlib import Path
+
+    import pandas as pd
+    from tqdm import tqdm
 
     from engine.runner import diagnosis
     from storage.export import write_file
@@ -545,10 +548,10 @@ def _diagnose(args) -> int:
 
 
 def main(argv=None) -> int:
-    from storage import RunNotFoundError, StorageError
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    from storage import RunNotFoundError, StorageError
+
     try:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written

@@ -1,4 +1,4 @@
-"""The run schema: ``RunConfig``, its field metadata, and ``Sweep``.
+"""The run schema: ``RunConfig`` and its field metadata (sweeps over it: ``engine.config.sweep``).
 
 Every field of a run is declared once, here, with a ``FieldSpec``: help text, the
 group it belongs to (``GROUPS``), a unit, and its allowed values (choices, or
@@ -7,7 +7,7 @@ bounds for numbers). Everything else derives from that declaration:
 - validation (``RunConfig.__post_init__`` runs one check per kind of value:
   choice, integer, real, flag, mapping; messages name the field, the allowed
   values and the fix),
-- the CLI's ``run`` and ``sweep`` flags (``engine.cli``: ``--field-name``),
+- the CLI's ``run`` and ``sweep`` flags (``engine.cli.main``: ``--field-name``),
 - the dashboard's Launch widgets (``app.form``), one per field, in its group.
 
 ``RunConfig`` is frozen and hashable (data-source options are a ``FrozenMap``),
@@ -15,10 +15,8 @@ so a config is its own identity key. ``comparable()``, ``seed_group()``,
 ``is_exact`` and ``label()`` say what two runs must share to be compared, which
 runs differ only by seed, and what a run is called.
 
-A ``Sweep`` is a base config times estimators × ranks × λs × seeds (exact backprop
-once per seed). ``Sweep.expand()`` clips every rank to the number of sketched rows
-B·T (a sketch cannot have more rows than its input), so two ranks that clip to the
-same effective R are one run, and ``Sweep.clipped()`` says which ranks clipped.
+A ``Sweep`` (``engine.config.sweep``) is a base config times estimators × ranks × λs
+× seeds, exact backprop once per seed.
 """
 
 from __future__ import annotations
@@ -54,8 +52,8 @@ GROUPS = {  # group → what the Launch page and --help call it
     "checkpoints": "Checkpoints",
 }
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
-CHECKPOINT_SECONDS = 60.0
-FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)  # default checkpoint period: at most this much training is lost
+CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)
 
 
 class ConfigError(ValueError):

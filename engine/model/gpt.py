@@ -13,9 +13,9 @@ Memory options (none changes a parameter name or shape, so every method of a
 seed starts from the same parameters whatever its estimator, rank, layers or options):
 
 - ``head_chunk``: 0 = logits then cross-entropy; C > 0 = the head fused with the
-  loss in chunks of C rows (``engine.head``): the B·T×V logits are never kept.
+  loss in chunks of C rows (``engine.sketch.head``): the B·T×V logits are never kept.
 - ``attention``: ``xla`` (``jax.nn.dot_product_attention``) or ``recompute``
-  (``engine.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
+  (``engine.sketch.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
 - ``recompute_activations``: LayerNorm and GELU keep only their inputs and recompute
   the rest in the backward pass; an output is then kept only by an exact dense layer
   that needs it, never for a sketched one.
@@ -23,13 +23,16 @@ seed starts from the same parameters whatever its estimator, rank, layers or opt
   (keep matmul outputs, recompute the rest) or ``full`` (keep the block input).
 
 ``head_chunk``, ``attention`` and ``recompute_activations`` change no number beyond
-float rounding; ``remat`` changes none at all. Defaults: ``recompute`` attention and
-recomputed activations are on (no slower on this project's 2-core CPU at the
-presets, faster at long T); the fused head is off (0): it is faster there too (an
-exact step of the paper preset takes 22 instead of 32 ms with head_chunk=256) but it
-changes what a run's memory figures count (dX and dW instead of the logits), and
-``engine.train`` defines those on the unfused head; ``remat`` is off (it costs a
-forward pass per block).
+float rounding; ``remat`` changes none at all. ``GPTConfig``'s defaults: ``recompute``
+attention and recomputed activations are on (no slower on this project's 2-core CPU
+at the presets, faster at long T); ``remat`` is off (it costs a forward pass per
+block); ``head_chunk`` is 0 (unfused). A run does not take that 0: its
+``RunConfig.head_chunk`` defaults to the faster head on the backend it trains on
+(``engine.config.run.RunConfig.effective_head_chunk``): fused in chunks of
+min(B·T, 256) rows on a CPU (an exact step of the paper preset takes 22 instead of
+32 ms), unfused on a GPU. The fused head changes what the ``loss_logits`` memory
+figure counts (the dX and dW or dẐ it keeps instead of the logits;
+``engine.model.memory``).
 """
 
 from __future__ import annotations

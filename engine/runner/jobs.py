@@ -12,18 +12,18 @@ trains runs in worker threads of this process:
 Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
 is trained by exactly one process. A claimed run (``running``) streams its metrics
-through a ``StoreWriter`` (writes outlast a busy database), is stamped by a heartbeat
-thread every ``HEARTBEAT_S`` seconds, and checkpoints its state under
-``engine.checkpoints.checkpoint_root()`` (see ``train.train``). It ends as
+through a ``StoreWriter`` (writes outlast a busy database), is stamped by a
+``liveness.Heartbeat`` every ``liveness.HEARTBEAT_S`` seconds, and checkpoints its state
+under ``engine.runner.paths.checkpoint_root()`` (see ``engine.training.loop.train``). It ends as
 ``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness (``engine.liveness``): a process that dies leaves ``running`` rows whose
-heartbeat stops; any reader marks them ``interrupted`` within ``STALE_AFTER_S``
-(at once on the same host, where a dead pid is seen).
+Liveness (``engine.runner.liveness``): a process that dies leaves ``running`` rows whose
+heartbeat stops; any reader (``liveness.check_stale``) marks them ``interrupted`` within
+``liveness.STALE_AFTER_S`` (at once on the same host, where a dead pid is seen).
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ from storage import RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0
 CANCEL_POLL_S = 0.25
-STALE_AFTER_S = 60.0
 PULL_POLL_S = 1.0
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
              "streamlit")
@@ -114,14 +112,6 @@ def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str |
     return [create_run(store, c, env, sweep_id=sweep_id, tags=tags) for c in configs]
 
 
-def check_stale(store: RunStore) -> list[int]:
-    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
-    process died to any worker; the ids marked interrupted. Called on every read that
-    shows statuses (``list``, ``show``, the dashboard's pages)."""
-    liveness.release_orphans(store, STALE_AFTER_S)
-    return liveness.mark_stale_interrupted(store, STALE_AFTER_S)
-
-
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
     """Delete runs, their metrics, diagnostics and checkpoints; running runs are refused
     (stop them first). Returns one message per run that was not deleted."""
@@ -155,7 +145,7 @@ class _Checkpoints:
 
     def save(self, step, state, extra, *, final=False):
         self.inner.save(step, state, extra, final=final)
-        self.writer.call(self.run_id, "set_checkpoint_step", self.run_id, step)
+        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step)
 
 
 class JobManager:
@@ -186,7 +176,7 @@ class JobManager:
         self.pull, self.max_runs = pull, max_runs
         self.checkpoint_root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
         self.writer = StoreWriter(store)
-        self.interrupted = check_stale(store)
+        self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
         self._claiming = 0  # threads between reserving a run slot and holding the claimed run
         self._queue: queue.Queue[int | None] = queue.Queue()
@@ -202,8 +192,7 @@ class JobManager:
         self._diagnoses: dict[int, tuple[int, int]] = {}  # diagnosis id → progress, while it computes
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
-        self._beat = threading.Thread(target=self._beat_loop, name="basis-manager-heartbeat", daemon=True)
-        self._beat.start()
+        self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
         self._workers = [
             threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
         ]
@@ -233,13 +222,13 @@ class JobManager:
     def adopt_orphans(self) -> list[int]:
         """Take every queued run whose queuing process is gone (or that no process owns)
         to train here; their ids."""
-        check_stale(self.store)
+        liveness.check_stale(self.store)
         ids = self.store.adopt_queued(self.owner)
         self._enqueue(ids)
         return ids
 
     def diagnose(self, run_id: int, **settings) -> int:
-        """Start a diagnosis of ``run_id`` (``engine.diagnosis.plan_diagnosis``'s settings) on a
+        """Start a diagnosis of ``run_id`` (``engine.runner.diagnosis.plan_diagnosis``'s settings) on a
         thread of its own; its id, once the settings are validated and its row stored.
         ``diagnosis_progress(id)`` follows it while it computes."""
         from engine.runner import diagnosis
@@ -325,6 +314,7 @@ class JobManager:
         else:
             self.interrupt()
         self._closing.set()
+        self._heartbeat.stop()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
@@ -337,12 +327,14 @@ class JobManager:
 
     # ------------------------------------------------------------------ workers
 
-    def _next(self) -> int | None:
-        """The next run id for a worker thread: a queued one of ours, else (pull) one
-        claimed from the database, else wait."""
+    def _next(self) -> tuple[int, bool] | None:
+        """The next run for a worker thread, ``(run id, already claimed)``: a queued one
+        of ours (not claimed yet), else (pull) one claimed from the database, else wait;
+        None when the manager closes."""
         while True:
             try:
-                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                run_id = self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                return None if run_id is None else (run_id, False)
             except queue.Empty:
                 pass
             if self._closing.is_set() or self._interrupt.is_set():
@@ -354,7 +346,7 @@ class JobManager:
                 self._claiming += 1
             run_id = None
             try:
-                check_stale(self.store)
+                liveness.check_stale(self.store)
                 liveness.requeue_orphaned_runs(self.store)
                 run_id = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
@@ -366,12 +358,12 @@ class JobManager:
                     continue
                 self._pending.add(run_id)
                 self._events.setdefault(run_id, threading.Event())
-            return -run_id  # negative: already claimed
+            return run_id, True
 
     def _work(self) -> None:
         name = threading.current_thread().name
         while (item := self._next()) is not None:
-            claimed, run_id = item < 0, abs(item)
+            run_id, claimed = item
             try:
                 with self._lock:
                     self._current[name] = run_id
@@ -390,7 +382,7 @@ class JobManager:
         event = self._events.get(run_id) or threading.Event()
         if not claimed:
             if self._interrupt.is_set():
-                self.writer.call(run_id, "set_status", run_id, "interrupted",
+                self.writer.call(run_id, self.store.set_status, run_id, "interrupted",
                                  error="interrupted before it started; resume it to train it")
                 self.writer.flush()
                 return
@@ -407,14 +399,14 @@ class JobManager:
         )
         log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
 
-    def _beat_loop(self) -> None:
-        while not self._closing.wait(HEARTBEAT_S):
-            with self._lock:
-                current = next(iter(self._current.values()), None)
-                queued = sorted(self._pending - set(self._current.values()))
-            self.writer.call(None, "worker_heartbeat", self.worker_id, current)
-            if queued:
-                self.writer.call(None, "touch_queued", queued, self.owner)
+    def _beat(self) -> None:
+        """The worker's sign of life, and its queued runs' (so no reader releases them)."""
+        with self._lock:
+            current = next(iter(self._current.values()), None)
+            queued = sorted(self._pending - set(self._current.values()))
+        self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
+        if queued:
+            self.writer.call(None, self.store.touch_queued, queued, self.owner)
 
 
 def execute(
@@ -433,12 +425,6 @@ def execute(
     run = store.get_run(run_id)
     steps_done = [run.steps_done]
     notes: list[str] = []
-    stop_beat = threading.Event()
-
-    def beat() -> None:
-        while not stop_beat.wait(HEARTBEAT_S):
-            writer.heartbeat(run_id, steps_done[0], owner=owner)
-
     last_poll = [time.monotonic()]
 
     def should_stop() -> bool:
@@ -472,11 +458,11 @@ def execute(
                          "directory shared with the machine that trained it?)")
         notes.extend(f"skipped: {s}" for s in skipped)
         if had_history:
-            writer.call(run_id, "delete_metrics_after", run_id, step if step else -1)
+            writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1)
         writer.heartbeat(run_id, step, owner=owner)
 
-    beat_thread = threading.Thread(target=beat, name=f"basis-heartbeat-{run_id}", daemon=True)
-    beat_thread.start()
+    heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner),
+                                   name=f"basis-heartbeat-{run_id}").start()
     ckpt_dir = run_dir(checkpoints, run.uid)
     try:
         config = RunConfig.from_dict(run.config)
@@ -499,11 +485,10 @@ def execute(
     except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
         status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
-        stop_beat.set()
-        beat_thread.join()
+        heartbeat.stop()
     if notes:
-        writer.call(run_id, "append_notes", run_id, "; ".join(notes))
+        writer.call(run_id, store.append_notes, run_id, "; ".join(notes))
     writer.heartbeat(run_id, steps_done[0], owner=owner)
-    writer.call(run_id, "set_status", run_id, status, error=error)
+    writer.call(run_id, store.set_status, run_id, status, error=error)
     writer.flush()
     return status, error

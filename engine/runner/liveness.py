@@ -1,21 +1,83 @@
-"""Which runs have lost their worker: the job runner's liveness policy.
+"""Signs of life and the rule that reads them: the job runner's liveness policy.
 
-Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``) and marks
-runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.  A running
-run is stale when its owner is ``this-host:pid`` and that process is gone, or when its last
-sign of life (heartbeat, else start, else creation) is older than the timeout.  Pure Python.
+A live run, diagnosis or worker stamps its row every ``HEARTBEAT_S`` seconds through a
+``Heartbeat``. Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``)
+and marks runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.
+A running run is stale when its owner is ``this-host:pid`` and that process is gone, or
+when its last sign of life (heartbeat, else start, else creation) is older than
+``STALE_AFTER_S``. Pure Python.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0  # period of every heartbeat: runs, diagnoses, workers
+STALE_AFTER_S = 60.0  # silent this long (or its process gone on this host): its worker is dead
 STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
 
-__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "current_owner", "pid_alive", "stale_runs", "check_stale",
+           "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+
+
+class Heartbeat:
+    """Calls ``beat()`` every ``period`` seconds on a daemon thread, from ``start()`` (or
+    entering a ``with`` block) until ``stop()`` (or leaving it), which waits for the
+    thread to end; the first beat comes one period after the start.
+
+    A beat that raises does not end the heartbeat (a busy database must not end a
+    run): it is logged, counted in ``failures`` with the exception in ``last_error``,
+    and the next beat is tried a period later. ``beats`` counts the beats that returned.
+    """
+
+    def __init__(self, beat: Callable[[], object], *, period: float = HEARTBEAT_S, name: str = "basis-heartbeat"):
+        if not period > 0:
+            raise ValueError(f"a heartbeat period must be > 0 seconds (got {period!r})")
+        self.period, self.name = float(period), name
+        self.beats = 0
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self._beat = beat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} was started already")
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No beat starts after this returns (one in progress is waited for)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self._beat()
+            except Exception as e:  # noqa: BLE001 — reported, and the next beat is tried
+                self.failures += 1
+                self.last_error = e
+                log.warning("%s: a beat failed (%s: %s); next try in %.1f s", self.name, type(e).__name__, e,
+                            self.period)
+            else:
+                self.beats += 1
 
 
 def current_owner() -> str:
@@ -61,20 +123,28 @@ def stale_runs(
     return stale
 
 
-def mark_stale_interrupted(store, timeout_s: float = 120.0) -> list[int]:
+def check_stale(store) -> list[int]:
+    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
+    process died to any worker; the ids marked interrupted. Called on every read that
+    shows statuses (``list``, ``show``, the dashboard's pages)."""
+    release_orphans(store)
+    return mark_stale_interrupted(store)
+
+
+def mark_stale_interrupted(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Mark ``running`` runs whose worker died as ``interrupted``; return their ids."""
     now = datetime.now(timezone.utc)
     return store.mark_interrupted(stale_runs(store.active_runs_heartbeats(), now, timeout_s))
 
 
-def release_orphans(store, timeout_s: float = 120.0) -> list[int]:
+def release_orphans(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Hand queued runs whose queuing process is gone (same rule as ``stale_runs``) to any
     worker, so nothing stays queued forever; their ids."""
     now = datetime.now(timezone.utc)
     return store.release_queued(stale_runs(store.queued_owners(), now, timeout_s))
 
 
-def worker_states(frame, timeout_s: float = 120.0, now: Optional[datetime] = None):
+def worker_states(frame, timeout_s: float = STALE_AFTER_S, now: Optional[datetime] = None):
     """``RunStore.workers_frame()`` with ``state``: ``active``, ``stopped``, or ``gone``
     (silent for longer than ``timeout_s``, or its process is dead on this host)."""
     now = now or datetime.now(timezone.utc)

@@ -9,7 +9,7 @@ and its logit gradient is dZ = (softmax(Z) − onehot(t)) / B, so
     dX = dZ Wᵀ,   dW = Xᵀ dZ                                  (exact)
     dW ≈ X̂ᵀ dẐ,  X̂ = c·γ_X·S X,  dẐ = c·γ_dZ·S dZ,  c = 1 − λ   (sketched)
 
-with S, γ and the estimators of ``engine.basis`` (S drawn by ``draw_sketch`` from the
+with S, γ and the estimators of ``engine.sketch.basis`` (S drawn by ``draw_sketch`` from the
 head's key, X̂ by ``sketch_rows``). The peer estimators take the same key and draw
 the same numbers as ``sketched_matmul``: row sampling (``crs``, ``wta-crs``) keeps
 x̃ = c²·diag(w)·X[i] and the R sampled rows of dZ, recomputed from their logits
@@ -72,7 +72,7 @@ def head_loss(
       targets: integer array of shape x.shape[:-1].
       key: the head's sketch key (unused, may be None, when ``estimator="exact"``).
       chunk: rows per chunk C ≥ 1; B need not be a multiple of C.
-      estimator, rank, lam: as ``engine.basis.sketched_matmul``; R is clipped to B.
+      estimator, rank, lam: as ``engine.sketch.basis.sketched_matmul``; R is clipped to B.
     """
     validate_method(estimator, rank, lam)
     if estimator != "exact" and key is None:

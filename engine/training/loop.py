@@ -27,8 +27,9 @@ from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
-from engine.training.build import load_data, model_config, optimizer_for, run_keys, sketch_key
+from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
+from engine.training.inputs import load_data
 from engine.training.steps import init_state, make_eval_step, make_train_step
 
 
@@ -47,7 +48,7 @@ class Record:
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, in total
-    and per category (``engine.metrics.CATEGORIES``), and the compiled step's XLA
+    and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
     temp bytes."""
     cfg = model_config(config)
     mine = memory_breakdown(cfg, params, batch, key)
@@ -63,7 +64,7 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
 
 
 class Checkpointer(Protocol):
-    """Where a run's checkpoints live (``engine.checkpoints.RunCheckpoints``)."""
+    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``)."""
 
     def latest_step(self) -> int | None: ...
 
