@@ -27,6 +27,8 @@ postgres:
 	bash scripts/install_postgres.sh
 
 test: install browser postgres
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check engine app storage bench tests
 	$(PY) -m pytest -q
 
 bench: install
