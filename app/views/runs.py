@@ -28,6 +28,7 @@ from storage import (
     to_csv_bytes,
     wide_frame,
 )
+from storage.limits import NAME_MAX, NOTES_MAX
 
 lab = state.lab()
 store = lab.store
@@ -73,8 +74,9 @@ def _edit_dialog(run_id: int) -> None:
     except RunNotFoundError:
         _close_dialog(f"Run {run_id} was deleted meanwhile.")
     with st.form("runs.edit"):
-        name = st.text_input("Name", value=record.name)
-        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…")
+        name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
+        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
+                             max_chars=NOTES_MAX)
         c1, c2 = st.columns(2)
         save = c1.form_submit_button("Save", type="primary")
         cancel = c2.form_submit_button("Cancel")

@@ -280,15 +280,15 @@ def _foreground(args, store, start_runs) -> int:
     if ids:
         _print_summary(store, ids)
     statuses = {store.get_run(i).status for i in ids}
-    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+    return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)
 
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
 
+    tags = _tags(args)
     store = _open_store(args.db)
     check_data(configs)
-    tags = _tags(args)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
@@ -304,10 +304,12 @@ def _train(args, configs: list[RunConfig]) -> int:
 
 
 def _tags(args) -> tuple[str, ...]:
+    from storage.limits import TAG_MAX
+
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
-        if len(t) > 64:
-            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+        if len(t) > TAG_MAX:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
     return tags
 
 

@@ -2,8 +2,15 @@
 
 Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``) and marks
 runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.  A running
-run is stale when its owner is ``this-host:pid`` and that process is gone, or when its last
-sign of life (heartbeat, else start, else creation) is older than the timeout.  Pure Python.
+run whose owner is ``this-host:pid`` is stale exactly when that process is gone: a live
+process on this host is never declared dead by the timeout alone (it may be stopped,
+swapping or waiting on a hung disk, and would wake to find its run trained by another).
+A run owned on another host is stale when its last sign of life (heartbeat, else start,
+else creation) is older than the timeout.  Should such an owner wake after all, its lease
+(``storage.lease``) is gone and its writes are refused.  Pure Python.
+
+The host name is ``$BASIS_LAB_HOST`` when set (machines or containers that share a
+database but not a process table and a host name), else ``socket.gethostname()``.
 """
 
 from __future__ import annotations
@@ -14,13 +21,19 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional
 
 STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
+ENV_HOST = "BASIS_LAB_HOST"
 
-__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+__all__ = ["host_name", "current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+
+
+def host_name() -> str:
+    """``$BASIS_LAB_HOST``, else this machine's host name: the host part of an owner."""
+    return os.environ.get(ENV_HOST, "").strip() or socket.gethostname()
 
 
 def current_owner() -> str:
     """``hostname:pid`` of this process, the owner recorded when it claims a run."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{host_name()}:{os.getpid()}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,14 +61,17 @@ def stale_runs(
     timeout_s: float,
     host: Optional[str] = None,
 ) -> dict[int, str]:
-    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``."""
-    host = socket.gethostname() if host is None else host
+    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``:
+    on this host, those whose process is gone (whatever the time); elsewhere, those silent
+    for longer than ``timeout_s``."""
+    host = host_name() if host is None else host
     cutoff = now - timedelta(seconds=timeout_s)
     stale: dict[int, str] = {}
     for run_id, owner, last in rows:
         o_host, _, o_pid = (owner or "").rpartition(":")
-        if o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid)):
-            stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
+        if o_host == host and o_pid.isdigit():
+            if not pid_alive(int(o_pid)):
+                stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
         elif last is None or last < cutoff:
             stale[run_id] = f"{STALE_PREFIX}no heartbeat from {owner or 'its worker'} since {last}"
     return stale

@@ -11,7 +11,10 @@ bounded and nothing is dropped. Heartbeats are coalesced: only the newest pendin
 of a run is written.
 
 A write that fails for good (the run was deleted meanwhile, the disk is read-only) is
-not retried: ``failure(run_id)`` returns it, and the trainer stops that run.
+not retried: ``failure(run_id)`` returns it, and the trainer stops that run. An owner's
+write refused because another claim took the run's lease (``storage.LeaseLostError``)
+is not an error of the database: ``lost(run_id, epoch)`` returns it, and every later
+write of that run under that epoch is dropped unwritten.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from storage import DatabaseBusyError, StorageError
+from storage import DatabaseBusyError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class StoreWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_PENDING)
         self._beats: dict[int, tuple] = {}  # run id → newest pending heartbeat arguments
         self._failures: dict[int, StorageError] = {}
+        self._lost: dict[int, LeaseLostError] = {}  # run id → the refusal of its newest lost lease
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
@@ -55,9 +59,9 @@ class StoreWriter:
             self._pending += 1
         self._queue.put((run_id, method, args, kwargs))
 
-    def metrics(self, run_id: int, rows: list) -> None:
+    def metrics(self, run_id: int, rows: list, **kwargs: Any) -> None:
         if rows:
-            self.call(run_id, "add_metrics", run_id, rows)
+            self.call(run_id, "add_metrics", run_id, rows, **kwargs)
 
     def heartbeat(self, run_id: int, *args: Any, **kwargs: Any) -> None:
         """Queue a heartbeat; an older one of the same run still waiting is replaced."""
@@ -79,9 +83,16 @@ class StoreWriter:
         return True
 
     def failure(self, run_id: int) -> StorageError | None:
-        """The error that made a write of ``run_id`` fail for good, if any."""
+        """The error that made a write of ``run_id`` fail for good, if any (a lost lease
+        is not one: see ``lost``)."""
         with self._lock:
             return self._failures.get(run_id)
+
+    def lost(self, run_id: int, epoch: int) -> LeaseLostError | None:
+        """The refusal of a write of ``run_id`` under lease ``epoch``, if another claim took it."""
+        with self._lock:
+            refusal = self._lost.get(run_id)
+        return refusal if refusal is not None and refusal.epoch == epoch else None
 
     # ------------------------------------------------------------------ the thread
 
@@ -101,9 +112,17 @@ class StoreWriter:
 
     def _write(self, run_id, method, args, kwargs) -> None:
         delay = BACKOFF_S
+        epoch = kwargs.get("epoch")
+        if epoch is not None and self.lost(run_id, epoch) is not None:
+            return  # the lease is gone: nothing more is written under it
         while True:
             try:
                 getattr(self.store, method)(*args, **kwargs)
+                return
+            except LeaseLostError as e:
+                log.debug("%s of run %s refused: %s", method, run_id, e)
+                with self._lock:
+                    self._lost[run_id] = e
                 return
             except DatabaseBusyError as e:
                 self.retries += 1

@@ -249,8 +249,8 @@ def test_rename_notes_delete_and_resolve(store):
 
 def test_status_lifecycle_claim_cancel(store):
     a = _new_run(store, "a")
-    assert store.claim(a, "host:1") is True
-    assert store.claim(a, "host:2") is False  # only from queued
+    assert store.claim(a, "host:1") == 1  # the first lease
+    assert store.claim(a, "host:2") is None  # only from queued
     rec = store.get_run(a)
     assert rec.status == "running" and rec.owner == "host:1" and rec.started_at and rec.heartbeat_at
     before = rec.heartbeat_at
@@ -272,7 +272,7 @@ def test_status_lifecycle_claim_cancel(store):
     b = _new_run(store, "b")
     assert store.request_cancel(b) is True
     assert store.get_run(b).status == "cancelled" and store.get_run(b).finished_at is not None
-    assert store.claim(b, "host:1") is False
+    assert store.claim(b, "host:1") is None
 
     c = _new_run(store, "c")
     store.claim(c, "host:1")
@@ -404,7 +404,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0002"
+    assert schema_revision(eng) == head_revision() == "0003"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -535,14 +535,15 @@ def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
     st.close()
 
+    head = head_revision()
     _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('half_done', sa.Integer))\n"
                                              "    op.execute('DELETE FROM metrics')\n"
                                              "    raise RuntimeError('simulated failure')")
-    with pytest.raises(StorageError, match="from schema revision 0002 to 9001 failed.*left unchanged"):
+    with pytest.raises(StorageError, match=f"from schema revision {head} to 9001 failed.*left unchanged"):
         make_engine(url)
     monkeypatch.undo()
     eng = make_engine(url)
-    assert schema_revision(eng) == "0002"
+    assert schema_revision(eng) == head
     assert "half_done" not in _schema(eng)["runs"][0]
     st = RunStore(engine=eng)
     assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
@@ -750,8 +751,8 @@ def _claim_all(url, owner, out):
     st = RunStore(url)
     got = []
     try:
-        while (rid := st.claim_next(owner, worker_id=owner)) is not None:
-            got.append(rid)
+        while (lease := st.claim_next(owner, worker_id=owner)) is not None:
+            got.append(lease.run_id)
     finally:
         st.close()
     out.put((owner, got))
@@ -770,8 +771,8 @@ def _check_claims(store, queued, claims):
 def test_claim_next_takes_the_oldest_queued_and_skips_cancelled(store):
     a, b, c = _new_run(store, "a"), _new_run(store, "b"), _new_run(store, "c")
     store.request_cancel(a)
-    assert store.claim_next("host:1", "w1") == b
-    assert store.claim_next("host:2") == c
+    assert store.claim_next("host:1", "w1") == (b, 1)
+    assert store.claim_next("host:2") == (c, 1)
     assert store.claim_next("host:3") is None
     assert store.get_run(c).worker_id is None and store.get_run(b).worker_id == "w1"
 
@@ -829,7 +830,7 @@ def test_requeue_moves_ended_runs_back_to_queued(store):
     assert store.get_run(run).status == "running" and store.get_run(que).status == "queued"
     rec = store.get_run(intr)
     assert (rec.steps_done, rec.checkpoint_step, len(store.metrics([intr]))) == (40, 30, 5)
-    assert store.claim_next("host:2") == fail  # claimable again, oldest first
+    assert store.claim_next("host:2") == (fail, 3)  # claimable again, oldest first, under a new lease
     with pytest.raises(RunNotFoundError):
         store.requeue([canc, 999])
     assert store.get_run(canc).status == "queued"
@@ -999,7 +1000,8 @@ def test_liveness_primitives_and_policy(store):
     assert [(r, o) for r, o, _ in rows] == [(a, "far.example:1"), (b, "far.example:2")]
     assert all(abs((last - now).total_seconds()) < 60 for _, _, last in rows)
     rows = [(a, "far.example:1", now - timedelta(seconds=200)), (b, "far.example:2", now - timedelta(seconds=10)),
-            (q, None, None), (77, f"{socket.gethostname()}:{_dead_pid()}", now), (78, current_owner(), now)]
+            (q, None, None), (77, f"{socket.gethostname()}:{_dead_pid()}", now), (78, current_owner(), now),
+            (79, current_owner(), now - timedelta(days=1))]  # alive here, however silent: stopped, not dead
     stale = stale_runs(rows, now, 120, socket.gethostname())
     assert sorted(stale) == [a, q, 77] and "no longer running" in stale[77] and "no heartbeat" in stale[a]
     assert store.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]
