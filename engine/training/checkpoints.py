@@ -352,14 +352,13 @@ class RunCheckpoints:
             _verify(state, {k: v for k, v in extra.items() if k != _SUMS}, extra.pop(_SUMS, None))
         except _Damaged as e:
             raise CheckpointError(
-                f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)}, "
-                "or resume from step 0 with --from-scratch"
+                f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
+                "(a resume takes the next older checkpoint)"
             ) from None
         except Exception as e:  # orbax/tensorstore raise many types for damaged files
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
-                f"({_brief(e)}): fix by deleting {folder / str(step)}, or resume from step 0 "
-                "with --from-scratch"
+                f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
             ) from None
         return state, extra
 

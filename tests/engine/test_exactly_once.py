@@ -73,3 +73,60 @@ def test_a_stalled_owner_loses_its_run_which_is_trained_once(db_url, tmp_path):
     assert sorted(metrics.loc[metrics["name"] == "val_loss", "step"]) == list(range(0, STEPS + 1, EVERY))
     assert sorted(metrics.loc[metrics["name"] == "cos_mean", "step"]) == list(range(EVERY, STEPS + 1, EVERY))
     assert (ckpt / f"run-{run.uid}" / f"epoch-{run.epoch}" / str(STEPS)).is_dir()  # each lease its own folder
+
+
+# --------------------------------------------------------------------------- damaged checkpoints
+
+
+def _xor_64_bytes(step_dir: Path) -> None:
+    big = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(big.read_bytes())
+    for i in range(64):
+        data[len(data) // 2 + i] ^= 0x5A
+    big.write_bytes(bytes(data))
+
+
+def _truncate(step_dir: Path) -> None:
+    big = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    big.write_bytes(big.read_bytes()[: big.stat().st_size // 3])
+
+
+def _trajectory(store: RunStore, run_id: int) -> dict:
+    """``{(step, metric): value}`` of every metric but the measured speed (NaN as "nan",
+    so that equal histories compare equal)."""
+    m = store.metrics([run_id])
+    assert not m.duplicated(["step", "name"]).any()
+    m = m[m["name"] != "tokens_per_s"]
+    return {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twin_trajectory(tmp_path):
+    from engine.config import RunConfig
+    from engine.runner.jobs import JobManager
+
+    store = RunStore(f"sqlite:///{tmp_path / 'lab.db'}")
+    config = RunConfig(preset="tiny", steps=3 * EVERY, eval_interval=EVERY, probe_interval=EVERY, val_batches=1,
+                       checkpoint_interval=EVERY, rank=4)
+    manager = JobManager(store, checkpoints=tmp_path / "ckpt")
+    try:
+        ids = manager.submit([config, config])  # twins: the same seed, the same trajectory
+        assert manager.wait(ids, timeout=900)
+        before = {i: _trajectory(store, i) for i in ids}
+        assert before[ids[0]] == before[ids[1]] and (3 * EVERY, "val_loss") in before[ids[0]]
+        for run_id, damage in zip(ids, (_xor_64_bytes, _truncate)):
+            run = store.get_run(run_id)
+            assert run.status == "finished" and run.checkpoint_step == 3 * EVERY
+            store.set_status(run_id, "interrupted", error="interrupted: a crash after its last checkpoint")
+            damage(tmp_path / "ckpt" / f"run-{run.uid}" / f"epoch-{run.epoch}" / str(3 * EVERY))
+        assert sorted(manager.resume(ids)) == sorted(ids)
+        assert manager.wait(ids, timeout=900)
+    finally:
+        manager.shutdown()
+    for run_id in ids:
+        run = store.get_run(run_id)
+        assert run.status == "finished" and run.steps_done == 3 * EVERY, run.error
+        assert f"resumed from the checkpoint at step {2 * EVERY}" in run.notes
+        assert f"skipped: checkpoint at step {3 * EVERY} of run {run_id} is " in run.notes
+        assert _trajectory(store, run_id) == before[run_id]  # every metric as the uninterrupted run had it
+    assert "does not match its checksum" in store.get_run(ids[0]).notes  # the flip reads back silently otherwise
