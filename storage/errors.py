@@ -74,7 +74,7 @@ def _misfit(table: str, params: Any) -> Optional[str]:
         if not isinstance(row, dict):
             continue
         for key, value in row.items():
-            column = tbl.columns.get(key) or tbl.columns.get(re.sub(r"_\d+$", "", key))
+            column = tbl.columns.get(key) or tbl.columns.get(re.sub(r"_+\d+$", "", key))
             if column is None or value is None:
                 continue
             length = getattr(column.type, "length", None)
