@@ -47,6 +47,7 @@ class Widget:
     fmt: str | None = None
     placeholder: str | None = None
     sources: tuple[str, ...] = ()
+    max_chars: int | None = None  # text: the schema's longest value
 
     @property
     def key(self) -> str:
@@ -82,7 +83,7 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
             w = Widget(f.name, s.group, "number", s.label, s.help + unit, step=s.step or 1, fmt=s.fmt,
                        placeholder=s.none if optional else None)
         else:
-            w = Widget(f.name, s.group, "text", s.label, s.help, placeholder=s.none)
+            w = Widget(f.name, s.group, "text", s.label, s.help, placeholder=s.none, max_chars=s.max_len)
         out.append(w)
     return out
 

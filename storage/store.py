@@ -30,7 +30,7 @@ from .diagnostics import DiagnosticsMixin
 from .errors import RunNotFoundError  # noqa: F401
 from .frames import FramesMixin
 from .metrics import MetricsMixin
-from .queue import QueueMixin
+from .queue import Lease, QueueMixin  # noqa: F401
 from .records import (  # noqa: F401  (the store's public names, as before the split)
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,

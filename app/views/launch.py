@@ -36,7 +36,7 @@ def _draw(w: form.Widget, column) -> None:
             placeholder = f"preset: {preset.batch_size if w.name == 'batch_size' else preset.model.seq_len}"
         column.number_input(w.label, step=w.step, format=w.fmt, placeholder=placeholder, **common)
     else:
-        column.text_input(w.label, placeholder=w.placeholder, **common)
+        column.text_input(w.label, placeholder=w.placeholder, max_chars=w.max_chars, **common)
 
 
 def _preview_frame(configs: list) -> pd.DataFrame:

@@ -28,6 +28,8 @@ from storage import (
     to_csv_bytes,
     wide_frame,
 )
+from storage.backup import backup_bytes, pg_dump_path
+from storage.limits import NAME_MAX, NOTES_MAX
 
 lab = state.lab()
 store = lab.store
@@ -75,8 +77,9 @@ def _edit_dialog(run_id: int) -> None:
     except RunNotFoundError:
         _close_dialog(f"Run {run_id} was deleted meanwhile.")
     with st.form("runs.edit"):
-        name = st.text_input("Name", value=record.name)
-        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…")
+        name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
+        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
+                             max_chars=NOTES_MAX)
         c1, c2 = st.columns(2)
         save = c1.form_submit_button("Save", type="primary")
         cancel = c2.form_submit_button("Cancel")
@@ -179,6 +182,21 @@ def _resume_all(frame) -> None:
     st.rerun()
 
 
+def _backup() -> None:
+    """A download of a consistent copy of the whole database (``storage.backup``)."""
+    sqlite = store.engine.url.get_backend_name() == "sqlite"
+    missing = not sqlite and pg_dump_path() is None
+    st.download_button(
+        "Back up the database", icon=":material/backup:", key="runs.backup", disabled=missing,
+        data=lambda: backup_bytes(store)[0], file_name="basis-lab-backup.db" if sqlite else "basis-lab-backup.dump",
+        mime="application/octet-stream",
+        help="A consistent copy of every run, metric, worker and diagnosis, taken while runs keep training "
+             "(the same as `python -m engine backup OUT`). " + (
+                 "A SQLite file: open it with `--db`." if sqlite else "A pg_dump archive: restore it with pg_restore.")
+             + (" Needs pg_dump: install the PostgreSQL client tools on this machine." if missing else ""),
+    )
+
+
 def _workers() -> None:
     """The workers registered in the database: active, stopped, or gone (silent too long)."""
     workers = tables.workers_view(liveness.worker_states(store.workers_frame()))
@@ -224,6 +242,7 @@ def _table(has_active: bool) -> None:
     head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
     with head:
         _resume_all(frame)
+        _backup()
     if view.empty:
         st.info("No run matches the filters.")
         _workers()

@@ -1,4 +1,5 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel, diagnose
+BASIS runs, and back up the database.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -148,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    backup = sub.add_parser("backup", parents=[db], help="a consistent copy of the database, while runs keep writing",
+                            description="Copy the whole database into OUT in one consistent snapshot: SQLite with its "
+                                        "backup API (WAL included; open the copy with --db OUT), PostgreSQL with "
+                                        "pg_dump (restore with pg_restore). Runs may keep training meanwhile.")
+    backup.add_argument("out", help="file to write")
+    backup.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never the database)")
     delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
     delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
@@ -274,16 +281,16 @@ def _foreground(args, store, start_runs) -> int:
     if ids:
         _print_summary(store, ids)
     statuses = {store.get_run(i).status for i in ids}
-    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+    return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)
 
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
     from engine.training.inputs import check_data
 
+    tags = _tags(args)
     store = _open_store(args.db)
     check_data(configs)
-    tags = _tags(args)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
@@ -299,10 +306,12 @@ def _train(args, configs: list[RunConfig]) -> int:
 
 
 def _tags(args) -> tuple[str, ...]:
+    from storage.limits import TAG_MAX
+
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
-        if len(t) > 64:
-            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+        if len(t) > TAG_MAX:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
     return tags
 
 
@@ -460,6 +469,15 @@ def _summary(args) -> int:
     return 0
 
 
+def _backup(args) -> int:
+    from storage.backup import backup
+
+    store = _open_store(args.db, create=False)
+    done = backup(store, args.out, force=args.force)
+    print(f"backed up {store.url} to {done.path}: {done.describe()}")
+    return 0
+
+
 def _delete(args) -> int:
     from engine.runner.jobs import delete_runs
     from engine.runner.liveness import check_stale
@@ -557,7 +575,7 @@ def main(argv=None) -> int:
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
         commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
-                    "diagnose": _diagnose,
+                    "diagnose": _diagnose, "backup": _backup,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)
     except (CliError, ConfigError, StorageError, ValueError) as e:

@@ -42,6 +42,7 @@ from engine.core.choices import (
     SOURCES,
 )
 from engine.core.presets import PRESETS, GPTConfig
+from storage.limits import INT_MAX, NAME_MAX
 
 GROUPS = {  # group → what the Launch page and --help call it
     "method": "Method",
@@ -65,7 +66,9 @@ class FieldSpec:
     """What the schema knows about one run field.
 
     ``choices`` is a tuple or a zero-argument callable returning one; ``low``/``high``
-    bound numbers (``low_open``/``high_open`` exclude the end); ``none`` says what
+    bound numbers (``low_open``/``high_open`` exclude the end; an integer is always below
+    2⁶³, what the database stores); ``max_len`` bounds text (``storage.limits``, which
+    sizes the database's columns); ``none`` says what
     None means (a field that may be None); ``swept``: the field is one axis of a
     ``Sweep`` (``estimator``, ``rank``, ``lam``, ``seed``), set per run by the sweep;
     ``aliases`` are extra CLI flags; ``label``/``step``/``fmt`` dress its widget.
@@ -80,6 +83,7 @@ class FieldSpec:
     high: float | None = None
     low_open: bool = False
     high_open: bool = True
+    max_len: int | None = None
     none: str | None = None
     swept: bool = False
     aliases: tuple[str, ...] = ()
@@ -233,7 +237,8 @@ class RunConfig:
         "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept",
         low=1))
     name: str | None = field(default=None, metadata=spec(
-        "a name for the run (in a sweep: a prefix of every run's name)", "training", "Name", none="e.g. basis R=8 s0"))
+        f"a name for the run (in a sweep: a prefix of every run's name), at most {NAME_MAX} characters", "training",
+        "Name", max_len=NAME_MAX, none="e.g. basis R=8 s0"))
 
     def __post_init__(self):
         if not isinstance(self.dataset_options, FrozenMap):
@@ -422,14 +427,17 @@ def _validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> N
     elif kind is int:
         note = f" (or None for {s.none})" if optional else (" (0 = never)" if s.low == 0 and "never" in s.help else "")
         checks.whole(name, value, int(s.low if s.low is not None else -(2**63)), note=note, error=ConfigError)
-        if s.high is not None and value >= s.high:
-            raise ConfigError(f"{name} must be an integer in [{int(s.low)}, {int(s.high)}) (got {value!r})")
+        high = INT_MAX + 1 if s.high is None else s.high
+        if value >= high:
+            raise ConfigError(f"{name} must be an integer in [{int(s.low)}, {int(high)}) (got {value!r})")
     elif kind is float:
         checks.real(name, value, -math.inf if s.low is None else s.low, math.inf if s.high is None else s.high,
                     low_open=s.low_open, high_open=s.high_open, error=ConfigError)
     elif kind is str:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{name} must be a non-empty text (got {value!r})")
+        if s.max_len is not None and len(value) > s.max_len:
+            raise ConfigError(f"{name} is {len(value):,} characters long; the most is {s.max_len:,}: shorten it")
 
 
 @functools.cache

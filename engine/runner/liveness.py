@@ -3,9 +3,16 @@
 A live run, diagnosis or worker stamps its row every ``HEARTBEAT_S`` seconds through a
 ``Heartbeat``. Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``)
 and marks runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.
-A running run is stale when its owner is ``this-host:pid`` and that process is gone, or
-when its last sign of life (heartbeat, else start, else creation) is older than
-``STALE_AFTER_S``. Pure Python.
+A running run whose owner is ``this-host:pid`` is stale exactly when that process is gone: a
+live process on this host is never declared dead by the timeout alone (it may be stopped,
+swapping or waiting on a hung disk, and would wake to find its run trained by another).
+A run owned on another host is stale when its last sign of life (heartbeat, else start,
+else creation) is older than ``STALE_AFTER_S`` (``$BASIS_LAB_STALE_AFTER_S``, default 60 s).
+Should such an owner wake after all, its lease (``storage.lease``) is gone and its writes
+are refused. Pure Python.
+
+The host name is ``$BASIS_LAB_HOST`` when set (machines or containers that share a
+database but not a process table and a host name), else ``socket.gethostname()``.
 """
 
 from __future__ import annotations
@@ -19,11 +26,31 @@ from typing import Callable, Iterable, Optional
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0  # period of every heartbeat: runs, diagnoses, workers
-STALE_AFTER_S = 60.0  # silent this long (or its process gone on this host): its worker is dead
-STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
+ENV_STALE = "BASIS_LAB_STALE_AFTER_S"
 
-__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "current_owner", "pid_alive", "stale_runs", "check_stale",
+
+def _stale_after(default: float = 60.0) -> float:
+    """``$BASIS_LAB_STALE_AFTER_S`` (seconds of silence after which an owner on another
+    host counts as dead), else ``default``; an unreadable value is warned about and ignored."""
+    text = os.environ.get(ENV_STALE, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        log.warning("ignoring %s=%r: not a positive number of seconds; using %g s", ENV_STALE, text, default)
+        return default
+    return value
+
+
+STALE_AFTER_S = _stale_after()  # silent this long (on another host): its worker is dead
+HEARTBEAT_S = min(2.0, STALE_AFTER_S / 3)  # period of every heartbeat (several within the timeout)
+STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
+ENV_HOST = "BASIS_LAB_HOST"
+
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "host_name", "current_owner", "pid_alive", "stale_runs", "check_stale",
            "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
 
 
@@ -80,9 +107,14 @@ class Heartbeat:
                 self.beats += 1
 
 
+def host_name() -> str:
+    """``$BASIS_LAB_HOST``, else this machine's host name: the host part of an owner."""
+    return os.environ.get(ENV_HOST, "").strip() or socket.gethostname()
+
+
 def current_owner() -> str:
     """``hostname:pid`` of this process, the owner recorded when it claims a run."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{host_name()}:{os.getpid()}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -110,14 +142,17 @@ def stale_runs(
     timeout_s: float,
     host: Optional[str] = None,
 ) -> dict[int, str]:
-    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``."""
-    host = socket.gethostname() if host is None else host
+    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``:
+    on this host, those whose process is gone (whatever the time); elsewhere, those silent
+    for longer than ``timeout_s``."""
+    host = host_name() if host is None else host
     cutoff = now - timedelta(seconds=timeout_s)
     stale: dict[int, str] = {}
     for run_id, owner, last in rows:
         o_host, _, o_pid = (owner or "").rpartition(":")
-        if o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid)):
-            stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
+        if o_host == host and o_pid.isdigit():
+            if not pid_alive(int(o_pid)):
+                stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
         elif last is None or last < cutoff:
             stale[run_id] = f"{STALE_PREFIX}no heartbeat from {owner or 'its worker'} since {last}"
     return stale

@@ -14,7 +14,10 @@ A write is a callable and its arguments (``writer.call(run_id, store.set_status,
 "finished")``), run as given on the writer's thread.
 
 A write that fails for good (the run was deleted meanwhile, the disk is read-only) is
-not retried: ``failure(run_id)`` returns it, and the trainer stops that run.
+not retried: ``failure(run_id)`` returns it, and the trainer stops that run. An owner's
+write refused because another claim took the run's lease (``storage.LeaseLostError``)
+is not an error of the database: ``lost(run_id, epoch)`` returns it, and every later
+write of that run under that epoch is dropped unwritten.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from storage import DatabaseBusyError, StorageError
+from storage import DatabaseBusyError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class StoreWriter:
         self._queue: queue.Queue[_Write] = queue.Queue(maxsize=MAX_PENDING)
         self._beats: dict[int, _Write] = {}  # run id → its heartbeat waiting in the queue
         self._failures: dict[int, StorageError] = {}
+        self._lost: dict[int, LeaseLostError] = {}  # run id → the refusal of its newest lost lease
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
@@ -72,9 +76,9 @@ class StoreWriter:
         blocks while the queue is full."""
         self._put(_Write(run_id, fn, args, kwargs))
 
-    def metrics(self, run_id: int, rows: list) -> None:
+    def metrics(self, run_id: int, rows: list, **kwargs: Any) -> None:
         if rows:
-            self.call(run_id, self.store.add_metrics, run_id, rows)
+            self.call(run_id, self.store.add_metrics, run_id, rows, **kwargs)
 
     def heartbeat(self, run_id: int, *args: Any, **kwargs: Any) -> None:
         """Queue ``store.heartbeat(run_id, *args, **kwargs)``; an older heartbeat of the
@@ -104,9 +108,16 @@ class StoreWriter:
         return True
 
     def failure(self, run_id: int) -> StorageError | None:
-        """The error that made a write of ``run_id`` fail for good, if any."""
+        """The error that made a write of ``run_id`` fail for good, if any (a lost lease
+        is not one: see ``lost``)."""
         with self._lock:
             return self._failures.get(run_id)
+
+    def lost(self, run_id: int, epoch: int) -> LeaseLostError | None:
+        """The refusal of a write of ``run_id`` under lease ``epoch``, if another claim took it."""
+        with self._lock:
+            refusal = self._lost.get(run_id)
+        return refusal if refusal is not None and refusal.epoch == epoch else None
 
     # ------------------------------------------------------------------ the thread
 
@@ -125,9 +136,17 @@ class StoreWriter:
 
     def _write(self, write: _Write) -> None:
         delay = BACKOFF_S
+        run_id, epoch = write.run_id, write.kwargs.get("epoch")
+        if epoch is not None and self.lost(run_id, epoch) is not None:
+            return  # the lease is gone: nothing more is written under it
         while True:
             try:
                 write()
+                return
+            except LeaseLostError as e:
+                log.debug("%s refused: %s", write, e)
+                with self._lock:
+                    self._lost[run_id] = e
                 return
             except DatabaseBusyError as e:
                 self.retries += 1

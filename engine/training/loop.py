@@ -64,7 +64,9 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
 
 
 class Checkpointer(Protocol):
-    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``)."""
+    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``). ``save`` may
+    raise to end the run without writing (the runner's checkpointer does when the run's
+    lease was taken by another claim: ``storage.LeaseLostError``); ``train`` lets it through."""
 
     def latest_step(self) -> int | None: ...
 

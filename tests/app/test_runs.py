@@ -372,3 +372,11 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
     finally:
         trap.shutdown()
     assert _Counter.hits == []
+
+
+def test_the_runs_page_offers_a_backup_of_the_database(url, store):
+    fake_run(store, TINY)
+    at = app().run()
+    assert not at.exception
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Back up the database" in labels

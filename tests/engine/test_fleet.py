@@ -124,7 +124,7 @@ def test_queue_only_runs_wait_for_a_worker_and_an_owned_queue_is_not_claimed(db_
     owned = store.create_run(name="mine", config=QUICK.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0,
                              preset="tiny", steps=10, owner=liveness.current_owner())
     claimed = [store.claim_next("host:1"), store.claim_next("host:2"), store.claim_next("host:3")]
-    assert claimed == [runs[0].id, runs[1].id, None] and store.get_run(owned).status == "queued"
+    assert claimed == [(runs[0].id, 1), (runs[1].id, 1), None] and store.get_run(owned).status == "queued"
 
 
 def test_orphaned_queued_runs_are_released_and_workers_listed(db_url, capsys):

@@ -140,7 +140,8 @@ def test_liveness_primitives_and_policy(store):
     assert [(r, o) for r, o, _ in rows] == [(a, "far.example:1"), (b, "far.example:2")]
     assert all(abs((last - now).total_seconds()) < 60 for _, _, last in rows)
     rows = [(a, "far.example:1", now - timedelta(seconds=200)), (b, "far.example:2", now - timedelta(seconds=10)),
-            (q, None, None), (77, f"{socket.gethostname()}:{dead_pid()}", now), (78, current_owner(), now)]
+            (q, None, None), (77, f"{socket.gethostname()}:{dead_pid()}", now), (78, current_owner(), now),
+            (79, current_owner(), now - timedelta(days=1))]  # alive here, however silent: stopped, not dead
     stale = stale_runs(rows, now, 120, socket.gethostname())
     assert sorted(stale) == [a, q, 77] and "no longer running" in stale[77] and "no heartbeat" in stale[a]
     assert store.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]

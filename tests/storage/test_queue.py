@@ -19,8 +19,8 @@ from tests.support.runs import new_run
 
 def test_status_lifecycle_claim_cancel(store):
     a = new_run(store, "a")
-    assert store.claim(a, "host:1") is True
-    assert store.claim(a, "host:2") is False  # only from queued
+    assert store.claim(a, "host:1") == 1  # the first lease
+    assert store.claim(a, "host:2") is None  # only from queued
     rec = store.get_run(a)
     assert rec.status == "running" and rec.owner == "host:1" and rec.started_at and rec.heartbeat_at
     before = rec.heartbeat_at
@@ -42,7 +42,7 @@ def test_status_lifecycle_claim_cancel(store):
     b = new_run(store, "b")
     assert store.request_cancel(b) is True
     assert store.get_run(b).status == "cancelled" and store.get_run(b).finished_at is not None
-    assert store.claim(b, "host:1") is False
+    assert store.claim(b, "host:1") is None
 
     c = new_run(store, "c")
     store.claim(c, "host:1")
@@ -61,8 +61,8 @@ def _claim_all(url, owner, out):
     st = RunStore(url)
     got = []
     try:
-        while (rid := st.claim_next(owner, worker_id=owner)) is not None:
-            got.append(rid)
+        while (lease := st.claim_next(owner, worker_id=owner)) is not None:
+            got.append(lease.run_id)
     finally:
         st.close()
     out.put((owner, got))
@@ -81,8 +81,8 @@ def _check_claims(store, queued, claims):
 def test_claim_next_takes_the_oldest_queued_and_skips_cancelled(store):
     a, b, c = new_run(store, "a"), new_run(store, "b"), new_run(store, "c")
     store.request_cancel(a)
-    assert store.claim_next("host:1", "w1") == b
-    assert store.claim_next("host:2") == c
+    assert store.claim_next("host:1", "w1") == (b, 1)
+    assert store.claim_next("host:2") == (c, 1)
     assert store.claim_next("host:3") is None
     assert store.get_run(c).worker_id is None and store.get_run(b).worker_id == "w1"
 
@@ -140,7 +140,7 @@ def test_requeue_moves_ended_runs_back_to_queued(store):
     assert store.get_run(run).status == "running" and store.get_run(que).status == "queued"
     rec = store.get_run(intr)
     assert (rec.steps_done, rec.checkpoint_step, len(store.metrics([intr]))) == (40, 30, 5)
-    assert store.claim_next("host:2") == fail  # claimable again, oldest first
+    assert store.claim_next("host:2") == (fail, 3)  # claimable again, oldest first, under a new lease
     with pytest.raises(RunNotFoundError):
         store.requeue([canc, 999])
     assert store.get_run(canc).status == "queued"
