@@ -105,7 +105,7 @@ def one(spec: dict) -> dict:
     t0 = time.perf_counter()
     step = make_train_step(cfg, opt).lower(state, batch, root).compile()
     compile_s = time.perf_counter() - t0
-    out = dict(spec, compile_s=compile_s)
+    out = dict(spec, compile_s=compile_s, device=f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
     try:
         state, loss = step(state, batch, jax.random.fold_in(root, 0))
         jax.block_until_ready(loss)
@@ -185,18 +185,6 @@ def fit(spec: dict) -> dict:
             break
     return dict(spec, limit=limit, per_seq_bytes=per_seq, guess=guess, largest=lo,
                 needs={str(k): v for k, v in sorted(needs.items())})
-
-
-def run_fit(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--fit-one", json.dumps(spec)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return dict(spec, largest=None, error=f"timed out after {timeout:.0f} s")
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return dict(spec, largest=None, error=(done.stderr.strip().splitlines() or ["no output"])[-1][:200])
 
 
 # ----------------------------------------------------------------------------- explore
@@ -281,6 +269,7 @@ def explore(tiny: bool) -> list[dict]:
 
 def print_table(results: list[dict]) -> None:
     gib = 2**30
+    print("\n" + next((r["device"] for r in results if r.get("device")), "no device"))
     for shape in dict.fromkeys(r["shape_name"] for r in results):
         rows = [r for r in results if r["shape_name"] == shape]
         base = next((r for r in rows if r["method"] == "exact" and r.get("ok")), None)
@@ -326,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--json", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--fit-one", help=argparse.SUPPRESS)
+    ap.add_argument("--explore-one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
@@ -333,14 +323,37 @@ def main(argv=None):
     if args.fit_one:
         print(json.dumps(fit(json.loads(args.fit_one))))
         return
-    import jax
-
+    if args.explore_one:
+        print(json.dumps(explore(args.tiny)))
+        return
+    # this process never starts a JAX backend: the device memory is each child's alone
     shapes = TINY if args.tiny else SHAPES
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}); "
-          f"one process per method; ms/step: median of {args.blocks} blocks of {args.steps} steps", flush=True)
+    print(f"one process per method; ms/step: median of {args.blocks} blocks of {args.steps} steps", flush=True)
     out: dict = {}
     if args.explore:
-        out["explore"] = explore(args.tiny)
+        done = subprocess.run([sys.executable, __file__, "--explore-one"] + (["--tiny"] if args.tiny else []),
+                              capture_output=True, text=True, timeout=args.timeout * 2)
+        print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("[")))
+        if done.returncode:
+            print(done.stderr[-2000:])
+        out["explore"] = next((json.loads(x) for x in done.stdout.splitlines() if x.startswith("[")), None)
+    fits = []
+    if args.fit:  # compiles only (CPU work), so the three searches run side by side
+        procs = [subprocess.Popen([sys.executable, __file__, "--fit-one", json.dumps(dict(shape=shapes["gpt2"], method=m))],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for m in FIT_METHODS]
+        for method, proc in zip(FIT_METHODS, procs):
+            try:
+                stdout, stderr = proc.communicate(timeout=args.timeout * 2)
+                line = next((x for x in reversed(stdout.splitlines()) if x.startswith("{")), None)
+                f = json.loads(line) if line else dict(method=method, largest=None, error=stderr.strip()[-200:])
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                f = dict(method=method, largest=None, error="timed out")
+            if f.get("largest"):
+                f["confirm"] = run_one(dict(shape=shapes["gpt2"], method=method, batch=f["largest"]), args.timeout)
+            fits.append(f)
+            print(f"  fit {method}: {f.get('largest')} {f.get('confirm', {}).get('ok')} {f.get('error', '')}", flush=True)
+        out["fit"] = fits
     results = []
     if not args.no_table:
         for name in args.shapes.split(","):
@@ -353,15 +366,6 @@ def main(argv=None):
                                                 f"compile {r['compile_s']:.0f} s" if r.get("ok") else f"failed: {r.get('error')}"),
                       flush=True)
         out["table"] = results
-    fits = []
-    if args.fit:
-        for method in FIT_METHODS:
-            f = run_fit(dict(shape=shapes["gpt2"], method=method), args.timeout * 2)
-            if f.get("largest"):
-                f["confirm"] = run_one(dict(shape=shapes["gpt2"], method=method, batch=f["largest"]), args.timeout)
-            fits.append(f)
-            print(f"  fit {method}: {f.get('largest')} ({f.get('error', '')})", flush=True)
-        out["fit"] = fits
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     if results:

@@ -152,8 +152,9 @@ def _argsort(keys: jax.Array) -> jax.Array:
 # Measured on the 2-core CPU, at B = 4096, F = 1024: the segment sum 0.63–0.68 ms at
 # any R, the product 0.46 ms at R = 1, 0.80 at R = 8, 2.1 at R = 32. At B = 64,
 # F = 50257 (the LM head's dY) the product wins at every R. On an H200 at B = 16384,
-# F = 50257: segment sum 3.9 ms at any R, gather 0.88–0.90 ms (one read of a takes
-# 0.77), the product 2.2 ms at float32 precision: a GPU never scatters a wide array.
+# F = 50257 (bench/gpu.py --explore): segment sum 3.9 ms at any R; gather 1.30, 1.01,
+# 0.98 ms at R = 1, 8, 32 (one read of a takes 0.77); the product at float32 precision
+# 1.00, 1.05, 2.18 ms. A GPU never scatters a wide array: it gathers above R = 4.
 SKETCH_METHODS = ("dense", "segment", "gather")
 DENSE_MAX_RANK = 4
 _DENSE_MAX_ROWS = 256
@@ -165,7 +166,7 @@ def sketch_method(sketch: Sketch, rows: int, backend: str | None = None) -> str:
         return "dense"
     if (backend or jax.default_backend()) == "cpu":
         return "dense" if sketch.rank <= DENSE_MAX_RANK or rows <= _DENSE_MAX_ROWS else "segment"
-    return "gather" if sketch.members is not None else "dense"
+    return "gather" if sketch.members is not None and sketch.rank > DENSE_MAX_RANK else "dense"
 
 
 def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax.Array:

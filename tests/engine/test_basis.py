@@ -166,6 +166,7 @@ def test_default_method_never_scatters_on_a_gpu_and_follows_measurements_on_cpu(
     uniform = draw_sketch(jax.random.key(0), "uniform", 4096, 32)
     assert sketch_method(balanced, 4096, "gpu") == "gather"
     assert sketch_method(uniform, 4096, "gpu") == "dense"
+    assert sketch_method(draw_sketch(jax.random.key(0), "balanced", 4096, 4), 4096, "gpu") == "dense"
     assert sketch_method(balanced, 4096, "cpu") == "segment"
     assert sketch_method(balanced, 64, "cpu") == "dense"
     assert sketch_method(draw_sketch(jax.random.key(0), "balanced", 4096, 2), 4096, "cpu") == "dense"
