@@ -121,7 +121,7 @@ def _chunk_inputs(x, targets, chunk):
 def _logits(xc, w, tc):
     """exp(Z − m) and Σ_v exp(Z − m) with m = max_v Z (one exp per logit), and the
     per-row loss lse − Z[t] = log Σ + m − Z[t] of one chunk; float32."""
-    z = (xc @ w).astype(jnp.float32)
+    z = jnp.matmul(xc, w, preferred_element_type=jnp.float32)
     m = jnp.max(z, axis=-1, keepdims=True)
     e = jnp.exp(z - m)
     total = jnp.sum(e, axis=-1, keepdims=True)
@@ -204,7 +204,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
             rows_out = signed.reshape(-1, layers, v).sum(axis=1)
         total = total + jnp.sum(jnp.where(vc, nll, 0.0))
         sq = sq + jnp.sum(dz * dz)
-        return (total, acc, sq), ((dz.astype(w.dtype) @ w.T).astype(x.dtype), rows_out)
+        return (total, acc, sq), (jnp.matmul(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32).astype(x.dtype), rows_out)
 
     zero = jnp.zeros((), jnp.float32)
     acc = jnp.zeros((rank if layer_major else 0, v), jnp.float32)
@@ -251,7 +251,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method):
             acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz, method)
             sq = sq + jnp.sum(dz * dz)
         total = total + jnp.sum(jnp.where(valid, nll, 0.0))
-        return (total, acc, sq), (dzc @ w.T).astype(x.dtype)
+        return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
 
     zero = jnp.zeros((), jnp.float32)
     (total, acc, sq), dx = jax.lax.scan(
