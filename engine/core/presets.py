@@ -122,14 +122,14 @@ PRESETS: dict[str, Preset] = {
         batch_size=4,
         description="T 256, d 256, 4 heads, 4 layers, batch 4",
     ),
-    "gpt2": Preset(
-        GPTConfig(vocab_size=50257, seq_len=1024, d_model=768, n_heads=12, n_layers=12),
-        batch_size=8,
-        description="GPT-2 small: T 1024, d 768, 12 heads, 12 layers, batch 8",
-    ),
     "tiny": Preset(
         GPTConfig(vocab_size=50257, seq_len=32, d_model=32, n_heads=2, n_layers=1),
         batch_size=2,
         description="a smoke-test model: T 32, d 32, 2 heads, 1 layer, batch 2",
+    ),
+    "gpt2": Preset(
+        GPTConfig(vocab_size=50257, seq_len=1024, d_model=768, n_heads=12, n_layers=12),
+        batch_size=8,
+        description="GPT-2 small: T 1024, d 768, 12 heads, 12 layers, batch 8",
     ),
 }
