@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import RunStore
-from tests.engine.test_durable import _wait_for
+from tests.support.runs import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 200, 20
