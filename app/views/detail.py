@@ -10,8 +10,9 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import charts, form, frames, state
+from app import form, state
 from app.display import plain, plot, resume_text, status_text
+from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
 from engine.runner import jobs

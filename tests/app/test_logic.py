@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts, form, frames, tables
+from app import form, tables
+from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, run_summary, run_table3
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from engine.runner import estimates

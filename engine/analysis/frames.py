@@ -1,4 +1,4 @@
-"""The frames the Compare and Run detail charts are drawn from, without Streamlit.
+"""The frames the charts of the dashboard and of the reports are drawn from, without Streamlit.
 
 Run groups (which runs differ only by seed, and their legend labels, colours by
 method), EMA smoothing and seed pooling of metric curves, the memory frames, and
@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from app.charts import method_color, method_dash
+from engine.analysis.charts import method_color, method_dash
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key
 
