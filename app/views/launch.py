@@ -70,29 +70,20 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
     """How many runs, how long (when a step time is known), which runs; and the Launch buttons."""
     for clip in grid.clipped():
         st.warning(f"{clip}: the run records R = {clip.effective}.", icon=":material/content_cut:")
-    timings = {}
-    for c in configs:
-        key = timing.timing_key(c)
-        if key not in timings:
-            timings[key] = estimates.timing_from_history(lab.store, c) or timing.measured(c)
-    known = [timings[timing.timing_key(c)] for c in configs]
+    estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
     n = len(configs)
     plural = "s" if n != 1 else ""
     st.subheader(f"{n} run{plural} to launch")
-    if all(known):
-        total = timing.grid_seconds(configs, known, state.MAX_CONCURRENT)
-        fast, slow = (f"{1000 * f(t.step_s for t in known):.0f}" for f in (min, max))
-        st.markdown(f"Estimated time **≈ {timing.format_seconds(total)}**")
-        st.caption(f"Step time {fast if fast == slow else f'{fast}–{slow}'} ms "
-                   f"({timing.describe_sources(timings.values())}), plus start-up, validation and probes.")
+    if estimate.known:
+        st.markdown(f"Estimated time **≈ {timing.format_seconds(estimate.seconds)}**")
+        st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
+                   "plus start-up, validation and probes.")
     else:
         st.markdown("Estimated time: **unknown** (no finished run of this model yet)")
         if st.button("Measure step time", icon=":material/timer:",
                      help="Compiles the train step of each distinct model in the grid and times a few steps."):
             with st.spinner("Compiling and timing the train step…"):
-                for c in configs:
-                    if timings[timing.timing_key(c)] is None:
-                        timings[timing.timing_key(c)] = timing.measure_step(c)
+                estimates.grid_estimate(lab.store, configs, measure=True)
             st.rerun()
     tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation",
                          help="Comma list; every run of this launch gets them (filter by them on Runs).")

@@ -1,4 +1,4 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
+"""``python -m engine``: run, sweep, reproduce, report, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
@@ -20,6 +20,8 @@ from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
+    PAPER_STEPS,
+    REPRODUCE_SEEDS,
     SWEEP_AXES,
     ConfigError,
     FieldSpec,
@@ -32,6 +34,7 @@ from engine.config import (
     parse_lams,
     parse_ranks,
     parse_seeds,
+    reproduction_sweep,
     schema,
 )
 from engine.training.build import check_data
@@ -125,6 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue-only", action="store_true",
                        help="queue the runs for `python -m engine worker` processes instead of training them here")
         p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
+
+    reproduce = sub.add_parser(
+        "reproduce", parents=[db], help="the paper's grid: exact and basis R=1,8,16,32,64 (λ 0.01), tagged reproduce",
+        description="Train (or with --queue-only, queue) the paper's grid: the paper preset, exact backprop and basis "
+                    "at R = 1, 8, 16, 32, 64 with λ = 0.01, over seeds, tagged 'reproduce'. The estimated time is "
+                    "printed first. When its last run ends, the sweep's report is built and stored (`python -m "
+                    "engine report --sweep ID --out report.html` writes it).")
+    reproduce.add_argument("--steps", type=int, default=PAPER_STEPS, help=f"steps per run (default: {PAPER_STEPS:,}, the paper's)")
+    reproduce.add_argument("--seeds", default=",".join(map(str, REPRODUCE_SEEDS)), metavar="LIST",
+                           help=f"comma list or range of seeds (default: {','.join(map(str, REPRODUCE_SEEDS))})")
+    reproduce.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    reproduce.add_argument("--queue-only", action="store_true",
+                           help="queue the runs for `python -m engine worker` processes instead of training them here")
+    reproduce.add_argument("--no-measure", action="store_true",
+                           help="do not compile and time a step of models the lab has no finished run of (the estimate "
+                                "is then unknown)")
 
     resume = sub.add_parser("resume", parents=[db], help="continue interrupted runs from their last checkpoint",
                             description="Continue runs under their own ids from their newest checkpoint (from step 0 "
@@ -301,6 +320,47 @@ def _train(args, configs: list[RunConfig]) -> int:
         return ids
 
     return _foreground(args, store, start)
+
+
+def _reproduce(args) -> int:
+    from engine.runner.estimates import grid_estimate
+    from engine.runner.jobs import new_sweep_id, queue_runs
+
+    if args.steps < 1:
+        raise CliError(f"--steps must be >= 1 (got {args.steps})")
+    if args.concurrent < 1:
+        raise CliError(f"--concurrent must be >= 1 (got {args.concurrent})")
+    sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
+    configs = sweep.expand()
+    store = _open_store(args.db)
+    check_data(configs)
+    seeds = ", ".join(map(str, sweep.seeds))
+    print(f"the paper's grid: {len(configs)} runs (exact and basis R={','.join(map(str, sweep.ranks))}, "
+          f"λ={sweep.lams[0]:g}; seeds {seeds}), {args.steps:,} steps each, tagged {', '.join(sweep.tags)}",
+          file=sys.stderr)
+    if not args.no_measure:
+        print("estimating: the step time of each model, from the lab's finished runs or measured now…", file=sys.stderr)
+    estimate = grid_estimate(store, configs, 1 if args.queue_only else args.concurrent, measure=not args.no_measure)
+    where = "by one worker" if args.queue_only else f"{args.concurrent} at a time"
+    print(f"estimated time {where}: {estimate.text()}", file=sys.stderr)
+    sweep_id = new_sweep_id()
+    if args.queue_only:
+        ids = queue_runs(store, configs, sweep_id=sweep_id, tags=sweep.tags)
+        print(f"queued {len(ids)} run(s) for workers in {store.url}: sweep {sweep_id}, ids {ids}; start one with "
+              "`python -m engine worker`; its report is stored when the last run ends")
+        return 0
+
+    def start(manager):
+        ids = manager.submit(configs, sweep_id=sweep_id, tags=sweep.tags)
+        print(f"queued {len(ids)} run(s) in {store.url}: sweep {sweep_id}, ids {ids}", file=sys.stderr)
+        return ids
+
+    code = _foreground(args, store, start)
+    reports = store.list_reports(sweep_id=sweep_id)
+    if reports:
+        print(f"report {reports[0].id} of sweep {sweep_id} stored; write it with `python -m engine report --sweep "
+              f"{sweep_id} --out report.html` (or .md), or open the dashboard's Report page")
+    return code
 
 
 def _tags(args) -> tuple[str, ...]:
@@ -553,7 +613,7 @@ def main(argv=None) -> int:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
-        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
+        commands = {"reproduce": _reproduce, "list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
                     "diagnose": _diagnose,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)

@@ -404,7 +404,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0002"
+    assert schema_revision(eng) == head_revision() == "0004"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -434,7 +434,7 @@ def test_migrations_build_exactly_the_models(db_url):
                    "add_fk", "remove_fk")]
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
-                                                   "diagnostic_results"}
+                                                   "diagnostic_results", "reports"}
     eng.dispose()
 
 
@@ -534,15 +534,16 @@ def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     rid = _new_run(st, "precious")
     st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
     st.close()
+    head = head_revision()
 
     _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('half_done', sa.Integer))\n"
                                              "    op.execute('DELETE FROM metrics')\n"
                                              "    raise RuntimeError('simulated failure')")
-    with pytest.raises(StorageError, match="from schema revision 0002 to 9001 failed.*left unchanged"):
+    with pytest.raises(StorageError, match=f"from schema revision {head} to 9001 failed.*left unchanged"):
         make_engine(url)
     monkeypatch.undo()
     eng = make_engine(url)
-    assert schema_revision(eng) == "0002"
+    assert schema_revision(eng) == head
     assert "half_done" not in _schema(eng)["runs"][0]
     st = RunStore(engine=eng)
     assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
