@@ -197,8 +197,9 @@ def _step_time(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.Dat
             continue
         ms = g["mean"].to_numpy(float)
         fall = 1 - ms[0] / ms[-1]
-        rho = float(stats.spearmanr(g["rank"].to_numpy(float), ms).statistic)
-        ok = fall >= TIME_FALL and rho > 0
+        # equal times have no rank order (ρ undefined: not a fall)
+        rho = float(stats.spearmanr(g["rank"].to_numpy(float), ms).statistic) if np.ptp(ms) > 0 else math.nan
+        ok = bool(fall >= TIME_FALL and rho > 0)
         parts = ", ".join(f"R={int(r)} {m:.2f}" for r, m in zip(g["rank"], ms))
         exact_text = f"; exact {exact.mean():.2f}" if len(exact) else ""
         results.append((SUPPORTED if ok else NOT_SUPPORTED,

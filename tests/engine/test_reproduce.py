@@ -33,7 +33,7 @@ def test_queue_only_queues_exactly_the_grid_for_workers(db, capsys):
     rc = main(["reproduce", "--db", db, "--queue-only", "--steps", "40", "--seeds", "0,1", "--no-measure"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert "the paper's grid: 12 runs" in captured.err and "estimated time by one worker: unknown" in captured.err
+    assert "the paper's grid: 12 runs" in captured.err and "estimated time (by one worker): unknown" in captured.err
     runs = RunStore(db).list_runs()
     want = reproduction_sweep(40, (0, 1)).expand()
     assert [RunConfig.from_dict(r.config) for r in runs] == want  # the same configs, in order, nothing more
