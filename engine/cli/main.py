@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     report = sub.add_parser(
         "report", parents=[db], help="a report of a sweep, tagged runs or a list of runs: HTML or Markdown",
-        description="Build the report of a set of runs from the database (setup, Table 3 with paired Δ, 95%% CI and "
+        description="Build the report of a set of runs from the database (setup, Table 3 with paired Δ, 95% CI and "
                     "verdicts, the claims table, figures, diagnoses), store it with them and write it: .html is one "
                     "self-contained file with interactive figures (no network), .md is Markdown with SVG figures in "
                     "a folder beside it. Building a selection again replaces its stored report.")
