@@ -13,6 +13,7 @@ the paper's settings and "clone to Launch" are just sweeps. No Streamlit here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from engine.config import (
     RunConfig,
     Sweep,
     base_type,
+    reproduction_sweep,
     schema,
     sweep_from_flat,
     to_flat,
@@ -125,10 +127,9 @@ _INT_FIELDS = {f.name for f, _, tp in schema(RunConfig) if base_type(tp)[0] is i
 # A quick tiny-model sweep: what the form shows on a first visit.
 DEFAULT_SWEEP = Sweep(RunConfig(preset="tiny", steps=200, eval_interval=20, probe_interval=20),
                       estimators=("exact", "basis"), ranks=(1, 8, 32))
-# The paper's run (section 4 and its public code): batch 1, T 64, d 64, SGD with
-# momentum 0.9 at lr 0.01, 50,000 steps, validation every 1,000, λ = 0.01.
-PAPER_SWEEP = Sweep(RunConfig(preset="paper", lam=0.01, steps=50_000, eval_interval=1000, probe_interval=1000),
-                    estimators=("exact", "basis"), ranks=(1, 8, 16, 32, 64), lams=(0.01,))
+# The paper's grid (``engine.config.reproduce``): what "Paper settings" fills in. The
+# form's tags are its own text box, so the sweep it shows carries none.
+PAPER_SWEEP = dataclasses.replace(reproduction_sweep(), tags=())
 
 
 def clone_sweep(configs: Sequence[Mapping[str, Any]]) -> Sweep:

@@ -1,4 +1,4 @@
-"""BASIS Lab storage: runs, metrics, workers and diagnostics in SQLite (default) or PostgreSQL.
+"""BASIS Lab storage: runs, metrics, workers, diagnostics and reports in SQLite (default) or PostgreSQL.
 
 Knows nothing of JAX, Flax or Streamlit (layering: app -> engine -> storage).
 See :mod:`storage.db` for where the database lives (``BASIS_LAB_DB_URL``, default
@@ -22,7 +22,7 @@ from .db import (
 from .errors import LeaseLostError
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
-from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, Worker
+from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, Worker
 from .store import (
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -31,6 +31,7 @@ from .store import (
     RUN_STATUSES,
     WORKER_STATUSES,
     Lease,
+    ReportRecord,
     RunNotFoundError,
     RunRecord,
     RunStore,
@@ -55,6 +56,8 @@ __all__ = [
     "MetricsFeed",
     "RESUMABLE_STATUSES",
     "RUN_STATUSES",
+    "Report",
+    "ReportRecord",
     "Run",
     "RunNotFoundError",
     "RunRecord",

@@ -1,5 +1,5 @@
-"""SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics`` and
-``diagnostic_results``.
+"""SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics``,
+``diagnostic_results`` and ``reports``.
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
 compares the two, so a change here needs a new revision that does the same to a stored
@@ -39,7 +39,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .limits import NAME_MAX
 
-__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "UTCDateTime", "new_uid", "utcnow"]
+__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "UTCDateTime", "new_uid",
+           "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -198,3 +199,26 @@ class DiagnosticResult(Base):
     cos_mean: Mapped[Optional[float]] = mapped_column(Float)
     keys: Mapped[Optional[int]] = mapped_column(BigInteger)
     batches: Mapped[Optional[int]] = mapped_column(BigInteger)
+
+
+class Report(Base):
+    """A report of a set of runs (a sweep, the runs with some tags, or a list), as built
+    at ``created_at``: ``content`` is the report as JSON (its tables, claims and figures;
+    ``engine.analysis.report``), ``run_ids`` the runs it read, ``selection`` how they were
+    chosen and at which step. ``key`` names a report that is rebuilt in place (the report
+    a sweep gets when its last run ends: ``sweep:<sweep id>``); other reports have none.
+    Reports are snapshots: deleting a run leaves them as they were."""
+
+    __tablename__ = "reports"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
+    key: Mapped[Optional[str]] = mapped_column(String(200), unique=True, index=True)
+    sweep_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
+    title: Mapped[str] = mapped_column(String(200))
+    selection: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    run_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    at_step: Mapped[Optional[int]] = mapped_column(BigInteger)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+    content: Mapped[str] = mapped_column(Text)

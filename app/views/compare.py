@@ -3,8 +3,9 @@ quantity against the rank R at one step) and its Table 3 for the selected runs."
 
 import streamlit as st
 
-from app import charts, frames, state
+from app import state
 from app.display import plot
+from engine.analysis import charts, frames
 from engine.analysis.summary import display_frame, summarize, table3
 from engine.config import comparable_key
 from engine.runner.queries import table3_text

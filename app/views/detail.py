@@ -10,8 +10,9 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import charts, form, frames, state
+from app import form, state
 from app.display import plain, plot, resume_text, status_text
+from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
 from engine.runner import liveness
@@ -62,6 +63,12 @@ def _view() -> None:
              f"worker {run.owner or run.worker_id or '—'}",
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
+    for r in store.list_reports(run_id=run_id)[:3]:
+        st.page_link("views/report.py", label=f"Report: {r.title}", icon=":material/summarize:",
+                     query_params={"id": str(r.id)})
+    if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
+        st.page_link("views/report.py", label="Build a report of its sweep", icon=":material/add_chart:",
+                     query_params={"sweep": run.sweep_id})
     if run.status in ACTIVE_STATUSES:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")

@@ -150,6 +150,21 @@ def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path
     return problems
 
 
+def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
+    """After ``run_id`` ended: when it belongs to a sweep that asks for a report (tagged
+    ``engine.runner.reports.AUTO_REPORT_TAGS``) and no run of that sweep is still queued,
+    running or interrupted, build the sweep's report and store it with the sweep
+    (replacing its earlier one); the report's id, else None. A failure is logged, never
+    raised: the runs are what matters."""
+    try:
+        from engine.runner import reports
+
+        return reports.report_if_sweep_ended(store, run_id)
+    except Exception:  # noqa: BLE001 — a report must never take a worker down
+        log.warning("the report of run %s's sweep could not be built", run_id, exc_info=True)
+        return None
+
+
 class _Checkpoints:
     """A run's ``RunCheckpoints`` under its owner's lease: saves go to the lease's epoch
     folder and only while the lease holds, each saved step is recorded in the database
@@ -440,6 +455,8 @@ class JobManager:
                 self.lost.add(run_id)
             return
         log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
+        if not self._interrupt.is_set():
+            report_if_sweep_ended(self.store, run_id)
 
     def _beat(self) -> None:
         """The worker's sign of life, and its queued runs' (so no reader releases them)."""

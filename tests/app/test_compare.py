@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
-from app import charts, display, frames
+from app import display
+from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore

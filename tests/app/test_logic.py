@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts, form, frames, tables
+from app import form, tables
+from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from engine.runner import estimates
@@ -97,7 +98,7 @@ def test_paper_settings_are_the_papers_run():
     assert {c.rank for c in sketched} == {1, 8, 16, 32, 64}
     assert all(c.lam == 0.01 and c.preset == "paper" and c.optimizer == "sgd" and c.lr == 0.01
                and c.momentum == 0.9 and c.steps == 50_000 and c.eval_interval == 1000 for c in sketched)
-    assert [c.lam for c in configs if c.is_exact] == [0.0]
+    assert [(c.lam, c.seed) for c in configs if c.is_exact] == [(0.0, 0), (0.0, 1), (0.0, 2)]
     assert form.to_sweep(form.values_of(form.PAPER_SWEEP)) == form.PAPER_SWEEP
 
 

@@ -197,7 +197,7 @@ def test_paper_button_fills_the_papers_settings_and_history_gives_an_estimate(ur
     s = at.session_state
     assert (s["launch.preset"], s["launch.lams"], s["launch.lr"], s["launch.momentum"], s["launch.optimizer"]) == ("paper", "0.01", 0.01, 0.9, "sgd")
     assert (s["launch.steps"], s["launch.eval_interval"], s["launch.ranks"]) == (50_000, 1000, "1, 8, 16, 32, 64")
-    assert "6 runs to launch" in [h.value for h in at.subheader]
+    assert "18 runs to launch" in [h.value for h in at.subheader]  # the paper's grid over seeds 0, 1, 2
     estimate = next(m.value for m in at.markdown if m.value.startswith("Estimated time"))
     assert "≈" in estimate and "h" in estimate  # 50,000 steps a run at 64 ms a step
     assert any("(timed by earlier runs)" in c.value for c in at.caption)

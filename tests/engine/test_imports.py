@@ -105,7 +105,7 @@ def test_cli_bad_flag_answers_without_jax():
 
 def test_app_pure_modules_import_without_jax():
     out = python("""
-        import app.charts, app.form, app.frames, app.tables
+        import app.form, app.tables, engine.analysis.charts, engine.analysis.frames
 
         assert app.form.to_sweep(app.form.values_of(app.form.DEFAULT_SWEEP)).expand()
     """)

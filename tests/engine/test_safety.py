@@ -71,7 +71,7 @@ def test_password_check_is_exact():
 def test_chart_legends_show_html_in_run_names_as_text():
     import pandas as pd
 
-    from app import charts
+    from engine.analysis import charts
 
     name = "<a href='http://127.0.0.1:9/x'>click</a>"
     frame = pd.DataFrame({"trace": [name, name], "color": ["#404040"] * 2, "dash": ["solid"] * 2, "x": [0, 1],

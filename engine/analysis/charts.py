@@ -1,4 +1,4 @@
-"""Chart builders: pure functions from the frames of :mod:`app.frames` to Plotly figures.
+"""Chart builders: pure functions from the frames of :mod:`engine.analysis.frames` to Plotly figures (the dashboard and the reports draw the same ones).
 
 Colours belong to the method: :func:`method_color` maps (estimator, rank, λ) to
 one colour, the same on every chart, page and sweep. Frames carry that colour in
