@@ -17,3 +17,4 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 ATTENTION_CHOICES = ("xla", "recompute")
 OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
+DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sketched layer's dW

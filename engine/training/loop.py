@@ -27,6 +27,7 @@ from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
+from engine.training import parallel
 from engine.training.build import load_data, model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
 from engine.training.steps import init_state, make_eval_step, make_train_step
@@ -121,21 +122,30 @@ def train(
     records it already holds past that step.
     """
     cfg = model_config(config)
+    layout = parallel.make_layout(config)  # None: one device, the plain step
     param_key, sketch_root = run_keys(config.seed)
     train_tokens, val = load_data(config)
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
     optimizer = optimizer_for(config)
-    eval_fn = make_eval_step(cfg)
     probe_names, probe = make_dw_probe(cfg)
     state = init_state(init_params(cfg, param_key), optimizer)
-    val = jnp.asarray(val)
     tokens_per_step = config.effective_batch_size * config.effective_seq_len
     shape = (config.effective_batch_size, config.effective_seq_len + 1)
 
     start = time.perf_counter()
-    example = jnp.zeros(shape, jnp.int32)  # shapes alone decide the compiled step and the memory figures
+    example = np.zeros(shape, np.int32)  # shapes alone decide the compiled step and the memory figures
     key0 = sketch_key(sketch_root, 0)
-    step_fn = make_train_step(cfg, optimizer).lower(state, example, key0).compile()
+    if layout is None:
+        eval_fn, val = make_eval_step(cfg), jnp.asarray(val)
+        put_batch, put_key, local_rows, stop_now = jnp.asarray, (lambda k: k), (lambda b: b), should_stop
+        step_fn = make_train_step(cfg, optimizer).lower(state, put_batch(example), key0).compile()
+    else:
+        eval_fn, val = parallel.make_eval_step(cfg, layout), layout.put(val, layout.rows(1))
+        put_batch, put_key = (lambda b: layout.put(b, layout.rows())), layout.put_key
+        local_rows, stop_now = layout.local_rows_of, (lambda: parallel.agree(should_stop()))
+        state = layout.put_state(state)
+        step_fn = parallel.make_train_step(cfg, optimizer, layout, state, config.dw_comm)
+        step_fn = step_fn.lower(state, put_batch(example), put_key(key0)).compile()
     window, done, offset = _Window(), 0, 0.0
     extra, notes = None, []
     if checkpoints is not None and resume and checkpoints.latest_step() is not None:
@@ -152,12 +162,15 @@ def train(
     else:
         loss, se = eval_fn(state.params, val)
         first = {"val_loss": float(loss), "val_loss_se": float(se)}
-        first.update(memory_figures(config, state.params, example, step_fn, key0))
+        first.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
         yield Record(0, time.perf_counter() - start, first)
     last_saved, last_saved_at = done, time.perf_counter()
 
     def wall() -> float:
         return offset + time.perf_counter() - start
+
+    # several processes must checkpoint at the same steps: process 0's wall clock decides
+    _due = (lambda due: due) if layout is None else parallel.agree
 
     def save(step: int, *, final: bool = False) -> None:
         nonlocal last_saved, last_saved_at
@@ -176,23 +189,29 @@ def train(
         window.seconds += time.perf_counter() - segment
 
     for step in range(done + 1, config.steps + 1):
-        if should_stop():
+        if stop_now():
             window.read(config.lr)
             save(step - 1)
             return
-        batch = jnp.asarray(sampler.next())
+        host_batch = sampler.next()
+        batch = put_batch(host_batch)
         key = sketch_key(sketch_root, step)
         probe_now = bool(probe_names) and config.probe_interval and step % config.probe_interval == 0
         eval_now = step % config.eval_interval == 0 or step == config.steps
         values: dict[str, float] = {}
         if probe_now:
             lap()
-            cos, rel = (np.asarray(a) for a in probe(state.params, batch, key))
+            # on several devices: device 0's rows and sketch, as its step draws them
+            probe_batch, probe_key = batch, key
+            if layout is not None:
+                probe_batch = layout.put(local_rows(host_batch), layout.replicated)
+                probe_key = jax.random.wrap_key_data(layout.put_key(jax.random.fold_in(key, 0)))
+            cos, rel = (np.asarray(a) for a in probe(state.params, probe_batch, probe_key))
             values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
             values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
             values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
             segment = time.perf_counter()
-        state, loss = step_fn(state, batch, key)
+        state, loss = step_fn(state, batch, put_key(key))
         window.losses.append((step, loss))
         if probe_now or eval_now:
             window.read(config.lr)
@@ -216,7 +235,7 @@ def train(
             yield Record(step, wall(), values)
         if step == config.steps:
             save(step, final=True)
-        elif _checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at):
+        elif _due(_checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at)):
             lap()
             save(step)
         if values or step == last_saved:
