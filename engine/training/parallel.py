@@ -145,13 +145,18 @@ def gathered_kernels(cfg: GPTConfig, params) -> object:
     return jax.tree_util.tree_map_with_path(mark, params)
 
 
+def device_key(key_data: jax.Array) -> jax.Array:
+    """Inside ``shard_map``: this device's sketch key, the step's key folded with its index."""
+    return jax.random.fold_in(jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA))
+
+
 def local_loss_and_grads(cfg: GPTConfig, size: int) -> Callable:
     """The body of ``shard_map``: ``(params, rows, key data) -> (ℓ, ∇ℓ)`` on one device,
     its key folded with its index, every gradient summed over ``DATA`` and divided by
     D, the all-gathered kernels (already sums) only divided."""
 
     def body(params, batch, key_data):
-        key = jax.random.fold_in(jax.random.wrap_key_data(key_data), jax.lax.axis_index(DATA))
+        key = device_key(key_data)
         loss, grads = jax.value_and_grad(lambda p: loss_fn(cfg, p, batch, key))(params)
         summed = gathered_kernels(cfg, params)
         grads = jax.tree.map(lambda g, done: (g if done else jax.lax.psum(g, DATA)) / size, grads, summed)

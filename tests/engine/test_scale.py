@@ -1,0 +1,152 @@
+"""One run on several devices: each device sketches its own rows, dW summed over devices.
+
+The checks that need several devices run in subprocesses with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (``tests.support.scale_checks``),
+so this process, and the rest of the suite, keeps one device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.config import ConfigError, RunConfig, Sweep
+from engine.training.collectives import bytes_by_op, collectives
+
+ROOT = Path(__file__).resolve().parents[2]
+Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unlikely
+
+
+def run_check(name: str, *args, devices: int = 4, timeout: float = 1500) -> dict:
+    """Run ``scale_checks.NAME(*args)`` in a process with ``devices`` forced CPU devices."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
+           "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-m", "tests.support.scale_checks", name, *map(json.dumps, args)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+# --------------------------------------------------------------------------- the schema (no devices)
+
+
+def test_rank_clips_to_the_rows_on_each_device():
+    base = RunConfig(preset="tiny", batch_size=8, devices=4)  # B·T = 256 rows, 64 per device
+    assert base.local_rows == 64
+    assert base.replace(rank=1000).effective_rank == 64
+    assert base.replace(rank=1000).method() == "basis R=64"
+    grid = Sweep(base, ranks=(16, 64, 100, 1000))
+    assert [c.rank for c in grid.expand()] == [16, 64]
+    assert [str(c) for c in grid.clipped()] == [
+        "R=100 clips to R=64 (the rows on each device: B·T / devices = 256 / 4)",
+        "R=1000 clips to R=64 (the rows on each device: B·T / devices = 256 / 4)",
+    ]
+    one = base.replace(devices=1)
+    assert one.effective_rank == 32 and one.replace(rank=1000).effective_rank == 256
+    assert base.replace(devices=0, rank=1000).effective_rank == 256  # every device: clipped when it starts
+
+
+def test_devices_must_divide_the_batch_and_be_there():
+    with pytest.raises(ConfigError, match="fix by setting --batch-size to a multiple of 3"):
+        RunConfig(preset="tiny", batch_size=8, devices=3)
+    with pytest.raises(ConfigError, match="devices must be an integer >= 0"):
+        RunConfig(devices=-1)
+    with pytest.raises(ConfigError, match="dw_comm"):
+        RunConfig(dw_comm="carrier-pigeon")
+    from engine.training import parallel
+
+    with pytest.raises(ConfigError, match="fix by setting --devices to at most 1"):
+        parallel.device_count(RunConfig(preset="tiny", batch_size=4, devices=4))
+    assert parallel.make_layout(RunConfig(preset="tiny")) is None  # one device: the plain step
+
+
+def test_the_help_of_rank_and_the_cli_say_the_clip_is_per_device():
+    from engine.cli.main import build_parser
+
+    text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "clipped to the rows on each device" in " ".join(text.split())
+    assert "--devices" in text and "--shard-params" in text and "--dw-comm" in text
+
+
+def test_fsdp_spec_splits_the_largest_divisible_dimension():
+    from jax.sharding import PartitionSpec as P
+
+    from engine.training.parallel import DATA, fsdp_spec
+
+    assert fsdp_spec((50257, 32), 4) == P(None, DATA)
+    assert fsdp_spec((32, 128), 4) == P(None, DATA)
+    assert fsdp_spec((96,), 4) == P(DATA)
+    assert fsdp_spec((), 4) == P()
+    assert fsdp_spec((3, 5), 4) == P()
+
+
+def test_collectives_are_read_from_hlo_text():
+    text = """
+  %all-gather.1 = f32[16,32]{1,0} all-gather(f32[4,32]{1,0} %a), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  %all-reduce = (f32[32]{0}, /*index=1*/bf16[8,4]{1,0}) all-reduce(%b, %c), channel_id=2, to_apply=%add
+  %rs = f32[2,8]{1,0} reduce-scatter(f32[8,8]{1,0} %d), dimensions={0}
+  %gte = f32[32]{0} get-tuple-element(%all-reduce), index=0
+"""
+    found = collectives(text, 4)
+    assert [(c.op, c.bytes) for c in found] == [("all-gather", 16 * 32 * 4), ("all-reduce", 32 * 4 + 8 * 4 * 2),
+                                               ("reduce-scatter", 8 * 8 * 4)]
+    table = bytes_by_op(text, 4)
+    assert table["all-reduce"]["ring_bytes"] == pytest.approx(2 * 3 / 4 * (128 + 64))
+    assert table["all-gather"]["ring_bytes"] == pytest.approx(3 / 4 * 16 * 32 * 4)
+
+
+# --------------------------------------------------------------------------- on 4 devices
+
+
+@pytest.fixture(scope="module")
+def grads():
+    return run_check("grads")
+
+
+def test_exact_on_four_devices_is_the_one_device_gradient(grads):
+    assert grads["exact/loss_err"] < 1e-5
+    assert grads["exact/grad_err"] < 1e-5
+
+
+@pytest.mark.parametrize("name", ["basis_full_reduce", "basis_full_gather", "basis_full_gather_unfused"])
+def test_basis_is_exact_when_rank_covers_the_rows_on_each_device(grads, name):
+    """R = B/D·T: every device's sketch is a signed permutation of its own rows, so the
+    summed dW (all-reduced, or formed from the all-gathered sketches) is exact."""
+    assert grads[f"{name}/grad_err"] < 1e-5
+
+
+def test_sketch_all_gather_is_the_all_reduce_estimator(grads):
+    """Under the same keys the all-gather forms the very same Σ_d X̂_dᵀ dŶ_d."""
+    assert grads["basis4_reduce/grad_err"] > 1e-2  # R = 4 < 32 rows per device: a genuine sketch
+    assert grads["basis4_gather_vs_reduce"] < 1e-5
+    assert grads["crs4_gather_vs_reduce"] < 1e-5
+
+
+def test_no_rows_cross_devices(grads):
+    """All-reduce mode holds no all-gather at all; the sketch all-gather moves only
+    D·R = 16-row sketches (and the step's one combined all-reduce of the other grads)."""
+    assert {op for op, _ in grads["collectives/all-reduce"]} == {"all-reduce"}
+    gathered = [shapes for op, shapes in grads["collectives/sketch"] if op == "all-gather"]
+    assert len(gathered) == 6  # X̂ and dŶ of fc, proj and the head
+    assert all(shape[0][0] == 16 for shape in gathered)
+
+
+@pytest.mark.parametrize("estimator,comm", [("balanced", "all-reduce"), ("balanced", "sketch"), ("gaussian", "sketch"),
+                                            ("crs", "sketch")])
+def test_sketched_dw_on_four_devices_is_unbiased(estimator, comm):
+    """Monte Carlo over K keys, each device sketching its own 6 rows at R = 2: every
+    entry of mean(dW) lies within Z·σ/√K of the exact Xᵀ dY."""
+    r = run_check("unbiased", estimator, comm)
+    mean, std, exact = (np.asarray(r[k]) for k in ("mean", "std", "exact"))
+    assert np.all(std > 0)
+    assert np.all(np.abs(mean - exact) <= Z * std / np.sqrt(r["k"]))
+    assert r["per_device_distinct"] == 4  # the same rows on every device, four different sketches
+    for full in r["full_rank_basis"]:  # R = 6 rows per device: exact, whatever the key
+        np.testing.assert_allclose(full, exact, rtol=1e-5, atol=1e-5)
