@@ -23,6 +23,16 @@ What a checkpoint holds
 and the wall time so far. The sketch keys need nothing: ``sketch_key(root, step)``
 depends only on the seed and the step.
 
+Sharded state
+-------------
+A run on several devices (``engine.training.parallel``) saves its state as it lies:
+orbax's ``StandardSave`` writes every array from its shards (each shard once, by the
+process that holds its first replica), and ``restore`` reads them into the shardings of
+the target state, so a run resumes on another device count or layout (4 devices with
+sharded parameters → 2 devices) with the same numbers. Under ``jax.distributed`` every
+process calls ``save`` and ``restore`` (they are collective); orbax lets process 0 write
+the metadata and the replicated arrays.
+
 Atomicity
 ---------
 Saves are synchronous (``enable_async_checkpointing=False``): ``save`` returns

@@ -150,3 +150,48 @@ def test_sketched_dw_on_four_devices_is_unbiased(estimator, comm):
     assert r["per_device_distinct"] == 4  # the same rows on every device, four different sketches
     for full in r["full_rank_basis"]:  # R = 6 rows per device: exact, whatever the key
         np.testing.assert_allclose(full, exact, rtol=1e-5, atol=1e-5)
+
+
+def _assert_same_losses(a: dict, b: dict, rel: float = 1e-5) -> None:
+    assert a.keys() == b.keys()
+    for step in a:
+        assert a[step].keys() == b[step].keys()
+        for name, value in a[step].items():
+            assert value == pytest.approx(b[step][name], rel=rel), (step, name)
+
+
+@pytest.fixture(scope="module")
+def training():
+    return run_check("training")
+
+
+def test_exact_run_on_four_devices_equals_one_device_at_every_eval(training):
+    assert set(training["one"]) == {"0", "2", "4"}
+    _assert_same_losses(training["four"], training["one"])
+
+
+def test_sharded_parameters_train_as_replicated_ones(training):
+    _assert_same_losses(training["sharded"], training["four"])
+    _assert_same_losses(training["all_sharded_adamw"], training["one_adamw"])  # devices 0: all four
+    assert training["leaf_shards/False"] == [4]  # every array whole on 4 devices
+    assert -4 in training["leaf_shards/True"]  # split over 4 devices
+
+
+def test_sharded_parameters_hold_a_quarter_of_the_state_per_device(training):
+    """The compiled step's arguments (state, batch, key) per device: the replicated state
+    whole, the sharded one about a quarter (arrays D does not divide stay whole)."""
+    whole, sharded, state = training["argument_bytes/False"], training["argument_bytes/True"], training["state_bytes"]
+    assert whole >= state
+    assert sharded < 0.26 * whole
+
+
+def test_sharded_checkpoint_resumes_on_two_devices_as_the_uninterrupted_run(tmp_path):
+    """4 devices with sharded state train 2 steps and stop (checkpointed); a process with
+    2 devices restores that sharded checkpoint onto its own mesh and finishes; the result
+    equals the run that was never interrupted (on 2 devices; exact, so the device count
+    changes nothing but float rounding)."""
+    first = run_check("resume", str(tmp_path), 4, 2)
+    assert first["steps"] == [1, 2] and first["done"] == [1, 2]
+    second = run_check("resume", str(tmp_path), 2, None, 2, devices=2)
+    assert second["done"] == [3, 4]
+    _assert_same_losses({**first["losses"], **second["losses"]}, second["twin"])

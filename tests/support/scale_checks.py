@@ -139,7 +139,8 @@ def training() -> dict:
     out = {}
     for name, changes in (("one", dict(devices=1)), ("four", dict(devices=4)),
                           ("sharded", dict(devices=4, shard_params=True)),
-                          ("all", dict(devices=0, shard_params=True, optimizer="adamw"))):
+                          ("one_adamw", dict(devices=1, optimizer="adamw", lr=0.003)),
+                          ("all_sharded_adamw", dict(devices=0, shard_params=True, optimizer="adamw", lr=0.003))):
         out[name] = _losses(train(TINY.replace(estimator="exact", **changes)))
     for shard in (False, True):
         run = TINY.replace(devices=4, shard_params=shard)
@@ -156,18 +157,22 @@ def training() -> dict:
     return out
 
 
-def resume(directory: str, devices: int, stop_after: int | None, shard: bool) -> dict:
-    """Train TINY (exact) on ``devices`` with checkpoints in ``directory``, stopping after
-    ``stop_after`` steps (None: to the end), resuming from what is there."""
+def resume(directory: str, devices: int, stop_after: int | None, twin: int | None = None) -> dict:
+    """Train TINY (exact, sharded parameters) on ``devices`` with checkpoints in
+    ``directory``, resuming from what is there and stopping after ``stop_after`` steps
+    (None: to the end); with ``twin``, also the uninterrupted run on that many devices."""
     from engine.training.checkpoints import RunCheckpoints
 
-    run = TINY.replace(estimator="exact", devices=devices, shard_params=shard, checkpoint_interval=1)
+    run = TINY.replace(estimator="exact", shard_params=True, checkpoint_interval=1)
     done = []
     with RunCheckpoints(directory, keep=3) as ck:
-        records = list(train(run, checkpoints=ck, resume=True, should_stop=lambda: bool(
+        records = list(train(run.replace(devices=devices), checkpoints=ck, resume=True, should_stop=lambda: bool(
             stop_after is not None and len(done) >= stop_after), on_step=lambda s, _: done.append(s)))
         steps = ck.steps()
-    return {"losses": _losses(records), "steps": steps}
+    out = {"losses": _losses(records), "steps": steps, "done": done}
+    if twin:
+        out["twin"] = _losses(train(run.replace(devices=twin)))
+    return out
 
 
 CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume}
