@@ -44,7 +44,7 @@ import jax
 
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
-from engine.runner import liveness
+from engine.runner import hosts, liveness
 from engine.runner.paths import checkpoint_root
 from engine.runner.writer import StoreWriter
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
@@ -480,6 +480,9 @@ def execute(
     ckpt_dir = run_dir(checkpoints, run.uid)
     try:
         config = RunConfig.from_dict(run.config)
+        # the followers of a multi-host run train it too; first, as opening checkpoints is collective there
+        hosts.announce({"uid": run.uid, "config": run.config, "checkpoints": str(ckpt_dir),
+                        "keep": config.checkpoint_keep})
         ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}"), writer, run_id)
         for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,
                             on_resume=resumed):

@@ -176,6 +176,8 @@ class RunCheckpoints:
         """Delete the temporary directories of saves that never finished (a killed
         process). Done by the writer at its first save only, so opening a run to
         read never removes another process's save in progress."""
+        if jax.process_index() != 0:  # under jax.distributed the leader alone tidies the shared directory
+            return
         for path in self.directory.glob(f"*{_TMP_SUFFIX}*"):
             shutil.rmtree(path)
 

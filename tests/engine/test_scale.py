@@ -195,3 +195,92 @@ def test_sharded_checkpoint_resumes_on_two_devices_as_the_uninterrupted_run(tmp_
     second = run_check("resume", str(tmp_path), 2, None, 2, devices=2)
     assert second["done"] == [3, 4]
     _assert_same_losses({**first["losses"], **second["losses"]}, second["twin"])
+
+
+# --------------------------------------------------------------------------- several hosts
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RUN_FLAGS = ["run", "--preset", "tiny", "--batch-size", "4", "--devices", "0", "--estimator", "exact", "--steps", "4",
+             "--eval-interval", "2", "--probe-interval", "2", "--val-tokens", "4096", "--val-batches", "2", "--lr",
+             "0.05", "--checkpoint-interval", "2"]
+
+
+def _engine(args, devices: int, **env) -> subprocess.Popen:
+    full = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
+            "JAX_PLATFORMS": "cpu", **env}
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _losses_of(db: Path) -> dict:
+    from storage import RunStore
+
+    store = RunStore(f"sqlite:///{db}", create=False)
+    try:
+        (run,) = store.list_runs()
+        assert run.status == "finished", run.error
+        frame = store.metrics([run.id], names=["val_loss", "train_loss"])
+        return {(int(r.step), r.name): float(r.value) for r in frame.itertuples()}
+    finally:
+        store.close()
+
+
+def test_two_processes_joined_by_jax_distributed_train_as_one_with_four_devices(tmp_path):
+    """Two processes on localhost with 2 CPU devices each, joined through the
+    BASIS_LAB_* variables, train one run; process 0 alone writes the database (process
+    1 is pointed at another file, which must never appear). Its losses equal those of
+    one process with 4 devices."""
+    hosts = {"BASIS_LAB_COORDINATOR": f"127.0.0.1:{_free_port()}", "BASIS_LAB_NUM_PROCESSES": "2",
+             "BASIS_LAB_CHECKPOINTS": str(tmp_path / "ck")}
+    follower = _engine([*RUN_FLAGS, "--db", str(tmp_path / "follower.db")], 2, BASIS_LAB_PROCESS_ID="1", **hosts)
+    leader = _engine([*RUN_FLAGS, "--db", str(tmp_path / "leader.db")], 2, BASIS_LAB_PROCESS_ID="0", **hosts)
+    try:
+        out = leader.communicate(timeout=1200)[0]
+        assert leader.returncode == 0, out[-3000:]
+        follower_out = follower.communicate(timeout=120)[0]
+        assert follower.returncode == 0, follower_out[-3000:]
+    finally:
+        for p in (leader, follower):
+            if p.poll() is None:
+                p.kill()
+    assert not (tmp_path / "follower.db").exists()
+    assert sorted(p.name for p in (tmp_path / "ck").glob("run-*/*") if p.name.isdigit()) == ["2", "4"]
+    single = _engine([*RUN_FLAGS, "--db", str(tmp_path / "single.db")], 4,
+                     BASIS_LAB_CHECKPOINTS=str(tmp_path / "ck-single"))
+    out = single.communicate(timeout=1200)[0]
+    assert single.returncode == 0, out[-3000:]
+    multi, one = _losses_of(tmp_path / "leader.db"), _losses_of(tmp_path / "single.db")
+    assert multi.keys() == one.keys() and (4, "val_loss") in multi
+    for key, value in one.items():
+        assert multi[key] == pytest.approx(value, rel=1e-5), key
+
+
+def test_host_variables_all_or_none_with_a_fix():
+    from engine.runner import hosts
+
+    assert hosts.settings({}) is None
+    with pytest.raises(hosts.HostsError, match="BASIS_LAB_PROCESS_ID not set"):
+        hosts.settings({"BASIS_LAB_COORDINATOR": "a:1", "BASIS_LAB_NUM_PROCESSES": "2"})
+    with pytest.raises(hosts.HostsError, match="not host:port"):
+        hosts.settings({"BASIS_LAB_COORDINATOR": "a", "BASIS_LAB_NUM_PROCESSES": "2", "BASIS_LAB_PROCESS_ID": "0"})
+    with pytest.raises(hosts.HostsError, match="fix the two variables"):
+        hosts.settings({"BASIS_LAB_COORDINATOR": "a:1", "BASIS_LAB_NUM_PROCESSES": "2", "BASIS_LAB_PROCESS_ID": "2"})
+    assert hosts.settings({"BASIS_LAB_COORDINATOR": "10.0.0.1:123", "BASIS_LAB_NUM_PROCESSES": "2",
+                           "BASIS_LAB_PROCESS_ID": "1"}) == ("10.0.0.1:123", 2, 1)
+
+
+def test_cli_reports_bad_host_variables_in_one_line(monkeypatch, capsys):
+    from engine.cli.main import main
+
+    monkeypatch.setenv("BASIS_LAB_COORDINATOR", "127.0.0.1:1")
+    assert main(RUN_FLAGS[:1] + ["--preset", "tiny", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "BASIS_LAB_NUM_PROCESSES, BASIS_LAB_PROCESS_ID not set" in err
