@@ -132,6 +132,10 @@ class RunsMixin:
         """Record the step of the run's newest checkpoint (None: it has none)."""
         self._update_run(run_id, checkpoint_step=None if step is None else int(step))
 
+    def set_device(self, run_id: int, device: str) -> None:
+        """What trains the run (``engine.runner.jobs.device_kind``: kind, and `` × N`` on N devices)."""
+        self._update_run(run_id, device=str(device)[:200])
+
     def set_tags(self, run_id: int, tags: Iterable[str]) -> None:
         """Replace the run's tags (stripped, without duplicates, in order)."""
         self._update_run(run_id, tags=_tags(tags))

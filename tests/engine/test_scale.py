@@ -227,6 +227,7 @@ def _losses_of(db: Path) -> dict:
     try:
         (run,) = store.list_runs()
         assert run.status == "finished", run.error
+        assert run.device == "cpu: cpu × 4"  # what trained it, for the Runs page
         frame = store.metrics([run.id], names=["val_loss", "train_loss"])
         return {(int(r.step), r.name): float(r.value) for r in frame.itertuples()}
     finally:
