@@ -5,7 +5,9 @@ of the same seed differ only by their estimator:
 
 - parameters: ``init_params(cfg, fold_in(key(s), 0))`` (never depends on the estimator),
 - batches: ``BatchSampler(train, B, T, seed=s)`` (a seeded NumPy generator),
-- sketches: ``fold_in(fold_in(key(s), 1), step)``, used only by sketched layers.
+- sketches: ``fold_in(fold_in(key(s), 1), step)``, used only by sketched layers; on
+  several devices (``RunConfig.devices``, ``engine.training.parallel``) device d folds
+  in d as well, and the dW probe measures device 0's sketch of its own rows.
 
 ``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
 of the initial parameters and the memory figures), one at every eval interval
