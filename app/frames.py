@@ -3,7 +3,7 @@
 Run groups (which runs differ only by seed, and their legend labels, colours by
 method), EMA smoothing and seed pooling of metric curves, the memory frames, and
 the rank frame of the paper's central figure (a quantity against R at one step,
-from ``engine.summary.table3``). Everything takes and returns plain values and
+from ``engine.analysis.summary.table3``). Everything takes and returns plain values and
 pandas DataFrames.
 """
 
@@ -200,7 +200,7 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     of its config, in MiB: saved-activation bytes against ``mem_saved_bytes_exact``;
     peak and XLA temp bytes against the exact run of the same comparable config and
     seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib (run ÷ exact).
-    ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
+    ``summary`` is ``engine.analysis.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
     s = summary.merge(info[["run_id", "key", "color", "group"]], on="run_id")
@@ -261,7 +261,7 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
 
 
-RANK_QUANTITIES = {  # column of ``engine.summary.summarize`` → (name, axis title, divisor to the shown unit)
+RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name, axis title, divisor to the shown unit)
     "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
     "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
     "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
@@ -275,7 +275,7 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     against the rank R, one row per Table 3 row with seeds at its step.
 
     The rows, their step and the runs they count are those of
-    ``engine.summary.table3(records, metrics, at_step)`` (every row of a comparable
+    ``engine.analysis.summary.table3(records, metrics, at_step)`` (every row of a comparable
     config group read at one step: ``at_step``, or the group's latest common step).
     ``mean`` and ``std`` (ddof 1; NaN for one seed) are over the counted runs' values
     from ``summarize(records, metrics, step)`` at that step, in the shown unit (bytes

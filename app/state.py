@@ -4,7 +4,9 @@
   server process (``st.cache_resource``): every browser tab and every reload sees
   the same runs and the same queue. The URL is ``storage.resolve_url()``
   (``$BASIS_LAB_DB_URL`` or the default SQLite file), read on every call, so a
-  process (or a test) with another URL gets its own pair.
+  process (or a test) with another URL gets its own pair. The job manager (and
+  with it JAX) starts when a page first trains, resumes, cancels or diagnoses,
+  so pages that only read or fill the Launch form load no framework.
 - The selection: the run ids the user picked (Runs table, Compare picker, or the
   runs just launched), kept in ``st.session_state`` under ``SELECTED``.
 - ``metrics(store, ids)``: this session's ``storage.MetricsFeed`` for the URL, so a
@@ -19,15 +21,17 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Callable, Iterable
+import threading
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import pandas as pd
 import streamlit as st
 
 from engine.config import Sweep
-from engine.runner.jobs import JobManager
 from storage import MetricsFeed, RunStore, StorageError, resolve_url
+
+if TYPE_CHECKING:
+    from engine.runner.jobs import JobManager
 
 REFRESH_S = 2.0  # live refresh period while runs are active
 IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
@@ -42,19 +46,37 @@ _ERROR = "runs.error"
 MAX_CONCURRENT = 1
 
 
-@dataclass(frozen=True)
 class Lab:
-    """The database and the one job manager that trains into it."""
+    """The database and the one job manager that trains into it, started on first use."""
 
-    store: RunStore
-    manager: JobManager
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._manager: JobManager | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def manager(self) -> JobManager:
+        """This process's job manager (registered as a worker from its first use on)."""
+        with self._lock:
+            if self._manager is None:
+                from engine.runner.jobs import JobManager
+
+                self._manager = JobManager(self.store, max_concurrent=MAX_CONCURRENT)
+            return self._manager
+
+    def close(self, cancel_running: bool = False) -> None:
+        """Shut the job manager down, if it started, and close the store."""
+        with self._lock:
+            manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.shutdown(cancel_running=cancel_running)
+        self.store.close()
 
 
 @st.cache_resource(show_spinner=False)
 def _lab(url: str) -> Lab:
     """Created once per URL and process; runs keep training when the page goes away."""
-    store = RunStore(url)
-    return Lab(store, JobManager(store, max_concurrent=MAX_CONCURRENT))
+    return Lab(RunStore(url))
 
 
 def db_url() -> str:

@@ -19,6 +19,7 @@ from .db import (
     resolve_url,
     schema_revision,
 )
+from .errors import LeaseLostError
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
 from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, Worker
@@ -29,6 +30,7 @@ from .store import (
     RESUMABLE_STATUSES,
     RUN_STATUSES,
     WORKER_STATUSES,
+    Lease,
     RunNotFoundError,
     RunRecord,
     RunStore,
@@ -46,6 +48,8 @@ __all__ = [
     "DiagnosticResult",
     "ENDED_STATUSES",
     "ENV_URL",
+    "Lease",
+    "LeaseLostError",
     "MIGRATIONS_DIR",
     "Metric",
     "MetricsFeed",

@@ -14,7 +14,7 @@ keeps one high-water mark per run: :class:`storage.feed.MetricsFeed`.
 
 Liveness policy (which worker is dead, when a heartbeat is stale) is not decided here:
 storage offers the rows (:meth:`RunStore.active_runs_heartbeats`) and the primitive
-(:meth:`RunStore.mark_interrupted`), and ``engine/liveness.py`` decides.
+(:meth:`RunStore.mark_interrupted`), and ``engine/runner/liveness.py`` decides.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .diagnostics import DiagnosticsMixin
 from .errors import RunNotFoundError  # noqa: F401
 from .frames import FramesMixin
 from .metrics import MetricsMixin
-from .queue import QueueMixin
+from .queue import Lease, QueueMixin  # noqa: F401
 from .records import (  # noqa: F401  (the store's public names, as before the split)
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,

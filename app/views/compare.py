@@ -5,8 +5,9 @@ import streamlit as st
 
 from app import charts, frames, state
 from app.display import plot
-from engine.analysis.summary import display_frame, render, summarize, table3
+from engine.analysis.summary import display_frame, summarize, table3
 from engine.config import comparable_key
+from engine.runner.queries import table3_text
 from storage import ACTIVE_STATUSES
 
 lab = state.lab()
@@ -161,7 +162,7 @@ def _view() -> None:
     d1, d2, d3 = st.columns(3)
     for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
                                    (d3, "csv", "csv", "text/csv")):
-        column.download_button(f"Table 3 as {fmt}", data=render(table, fmt), file_name=f"basis-table3.{ext}",
+        column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
                                mime=mime, icon=":material/download:", key=f"compare.table3.{fmt}")
 
 

@@ -2,7 +2,7 @@
 Stop it while active, Resume it when it ended resumable, Clone it to Launch.
 
 Like the Runs page it first marks runs whose worker died ``interrupted``
-(``jobs.check_stale``). Names, notes and error text are shown as plain text."""
+(``liveness.check_stale``). Names, notes and error text are shown as plain text."""
 
 import json
 from datetime import datetime
@@ -14,14 +14,14 @@ from app import charts, form, frames, state, tables
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
-from engine.runner import jobs
+from engine.runner import liveness
 from engine.training.timing import format_seconds
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
-jobs.check_stale(store)
+liveness.check_stale(store)
 records = {r.id: r for r in store.list_runs()}
 if not records:
     st.info("No runs yet: launch one, then open it here.")
@@ -43,7 +43,7 @@ st.query_params["run"] = str(run_id)
 
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
-    jobs.check_stale(store)
+    liveness.check_stale(store)
     try:
         run = store.get_run(run_id)
     except RunNotFoundError:

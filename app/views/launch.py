@@ -7,9 +7,9 @@ from app import form, state
 from engine import data
 from engine.config import GROUPS, ConfigError, Sweep
 from engine.core.presets import PRESETS
-from engine.runner import estimates, jobs
+from engine.runner import estimates
 from engine.training import timing
-from engine.training.build import check_data
+from engine.training.inputs import check_data
 from storage import StorageError
 
 
@@ -36,7 +36,7 @@ def _draw(w: form.Widget, column) -> None:
             placeholder = f"preset: {preset.batch_size if w.name == 'batch_size' else preset.model.seq_len}"
         column.number_input(w.label, step=w.step, format=w.fmt, placeholder=placeholder, **common)
     else:
-        column.text_input(w.label, placeholder=w.placeholder, **common)
+        column.text_input(w.label, placeholder=w.placeholder, max_chars=w.max_chars, **common)
 
 
 def _preview_frame(configs: list) -> pd.DataFrame:
@@ -115,6 +115,8 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
         tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
             if queue_only:
+                from engine.runner import jobs  # JAX, for the device each run records
+
                 ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
             else:
                 ids = lab.manager.submit(configs, tags=tag_list)

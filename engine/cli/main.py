@@ -1,7 +1,11 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
+"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel, diagnose
+BASIS runs, and back up the database.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
+
+The parser is generated from the run schema alone (``engine.config``: no JAX), and
+each command imports what it runs, so ``--help`` and bad flags answer at once.
 """
 
 from __future__ import annotations
@@ -13,10 +17,6 @@ import sys
 import threading
 import time
 
-import pandas as pd
-from tqdm import tqdm
-
-from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
@@ -28,13 +28,10 @@ from engine.config import (
     base_type,
     default_of,
     from_flat,
-    parse_estimators,
-    parse_lams,
-    parse_ranks,
-    parse_seeds,
     schema,
+    sweep_from_flat,
 )
-from engine.training.build import check_data
+from engine.core.choices import SUMMARY_FORMATS
 
 EXIT_BAD_INPUT = 2
 
@@ -99,14 +96,10 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, 
 
 def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
     """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
-    values = vars(args)
     if not sweep:
-        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+        return Sweep(from_flat(vars(args), cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
                      seeds=(args.seed,))
-    with_exact, ranks = parse_ranks(values["ranks"])
-    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
-    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
-                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
+    return sweep_from_flat(vars(args), cls)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,9 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
-    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    backup = sub.add_parser("backup", parents=[db], help="a consistent copy of the database, while runs keep writing",
+                            description="Copy the whole database into OUT in one consistent snapshot: SQLite with its "
+                                        "backup API (WAL included; open the copy with --db OUT), PostgreSQL with "
+                                        "pg_dump (restore with pg_restore). Runs may keep training meanwhile.")
+    backup.add_argument("out", help="file to write")
+    backup.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never the database)")
     delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
     delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
@@ -227,6 +226,8 @@ class _Signals:
 
 def _bars(manager_hook: dict):
     """tqdm progress bars per run, updated from worker threads."""
+    from tqdm import tqdm
+
     bars: dict[int, tqdm] = {}
     lock = threading.Lock()
 
@@ -280,15 +281,16 @@ def _foreground(args, store, start_runs) -> int:
     if ids:
         _print_summary(store, ids)
     statuses = {store.get_run(i).status for i in ids}
-    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+    return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)
 
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.training.inputs import check_data
 
+    tags = _tags(args)
     store = _open_store(args.db)
     check_data(configs)
-    tags = _tags(args)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
@@ -304,10 +306,12 @@ def _train(args, configs: list[RunConfig]) -> int:
 
 
 def _tags(args) -> tuple[str, ...]:
+    from storage.limits import TAG_MAX
+
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
-        if len(t) > 64:
-            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+        if len(t) > TAG_MAX:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
     return tags
 
 
@@ -317,7 +321,7 @@ def _resume(args) -> int:
     store = _open_store(args.db, create=False)
 
     def start(manager):
-        from engine.runner.jobs import check_stale
+        from engine.runner.liveness import check_stale
 
         check_stale(store)
         ids = store.resolve_runs(args.runs) if args.runs else []
@@ -370,11 +374,10 @@ def _worker(args) -> int:
 
 
 def _workers(args) -> int:
-    from engine.runner.jobs import STALE_AFTER_S
     from engine.runner.liveness import worker_states
 
     store = _open_store(args.db, create=False)
-    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
+    frame = worker_states(store.workers_frame())
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker`")
         return 0
@@ -384,6 +387,11 @@ def _workers(args) -> int:
 
 
 def _print_summary(store, ids) -> None:
+    import pandas as pd
+
+    from engine.analysis.summary import MIB
+    from engine.runner.queries import run_summary
+
     s = run_summary(store, ids)
     table = pd.DataFrame({
         "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
@@ -400,7 +408,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -415,7 +423,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -445,14 +453,14 @@ def _export(args) -> int:
 
 
 def _summary(args) -> int:
-    from engine.analysis.summary import render, run_table3
+    from engine.runner.queries import run_table3, table3_text
     from storage.export import write_file
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    text = table3_text(run_table3(store, ids, at_step=args.at_step), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
@@ -461,8 +469,18 @@ def _summary(args) -> int:
     return 0
 
 
+def _backup(args) -> int:
+    from storage.backup import backup
+
+    store = _open_store(args.db, create=False)
+    done = backup(store, args.out, force=args.force)
+    print(f"backed up {store.url} to {done.path}: {done.describe()}")
+    return 0
+
+
 def _delete(args) -> int:
-    from engine.runner.jobs import check_stale, delete_runs
+    from engine.runner.jobs import delete_runs
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -475,7 +493,7 @@ def _delete(args) -> int:
 
 
 def _cancel(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -491,6 +509,9 @@ def _cancel(args) -> int:
 
 def _diagnose(args) -> int:
     from pathlib import Path
+
+    import pandas as pd
+    from tqdm import tqdm
 
     from engine.runner import diagnosis
     from storage.export import write_file
@@ -549,7 +570,8 @@ def _command(args) -> int:
         configs = _grid(args)  # validated before anything is written
         return _train(args, configs)
     commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete,
-                "cancel": _cancel, "resume": _resume, "diagnose": _diagnose, "worker": _worker, "workers": _workers}
+                "cancel": _cancel, "resume": _resume, "diagnose": _diagnose, "backup": _backup, "worker": _worker,
+                "workers": _workers}
     return commands[args.command](args)
 
 
@@ -571,10 +593,10 @@ def _on_hosts(args) -> int:
 
 
 def main(argv=None) -> int:
-    from storage import RunNotFoundError, StorageError
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    from storage import RunNotFoundError, StorageError
+
     try:
         if args.command in ("run", "sweep") and not args.queue_only or args.command in ("resume", "worker"):
             return _on_hosts(args)

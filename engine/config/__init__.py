@@ -39,5 +39,6 @@ from engine.config.sweep import (
     parse_lams,
     parse_ranks,
     parse_seeds,
+    sweep_from_flat,
     to_flat,
 )

@@ -107,7 +107,8 @@ def _broadcast_text(text: str | None) -> str:
 
 def announce(run: dict | None) -> None:
     """Leader: tell the followers the next run to train (``uid``, ``config``,
-    ``checkpoints``: the run's checkpoint directory, ``keep``), or None: stop."""
+    ``checkpoints``: the run's checkpoint directory, ``keep``, ``epoch``: the lease
+    whose folder the leader saves into), or None: stop."""
     if multi():
         _broadcast_text(json.dumps(run))
 
@@ -127,7 +128,7 @@ def follow() -> int:
     while (run := receive()) is not None:
         config = RunConfig.from_dict(run["config"])
         try:
-            with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"]) as checkpoints:
+            with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"], epoch=run.get("epoch")) as checkpoints:
                 for _ in train(config, checkpoints=checkpoints, resume=True):
                     pass
         except (TrainingDiverged, ConfigError, CheckpointError) as e:  # the leader records it

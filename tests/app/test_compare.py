@@ -16,8 +16,8 @@ from app import charts, display, frames
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
-from tests.app.test_logic import LAYERS, TINY, fake_run
-from tests.app.test_pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+from tests.support.runs import LAYERS, TINY, fake_run
 
 PAPER = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10)
 RANK_TITLES = {"val_loss": "Validation loss against rank R", "cos_mean": "Mean cosine against rank R",

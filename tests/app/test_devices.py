@@ -7,9 +7,8 @@ import pandas as pd
 from app import form, tables
 from engine.config import RunConfig
 from storage import RunStore
-from tests.app.test_logic import TINY, fake_run
-from tests.app.test_pages import app, page
-from tests.app.test_pages import url as url  # noqa: F401 — the page fixture, shared
+from tests.support.pages import app, page, url  # noqa: F401 (fixtures)
+from tests.support.runs import TINY, fake_run
 
 
 def test_device_parts_read_count_and_kind():
