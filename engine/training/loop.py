@@ -215,7 +215,7 @@ def train(
             save(step)
             return
         first = step + 1
-        last = _block_end(config, first, bool(probe_names), limit, last_saved)
+        last = _block_end(config, first, bool(probe_names), limit, last_saved if checkpoints is not None else None)
         batches = np.stack([sampler.next() for _ in range(first, last + 1)])
         probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
         eval_now = last % config.eval_interval == 0 or last == config.steps
@@ -290,7 +290,7 @@ def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: 
     return make_train_block(cfg, make_optimizer(optimizer, lr, momentum=momentum, weight_decay=weight_decay))
 
 
-def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int) -> int:
+def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int | None) -> int:
     """The last step of the block that starts at ``first``: it stops at the next eval
     step, the last step, the step before the next probe (a probe reads the parameters
     before its step and is recorded after it, so a probe step is a block of its own)
@@ -302,8 +302,8 @@ def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_sa
             return first
         next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
         last = min(last, next_probe - 1)
-    if config.checkpoint_interval is not None:
-        last = min(last, last_saved + config.checkpoint_interval)
+    if config.checkpoint_interval is not None and last_saved is not None:
+        last = min(last, max(first, last_saved + config.checkpoint_interval))
     n = last - first + 1
     return first + (1 << (n.bit_length() - 1)) - 1
 
