@@ -10,17 +10,29 @@ import pandas as pd
 
 RUNS_COLUMNS = [
     "id", "name", "sweep", "tags", "status", "progress", "estimator", "rank", "lam", "seed", "preset",
-    "steps_done", "steps", "steps_text", "worker", "train_loss", "val_loss", "mean_cos", "started", "duration_s",
+    "steps_done", "steps", "steps_text", "worker", "devices", "device", "train_loss", "val_loss", "mean_cos", "started", "duration_s",
     "checkpoint_step", "notes",
 ]
 WORKERS_COLUMNS = ["id", "state", "host", "pid", "device", "current_run", "heartbeat_age_s"]
+
+
+def device_parts(text) -> tuple[int | None, str | None]:
+    """(device count, device kind) of a run's ``device`` text: ``"gpu: NVIDIA H200 × 4"``
+    → (4, ``"gpu: NVIDIA H200"``); without `` × N`` one device; (None, None) when unknown."""
+    if not isinstance(text, str) or not text:
+        return None, None
+    kind, sep, count = text.rpartition(" × ")
+    if sep and count.isdigit():
+        return int(count), kind
+    return 1, text
 
 
 def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     """``RunStore.runs_frame()`` → the Runs table: status, progress in [0, 1]
     (steps done / steps, floored to a whole percent so a live run never reads 100 %
     before it ends), ``steps_text`` ("done/total"), the worker (its ``host:pid``
-    owner, else its worker id), the last losses and mean cosine, start time (UTC,
+    owner, else its worker id), the devices it trains on (count and kind, ``device_parts``),
+    the last losses and mean cosine, start time (UTC,
     naive) and duration in seconds (to ``now`` for running runs). Ordered by id."""
     if frame.empty:
         return pd.DataFrame(columns=RUNS_COLUMNS)
@@ -53,6 +65,8 @@ def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
             "steps_text": [f"{int(d):,}/{t:,}" if isinstance(t, (int, np.integer)) else f"{int(d):,}/?"
                            for d, t in zip(frame["steps_done"].fillna(0), total)],
             "worker": frame["owner"].where(frame["owner"].notna(), frame["worker_id"]),
+            "devices": pd.array([device_parts(d)[0] for d in frame["device"]], dtype="Int64"),
+            "device": [device_parts(d)[1] for d in frame["device"]],
             "train_loss": frame["last_train_loss"],
             "val_loss": frame["last_val_loss"],
             "mean_cos": frame["last_mean_cos"],

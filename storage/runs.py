@@ -203,6 +203,11 @@ class RunsMixin:
             raise _not_found(run_id)
         return int(row[0] or 0), bool(row[1])
 
+    def set_device(self, run_id: int, device: str, *, epoch: Optional[int] = None) -> None:
+        """What trains the run (``engine.runner.jobs.device_kind``: kind, and `` × N`` on N
+        devices); fenced by ``epoch`` as :meth:`set_status`."""
+        self._update_run(run_id, epoch=epoch, device=str(device)[:200])
+
     def set_tags(self, run_id: int, tags: Iterable[str]) -> None:
         """Replace the run's tags (stripped, without duplicates, in order)."""
         self._update_run(run_id, tags=_tags(tags))

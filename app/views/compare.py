@@ -112,7 +112,9 @@ def _view() -> None:
     else:
         plot(charts.memory_figure(mem, title="Activation memory per train step, against exact backprop of the same config"), "memory")
         notes = ["**Saved for backward**: residual bytes a train step keeps for its backward pass (parameters excluded).",
-                 "The number on each bar is run ÷ exact (below 1: the run keeps less)."]
+                 "The number on each bar is run ÷ exact (below 1: the run keeps less).",
+                 "Every figure is **per device**: a run on N devices holds B/N sequences (and, with sharded "
+                 "parameters, 1/N of its state) on each."]
         if "Peak device memory" not in set(mem["quantity"]):
             notes.append("**Peak device memory** is recorded at the end of GPU runs only.")
         st.caption(" ".join(notes))

@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import form, state
+from app import form, state, tables
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -126,7 +126,7 @@ def _view() -> None:
         plot(charts.line_figure(s, y_title="throughput (tokens/s)", title="Training throughput"), "d.tps")
     with right:
         mem = frames.memory_frame(summary, info, pool_seeds=False)
-        plot(charts.memory_figure(mem, title="Activation memory against exact backprop"), "d.mem")
+        plot(charts.memory_figure(mem, title="Activation memory per device, against exact backprop"), "d.mem")
     breakdown = frames.breakdown_frame(metrics, info, pool_seeds=False)
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
@@ -143,7 +143,8 @@ with left:
                  hide_index=True, width="stretch")
 with right:
     st.subheader("Environment")
-    env = {"device": run.device, "git commit": run.git_commit, "worker": run.owner,
+    count, kind = tables.device_parts(run.device)
+    env = {"device": kind, "devices": count, "git commit": run.git_commit, "worker": run.owner,
            "created (UTC)": run.created_at, "started (UTC)": run.started_at, "finished (UTC)": run.finished_at}
     env.update({f"{name} version": v for name, v in run.versions.items()})
     shown = ["—" if v is None else v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else str(v) for v in env.values()]

@@ -257,7 +257,8 @@ def _table(has_active: bool) -> None:
         # notes beside the name, so a 1,400 px window shows them; the columns the
         # name mostly repeats (estimator, R, λ, seed) and the times scroll in from the right
         column_order=["id", "name", "notes", "sweep", "tags", "status", "progress", "steps_text", "train_loss", "val_loss",
-                      "mean_cos", "estimator", "rank", "lam", "seed", "worker", "started", "duration_s"],
+                      "mean_cos", "estimator", "rank", "lam", "seed", "devices", "device", "worker", "started",
+                      "duration_s"],
         column_config={
             "id": st.column_config.NumberColumn("id", format="%d", width=40, pinned=True),
             "name": st.column_config.TextColumn("name", width=120, pinned=True),
@@ -270,6 +271,9 @@ def _table(has_active: bool) -> None:
             "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),
             "seed": st.column_config.NumberColumn("seed", format="%d", width=40),
             "steps_text": st.column_config.TextColumn("steps", width=64, help="Steps done / steps."),
+            "devices": st.column_config.NumberColumn("devices", format="%d", width=50,
+                                                     help="Devices the run spans (its batch split across them)."),
+            "device": st.column_config.TextColumn("device", width=90, help="The kind of device that trains the run."),
             "worker": st.column_config.TextColumn("worker", width=85, help="The process (host:pid) that trains or queued the run."),
             "train_loss": st.column_config.NumberColumn("train", format="%.3f", width=50, help="Train loss (mean since the last eval)."),
             "val_loss": st.column_config.NumberColumn("val", format="%.3f", width=50, help="Last validation loss."),

@@ -690,20 +690,42 @@ def _diagnose(args) -> int:
     return 0
 
 
+def _command(args) -> int:
+    if args.command in ("run", "sweep"):
+        configs = _grid(args)  # validated before anything is written
+        return _train(args, configs)
+    commands = {"reproduce": _reproduce, "report": _report, "list": _list, "show": _show, "export": _export,
+                "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume, "diagnose": _diagnose,
+                "backup": _backup, "worker": _worker, "workers": _workers}
+    return commands[args.command](args)
+
+
+def _on_hosts(args) -> int:
+    """A training command, on several hosts when ``engine.runner.hosts``' variables say so:
+    process 0 runs it (and alone writes the database), every other process follows it."""
+    from engine.runner import hosts
+
+    if not hosts.initialize():
+        return _command(args)
+    if getattr(args, "concurrent", 1) != 1:
+        raise CliError("--concurrent must be 1 on several hosts: every process trains the same run at once")
+    if not hosts.is_leader():
+        return hosts.follow()  # the leader validates the flags (and announces the end if they are bad)
+    try:
+        return _command(args)
+    finally:
+        hosts.announce(None)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from storage import RunNotFoundError, StorageError
 
     try:
-        if args.command in ("run", "sweep"):
-            configs = _grid(args)  # validated before anything is written
-            return _train(args, configs)
-        commands = {"reproduce": _reproduce, "report": _report, "list": _list, "show": _show, "export": _export,
-                    "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
-                    "diagnose": _diagnose, "backup": _backup,
-                    "worker": _worker, "workers": _workers}
-        return commands[args.command](args)
+        if args.command in ("run", "sweep") and not args.queue_only or args.command in ("resume", "worker"):
+            return _on_hosts(args)
+        return _command(args)
     except (CliError, ConfigError, StorageError, ValueError) as e:  # ReportError is a ValueError
         hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
         print(f"error: {e}{hint}", file=sys.stderr)

@@ -15,8 +15,11 @@ so a config is its own identity key. ``comparable()``, ``seed_group()``,
 ``is_exact`` and ``label()`` say what two runs must share to be compared, which
 runs differ only by seed, and what a run is called.
 
-A ``Sweep`` (``engine.config.sweep``) is a base config times estimators × ranks × λs
-× seeds, exact backprop once per seed.
+A ``Sweep`` (``engine.config.sweep``) is a base config times estimators × ranks × λs × seeds (exact backprop
+once per seed). ``Sweep.expand()`` clips every rank to the rows each device sketches,
+B·T / devices (a sketch cannot have more rows than its input, and a device sketches
+only its own rows), so two ranks that clip to the same effective R are one run, and
+``Sweep.clipped()`` says which ranks clipped.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from engine.core import checks
 from engine.core.choices import (
     ATTENTION_CHOICES,
     DTYPES,
+    DW_COMMS,
     ESTIMATORS,
     OPTIMIZERS,
     REMAT_POLICIES,
@@ -50,6 +54,7 @@ GROUPS = {  # group → what the Launch page and --help call it
     "training": "Training",
     "data": "Data",
     "memory": "Memory",
+    "devices": "Devices",
     "checkpoints": "Checkpoints",
 }
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
@@ -175,7 +180,8 @@ class RunConfig:
     estimator: str = field(default="basis", metadata=spec(
         "the dW estimator; exact is plain backprop", "method", "Estimator", choices=ESTIMATORS, swept=True))
     rank: int = field(default=32, metadata=spec(
-        "sketch rank R: rows of the sketched activations kept for dW (clipped to B·T)", "method", "Rank R",
+        "sketch rank R: rows of the sketched activations kept for dW (clipped to the rows on each device, "
+        "B·T / devices)", "method", "Rank R",
         unit="rows", low=1, swept=True))
     lam: float = field(default=0.0, metadata=spec(
         "shrink λ: both sketches scaled by (1 − λ), dW by (1 − λ)²; the paper's code used 0.01", "method", "Shrink λ",
@@ -235,6 +241,17 @@ class RunConfig:
     remat: str = field(default="none", metadata=spec(
         "jax.checkpoint around every block (none, dots_saveable, full)", "memory", "Block remat",
         choices=REMAT_POLICIES))
+    devices: int = field(default=1, metadata=spec(
+        "devices one run spans (data parallel): each trains B / devices of the batch's sequences and sketches "
+        "only its own rows with its own key; 0 = every device JAX sees (of every host under jax.distributed). "
+        "The batch size must be a multiple of it", "devices", "Devices", unit="devices", low=0))
+    shard_params: bool = field(default=False, metadata=spec(
+        "shard parameters and optimizer state over the devices (FSDP-style) instead of a full copy on each",
+        "devices", "Shard parameters"))
+    dw_comm: str = field(default="all-reduce", metadata=spec(
+        "how the devices combine a sketched layer's dW: all-reduce the d_in×d_out dW, or all-gather each "
+        "device's R×d_in and R×d_out sketches and form dW from them on every device (D·R·(d_in + d_out) floats)",
+        "devices", "dW communication", choices=DW_COMMS))
     checkpoint_interval: int | None = field(default=None, metadata=spec(
         "steps between checkpoints; a run also checkpoints when it is stopped, cancelled or interrupted, and at its "
         "last step", "checkpoints", "Checkpoint interval", unit="steps", low=1,
@@ -258,6 +275,7 @@ class RunConfig:
             self.model_config("cpu")
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        check_devices(self.effective_batch_size, self.devices)
 
     # ------------------------------------------------------------------ derived
 
@@ -280,8 +298,15 @@ class RunConfig:
         return self.effective_batch_size * self.effective_seq_len
 
     @property
+    def local_rows(self) -> int:
+        """B·T / devices: the rows each device sketches, the largest useful rank
+        (B·T when ``devices`` is 0, every device, which is known only when the run
+        starts; the model clips R to its own rows then)."""
+        return self.rows // self.devices if self.devices else self.rows
+
+    @property
     def effective_rank(self) -> int:
-        return min(self.rank, self.rows)
+        return min(self.rank, self.local_rows)
 
     @property
     def effective_val_batches(self) -> int:
@@ -346,6 +371,17 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"unknown run config field(s) {unknown}; known: {sorted(known)}")
         return cls(**values)
+
+
+def check_devices(batch_size: int, devices: int) -> None:
+    """Raise ``ConfigError`` unless ``devices`` (≥ 1) divides the batch: each device
+    trains whole sequences, the same number on every device."""
+    if devices and batch_size % devices:
+        raise ConfigError(
+            f"batch_size {batch_size} is not a multiple of devices {devices}: each device trains whole sequences, "
+            f"B / devices of them; fix by setting --batch-size to a multiple of {devices} or --devices to a divisor "
+            f"of {batch_size}"
+        )
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}

@@ -1,9 +1,10 @@
 """Sweeps: a base run times estimators × ranks × λs × seeds, the parsers of the swept
 lists a user types, and the flat form of a config that CLI flags and form widgets use.
 
-``Sweep.expand()`` clips every rank to the number of sketched rows B·T (a sketch
-cannot have more rows than its input), so two ranks that clip to the same effective R
-are one run, and ``Sweep.clipped()`` says which ranks clipped.
+``Sweep.expand()`` clips every rank to the rows each device sketches, B·T / devices
+(a sketch cannot have more rows than its input, and a device sketches only its own
+rows), so two ranks that clip to the same effective R are one run, and
+``Sweep.clipped()`` says which ranks clipped.
 """
 
 from __future__ import annotations
@@ -104,14 +105,18 @@ def _validate_field(name: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class Clip:
-    """A requested rank that the sweep's B·T rows clip to ``effective``."""
+    """A requested rank that the rows on each device (B·T / devices) clip to ``effective``."""
 
     requested: int
     effective: int
-    rows: int
+    rows: int  # B·T
+    devices: int = 1
 
     def __str__(self) -> str:
-        return f"R={self.requested} clips to R={self.effective} (B·T = {self.rows} rows)"
+        if self.devices <= 1:
+            return f"R={self.requested} clips to R={self.effective} (B·T = {self.rows} rows)"
+        return (f"R={self.requested} clips to R={self.effective} (the rows on each device: "
+                f"B·T / devices = {self.rows} / {self.devices})")
 
 
 @dataclass(frozen=True)
@@ -154,13 +159,14 @@ class Sweep:
         return self.with_exact or "exact" in self.estimators
 
     def clipped(self) -> list[Clip]:
-        """The requested ranks larger than B·T, and what they clip to."""
-        rows = self.base.rows
-        return [Clip(r, rows, rows) for r in self.ranks if r > rows] if self.sketched else []
+        """The requested ranks larger than the rows on each device, and what they clip to."""
+        local, rows = self.base.local_rows, self.base.rows
+        return [Clip(r, local, rows, self.base.devices) for r in self.ranks if r > local] if self.sketched else []
 
     def expand(self) -> list[RunConfig]:
         """One validated config per (seed, estimator, effective rank, λ), exact once per
-        seed (λ = 0); a rank above B·T becomes B·T, and duplicates are dropped."""
+        seed (λ = 0); a rank above the rows on each device (B·T / devices) becomes that
+        number, and duplicates are dropped."""
         configs: list[RunConfig] = []
         for seed in self.seeds:
             if self.exact:
@@ -169,7 +175,7 @@ class Sweep:
                 for rank in self.ranks:
                     for lam in self.lams:
                         configs.append(self.base.replace(
-                            estimator=estimator, rank=min(rank, self.base.rows), lam=lam, seed=seed, name=None))
+                            estimator=estimator, rank=min(rank, self.base.local_rows), lam=lam, seed=seed, name=None))
         configs = list(dict.fromkeys(configs))
         if self.base.name:
             if len(configs) == 1:

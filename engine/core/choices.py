@@ -17,4 +17,5 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 ATTENTION_CHOICES = ("xla", "recompute")
 OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
+DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sketched layer's dW
 SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text

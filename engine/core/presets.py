@@ -48,6 +48,10 @@ class GPTConfig:
     attention: str = "recompute"
     recompute_activations: bool = True
     remat: str = "none"
+    # the mesh axis over which sketched layers all-gather their sketches to form dW
+    # (a run's ``dw_comm="sketch"`` on several devices; set by engine.training.parallel);
+    # None: every device keeps its own dW, summed by the caller
+    gather_axis: str | None = None
 
     def __post_init__(self):
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers"):

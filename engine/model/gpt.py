@@ -64,6 +64,7 @@ def _dense(cfg: GPTConfig, group: str, features: int, name: str, use_bias: bool 
         rank=cfg.rank,
         lam=cfg.lam,
         dtype=DTYPES[cfg.dtype],
+        gather_axis=cfg.gather_axis,
         name=name,
     )
 
@@ -135,6 +136,7 @@ class GPT(nn.Module):
                 rank=cfg.rank,
                 lam=cfg.lam,
                 dtype=DTYPES[cfg.dtype],
+                gather_axis=cfg.gather_axis,
                 name="head",
             )(x, targets)
         logits = _dense(cfg, "head", cfg.vocab_size, "head", use_bias=False)(x)

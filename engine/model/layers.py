@@ -44,6 +44,7 @@ class SketchedDense(nn.Module):
     lam: float = 0.0
     dtype: jnp.dtype = jnp.float32
     kernel_init: nn.initializers.Initializer = nn.initializers.normal(0.02)
+    gather_axis: str | None = None  # engine.sketch.basis.sketched_matmul's
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -55,7 +56,8 @@ class SketchedDense(nn.Module):
             y = x @ kernel
         else:
             key = self.make_rng(SKETCH_RNG)
-            y = sketched_matmul(x, kernel, key, rank=self.rank, lam=self.lam, estimator=self.estimator)
+            y = sketched_matmul(x, kernel, key, rank=self.rank, lam=self.lam, estimator=self.estimator,
+                                gather_axis=self.gather_axis)
         y = self.perturb("dy", y, collection=CAPTURED_GRADS)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
@@ -77,6 +79,7 @@ class FusedHead(nn.Module):
     lam: float = 0.0
     dtype: jnp.dtype = jnp.float32
     kernel_init: nn.initializers.Initializer = nn.initializers.normal(0.02)
+    gather_axis: str | None = None  # engine.sketch.head.head_loss's
 
     @nn.compact
     def __call__(self, x: jax.Array, targets: jax.Array) -> jax.Array:
@@ -85,6 +88,7 @@ class FusedHead(nn.Module):
         return head_loss(
             x.astype(self.dtype), kernel.astype(self.dtype), targets, key,
             chunk=self.chunk, estimator=self.estimator, rank=self.rank, lam=self.lam,
+            gather_axis=self.gather_axis,
         )
 
 

@@ -55,9 +55,10 @@ import jax
 
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
-from engine.runner import liveness
+from engine.runner import hosts, liveness
 from engine.runner.paths import checkpoint_root
 from engine.runner.writer import StoreWriter
+from engine.training import parallel
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
 from engine.training.loop import Record, TrainingDiverged, train
 from storage import DatabaseBusyError, Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
@@ -87,9 +88,11 @@ def environment() -> dict:
     return {"versions": versions, "git_commit": commit, "device": device_kind()}
 
 
-def device_kind() -> str:
+def device_kind(count: int = 1) -> str:
+    """``gpu: NVIDIA H200``, and ``gpu: NVIDIA H200 × 4`` for a run on 4 such devices
+    (``app.tables.device_parts`` reads it back)."""
     dev = jax.devices()[0]
-    return f"{dev.platform}: {dev.device_kind}"
+    return f"{dev.platform}: {dev.device_kind}" + (f" × {count}" if count > 1 else "")
 
 
 def new_sweep_id() -> str:
@@ -543,6 +546,10 @@ def execute(
     ckpt_dir = run_dir(checkpoints, run.uid)
     try:
         config = RunConfig.from_dict(run.config)
+        writer.call(run_id, store.set_device, run_id, device_kind(parallel.device_count(config)), epoch=epoch)
+        # the followers of a multi-host run train it too; first, as opening checkpoints is collective there
+        hosts.announce({"uid": run.uid, "config": run.config, "checkpoints": str(ckpt_dir),
+                        "keep": config.checkpoint_keep, "epoch": epoch})
         ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
                             store, writer, run_id, epoch, run.checkpoint_step)
         for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,

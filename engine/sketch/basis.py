@@ -41,6 +41,14 @@ unknown in the forward pass, so the probabilities use X alone, ``p_b ∝ ‖x_b�
 Feature projection (``proj``; ``projection``) sketches the other axis:
 ``dW ≈ c² P (X P)ᵀ dY`` with ``P ∈ R^{N×k}`` regenerated from the key.
 
+On several devices (``gather_axis``, a mesh axis inside ``shard_map``) each device
+sketches only its own B_d rows with its own S_d, and the run's dW is Σ_d X̂_dᵀ dŶ_d.
+By default the caller sums each device's d_in×d_out dW (an all-reduce). With
+``gather_axis`` the backward pass instead all-gathers the R-row factors, X̂ (R×d_in)
+and dŶ (R×d_out), and forms the sum as one product [X̂_1; …; X̂_D]ᵀ [dŶ_1; …; dŶ_D]
+on every device: D·R·(d_in + d_out) floats move instead of the dW. Row sampling
+gathers x̃ and dY[i] the same way; ``proj`` keeps its dW local (``gathers``).
+
 R is clipped to B. At R = B balanced hashing is a signed permutation, so
 ``SᵀS = I`` and dW is exact up to the factor c²; ``wta-crs`` keeps every row
 (exact up to c²); ``crs`` still draws B rows with replacement (random);
@@ -323,6 +331,22 @@ def projection(key: jax.Array, features: int, width: int) -> jax.Array:
     """
     return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
 
+def gathers(estimator: str) -> bool:
+    """Whether this estimator's dW is the product of two R-row factors that a
+    ``gather_axis`` all-gathers (hash and Gaussian sketches, sampled rows); ``exact``
+    and ``proj`` keep their dW local, for the caller to sum."""
+    return estimator not in ("exact", PROJECTION)
+
+
+def gathered_product(a: jax.Array, b: jax.Array, axis: str | None) -> jax.Array:
+    """aᵀ b, or with ``axis`` Σ_d a_dᵀ b_d over the devices d of that mesh axis: both
+    R-row factors all-gathered (D·R rows each), then one product, equal on every device."""
+    if axis is not None:
+        a = jax.lax.all_gather(a, axis, tiled=True)
+        b = jax.lax.all_gather(b, axis, tiled=True)
+    return a.T @ b
+
+
 def sketched_matmul(
     x: jax.Array,
     w: jax.Array,
@@ -331,6 +355,7 @@ def sketched_matmul(
     rank: int,
     lam: float = 0.0,
     estimator: str = "basis",
+    gather_axis: str | None = None,
 ) -> jax.Array:
     """``y = x @ w`` whose backward pass returns exact dX and a sketched dW.
 
@@ -341,6 +366,9 @@ def sketched_matmul(
       rank: R ≥ 1, clipped to B.
       lam: shrink λ ∈ [0, 1); dW is scaled by (1 − λ)².
       estimator: one of ``ESTIMATORS``; ``exact`` is an ordinary matmul.
+      gather_axis: inside ``shard_map``, the mesh axis whose devices' sketches are
+        all-gathered so that dW is already their sum (``gathers(estimator)`` only);
+        None: this device's dW alone.
     """
     validate_method(estimator, rank, lam)
     if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
@@ -352,17 +380,18 @@ def sketched_matmul(
         return x @ w
     lead = x.shape[:-1]
     rows = math.prod(lead)
-    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator)
+    axis = gather_axis if gathers(estimator) else None
+    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator, axis)
     return y.reshape(*lead, w.shape[1])
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _sketched_2d(x, w, key, rank, lam, estimator):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _sketched_2d(x, w, key, rank, lam, estimator, axis):
     return x @ w
 
 def _kept(*arrays):
     return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
 
-def _fwd(x, w, key, rank, lam, estimator):
+def _fwd(x, w, key, rank, lam, estimator, axis):
     rows, features = x.shape
     shrink = 1.0 - lam
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
@@ -381,11 +410,11 @@ def _fwd(x, w, key, rank, lam, estimator):
     # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
     return x @ w, (kept, key, w, *_kept(x_dtype))
 
-def _bwd(rank, lam, estimator, residuals, dy):
+def _bwd(rank, lam, estimator, axis, residuals, dy):
     kept, key, w, x_dtype = residuals
     if estimator in SAMPLING:
         x_tilde, index = kept
-        dw = x_tilde.T @ dy[index].astype(jnp.float32)
+        dw = gathered_product(x_tilde, dy[index].astype(jnp.float32), axis)
     elif estimator == PROJECTION and key is None:  # X itself, times c²
         dw = kept[0].T @ dy.astype(jnp.float32)
     elif estimator == PROJECTION:
@@ -395,7 +424,7 @@ def _bwd(rank, lam, estimator, residuals, dy):
     else:
         sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
         dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
-        dw = kept[0].T @ dy_hat
+        dw = gathered_product(kept[0], dy_hat, axis)
     dx = (dy @ w.T).astype(x_dtype.dtype)
     return dx, dw.astype(w.dtype), None
 

@@ -21,7 +21,9 @@ and the chunk's share of Xᵀ dZ or of S dZ = Σ_chunks S[:, chunk] dZ[chunk]).
 The B×V logits never exist at once. Kept for the backward pass: dX (B×N) and
 dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched or sampled; dX,
 (X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
-``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V.
+``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V. With
+``gather_axis`` (several devices, inside ``shard_map``) the two R-row factors are
+all-gathered and dW is Σ_d X̂_dᵀ dẐ_d on every device (``engine.sketch.basis.gathers``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from engine.sketch.basis import (
     Sketch,
     apply_sketch,
     draw_sketch,
+    gathered_product,
+    gathers,
     projection,
     projection_width,
     sample_rows,
@@ -67,6 +71,7 @@ def head_loss(
     rank: int = 1,
     lam: float = 0.0,
     sketch_method: str | None = None,
+    gather_axis: str | None = None,
 ) -> jax.Array:
     """Mean cross-entropy of ``softmax(x @ w)`` against ``targets``, float32.
 
@@ -76,7 +81,8 @@ def head_loss(
       targets: integer array of shape x.shape[:-1].
       key: the head's sketch key (unused, may be None, when ``estimator="exact"``).
       chunk: rows per chunk C ≥ 1; B need not be a multiple of C.
-      estimator, rank, lam: as ``engine.sketch.basis.sketched_matmul``; R is clipped to B.
+      estimator, rank, lam, gather_axis: as ``engine.sketch.basis.sketched_matmul``; R
+        is clipped to B.
       sketch_method: how a hash sketch meets dZ: ``binned`` (balanced hashing only, its
         default: rows are visited in bin order, so S dZ is a reshape-sum of each
         chunk's signed dZ; chunks hold whole layers of bins or whole bins, so C is
@@ -102,6 +108,7 @@ def head_loss(
     return _head(
         x.reshape(rows, x.shape[-1]), w, targets.reshape(rows), key,
         min(chunk, rows), min(rank, rows), float(lam), estimator, sketch_method,
+        gather_axis if gathers(estimator) else None,
     )
 
 
@@ -129,8 +136,8 @@ def _logits(xc, w, tc):
     return e, total, nll[:, 0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
-def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
     def body(total, xs):
         xc, tc, valid = xs
         return total + jnp.sum(jnp.where(valid, _logits(xc, w, tc)[2], 0.0)), None
@@ -217,7 +224,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
     return total, dx.reshape(-1, x.shape[1])[position], acc, sq
 
 
-def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method):
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
     rows, features, v = x.shape[0], x.shape[1], w.shape[1]
     mode = _mode(estimator, rows, features, rank)
     shrink = 1.0 - lam
@@ -290,17 +297,17 @@ def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimato
     return total / x.shape[0], (tag(dx), x_hat, tag(dz_hat * shrink), tag(jnp.zeros((0,), w.dtype)))
 
 
-def _bwd(chunk, rank, lam, estimator, sketch_method, residuals, g):
+def _bwd(chunk, rank, lam, estimator, sketch_method, axis, residuals, g):
     dx, w_dtype = residuals[0], residuals[-1]
     if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
-        dw = residuals[1]
+        dw = g * residuals[1]
     elif estimator == PROJECTION:
         proj_dz, key = residuals[1], residuals[2]
         features = dx.shape[1]
-        dw = projection(key, features, proj_dz.shape[0]) @ proj_dz
-    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows
-        dw = residuals[1].T @ residuals[2]
-    return (g * dx).astype(dx.dtype), (g * dw).astype(w_dtype.dtype), None, None
+        dw = g * (projection(key, features, proj_dz.shape[0]) @ proj_dz)
+    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows (each device's own g when gathered)
+        dw = gathered_product(residuals[1], g * residuals[2], axis)
+    return (g * dx).astype(dx.dtype), dw.astype(w_dtype.dtype), None, None
 
 
 _head.defvjp(_fwd, _bwd)

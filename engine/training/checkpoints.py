@@ -30,6 +30,16 @@ What a checkpoint holds
 and the wall time so far. The sketch keys need nothing: ``sketch_key(root, step)``
 depends only on the seed and the step.
 
+Sharded state
+-------------
+A run on several devices (``engine.training.parallel``) saves its state as it lies:
+orbax's ``StandardSave`` writes every array from its shards (each shard once, by the
+process that holds its first replica), and ``restore`` reads them into the shardings of
+the target state, so a run resumes on another device count or layout (4 devices with
+sharded parameters → 2 devices) with the same numbers. Under ``jax.distributed`` every
+process calls ``save`` and ``restore`` (they are collective); orbax lets process 0 write
+the metadata and the replicated arrays.
+
 Atomicity
 ---------
 Saves are synchronous (``enable_async_checkpointing=False``): ``save`` returns
@@ -74,6 +84,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from engine.core import checks
@@ -115,9 +126,13 @@ class _Damaged(ValueError):
 
 def array_checksums(state) -> dict[str, str]:
     """``{path: SHA-256 hex}`` of the bytes of every array leaf of ``state`` (as the host
-    holds them: C order, the array's own dtype)."""
+    holds them: C order, the array's own dtype). An array sharded over several
+    processes (``jax.distributed``) is gathered whole first, so every process hashes
+    the same bytes; that gather is collective, as ``save`` and ``restore`` are."""
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            leaf = multihost_utils.process_allgather(leaf, tiled=True)
         data = np.ascontiguousarray(np.asarray(leaf))
         out[jax.tree_util.keystr(path)] = hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest()
     return out
@@ -278,7 +293,7 @@ class RunCheckpoints:
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
                     f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
-            if self.epoch is not None:
+            if self.epoch is not None and jax.process_index() == 0:  # the leader alone prunes the shared folder
                 self._prune_older_epochs()
 
     def _prune_older_epochs(self) -> None:
@@ -299,6 +314,8 @@ class RunCheckpoints:
         """Delete the temporary directories of saves that never finished (a killed
         process). Done by the writer at its first save only, so opening a run to
         read never removes another process's save in progress."""
+        if jax.process_index() != 0:  # under jax.distributed the leader alone tidies the shared directory
+            return
         for path in self.write_dir.glob(f"*{_TMP_SUFFIX}*"):
             shutil.rmtree(path)
 

@@ -25,7 +25,7 @@ def compiled_stats(compiled) -> dict[str, int]:
             output_bytes=int(analysis.output_size_in_bytes),
             alias_bytes=int(analysis.alias_size_in_bytes),
         )
-    stats = jax.devices()[0].memory_stats()
+    stats = jax.local_devices()[0].memory_stats()  # this process's first device: memory is per device
     if stats and "peak_bytes_in_use" in stats:
         out["device_peak_bytes"] = int(stats["peak_bytes_in_use"])
     return out

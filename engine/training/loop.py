@@ -5,7 +5,9 @@ of the same seed differ only by their estimator:
 
 - parameters: ``init_params(cfg, fold_in(key(s), 0))`` (never depends on the estimator),
 - batches: ``BatchSampler(train, B, T, seed=s)`` (a seeded NumPy generator),
-- sketches: ``fold_in(fold_in(key(s), 1), step)``, used only by sketched layers.
+- sketches: ``fold_in(fold_in(key(s), 1), step)``, used only by sketched layers; on
+  several devices (``RunConfig.devices``, ``engine.training.parallel``) device d folds
+  in d as well, and the dW probe measures device 0's sketch of its own rows.
 
 ``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
 of the initial parameters and the memory figures), one at every eval interval
@@ -28,6 +30,7 @@ from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
+from engine.training import parallel
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
 from engine.training.inputs import load_data
@@ -129,24 +132,35 @@ def train(
     Steps between two records run as compiled blocks of up to ``max_block`` steps
     (default ``block_limit`` of the backend: 1 on a CPU), one dispatch per block; a
     block computes what its steps one by one compute (same batches, same sketch keys),
-    and ``should_stop`` is checked before every block.
+    and ``should_stop`` is checked before every block. On several devices
+    (``RunConfig.devices`` > 1) every step is a block of one: the sharded step runs
+    step by step.
     """
     cfg = model_config(config)
+    layout = parallel.make_layout(config)  # None: one device, the plain step
     param_key, sketch_root = run_keys(config.seed)
     train_tokens, val = load_data(config)
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
     optimizer = optimizer_for(config)
-    eval_fn = make_eval_step(cfg)
     probe_names, probe = make_dw_probe(cfg)
     state = init_state(init_params(cfg, param_key), optimizer)
-    val = jnp.asarray(val)
     tokens_per_step = config.effective_batch_size * config.effective_seq_len
     shape = (config.effective_batch_size, config.effective_seq_len + 1)
 
     start = time.perf_counter()
-    example = jnp.zeros(shape, jnp.int32)  # shapes alone decide the compiled step and the memory figures
+    example = np.zeros(shape, np.int32)  # shapes alone decide the compiled step and the memory figures
     key0 = sketch_key(sketch_root, 0)
-    step_fn = make_train_step(cfg, optimizer).lower(state, example, key0).compile()
+    if layout is None:
+        eval_fn, val = make_eval_step(cfg), jnp.asarray(val)
+        put_batch, put_key, local_rows, stop_now = jnp.asarray, (lambda k: k), (lambda b: b), should_stop
+        step_fn = make_train_step(cfg, optimizer).lower(state, put_batch(example), key0).compile()
+    else:
+        eval_fn, val = parallel.make_eval_step(cfg, layout), layout.put(val, layout.rows(1))
+        put_batch, put_key = (lambda b: layout.put(b, layout.rows())), layout.put_key
+        local_rows, stop_now = layout.local_rows_of, (lambda: parallel.agree(should_stop()))
+        state = layout.put_state(state)
+        step_fn = parallel.make_train_step(cfg, optimizer, layout, state, config.dw_comm)
+        step_fn = step_fn.lower(state, put_batch(example), put_key(key0)).compile()
     window, done, offset = _Window(), 0, 0.0
     extra, notes = None, []
     if checkpoints is not None and resume and checkpoints.latest_step() is not None:
@@ -163,12 +177,15 @@ def train(
     else:
         loss, se = eval_fn(state.params, val)
         first = {"val_loss": float(loss), "val_loss_se": float(se)}
-        first.update(memory_figures(config, state.params, example, step_fn, key0))
+        first.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
         yield Record(0, time.perf_counter() - start, first)
     last_saved, last_saved_at = done, time.perf_counter()
 
     def wall() -> float:
         return offset + time.perf_counter() - start
+
+    # several processes must checkpoint at the same steps: process 0's wall clock decides
+    _due = (lambda due: due) if layout is None else parallel.agree
 
     def save(step: int, *, final: bool = False) -> None:
         nonlocal last_saved, last_saved_at
@@ -186,28 +203,37 @@ def train(
         jax.block_until_ready(state)
         window.seconds += time.perf_counter() - segment
 
-    limit = max_block if max_block is not None else block_limit(jax.default_backend())
+    # a scanned block runs one device's steps; on several devices (a layout) each step is its own dispatch
+    if layout is not None:
+        limit = 1
+    else:
+        limit = max_block if max_block is not None else block_limit(jax.default_backend())
     step = done
     while step < config.steps:
-        if should_stop():
+        if stop_now():
             window.read(config.lr)
             save(step)
             return
         first = step + 1
-        last = _block_end(config, first, bool(probe_names), limit, last_saved)
+        last = _block_end(config, first, bool(probe_names), limit, last_saved if checkpoints is not None else None)
         batches = np.stack([sampler.next() for _ in range(first, last + 1)])
         probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
         eval_now = last % config.eval_interval == 0 or last == config.steps
         values: dict[str, float] = {}
         if probe_now:
             lap()
-            cos, rel = (np.asarray(a) for a in probe(state.params, jnp.asarray(batches[0]), sketch_key(sketch_root, first)))
+            # on several devices: device 0's rows and sketch, as its step draws them
+            probe_batch, probe_key = jnp.asarray(batches[0]), sketch_key(sketch_root, first)
+            if layout is not None:
+                probe_batch = layout.put(local_rows(batches[0]), layout.replicated)
+                probe_key = jax.random.wrap_key_data(layout.put_key(jax.random.fold_in(probe_key, 0)))
+            cos, rel = (np.asarray(a) for a in probe(state.params, probe_batch, probe_key))
             values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
             values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
             values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
             segment = time.perf_counter()
         if last == first:
-            state, loss = step_fn(state, jnp.asarray(batches[0]), sketch_key(sketch_root, first))
+            state, loss = step_fn(state, put_batch(batches[0]), put_key(sketch_key(sketch_root, first)))
             losses = loss[None]
         else:
             block = _train_block(cfg, config.optimizer, config.lr, config.momentum, config.weight_decay)
@@ -237,7 +263,7 @@ def train(
             yield Record(step, wall(), values)
         if step == config.steps:
             save(step, final=True)
-        elif _checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at):
+        elif _due(_checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at)):
             lap()
             save(step)
         if values or step == last_saved:
@@ -264,7 +290,7 @@ def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: 
     return make_train_block(cfg, make_optimizer(optimizer, lr, momentum=momentum, weight_decay=weight_decay))
 
 
-def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int) -> int:
+def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int | None) -> int:
     """The last step of the block that starts at ``first``: it stops at the next eval
     step, the last step, the step before the next probe (a probe reads the parameters
     before its step and is recorded after it, so a probe step is a block of its own)
@@ -276,8 +302,8 @@ def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_sa
             return first
         next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
         last = min(last, next_probe - 1)
-    if config.checkpoint_interval is not None:
-        last = min(last, last_saved + config.checkpoint_interval)
+    if config.checkpoint_interval is not None and last_saved is not None:
+        last = min(last, max(first, last_saved + config.checkpoint_interval))
     n = last - first + 1
     return first + (1 << (n.bit_length() - 1)) - 1
 

@@ -198,6 +198,14 @@ def test_block_ends_stop_at_probes_evals_and_the_last_step():
     assert all((b - a + 1) in (1, 2, 4) for a, b in ends)
 
 
+def test_a_checkpoint_interval_without_checkpoints_does_not_end_blocks():
+    """A run given ``checkpoint_interval`` but no checkpointer never saves, so its blocks
+    are not cut at last_saved + interval (which would end a block before it starts)."""
+    every = BLOCKED.replace(checkpoint_interval=1, probe_interval=0)
+    assert train_mod._block_end(every, 2, False, 4, None) == 5
+    assert train_mod._block_end(every, 2, False, 4, 1) == 2  # with checkpoints: one step past the last save
+
+
 def test_a_resumed_blocked_run_equals_its_uninterrupted_twin(tmp_path, step_by_step):
     from engine.training.checkpoints import RunCheckpoints
 
