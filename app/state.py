@@ -35,7 +35,7 @@ SELECTED = "selected_runs"
 PAUSED = "paused"
 _DETAIL_RUN = "detail.run"
 _CLONE = "launch.clone"
-_DIALOG = "runs.dialog"
+_DIALOG = "dialog"
 _FLASH = "runs.flash"
 _EPOCH = "runs.epoch"
 _ERROR = "runs.error"
@@ -144,7 +144,8 @@ def take_clone() -> Sweep | None:
 
 
 def dialog() -> tuple | None:
-    """The Runs page's open dialog: ``("delete", [ids])`` or ``("edit", id)``, or None."""
+    """The open confirmation dialog (``app.confirm``): ``("stop", [ids])``, ``("delete", [ids])``
+    or the Runs page's ``("edit", id)``; None when none is open."""
     return st.session_state.get(_DIALOG)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timezone
 from typing import Sequence
 
@@ -102,6 +103,18 @@ def merge_selection(previous: Sequence[int], visible: Sequence[int], chosen: Seq
     visible_set = set(int(v) for v in visible)
     kept = [int(i) for i in previous if int(i) not in visible_set]
     return list(dict.fromkeys(kept + [int(c) for c in chosen]))
+
+
+def ids_at(visible: Sequence[int], rows: Sequence[int]) -> list[int]:
+    """The run ids at the selected row positions ``rows`` of a table whose rows are ``visible``."""
+    return [int(visible[r]) for r in rows if 0 <= r < len(visible)]
+
+
+def table_key(prefix: str, visible: Sequence[int]) -> str:
+    """A widget key for a table showing the runs ``visible`` in that order: another
+    list of runs is another key, so a row selection never outlives its rows."""
+    digest = hashlib.sha256(",".join(str(int(i)) for i in visible).encode()).hexdigest()[:12]
+    return f"{prefix}.{digest}"
 
 
 def workers_view(states: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:

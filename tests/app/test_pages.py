@@ -182,6 +182,9 @@ def test_stop_then_delete_a_running_run(url, store):
     button(at, "Delete").click().run()
     assert "stop them first" in at.error[0].value
     button(at, "Stop").click().run()
+    assert any(f"#{run_id}" in m.value and "(running)" in m.value for m in at.markdown)  # names the run
+    assert store.get_run(run_id).status == "running"  # nothing happens before the confirmation
+    at.button(key="confirm.stop.ok").click().run()
     wait_for(lambda: store.get_run(run_id).status == "cancelled", timeout=120)
     at.run()
     assert at.dataframe[0].value["status"].tolist() == ["■ cancelled"]
