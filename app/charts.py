@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import colorsys
 import hashlib
-import html
 import math
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from app.text import PLOTLY, plain
 
 EXACT_COLOR = "#404040"  # exact backprop: the neutral reference
 ESTIMATOR_HUES = {  # degrees on the colour wheel, one family per estimator
@@ -96,16 +97,11 @@ def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def plain(label) -> str:
-    """A run name as Plotly text: its ``<a href>``, ``<b>`` and the like are shown, not obeyed."""
-    return html.escape(str(label), quote=False)
-
-
 def wrap(label: str, width: int = 14) -> str:
     """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
     for bar-axis categories; a longer word stays whole."""
     lines: list[str] = []
-    for word in plain(label).split(" "):
+    for word in plain(label, PLOTLY).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
@@ -129,16 +125,16 @@ def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str,
         if banded:
             band = rows.dropna(subset=["lo", "hi"])
             fig.add_trace(go.Scatter(x=band["x"], y=band["hi"], mode="lines", line=dict(width=0, color=c),
-                                     legendgroup=trace, showlegend=False, hoverinfo="skip", name=f"{trace} +std"), **cell)
+                                     legendgroup=trace, showlegend=False, hoverinfo="skip", name=plain(f"{trace} +std", PLOTLY)), **cell)
             fig.add_trace(go.Scatter(x=band["x"], y=band["lo"], mode="lines", line=dict(width=0, color=c),
                                      fill="tonexty", fillcolor=_rgba(c, 0.2), legendgroup=trace, showlegend=False,
-                                     hoverinfo="skip", name=f"{trace} −std"), **cell)
+                                     hoverinfo="skip", name=plain(f"{trace} −std", PLOTLY)), **cell)
         mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
         extra = " (mean of %{customdata} runs)" if banded else ""
         fig.add_trace(go.Scatter(
-            x=rows["x"], y=rows["y"], mode=mode, name=plain(trace), legendgroup=trace, showlegend=show_legend,
+            x=rows["x"], y=rows["y"], mode=mode, name=plain(trace, PLOTLY), legendgroup=trace, showlegend=show_legend,
             line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],
-            hovertemplate=f"<b>{trace}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
+            hovertemplate=f"<b>{plain(trace, PLOTLY)}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
         ), **cell)
 
 
@@ -265,7 +261,8 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
     ranks = sorted(int(r) for r in sketched["rank"].unique())
     lo, hi = ranks[0] / 1.4, ranks[-1] * 1.4
     for _, band in frame[frame["estimator"] == "exact"].iterrows():
-        c, name = band["color"], f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"]
+        c = band["color"]
+        name = plain(f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"], PLOTLY)
         if pd.notna(band["std"]):
             top, bottom = band["mean"] + band["std"], band["mean"] - band["std"]
             fig.add_trace(go.Scatter(x=[lo, hi], y=[top, top], mode="lines", line=dict(width=0, color=c), legendgroup=name,
@@ -275,7 +272,7 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
                                      name=f"{name} −std"))
         fig.add_trace(go.Scatter(
             x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name, line=dict(color=c, width=2, dash="dot"),
-            hovertemplate=f"<b>{band['trace']}</b><br>{y_title} %{{y:.4f}}"
+            hovertemplate=f"<b>{plain(band['trace'], PLOTLY)}</b><br>{y_title} %{{y:.4f}}"
                           + ("" if pd.isna(band["std"]) else f" ± {band['std']:.4f}") + "<extra></extra>",
         ))
     lines = list(dict.fromkeys(sketched["trace"]))
@@ -283,12 +280,12 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
         rows = rows.sort_values("rank")
         dodge = 2.0 ** (RANK_DODGE * (i - (len(lines) - 1) / 2))  # lines side by side at a shared R
         fig.add_trace(go.Scatter(
-            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=trace,
+            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=plain(trace, PLOTLY),
             line=dict(color=rows["line_color"].iloc[0], width=2, dash=rows["dash"].iloc[0]),
             marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white")),
             error_y=dict(type="data", array=rows["std"].tolist(), visible=True, thickness=1.5, width=5),
             customdata=rows[["rank", "seeds", "std"]].astype(float).to_numpy(),
-            hovertemplate=f"<b>{trace}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
+            hovertemplate=f"<b>{plain(trace, PLOTLY)}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
                           "<br>%{customdata[1]} seeds<extra></extra>",
         ))
     fig.update_xaxes(title_text="rank R (rows kept, log scale)", type="log", tickvals=ranks, ticktext=[str(r) for r in ranks],

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 import pandas as pd
 import streamlit as st
 
+from app.text import plain
 from engine.config import Sweep
 from engine.runner.jobs import JobManager
 from storage import MetricsFeed, RunStore, StorageError, resolve_url
@@ -107,7 +108,7 @@ def guarded(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except StorageError as e:
-            st.error(f"Database error: {e}", icon=":material/error:")
+            st.error(plain(f"Database error: {e}"), icon=":material/error:")
 
     return run
 

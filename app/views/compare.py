@@ -4,7 +4,7 @@ quantity against the rank R at one step) and its Table 3 for the selected runs."
 import streamlit as st
 
 from app import charts, frames, state
-from app.display import plot
+from app.display import plain, plot
 from engine.analysis.summary import display_frame, render, summarize, table3
 from engine.config import comparable_key
 from storage import ACTIVE_STATUSES
@@ -59,7 +59,7 @@ def _status_line(runs: dict) -> None:
     st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
     for run in (r for r in runs.values() if r.status in ACTIVE_STATUSES):
         steps = max(run.steps or 1, 1)
-        st.progress(min(run.steps_done / steps, 1.0), text=f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}")
+        st.progress(min(run.steps_done / steps, 1.0), text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
 
 
 def _view() -> None:

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import form, state
+from app.display import plain
 from engine import data
 from engine.config import GROUPS, ConfigError, Sweep
 from engine.core.presets import PRESETS
@@ -51,7 +52,7 @@ def _data_text(grid: Sweep) -> str | None:
         try:
             return data.describe_source(source, **options)  # reads no user path
         except data.DataError as e:
-            st.error(str(e), icon=":material/error:")
+            st.error(plain(e), icon=":material/error:")
             return None
     key = ("launch.data_check", source, tuple(sorted(options.items())))
     if st.button("Check data", icon=":material/fact_check:", help="Find the files the path or glob names."):
@@ -61,7 +62,7 @@ def _data_text(grid: Sweep) -> str | None:
             st.session_state[key] = ("error", str(e))
     verdict, text = st.session_state.get(key, (None, None))
     if verdict == "error":
-        st.error(text, icon=":material/error:")
+        st.error(plain(text), icon=":material/error:")
         return None
     return text
 
@@ -69,7 +70,7 @@ def _data_text(grid: Sweep) -> str | None:
 def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
     """How many runs, how long (when a step time is known), which runs; and the Launch buttons."""
     for clip in grid.clipped():
-        st.warning(f"{clip}: the run records R = {clip.effective}.", icon=":material/content_cut:")
+        st.warning(plain(f"{clip}: the run records R = {clip.effective}."), icon=":material/content_cut:")
     timings = {}
     for c in configs:
         key = timing.timing_key(c)
@@ -104,13 +105,13 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
                        type="primary", width="stretch")
     st.dataframe(_preview_frame(configs), hide_index=True, width="stretch", height=min(35 * n + 38, 420),
                  placeholder="—")
-    st.caption(f"Data: {source_text}" if source_text else "Data: not checked yet (Launch checks it too).")
+    st.caption(plain(f"Data: {source_text}") if source_text else "Data: not checked yet (Launch checks it too).")
     if launch:
         try:
             with st.spinner("Loading the data…"):
                 check_data(configs)
         except (data.DataError, ConfigError, OSError) as e:
-            st.error(f"The data could not be loaded: {e}", icon=":material/error:")
+            st.error(plain(f"The data could not be loaded: {e}"), icon=":material/error:")
             return
         tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
@@ -119,7 +120,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
             else:
                 ids = lab.manager.submit(configs, tags=tag_list)
         except (StorageError, ValueError) as e:
-            st.error(f"The runs could not be queued: {e}", icon=":material/error:")
+            st.error(plain(f"The runs could not be queued: {e}"), icon=":material/error:")
             return
         state.set_selected(ids)
         who = "for workers (`python -m engine worker`)" if queue_only else "here"
@@ -163,6 +164,6 @@ with preview_col:
         configs = grid.expand()
     except ConfigError as e:
         configs = None
-        st.error(str(e), icon=":material/error:")
+        st.error(plain(e), icon=":material/error:")
     if configs:
         _preview(lab, grid, configs)

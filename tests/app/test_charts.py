@@ -134,3 +134,15 @@ def test_wrap_breaks_long_labels_at_spaces():
 def test_bar_figures_on_empty_frames_say_so(builder):
     fig = builder(pd.DataFrame(columns=["trace", "bar", "color", "category", "quantity", "mib", "baseline_mib", "ratio"]))
     assert len(fig.data) == 0 and fig.layout.annotations[0].text.startswith("no ")
+
+
+def test_one_plain_text_helper_for_markdown_and_plotly():
+    from app.text import PLOTLY, plain
+
+    evil = "![q](http://127.0.0.2:9/x.png) <img src=http://127.0.0.2:9/y.png>"
+    shown = plain(evil)
+    assert shown.startswith("\\!\\[q\\]\\(") and "\\<img" in shown  # every special character escaped
+    assert shown.replace("\\", "") == evil  # the text itself, once the escapes are read
+    assert plain(evil, PLOTLY) == evil.replace("<", "&lt;").replace(">", "&gt;")
+    with pytest.raises(ValueError, match="medium"):
+        plain(evil, "html")
