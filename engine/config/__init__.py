@@ -9,16 +9,22 @@ derive from it. ``engine.config.sweep`` expands a base run over estimators × ra
 """
 
 from engine.config.run import (
+    AFFECTS,
+    BOOKKEEPING,
+    BOOKKEEPING_NAMES,
     CHECKPOINT_SECONDS,
     DATA_OPTIONS,
     FUSED_CHUNK,
     GROUPS,
+    MEASUREMENT,
     MIN_EVAL_TOKENS,
+    TRAJECTORY,
     ConfigError,
     DataOption,
     FieldSpec,
     FrozenMap,
     RunConfig,
+    affects,
     base_type,
     comparable_key,
     default_of,

@@ -177,16 +177,16 @@ def _records(store, configs):
 def test_describe_runs_groups_seeds_and_names_setups(store):
     configs = [dataclasses.replace(TINY, estimator="exact", seed=s) for s in (0, 1)]
     configs += [dataclasses.replace(TINY, rank=8, seed=s) for s in (0, 1)]
-    configs += [dataclasses.replace(TINY, rank=8, steps=20)]
+    configs += [dataclasses.replace(TINY, rank=8, lr=0.02)]
     info = frames.describe_runs(_records(store, configs))
     assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
     assert info["group_id"].tolist() == [1, 1, 3, 3, 5]
     assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.method_color("basis", 8, 0.0)] * 3
-    assert info["setup"].tolist() == ["steps=40"] * 4 + ["steps=20"]
+    assert info["setup"].tolist() == ["lr=0.01"] * 4 + ["lr=0.02"]
     pooled = frames.trace_labels(info, pool_seeds=True)
-    assert pooled.tolist() == ["exact · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 s0 [steps=20]"]
+    assert pooled.tolist() == ["exact · mean of 2 seeds [lr=0.01]"] * 2 + ["basis R=8 · mean of 2 seeds [lr=0.01]"] * 2 + ["basis R=8 s0 [lr=0.02]"]
     single = frames.trace_labels(info, pool_seeds=False)
-    assert single[1] == "exact s0 [steps=40]" and single[4] == "basis R=8 s1 [steps=40]"
+    assert single[1] == "exact s0 [lr=0.01]" and single[4] == "basis R=8 s1 [lr=0.01]"
 
 
 def test_trace_labels_disambiguate_equal_names(store):
@@ -333,9 +333,9 @@ def test_summary_table_pairs_seeds_and_shows_the_papers_numbers(store):
 
 
 def test_summary_table_without_seeds_or_paper(store):
-    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, steps=20))]
+    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, lr=0.02))]
     table = display_frame(run_table3(store, ids))
-    assert "paper val" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
+    assert "paper val" not in table and table["setup"].tolist() == ["lr=0.01", "lr=0.02"]
     assert table["Δ val vs exact"].tolist() == ["—", "—"] and table["95% CI"].tolist() == ["—", "—"]
     assert "±" not in table.loc[0, "val loss"]
 
