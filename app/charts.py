@@ -12,6 +12,7 @@ import colorsys
 import hashlib
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -114,6 +115,16 @@ def _no_data(fig: go.Figure, message: str) -> go.Figure:
     return fig
 
 
+def band_segments(rows: pd.DataFrame) -> list[pd.DataFrame]:
+    """The stretches of consecutive rows with a ± std band (``lo``/``hi`` set: two or more
+    seeds at those steps); a step with one seed ends a stretch, so no band bridges it."""
+    has = rows["lo"].notna().to_numpy() & rows["hi"].notna().to_numpy()
+    if not has.any():
+        return []
+    stretch = np.cumsum(~has)  # constant along each stretch of banded rows
+    return [part for _, part in rows[has].groupby(stretch[has], sort=True)]
+
+
 def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str, legend: set[str], **cell) -> None:
     """Add each trace of a series frame; a trace gets a legend entry once, the first
     time it is added (``legend`` holds the traces already listed)."""
@@ -122,15 +133,14 @@ def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str,
         show_legend = trace not in legend
         legend.add(trace)
         banded = rows["lo"].notna().any()
-        if banded:
-            band = rows.dropna(subset=["lo", "hi"])
+        for band in band_segments(rows):  # only where at least two seeds have a value
             fig.add_trace(go.Scatter(x=band["x"], y=band["hi"], mode="lines", line=dict(width=0, color=c),
                                      legendgroup=trace, showlegend=False, hoverinfo="skip", name=plain(f"{trace} +std", PLOTLY)), **cell)
             fig.add_trace(go.Scatter(x=band["x"], y=band["lo"], mode="lines", line=dict(width=0, color=c),
                                      fill="tonexty", fillcolor=_rgba(c, 0.2), legendgroup=trace, showlegend=False,
                                      hoverinfo="skip", name=plain(f"{trace} −std", PLOTLY)), **cell)
         mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
-        extra = " (mean of %{customdata} runs)" if banded else ""
+        extra = " (mean of %{customdata} seeds at this step)" if banded else ""
         fig.add_trace(go.Scatter(
             x=rows["x"], y=rows["y"], mode=mode, name=plain(trace, PLOTLY), legendgroup=trace, showlegend=show_legend,
             line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],

@@ -50,18 +50,21 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     return info[columns]
 
 
-def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
+def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Series:
     """Legend label per run (indexed by run_id): the run name, or for a pooled seed
-    group ``method · mean of n seeds`` (shared by its runs), with ``[setup]`` when
-    the selection mixes setups. Labels that would still name two curves get
-    ``#id`` (the run id, or the group's smallest run id when pooled)."""
+    group ``method · mean of k/n seeds`` (shared by its runs: n seeds in the group, k
+    of them with data, i.e. among the run ids ``present``; None: all), with
+    ``[setup]`` when the selection mixes setups. Labels that would still name two
+    curves get ``#id`` (the run id, or the group's smallest run id when pooled)."""
     labels, owners, suffix = {}, {}, {}
+    present = set(info["run_id"]) if present is None else {int(i) for i in present}
     for row in info.itertuples():
         pooled = pool_seeds and row.group_size > 1
         if pooled:
-            seeds = int(info.loc[info["group"] == row.group, "seed"].nunique())
-            count = f"{seeds} seeds" if seeds == row.group_size else f"{row.group_size} runs"
-            base = f"{row.method} · mean of {count}"
+            runs = info[info["group"] == row.group]
+            unit = "seeds" if runs["seed"].nunique() == row.group_size else "runs"
+            have = int(runs["run_id"].isin(present).sum())
+            base = f"{row.method} · mean of {have}/{row.group_size} {unit}"
         else:
             base = row.name
         label = f"{base} [{row.setup}]" if row.setup else base
@@ -121,9 +124,11 @@ def series(
 
     Each run's values are ordered by step (the last value recorded at a step wins)
     and EMA-smoothed with ``smoothing``. With ``pool_seeds``, runs of one seed group
-    (more than one run) become one curve: at each step the mean over the runs that
-    reached it, ``lo``/``hi`` = mean ∓ std (ddof 1) and ``n`` the number of runs;
-    single runs have ``lo``/``hi`` NaN and n = 1. ``x`` is ``step`` or ``wall_time``
+    (more than one run) become one curve, labelled ``mean of k/n seeds`` (k of its n
+    seeds have a value of ``name``): at each step the mean over the runs that reached
+    it, ``n`` the number of those runs and ``lo``/``hi`` = mean ∓ std (ddof 1) where
+    n ≥ 2, else NaN (one seed has no spread: no band); single runs have ``lo``/``hi``
+    NaN and n = 1. ``x`` is ``step`` or ``wall_time``
     (seconds; pooled: the mean wall time at that step). Returns columns
     ``SERIES_COLUMNS`` (``color``/``dash``: the method's, see :func:`describe_runs`),
     curves in :func:`method_order`, each by x, at most ``max_points`` points per curve.
@@ -134,7 +139,7 @@ def series(
     if m.empty:
         return pd.DataFrame(columns=SERIES_COLUMNS)
     m = m.sort_values("id").drop_duplicates(["run_id", "step"], keep="last").sort_values(["run_id", "step"])
-    labels = trace_labels(info, pool_seeds)
+    labels = trace_labels(info, pool_seeds, present=m["run_id"].unique())
     by_run = info.set_index("run_id")
     parts = []
     for run_id, rows in m.groupby("run_id", sort=True):
@@ -204,7 +209,8 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
     s = summary.merge(info[["run_id", "key", "color", "group"]], on="run_id")
-    labels = trace_labels(info, pool_seeds)
+    recorded = [c for c in MEMORY_QUANTITIES if c in s]
+    labels = trace_labels(info, pool_seeds, present=s.loc[s[recorded].notna().any(axis=1), "run_id"] if recorded else [])
     s["trace"] = s["run_id"].map(labels)
     exact = s[s["estimator"] == "exact"].drop_duplicates(["key", "seed"], keep="last").set_index(["key", "seed"])
     order = method_order(info, labels)
@@ -244,7 +250,7 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     if m.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     last = m.sort_values("id").drop_duplicates(["run_id", "name"], keep="last")
-    labels = trace_labels(info, pool_seeds)
+    labels = trace_labels(info, pool_seeds, present=last["run_id"].unique())
     colors = info.set_index("run_id")["color"]
     exact = last["name"].str.startswith(BREAKDOWN_EXACT_PREFIX)
     frame = pd.DataFrame({

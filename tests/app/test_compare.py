@@ -219,7 +219,7 @@ def test_compare_cosine_charts_follow_the_wall_time_axis(url, store):
     cos = _spec(at, "Mean cosine over sketched layers")
     assert cos["layout"]["xaxis"]["title"]["text"] == "wall time (s)"
     rows = store.metrics([ids[0]], names=["cos_mean"])
-    exact = next(t for t in cos["data"] if t["name"] == "exact · mean of 3 seeds")
+    exact = next(t for t in cos["data"] if t["name"] == "exact · mean of 3/3 seeds")
     np.testing.assert_allclose(exact["x"], rows["wall_time"])  # seconds, not steps
     at.toggle(key="compare.per_layer").set_value(True).run()
     layers = _spec(at, "Cosine per sketched layer")

@@ -20,6 +20,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from app import state
+from app.text import plain
 from engine.analysis.summary import run_summary
 from engine.config import RunConfig
 from storage import RunStore, long_frame, wide_frame
@@ -235,21 +236,21 @@ def test_runs_buttons_open_compare_and_detail_and_the_picker_can_be_emptied(url,
 def test_bad_form_values_show_the_config_message(url, store):
     at = page(app().run(), "launch")
     at.text_input(key="launch.lams").input("1.5").run()
-    assert "lam must be in [0, 1) (got 1.5)" in at.error[0].value
+    assert plain("lam must be in [0, 1) (got 1.5)") in at.error[0].value
     assert not [b for b in at.button if b.label.startswith("Launch")]
     at.text_input(key="launch.lams").input("0")
     at.text_input(key="launch.seeds").input("zero").run()
-    assert "seeds: 'zero' is not a seed" in at.error[0].value
+    assert plain("seeds: 'zero' is not a seed") in at.error[0].value
     at.text_input(key="launch.seeds").input("0")
     at.number_input(key="launch.steps").set_value(0).run()
-    assert "steps must be an integer >= 1 (got 0)" in at.error[0].value
+    assert plain("steps must be an integer >= 1 (got 0)") in at.error[0].value
     at.number_input(key="launch.steps").set_value(10)
     at.selectbox(key="launch.dataset").set_value("files").run()
-    assert "source 'files' needs path=" in at.error[0].value
+    assert plain("source 'files' needs path=") in at.error[0].value
     at.text_input(key="launch.path").input("/no/such/corpus.txt").run()
     assert not at.error  # a typed path is looked up only on request
     button(at, "Check data").click().run()
-    assert "no file matches path='/no/such/corpus.txt'" in at.error[0].value and not at.exception
+    assert plain("no file matches path='/no/such/corpus.txt'") in at.error[0].value and not at.exception
     at.selectbox(key="launch.dataset").set_value("classics").run()
     assert not at.error and button(at, "Launch")
     assert store.list_runs() == []
@@ -288,7 +289,7 @@ def test_compare_pools_seeds_and_draws_the_memory_breakdown(url, store):
     figs = figures(at)
     val = figs["Validation loss"]
     lines = [t for t in val["data"] if t.get("showlegend") is not False]
-    assert [t["name"] for t in lines] == ["exact · mean of 2 seeds", "basis R=8 · mean of 2 seeds"]
+    assert [t["name"] for t in lines] == ["exact · mean of 2/2 seeds", "basis R=8 · mean of 2/2 seeds"]
     assert sum(t.get("fill") == "tonexty" for t in val["data"]) == 2
     assert "Saved for backward, by category" in figs
     summary = at.dataframe[0].value
@@ -363,4 +364,4 @@ def test_fifty_runs_and_a_hundred_thousand_rows_render(url, store):
     assert len(at.dataframe[0].value) == 50
     page(at, "compare")
     lines = [t["name"] for t in figures(at)["Validation loss"]["data"] if t.get("showlegend") is not False]
-    assert lines == [f"{m} · mean of 10 runs" for m in ("exact", "basis R=1", "basis R=8", "basis R=16", "basis R=32")]
+    assert lines == [f"{m} · mean of 10/10 runs" for m in ("exact", "basis R=1", "basis R=8", "basis R=16", "basis R=32")]
