@@ -34,6 +34,9 @@ CATEGORY_COLORS = {
 }
 RANK_DODGE = 0.06  # octaves between neighbouring lines of the rank figure
 MARKERS_UP_TO = 60  # curves with at most this many points also draw their points
+SETUP_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
+SETUP_DASHES = ("dot", "dash", "dashdot", "longdash", "longdashdot")  # the rank figure's exact line, per setup
+SEED_SHADES = (0.0, 0.13, -0.11, 0.24, -0.2, 0.32)  # lightness shifts of the 1st, 2nd, … seed of a method
 X_TITLES = {"step": "step", "wall_time": "wall time (s)"}
 
 
@@ -64,6 +67,25 @@ def method_color(estimator: str | None, rank=None, lam=None) -> str:
     lightness = min(max(0.70 - 0.045 * k, 0.25), 0.70)
     saturation = 0.42 if shrunk else 0.80
     r, g, b = colorsys.hls_to_rgb(hue / 360.0, lightness, saturation)
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
+
+
+def setup_symbol(index: int) -> str:
+    """The marker of the ``index``-th setup (config that differs in a trajectory or
+    measurement field) of a selection: circle, square, diamond, …"""
+    return SETUP_SYMBOLS[int(index) % len(SETUP_SYMBOLS)]
+
+
+def seed_shade(color: str, index: int) -> str:
+    """The ``index``-th seed's shade of a method colour (``#rrggbb``): the colour itself for
+    the first seed, then lighter and darker in turn (``SEED_SHADES``, lightness clipped to
+    [0.12, 0.88]), so unpooled seeds read as one method and still apart."""
+    h = color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))
+    hue, lightness, saturation = colorsys.rgb_to_hls(r, g, b)
+    step = SEED_SHADES[int(index) % len(SEED_SHADES)]
+    lightness = min(max(lightness + step, 0.12), 0.88)
+    r, g, b = colorsys.hls_to_rgb(hue, lightness, saturation)
     return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
 
 
@@ -128,8 +150,10 @@ def band_segments(rows: pd.DataFrame) -> list[pd.DataFrame]:
 def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str, legend: set[str], **cell) -> None:
     """Add each trace of a series frame; a trace gets a legend entry once, the first
     time it is added (``legend`` holds the traces already listed)."""
+    setups = frame["symbol"].nunique() > 1 if "symbol" in frame else False
     for (c, trace), rows in frame.groupby(["color", "trace"], sort=False):
         dash = rows["dash"].iloc[0] if "dash" in rows else "solid"
+        symbol = rows["symbol"].iloc[0] if "symbol" in rows else "circle"
         show_legend = trace not in legend
         legend.add(trace)
         banded = rows["lo"].notna().any()
@@ -139,11 +163,13 @@ def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str,
             fig.add_trace(go.Scatter(x=band["x"], y=band["lo"], mode="lines", line=dict(width=0, color=c),
                                      fill="tonexty", fillcolor=_rgba(c, 0.2), legendgroup=trace, showlegend=False,
                                      hoverinfo="skip", name=plain(f"{trace} −std", PLOTLY)), **cell)
-        mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
+        # mixed setups: every curve shows its setup's marker (at most MARKERS_UP_TO of them)
+        mode = "lines+markers" if setups or len(rows) <= MARKERS_UP_TO else "lines"
         extra = " (mean of %{customdata} seeds at this step)" if banded else ""
         fig.add_trace(go.Scatter(
             x=rows["x"], y=rows["y"], mode=mode, name=plain(trace, PLOTLY), legendgroup=trace, showlegend=show_legend,
-            line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],
+            line=dict(color=c, width=2, dash=dash), customdata=rows["n"],
+            marker=dict(size=7 if setups else 5, color=c, symbol=symbol, maxdisplayed=MARKERS_UP_TO if setups else 0),
             hovertemplate=f"<b>{plain(trace, PLOTLY)}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
         ), **cell)
 
@@ -256,9 +282,10 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
 def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
     """The paper's central figure from a ``frames.rank_frame``: the quantity against the
     rank R on a log x axis, one line per trace (estimator, λ, setup) in its
-    ``line_color`` and ``dash``, each point in its method's colour with the seed
-    std as its error bar; exact as a horizontal band (mean ± std, a dotted line at the
-    mean) across the ranks shown, one per setup. Line i of n is drawn at
+    ``line_color`` and ``dash``, each point in its method's colour and its setup's
+    marker with the seed std as its error bar; exact as a horizontal band (mean ± std,
+    a line at the mean in its setup's dash: dotted, dashed, …) across the ranks shown,
+    one per setup. Line i of n is drawn at
     R·2^(RANK_DODGE·(i − (n−1)/2)) so error bars at a shared R do not hide each other
     (the hover names the true R)."""
     fig = go.Figure()
@@ -281,7 +308,8 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
                                      fillcolor=_rgba(c, 0.15), legendgroup=name, showlegend=False, hoverinfo="skip",
                                      name=f"{name} −std"))
         fig.add_trace(go.Scatter(
-            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name, line=dict(color=c, width=2, dash="dot"),
+            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name,
+            line=dict(color=c, width=2, dash=band["dash"] if band.get("dash", "solid") != "solid" else "dot"),
             hovertemplate=f"<b>{plain(band['trace'], PLOTLY)}</b><br>{y_title} %{{y:.4f}}"
                           + ("" if pd.isna(band["std"]) else f" ± {band['std']:.4f}") + "<extra></extra>",
         ))
@@ -292,7 +320,8 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
         fig.add_trace(go.Scatter(
             x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=plain(trace, PLOTLY),
             line=dict(color=rows["line_color"].iloc[0], width=2, dash=rows["dash"].iloc[0]),
-            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white")),
+            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white"),
+                        symbol=rows["symbol"].iloc[0] if "symbol" in rows else "circle"),
             error_y=dict(type="data", array=rows["std"].tolist(), visible=True, thickness=1.5, width=5),
             customdata=rows[["rank", "seeds", "std"]].astype(float).to_numpy(),
             hovertemplate=f"<b>{plain(trace, PLOTLY)}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"

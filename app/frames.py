@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from app.charts import method_color, method_dash
+from app.charts import SETUP_DASHES, method_color, method_dash, seed_shade, setup_symbol
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key
 
@@ -25,11 +25,14 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     estimator, rank, lam, seed, preset, steps, ``key`` (comparable config),
     ``group`` (seed group), ``group_id`` (smallest run id of its group),
     ``group_size``, ``method``, ``color`` and ``dash`` (the method's colour and line
-    style, ``charts.method_color``/``method_dash``) and ``setup`` (the config fields
-    that differ across the selection, e.g. ``preset=tiny``; empty when all share one setup)."""
+    style, ``charts.method_color``/``method_dash``), ``setup`` (the trajectory and
+    measurement fields that differ across the selection, e.g. ``lr=0.02``; empty when all
+    share one setup) with its ``symbol`` (``charts.setup_symbol`` of the setup's place
+    in sorted order), and ``seed_color``: the run's shade of its method colour by its
+    place among its group's seeds (``charts.seed_shade``), for curves that are not pooled."""
     records = sorted(records, key=lambda r: r.id)
     columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps",
-               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup"]
+               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup", "symbol", "seed_color"]
     if not records:
         return pd.DataFrame(columns=columns)
     differing = differing_fields([r.config for r in records])
@@ -47,6 +50,10 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     info["group_id"] = info.groupby("group")["run_id"].transform("min")
     info["group_size"] = info.groupby("group")["run_id"].transform("size")
     info["rank"] = info["rank"].astype("Int64")
+    setups = {setup: i for i, setup in enumerate(sorted(set(info["setup"])))}
+    info["symbol"] = info["setup"].map(lambda v: setup_symbol(setups[v]))
+    place = info.sort_values(["seed", "run_id"], na_position="last").groupby("group").cumcount()
+    info["seed_color"] = [seed_shade(c, place[i]) for i, c in zip(info.index, info["color"])]
     return info[columns]
 
 
@@ -78,7 +85,7 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Serie
     )
 
 
-SERIES_COLUMNS = ["trace", "color", "dash", "x", "y", "lo", "hi", "n"]
+SERIES_COLUMNS = ["trace", "color", "dash", "symbol", "x", "y", "lo", "hi", "n"]
 
 
 def ema(values: Sequence[float], weight: float) -> np.ndarray:
@@ -149,23 +156,24 @@ def series(
         }))
     curves = pd.concat(parts, ignore_index=True)
     curves["trace"] = curves["run_id"].map(labels)
-    curves["color"] = curves["run_id"].map(by_run["color"])
-    curves["dash"] = curves["run_id"].map(by_run["dash"])
     curves["pooled"] = pool_seeds & curves["run_id"].map(by_run["group_size"]).gt(1)
+    curves["color"] = curves["run_id"].map(by_run["color"]).where(curves["pooled"], curves["run_id"].map(by_run["seed_color"]))
+    curves["dash"] = curves["run_id"].map(by_run["dash"])
+    curves["symbol"] = curves["run_id"].map(by_run["symbol"])
     out = []
     single = curves[~curves["pooled"]]
     if len(single):
         out.append(pd.DataFrame({
-            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "x": single[x],
+            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "symbol": single["symbol"], "x": single[x],
             "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
         }))
     pooled = curves[curves["pooled"]]
     if len(pooled):
-        g = pooled.groupby(["trace", "color", "dash", "step"], sort=True)
+        g = pooled.groupby(["trace", "color", "dash", "symbol", "step"], sort=True)
         stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
         sd = stats["sd"].where(stats["n"] > 1)
         out.append(pd.DataFrame({
-            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"],
+            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"], "symbol": stats["symbol"],
             "x": stats["step"] if x == "step" else stats["wall_time"],
             "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
         }))
@@ -208,7 +216,8 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
-    s = summary.merge(info[["run_id", "key", "color", "group"]], on="run_id")
+    s = summary.merge(info[["run_id", "key", "color", "seed_color", "group", "group_size"]], on="run_id")
+    s["color"] = s["color"].where(pool_seeds & s["group_size"].gt(1), s["seed_color"])
     recorded = [c for c in MEMORY_QUANTITIES if c in s]
     labels = trace_labels(info, pool_seeds, present=s.loc[s[recorded].notna().any(axis=1), "run_id"] if recorded else [])
     s["trace"] = s["run_id"].map(labels)
@@ -251,7 +260,8 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     last = m.sort_values("id").drop_duplicates(["run_id", "name"], keep="last")
     labels = trace_labels(info, pool_seeds, present=last["run_id"].unique())
-    colors = info.set_index("run_id")["color"]
+    by_run = info.set_index("run_id")
+    colors = by_run["color"].where(pool_seeds & by_run["group_size"].gt(1), by_run["seed_color"])
     exact = last["name"].str.startswith(BREAKDOWN_EXACT_PREFIX)
     frame = pd.DataFrame({
         "run_id": last["run_id"].to_numpy(),
@@ -272,7 +282,8 @@ RANK_QUANTITIES = {  # column of ``engine.summary.summarize`` → (name, axis ti
     "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
     "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
 }
-RANK_COLUMNS = ["trace", "color", "line_color", "dash", "setup", "estimator", "rank", "lam", "step", "seeds", "mean", "std"]
+RANK_COLUMNS = ["trace", "color", "line_color", "dash", "symbol", "setup", "estimator", "rank", "lam", "step", "seeds", "mean",
+                "std"]
 LINE_RANK = 8  # a line across ranks takes its method's colour at this rank
 
 
@@ -289,13 +300,16 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
     differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
     the method's colour (``charts.method_color``), ``line_color`` its colour at
-    ``LINE_RANK`` (one per line), ``dash`` its line style."""
+    ``LINE_RANK`` (one per line), ``dash`` its line style (for ``exact``: its setup's,
+    ``charts.SETUP_DASHES``, so two setups' reference lines differ), ``symbol`` its
+    setup's marker (``charts.setup_symbol``)."""
     if quantity not in RANK_QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
     records = list(records)
     divisor = RANK_QUANTITIES[quantity][2]
     table = table3(records, metrics, at_step)
     table = table[table["seeds"] > 0]
+    setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
     at: dict[int, pd.DataFrame] = {}
     rows = []
     for row in table.itertuples():
@@ -315,7 +329,8 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
             "trace": f"{name} [{row.setup}]" if row.setup else name,
             "color": method_color(row.estimator, None if exact else row.rank, lam),
             "line_color": method_color(row.estimator, None if exact else LINE_RANK, lam),
-            "dash": method_dash(lam), "setup": row.setup, "estimator": row.estimator,
+            "dash": SETUP_DASHES[setups[row.setup] % len(SETUP_DASHES)] if exact else method_dash(lam),
+            "symbol": setup_symbol(setups[row.setup]), "setup": row.setup, "estimator": row.estimator,
             "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
             "seeds": len(values), "mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
         })

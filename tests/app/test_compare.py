@@ -3,6 +3,7 @@ rank R at one step), the wall-time x axis of the cosine charts, chart downloads 
 sidebar's format, and the Table 3 downloads."""
 
 import base64
+import colorsys
 import dataclasses
 import io
 import json
@@ -13,7 +14,7 @@ import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import charts, display, frames
-from engine.analysis.summary import MIB, summarize, table3
+from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
 from tests.app.test_logic import LAYERS, TINY, fake_run
@@ -82,7 +83,52 @@ def test_a_method_has_one_colour_in_every_selection_and_sweep(tmp_path):
     assert b["basis R=1"] != b["basis R=8"]  # and ranks within an estimator
     assert a["exact"] == charts.EXACT_COLOR
     mem = frames.memory_frame(summarize(records.values(), metrics), frames.describe_runs(list(records.values())), pool_seeds=False)
-    assert set(mem.loc[mem["trace"].str.startswith("basis R=8"), "color"]) == {a["basis R=8"]}
+    shades = [a["basis R=8"], charts.seed_shade(a["basis R=8"], 1)]  # seeds 0 and 1, unpooled: shades of one hue
+    assert set(mem.loc[mem["trace"].str.startswith("basis R=8"), "color"]) == set(shades)
+    assert len({round(colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0], 2) for c in shades}) == 1
+    store.close()
+
+
+def test_two_sweeps_compared_are_told_apart_by_marker_dash_and_label(tmp_path):
+    """Two setups (lr 0.01 and 0.02), each exact and basis R=8 with two seeds: every
+    curve of a setup has that setup's marker, the two exact reference lines of the rank
+    figure differ in dash, legends and Table 3 rows name the differing field; unpooled,
+    the seeds of a method are shades of its colour."""
+    store = RunStore(f"sqlite:///{tmp_path / 'sweeps.db'}")
+    ids = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=8, seed=s, lr=lr))
+           for lr in (0.01, 0.02) for e in ("exact", "basis") for s in (0, 1)]
+    records = [store.get_run(i) for i in ids]
+    metrics = store.metrics(ids)
+    info = frames.describe_runs(records)
+    assert sorted(set(info["setup"])) == ["lr=0.01", "lr=0.02"]
+    symbols = info.groupby("setup")["symbol"].agg(set)
+    assert symbols.map(len).eq(1).all() and symbols["lr=0.01"] != symbols["lr=0.02"]
+
+    s = frames.series(metrics, info, "val_loss")
+    assert set(s["trace"]) == {f"{m} · mean of 2/2 seeds [lr={lr}]" for m in ("exact", "basis R=8") for lr in (0.01, 0.02)}
+    fig = charts.line_figure(s, y_title="loss")
+    lines = [t for t in fig.data if t.showlegend is not False]
+    by_setup = {}
+    for t in lines:
+        assert t.mode == "lines+markers"  # mixed setups: every curve shows its setup's marker
+        by_setup.setdefault(t.name.rsplit("[", 1)[1], set()).add(t.marker.symbol)
+    assert all(len(v) == 1 for v in by_setup.values()) and by_setup["lr=0.01]"] != by_setup["lr=0.02]"]
+
+    rank = frames.rank_frame(records, metrics, "val_loss")
+    exact = rank[rank["estimator"] == "exact"]
+    assert len(exact) == 2 and exact["dash"].nunique() == 2 and "solid" not in set(exact["dash"])
+    bands = [t for t in charts.rank_figure(rank, y_title="loss").data if t.showlegend is not False and t.mode == "lines"]
+    assert len({t.line.dash for t in bands}) == 2  # the two exact references differ
+    sketched = rank[rank["estimator"] != "exact"]
+    assert sketched["symbol"].nunique() == 2 and set(sketched["trace"]) == {"basis [lr=0.01]", "basis [lr=0.02]"}
+
+    shown = display_frame(table3(records, metrics))
+    assert shown.columns[0] == "setup" and sorted(set(shown["setup"])) == ["lr=0.01", "lr=0.02"]
+
+    unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
+    colours = unpooled.groupby("trace")["color"].first()
+    r8 = charts.method_color("basis", 8, 0.0)
+    assert colours["basis R=8 s0 [lr=0.01]"] == r8 and colours["basis R=8 s1 [lr=0.01]"] == charts.seed_shade(r8, 1) != r8
     store.close()
 
 
@@ -282,7 +328,7 @@ def test_table3_downloads_and_a_neutralised_csv(url, store, served):
     labels = [d.label for d in at.get("download_button")]
     assert labels == ["Table 3 as markdown", "Table 3 as latex", "Table 3 as csv"]
     markdown = _text(served["basis-table3.md"])
-    assert markdown.startswith("| method") and "basis" in markdown
+    assert markdown.startswith("| setup") and "| preset=" in markdown and "basis" in markdown  # rows name their setup
     assert "\\begin{tabular}" in _text(served["basis-table3.tex"])
     csv = _text(served["basis-table3.csv"])
     table = pd.read_csv(io.StringIO(csv), dtype=str, keep_default_na=False)

@@ -262,9 +262,10 @@ def test_series_pools_seeds_into_mean_and_std(store):
     exact = s[s["trace"] == "exact s0"]
     assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color"] == charts.EXACT_COLOR).all()
     unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
-    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # the method's colour, not the run's
-        "basis R=32 s0": charts.method_color("basis", 32, 0.0), "basis R=32 s1": charts.method_color("basis", 32, 0.0),
-        "basis R=32 s2": charts.method_color("basis", 32, 0.0), "exact s0": charts.EXACT_COLOR}
+    r32 = charts.method_color("basis", 32, 0.0)
+    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # shades of the method's colour, one per seed
+        "basis R=32 s0": r32, "basis R=32 s1": charts.seed_shade(r32, 1),
+        "basis R=32 s2": charts.seed_shade(r32, 2), "exact s0": charts.EXACT_COLOR}
     assert unpooled["lo"].isna().all()
     by_wall = frames.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
     assert by_wall["x"].max() == pytest.approx(0.5 + 0.01 * TINY.steps)
