@@ -20,6 +20,7 @@ from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
+    LARGE_LAUNCH,
     SWEEP_AXES,
     ConfigError,
     FieldSpec,
@@ -28,6 +29,7 @@ from engine.config import (
     base_type,
     default_of,
     from_flat,
+    launch_warnings,
     parse_estimators,
     parse_lams,
     parse_ranks,
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue-only", action="store_true",
                        help="queue the runs for `python -m engine worker` processes instead of training them here")
         p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
+        p.add_argument("--yes", action="store_true",
+                       help=f"launch even when that is more than {LARGE_LAUNCH} runs (asked for otherwise)")
 
     resume = sub.add_parser("resume", parents=[db], help="continue interrupted runs from their last checkpoint",
                             description="Continue runs under their own ids from their newest checkpoint (from step 0 "
@@ -185,10 +189,45 @@ def _open_store(url, *, create: bool = True):
 
 
 def _grid(args) -> list[RunConfig]:
+    """The runs to launch, after the notes and warnings the Launch form also shows; more
+    than ``LARGE_LAUNCH`` runs need ``--yes``."""
     grid = sweep_from_args(args, sweep=args.command == "sweep")
     for clip in grid.clipped():
         print(f"note: {clip}; the run records R={clip.effective}", file=sys.stderr)
-    return grid.expand()
+    configs = grid.expand()
+    warnings = launch_warnings(configs)
+    for w in warnings:
+        text = w.text if w.field is None else w.text.replace(w.field, "--" + w.field.replace("_", "-"), 1)
+        print(f"warning: {text}", file=sys.stderr)
+    if any(w.field is None for w in warnings) and not args.yes:
+        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
+                       "launch them, or fewer --seeds/--ranks")
+    return configs
+
+
+def _total_time(url, configs: list[RunConfig]) -> str:
+    """The estimated wall time of ``configs`` from the step times of finished runs of the
+    same models in the database (the Launch form's estimate), or ``unknown``."""
+    from engine.runner import estimates
+    from engine.training import timing
+    from storage import StorageError
+
+    try:
+        store = _open_store(url, create=False)
+    except (StorageError, OSError):
+        return "unknown"
+    try:
+        cache = {}
+        for c in configs:
+            key = timing.timing_key(c)
+            if key not in cache:
+                cache[key] = estimates.timing_from_history(store, c) or timing.measured(c)
+        known = [cache[timing.timing_key(c)] for c in configs]
+    except StorageError:
+        return "unknown"
+    finally:
+        store.close()
+    return timing.format_seconds(timing.grid_seconds(configs, known)) if all(known) else "unknown"
 
 
 class _Signals:

@@ -14,6 +14,7 @@ from engine.config.run import (
     BOOKKEEPING_NAMES,
     CHECKPOINT_SECONDS,
     DATA_OPTIONS,
+    EVALS_PER_RUN,
     FUSED_CHUNK,
     GROUPS,
     MEASUREMENT,
@@ -37,10 +38,13 @@ from engine.config.run import (
     stored,
 )
 from engine.config.sweep import (
+    LARGE_LAUNCH,
     SWEEP_AXES,
     Clip,
+    LaunchWarning,
     Sweep,
     from_flat,
+    launch_warnings,
     parse_estimators,
     parse_lams,
     parse_ranks,

@@ -62,13 +62,20 @@ AFFECTS = {  # what a field's value can change → what that means for comparing
     MEASUREMENT: "what is measured along the same path (validation set size, memory, time)",
     BOOKKEEPING: "neither: how long, how often it is logged, checkpointed, what it is called",
 }
+EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
 CHECKPOINT_SECONDS = 60.0
 FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)  # default checkpoint period: at most this much training is lost
 
 
 class ConfigError(ValueError):
-    """A run configuration value is out of range; the message names the field and the fix."""
+    """A run configuration value is out of range; the message names the field and the fix.
+    ``field``: the run field it is about (None when it is about several), so a form can
+    show it beside that field under the field's label."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -211,9 +218,9 @@ class RunConfig:
         "AdamW weight decay", "training", "Weight decay", affects=TRAJECTORY, low=0.0, step=0.01, fmt="%.3f"))
     steps: int = field(default=2000, metadata=spec(
         "training steps", "training", "Steps", affects=BOOKKEEPING, unit="steps", low=1, step=100))
-    eval_interval: int = field(default=200, metadata=spec(
+    eval_interval: int | None = field(default=None, metadata=spec(
         "steps between validations (validation loss, train loss, tokens/s)", "training", "Eval interval", affects=BOOKKEEPING,
-        unit="steps", low=1, step=10))
+        unit="steps", low=1, step=10, none=f"steps ÷ {EVALS_PER_RUN} ({EVALS_PER_RUN} validations a run)"))
     probe_interval: int = field(default=100, metadata=spec(
         "steps between probes of the cosine of sketched dW to exact dW (0 = never)", "training",
         "Probe interval", affects=BOOKKEEPING, unit="steps", low=0, step=10))
@@ -287,6 +294,12 @@ class RunConfig:
     @property
     def effective_rank(self) -> int:
         return min(self.rank, self.rows)
+
+    @property
+    def effective_eval_interval(self) -> int:
+        """``eval_interval``, or by default ``steps ÷ EVALS_PER_RUN`` (at least 1): the one
+        default of the CLI and the Launch form."""
+        return self.eval_interval or max(1, self.steps // EVALS_PER_RUN)
 
     @property
     def effective_val_batches(self) -> int:
@@ -438,6 +451,13 @@ def default_of(f: dataclasses.Field) -> Any:
 
 def _validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
     """The one check of a field's kind, generated from its spec and annotation."""
+    try:
+        _check(f, kind, optional, value)
+    except ConfigError as e:
+        raise ConfigError(str(e), field=f.name) from None
+
+
+def _check(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
     s: FieldSpec = f.metadata["spec"]
     if value is None and optional:
         return

@@ -183,7 +183,7 @@ def train(
         batch = jnp.asarray(sampler.next())
         key = sketch_key(sketch_root, step)
         probe_now = bool(probe_names) and config.probe_interval and step % config.probe_interval == 0
-        eval_now = step % config.eval_interval == 0 or step == config.steps
+        eval_now = step % config.effective_eval_interval == 0 or step == config.steps
         values: dict[str, float] = {}
         if probe_now:
             lap()

@@ -43,7 +43,7 @@ def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", fi
             rows += [(0, 0.5, f"mem_bytes/{cat}", share * saved), (0, 0.5, f"mem_bytes_exact/{cat}", share * saved_exact)]
     for step in range(1, done + 1):
         wall = 0.5 + 0.01 * step
-        if step % config.eval_interval == 0 or step == config.steps:
+        if step % config.effective_eval_interval == 0 or step == config.steps:
             v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
             rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
         if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:

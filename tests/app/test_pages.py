@@ -233,17 +233,23 @@ def test_runs_buttons_open_compare_and_detail_and_the_picker_can_be_emptied(url,
 # ----------------------------------------------------------------------------- the launch form
 
 
-def test_bad_form_values_show_the_config_message(url, store):
+def _group(at, label):
+    return next(e for e in at.expander if e.label == label)
+
+
+def test_bad_form_values_show_the_config_message_under_the_fields_label_beside_it(url, store):
     at = page(app().run(), "launch")
     at.text_input(key="launch.lams").input("1.5").run()
-    assert plain("lam must be in [0, 1) (got 1.5)") in at.error[0].value
+    beside = plain("Shrink λ must be in [0, 1) (got 1.5)")
+    assert [e.value for e in _group(at, "Method").error] == [beside]  # in the field's group, under the field
+    assert any(beside in e.value for e in at.error[1:])  # and named in the preview
     assert not [b for b in at.button if b.label.startswith("Launch")]
     at.text_input(key="launch.lams").input("0")
     at.text_input(key="launch.seeds").input("zero").run()
-    assert plain("seeds: 'zero' is not a seed") in at.error[0].value
+    assert [e.value for e in _group(at, "Method").error] == [plain("Seeds: 'zero' is not a seed (integers >= 0: 0,1,2 or 0-4)")]
     at.text_input(key="launch.seeds").input("0")
     at.number_input(key="launch.steps").set_value(0).run()
-    assert plain("steps must be an integer >= 1 (got 0)") in at.error[0].value
+    assert [e.value for e in _group(at, "Training").error] == [plain("Steps must be an integer >= 1 (got 0)")]
     at.number_input(key="launch.steps").set_value(10)
     at.selectbox(key="launch.dataset").set_value("files").run()
     assert plain("source 'files' needs path=") in at.error[0].value
@@ -253,6 +259,28 @@ def test_bad_form_values_show_the_config_message(url, store):
     assert plain("no file matches path='/no/such/corpus.txt'") in at.error[0].value and not at.exception
     at.selectbox(key="launch.dataset").set_value("classics").run()
     assert not at.error and button(at, "Launch")
+    assert store.list_runs() == []
+
+
+def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_warned(url, store):
+    at = page(app().run(), "launch")
+    at.text_input(key="launch.seeds").input("0-999").run()
+    assert "4,000 runs to launch" in [h.value for h in at.subheader]
+    assert any("4,000 runs is more than 100 in one launch" in w.value for w in at.warning)
+    launch = button(at, "Launch 4,000 runs")
+    assert launch.disabled
+    [confirm] = [c for c in at.checkbox if c.key == "launch.confirm_large"]
+    assert "estimated total time" in confirm.label
+    confirm.check().run()
+    assert not button(at, "Launch 4,000 runs").disabled
+    at.text_input(key="launch.seeds").input("0").run()
+    assert not button(at, "Launch").disabled and not [c for c in at.checkbox if c.key == "launch.confirm_large"]
+
+    at.number_input(key="launch.steps").set_value(30)
+    at.number_input(key="launch.eval_interval").set_value(50).run()
+    beside = plain("Eval interval 50 is more than the 30 steps: the run validates only at step 0 and at its last step")
+    assert beside in [w.value for w in _group(at, "Training").warning]
+    assert beside in [w.value for w in at.warning]  # also in the preview
     assert store.list_runs() == []
 
 
