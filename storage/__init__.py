@@ -21,7 +21,7 @@ from .db import (
 )
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
-from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, Worker
+from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -57,6 +57,7 @@ __all__ = [
     "RunStore",
     "StorageError",
     "WORKER_STATUSES",
+    "SavedView",
     "Worker",
     "WorkerRecord",
     "ensure_schema",

@@ -1,4 +1,4 @@
-"""RunStore: every read and write of runs, metrics, workers and diagnostics goes through here.
+"""RunStore: every read and write of runs, metrics, workers, diagnostics and saved views goes through here.
 
 Each method uses its own short session (``with Session(engine) as s, s.begin():``); write
 methods run on :func:`storage.db.write_engine`, so on SQLite they take the write lock at
@@ -46,10 +46,11 @@ from .records import (  # noqa: F401  (the store's public names, as before the s
     empty_metrics_frame,
 )
 from .runs import RunsMixin
+from .views import ViewsMixin
 from .workers import WorkersMixin
 
 
-class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, FramesMixin):
+class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, FramesMixin, ViewsMixin):
     """Runs, metrics, workers and diagnostics in the BASIS Lab database (see :mod:`storage.db`).
 
     ``create=False`` refuses to make a new SQLite file (for commands that only read).

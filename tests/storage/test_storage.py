@@ -404,7 +404,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0002"
+    assert schema_revision(eng) == head_revision()
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -434,7 +434,7 @@ def test_migrations_build_exactly_the_models(db_url):
                    "add_fk", "remove_fk")]
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
-                                                   "diagnostic_results"}
+                                                   "diagnostic_results", "saved_views"}
     eng.dispose()
 
 
@@ -534,15 +534,16 @@ def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     rid = _new_run(st, "precious")
     st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
     st.close()
+    head = head_revision()
 
     _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('half_done', sa.Integer))\n"
                                              "    op.execute('DELETE FROM metrics')\n"
                                              "    raise RuntimeError('simulated failure')")
-    with pytest.raises(StorageError, match="from schema revision 0002 to 9001 failed.*left unchanged"):
+    with pytest.raises(StorageError, match=f"from schema revision {head} to 9001 failed.*left unchanged"):
         make_engine(url)
     monkeypatch.undo()
     eng = make_engine(url)
-    assert schema_revision(eng) == "0002"
+    assert schema_revision(eng) == head
     assert "half_done" not in _schema(eng)["runs"][0]
     st = RunStore(engine=eng)
     assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
@@ -1100,3 +1101,42 @@ def test_diagnostics_store_and_cascade(store):
     store.delete_run(run)  # the run's diagnostics and their results go with it
     assert store.diagnostics_frame()["id"].tolist() == [d2]
     assert store.diagnostic_results(d1).empty
+
+
+# ----------------------------------------------------------------------------- revision 0005: views, diagnosis cancel
+
+
+def test_saved_views_round_trip_replace_and_delete(store):
+    store.save_view("R sweep, pooled", {"runs": "1,2,5", "pool": 1})
+    store.save_view("tags", {"tag": "pilot"})
+    assert store.saved_views() == {"tags": {"tag": "pilot"}, "R sweep, pooled": {"runs": "1,2,5", "pool": "1"}}
+    store.save_view("R sweep, pooled", {"runs": "1,2"})  # the same name replaces, and is now the newest
+    assert list(store.saved_views()) == ["R sweep, pooled", "tags"]
+    assert store.saved_views()["R sweep, pooled"] == {"runs": "1,2"}
+    with pytest.raises(ValueError, match="view name"):
+        store.save_view("  ", {"runs": "1"})
+    store.delete_view("tags")
+    with pytest.raises(StorageError, match="no saved view"):
+        store.delete_view("tags")
+    assert list(store.saved_views()) == ["R sweep, pooled"]
+
+
+def test_a_diagnosis_is_cancelled_queued_or_flagged_running_and_deleted_with_its_rows(store):
+    run_id = _new_run(store, "diagnosed")
+    queued = store.create_diagnostic(run_id, 0, {"keys": 4})
+    assert store.request_cancel_diagnostic(queued)
+    row = store.diagnostics_frame().set_index("id").loc[queued]
+    assert row["status"] == "cancelled" and "before it started" in row["error"]
+    running = store.create_diagnostic(run_id, 0, {"keys": 4})
+    assert store.claim_diagnostic(running, "here:1") and not store.diagnostic_cancel_requested(running)
+    assert store.request_cancel_diagnostic(running) and store.diagnostic_cancel_requested(running)
+    assert store.diagnostics_frame().set_index("id").loc[running, "status"] == "running"  # its process ends it
+    store.add_diagnostic_results(running, [{"layer": "all", "estimator": "basis", "rank": 1, "lam": 0.0, "mse": 1.0}])
+    with pytest.raises(StorageError, match="cancel it first"):
+        store.delete_diagnostic(running)
+    store.set_diagnostic_status(running, "cancelled")
+    assert not store.request_cancel_diagnostic(running)  # already ended
+    store.delete_diagnostic(running)
+    assert running not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(running).empty
+    with pytest.raises(StorageError, match="no diagnostic"):
+        store.delete_diagnostic(running)
