@@ -179,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--seed", type=int, default=0, help="seed of the sketch keys (default: 0)")
     diag.add_argument("--out", help="also write the results as CSV to this file")
     diag.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
-    diag.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
+    other = diag.add_mutually_exclusive_group()
+    other.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
+    other.add_argument("--cancel", type=int, metavar="ID", help="stop diagnosis ID (in any process); it keeps what it "
+                                                                "measured so far and ends cancelled")
+    other.add_argument("--delete", type=int, metavar="ID", help="delete diagnosis ID and its results")
+    other.add_argument("--rerun", type=int, metavar="ID", help="run diagnosis ID again with its settings, as a new one")
     return parser
 
 
@@ -532,6 +537,7 @@ def _diagnose(args) -> int:
     from pathlib import Path
 
     from engine.runner import diagnosis
+    from engine.training.timing import format_seconds
     from storage.export import write_file
 
     store = _open_store(args.db, create=False)
@@ -549,26 +555,46 @@ def _diagnose(args) -> int:
         print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
               .rename(columns={"run_id": "run"}).to_string(index=False, na_rep="-"))
         return 0
-    if not args.run:
-        raise CliError("name the run to diagnose (id or name), or pass --list")
+    if args.cancel is not None:
+        diagnosis.check_stale_diagnoses(store)
+        if store.request_cancel_diagnostic(args.cancel):
+            print(f"cancel requested for diagnosis {args.cancel}: a queued one is cancelled now, a running one stops "
+                  "after its current step and keeps what it measured")
+        else:
+            print(f"diagnosis {args.cancel} has already ended; nothing to cancel")
+        return 0
+    if args.delete is not None:
+        diagnosis.check_stale_diagnoses(store)
+        store.delete_diagnostic(args.delete)
+        print(f"deleted diagnosis {args.delete} and its results")
+        return 0
+    if not args.run and args.rerun is None:
+        raise CliError("name the run to diagnose (id or name), or pass --list, --rerun, --cancel or --delete")
     if args.out:
         out = Path(args.out).expanduser()
         if out.exists() and not args.force:
             raise CliError(f"{args.out} already exists; pass --force to overwrite it, or choose another path")
         if not out.absolute().parent.is_dir():
             raise CliError(f"cannot write {args.out}: its directory does not exist; create it or choose another path")
-    run_id = store.resolve_runs([args.run])[0]
-    plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
-                                    lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
-                                    seed=args.seed)
+    if args.rerun is not None:
+        plan = diagnosis.replan(store, args.rerun)
+        run_id = plan.run_id
+    else:
+        run_id = store.resolve_runs([args.run])[0]
+        plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
+                                        lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
+                                        seed=args.seed)
     where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
     print(f"run {run_id} {store.get_run(run_id).name}: diagnosing {where} on the {plan.batches} training "
           f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
+    eta = diagnosis.estimate_seconds(store, plan)
+    print(f"cost: {plan.cost_text()}; estimated time "
+          f"{format_seconds(eta) if eta is not None else 'unknown (no finished diagnosis of this model yet)'}",
+          file=sys.stderr)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     diag_id = diagnosis.start(store, plan)
-    bar = tqdm(total=plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams), unit="setting",
-               desc=f"diagnosis {diag_id}")
+    bar = tqdm(total=plan.work, unit="setting", desc=f"diagnosis {diag_id}")
     try:
         frame = diagnosis.execute(store, diag_id, plan, on_progress=lambda done, total: bar.update(done - bar.n))
     finally:
@@ -576,6 +602,9 @@ def _diagnose(args) -> int:
     shown = frame.assign(layer=pd.Categorical(frame["layer"], ["all", *dict.fromkeys(frame["layer"][frame["layer"] != "all"])]))
     shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable").drop(columns=["keys", "batches"])
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    status = store.diagnostics_frame().set_index("id").loc[diag_id, ["status", "error"]]
+    if status["status"] == "cancelled":
+        print(f"cancelled: {status['error']}", file=sys.stderr)
     print(f"stored as diagnosis {diag_id} of run {run_id} (step {plan.step})")
     if args.out:
         write_file(store, args.out, diagnosis.results_csv(store, diag_id), force=args.force)
