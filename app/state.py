@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -53,9 +55,29 @@ class Lab:
 
 @st.cache_resource(show_spinner=False)
 def _lab(url: str) -> Lab:
-    """Created once per URL and process; runs keep training when the page goes away."""
+    """Created once per URL and process; runs keep training when the page goes away.
+    When the process exits (Streamlit stops on SIGTERM, SIGINT or SIGQUIT and returns
+    normally), its runs checkpoint and end ``interrupted``, as the CLI's do."""
     store = RunStore(url)
-    return Lab(store, JobManager(store, max_concurrent=MAX_CONCURRENT))
+    lab = Lab(store, JobManager(store, max_concurrent=MAX_CONCURRENT))
+    # Before interpreter shutdown stops thread pools: checkpoint writes (orbax) submit to
+    # concurrent.futures executors, which refuse new work once their own threading-atexit
+    # hook has run, and an ``atexit`` handler runs after it. Hooks registered later run
+    # first, so this one checkpoints while the pools still work.
+    register = getattr(threading, "_register_atexit", atexit.register)
+    register(_checkpoint_on_exit, lab)
+    return lab
+
+
+def _checkpoint_on_exit(lab: Lab) -> None:
+    """Interrupt this process's runs: each running run writes a checkpoint at its current
+    step and ends ``interrupted`` (resumable); queued ones end ``interrupted`` too."""
+    if lab.manager.closed:
+        return
+    try:
+        lab.manager.shutdown(cancel_running=False)
+    except Exception:  # noqa: BLE001 — exiting anyway; what was written stays written
+        pass
 
 
 def db_url() -> str:

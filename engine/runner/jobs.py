@@ -339,6 +339,11 @@ class JobManager:
                 self._idle.wait(remaining if remaining is not None else 1.0)
         return True
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``shutdown`` has been called."""
+        return self._closing.is_set()
+
     def shutdown(self, cancel_running: bool = False, timeout: float | None = 60.0) -> None:
         """Stop the workers: running runs are interrupted (checkpointed, resumable), or
         cancelled when ``cancel_running``; every write is flushed."""
