@@ -70,6 +70,15 @@ def method_color(estimator: str | None, rank=None, lam=None) -> str:
     return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
 
 
+GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf")  # D3's categorical palette: curves coloured by a chosen field or tag
+
+
+def group_color(index: int) -> str:
+    """The colour of the ``index``-th value when curves are coloured by a field or tag."""
+    return GROUP_COLORS[int(index) % len(GROUP_COLORS)]
+
+
 def setup_symbol(index: int) -> str:
     """The marker of the ``index``-th setup (config that differs in a trajectory or
     measurement field) of a selection: circle, square, diamond, …"""
@@ -207,15 +216,18 @@ def panels_figure(
     title: str | None = None,
     columns: int = 3,
     height_per_row: int = 280,
+    log_y: bool = False,
+    shared_y: bool = True,
 ) -> go.Figure:
-    """One subplot per named ``frames.series`` frame (e.g. one per layer), sharing the
-    y axis; a trace keeps its colour in every panel and appears once in the legend."""
+    """One subplot per named ``frames.series`` frame (e.g. one per layer, or per value of
+    a facet field), sharing the y axis (``log_y``: logarithmic); a trace keeps its colour
+    in every panel and appears once in the legend."""
     names = list(panels)
     if not names:
         return _layout(_no_data(go.Figure(), "no points yet"), title, height_per_row)
     cols = max(1, min(columns, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, shared_yaxes=True,
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[plain(n, PLOTLY) for n in names], shared_yaxes=shared_y,
                         horizontal_spacing=0.05, vertical_spacing=0.18 if rows > 1 else 0.1)
     legend: set[str] = set()
     for i, name in enumerate(names):
@@ -224,6 +236,8 @@ def panels_figure(
         fig.update_xaxes(title_text=X_TITLES[x], row=r + 1, col=c + 1)
     for r in range(rows):
         fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
+    if log_y:
+        fig.update_yaxes(type="log")
     return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from app.charts import SETUP_DASHES, method_color, method_dash, seed_shade, setup_symbol
+from app.charts import SETUP_DASHES, group_color, method_color, method_dash, seed_shade, setup_symbol
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key
 
@@ -32,7 +32,8 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     place among its group's seeds (``charts.seed_shade``), for curves that are not pooled."""
     records = sorted(records, key=lambda r: r.id)
     columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps",
-               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup", "symbol", "seed_color"]
+               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup", "symbol", "seed_color",
+               "sweep", "tags", "config"]
     if not records:
         return pd.DataFrame(columns=columns)
     differing = differing_fields([r.config for r in records])
@@ -45,6 +46,7 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
             "key": comparable_key(r.config), "group": seed_group_key(r.config),
             "method": method_label(r.estimator, r.rank, r.lam), "setup": setup,
             "color": method_color(r.estimator, r.rank, r.lam), "dash": method_dash(r.lam),
+            "sweep": getattr(r, "sweep_id", None), "tags": list(getattr(r, "tags", None) or []), "config": dict(r.config),
         })
     info = pd.DataFrame(rows)
     info["group_id"] = info.groupby("group")["run_id"].transform("min")
@@ -55,6 +57,62 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     place = info.sort_values(["seed", "run_id"], na_position="last").groupby("group").cumcount()
     info["seed_color"] = [seed_shade(c, place[i]) for i, c in zip(info.index, info["color"])]
     return info[columns]
+
+
+GROUP_BY_TAG, GROUP_BY_SWEEP = "tag", "sweep"
+
+
+def group_choices(info: pd.DataFrame) -> list[str]:
+    """What runs can be coloured or faceted by: ``tag``, ``sweep`` and every config field
+    (those whose values differ among the runs first, then the rest, each sorted)."""
+    fields = sorted({k for c in info["config"] for k in c})
+    varying = [k for k in fields if len({_value_text(c.get(k)) for c in info["config"]}) > 1]
+    return [GROUP_BY_TAG, GROUP_BY_SWEEP, *varying, *[k for k in fields if k not in varying]]
+
+
+def _value_text(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "{}"
+    return "—" if value is None else str(value)
+
+
+def group_values(info: pd.DataFrame, by: str) -> pd.Series:
+    """Each run's value (text) of ``by``: a config field, ``tag`` (its tags joined, or
+    ``no tag``) or ``sweep`` (its sweep id, or ``no sweep``); indexed like ``info``."""
+    if by == GROUP_BY_TAG:
+        return info["tags"].map(lambda ts: ", ".join(ts) if ts else "no tag")
+    if by == GROUP_BY_SWEEP:
+        return info["sweep"].map(lambda v: v or "no sweep")
+    return info["config"].map(lambda c: _value_text(c.get(by)))
+
+
+def grouped(info: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """``info`` coloured by ``by`` (see :func:`group_values`) instead of by method: each
+    value its colour (``charts.group_color`` of its place in sorted order), seeds of a
+    method pooled within a value only, and every label ending ``· by=value``. None: ``info``."""
+    if not by:
+        return info
+    values = group_values(info, by)
+    order = {v: i for i, v in enumerate(sorted(set(values)))}
+    out = info.copy()
+    out["group"] = out["group"] + "|" + values
+    out["color"] = values.map(lambda v: group_color(order[v]))
+    suffix = " · " + by + "=" + values
+    out["method"] = out["method"] + suffix
+    out["name"] = out["name"] + suffix
+    out["setup"] = out["setup"].map(lambda t: ", ".join(p for p in t.split(", ") if p and not p.startswith(by + "=")))
+    out["group_id"] = out.groupby("group")["run_id"].transform("min")
+    out["group_size"] = out.groupby("group")["run_id"].transform("size")
+    place = out.sort_values(["seed", "run_id"], na_position="last").groupby("group").cumcount()
+    out["seed_color"] = [seed_shade(c, place[i]) for i, c in zip(out.index, out["color"])]
+    return out
+
+
+def facets(info: pd.DataFrame, by: str) -> dict[str, pd.DataFrame]:
+    """``info`` split by the value of ``by``, one part per value in sorted order (the
+    panels of a faceted chart, each titled ``by=value``)."""
+    values = group_values(info, by)
+    return {f"{by}={v}": info[values == v] for v in sorted(set(values))}
 
 
 def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Series:

@@ -42,6 +42,7 @@ with st.sidebar:
     gate.logout_button()
 
 state.keep_widget_state("launch.")
+state.keep_widget_state("compare.")
 try:
     state.lab()
 except StorageError as e:

@@ -350,3 +350,106 @@ def _number(text):
         return True
     except ValueError:
         return False
+
+
+# ----------------------------------------------------------------------------- the view in the URL, saved views
+
+
+def test_view_state_decodes_what_it_encodes_and_names_what_it_cannot_read():
+    from app import viewstate
+
+    view = viewstate.ViewState(runs=(5, 1, 2), sweep="20261122-101500-3fa9c1", tag="pilot", pool=False,
+                               x="wall_time", smoothing=0.6, log_y=True, group="lr", facet=True)
+    assert viewstate.decode(viewstate.encode(view)) == view
+    assert viewstate.encode(viewstate.DEFAULT) == {}
+    assert viewstate.decode({"runs": "1,2,5", "pool": "1"}) == viewstate.ViewState(runs=(1, 2, 5))
+    odd = viewstate.decode({"runs": "1,x,1", "pool": "maybe", "x": "time", "smooth": "2", "log": "1"})
+    assert odd.runs == (1,) and odd.pool and odd.x == "step" and odd.smoothing == 0 and odd.log_y
+    assert len(odd.problems) == 4 and "smooth='2'" in " ".join(odd.problems)
+    assert viewstate.link("http://h:1/compare", viewstate.ViewState(runs=(1, 2), pool=False)) == \
+        "http://h:1/compare?runs=1,2&pool=0"
+
+
+def _compare_at(query: dict):
+    at = app()
+    at.query_params.update(query)
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _controls(at) -> dict:
+    return {k: at.session_state[k] for k in ("compare.pick", "compare.pool", "compare.x", "compare.smoothing",
+                                             "compare.log_y", "compare.sweep", "compare.tag", "compare.group")}
+
+
+def test_a_compare_url_opens_exactly_its_view_and_the_controls_write_it_back(url, store):
+    from tests.app.test_runs import SWEEP_A, SWEEP_B, InSweep
+
+    a = [fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=r)) for r in (1, 8)]
+    b = [fake_run(InSweep(store, SWEEP_B), dataclasses.replace(TINY, rank=r, seed=1)) for r in (1, 8)]
+    at = _compare_at({"runs": f"{b[1]},{a[0]}", "pool": "0", "x": "wall_time", "smooth": "0.5", "log": "1"})
+    assert _controls(at) == {"compare.pick": [b[1], a[0]], "compare.pool": False, "compare.x": "wall_time",
+                             "compare.smoothing": 0.5, "compare.log_y": True, "compare.sweep": None,
+                             "compare.tag": None, "compare.group": "method"}
+    val = figures(at)["Validation loss"]
+    assert sorted(t["name"] for t in val["data"] if t.get("showlegend") is not False) == ["basis R=1 s0", "basis R=8 s1"]
+    assert val["layout"]["yaxis"]["type"] == "log"
+
+    at.toggle(key="compare.pool").set_value(True)
+    at.slider(key="compare.smoothing").set_value(0.2).run()
+    written = dict(at.query_params)
+    assert {k: (v[0] if isinstance(v, list) else v) for k, v in written.items()} == {
+        "runs": f"{b[1]},{a[0]}", "x": "wall_time", "smooth": "0.2", "log": "1"}  # pool=1 is the default
+    again = _compare_at({k: (v[0] if isinstance(v, list) else v) for k, v in written.items()})
+    assert _controls(again) == _controls(at)  # the link round-trips
+
+    by_sweep = _compare_at({"sweep": SWEEP_A})
+    assert by_sweep.session_state["compare.pick"] == a  # every run of the sweep…
+    later = fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=32))
+    by_sweep.run()
+    assert by_sweep.session_state["compare.pick"] == [*a, later]  # …including one it gains later
+    by_tag = _compare_at({"tag": "pilot", "runs": f"{a[1]},{b[0]}"})  # runs, narrowed to the tag
+    assert by_tag.session_state["compare.pick"] == [a[1]]
+    gone = _compare_at({"runs": f"{a[0]},999"})
+    assert gone.session_state["compare.pick"] == [a[0]] and any("999" in w.value for w in gone.warning)
+
+
+def test_a_view_is_saved_by_name_in_the_database_and_reopened(url, store):
+    ids = [fake_run(store, dataclasses.replace(TINY, rank=r)) for r in (1, 8, 32)]
+    at = _compare_at({"runs": f"{ids[0]},{ids[2]}", "log": "1"})
+    at.text_input(key="compare.save_name").input("two ranks, log").run()
+    at.button(key="share.save").click().run()
+    assert store.saved_views() == {"two ranks, log": {"runs": f"{ids[0]},{ids[2]}", "log": "1"}}
+    other = _compare_at({"runs": str(ids[1])})
+    assert other.session_state["compare.pick"] == [ids[1]] and not other.session_state["compare.log_y"]
+    other.selectbox(key="compare.saved").set_value("two ranks, log")
+    other.button(key="share.open").click().run()
+    assert other.session_state["compare.pick"] == [ids[0], ids[2]] and other.session_state["compare.log_y"]
+    assert {k: (v[0] if isinstance(v, list) else v) for k, v in other.query_params.items()} == {
+        "runs": f"{ids[0]},{ids[2]}", "log": "1"}
+
+
+def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
+    from tests.app.test_runs import SWEEP_A, InSweep
+
+    ids = [fake_run(InSweep(store, SWEEP_A, [tag]), dataclasses.replace(TINY, rank=8, lr=lr, seed=s))
+           for lr, tag in ((0.01, "low"), (0.02, "high")) for s in (0, 1)]
+    info = frames.describe_runs([store.get_run(i) for i in ids])
+    assert frames.group_choices(info)[:3] == ["tag", "sweep", "lr"]  # the field that varies comes first
+    by_lr = frames.grouped(info, "lr")
+    assert by_lr["color"].tolist() == [charts.group_color(0)] * 2 + [charts.group_color(1)] * 2
+    s = frames.series(store.metrics(ids), by_lr, "val_loss")
+    assert set(s["trace"]) == {f"basis R=8 · lr={lr} · mean of 2/2 seeds" for lr in (0.01, 0.02)}  # said once
+    by_tag = frames.group_values(info, "tag")
+    assert by_tag.tolist() == ["low", "low", "high", "high"]
+    assert list(frames.facets(info, "tag")) == ["tag=high", "tag=low"]
+
+    at = _compare_at({"runs": ",".join(map(str, ids)), "group": "tag"})
+    lines = [t for t in figures(at)["Validation loss"]["data"] if t.get("showlegend") is not False]
+    assert {t["line"]["color"] for t in lines} == {charts.group_color(0), charts.group_color(1)}
+    assert all(t["name"].startswith("basis R=8 · tag=") for t in lines)
+    at.toggle(key="compare.facet").set_value(True).run()
+    faceted = figures(at)["Validation loss, by tag"]
+    assert [a["text"] for a in faceted["layout"]["annotations"]] == ["tag=high", "tag=low"]
+    assert dict(at.query_params).get("facet") in ("1", ["1"]) and dict(at.query_params).get("group") in ("tag", ["tag"])
