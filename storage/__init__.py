@@ -19,6 +19,7 @@ from .db import (
     resolve_url,
     schema_revision,
 )
+from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
 from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, SavedView, Worker
@@ -61,6 +62,7 @@ __all__ = [
     "Worker",
     "WorkerRecord",
     "ensure_schema",
+    "CSV_COLUMNS",
     "export_csv",
     "head_revision",
     "long_frame",

@@ -15,10 +15,11 @@ import zlib
 import streamlit as st
 
 from app import confirm, display, form, state, tables
-from engine.config import ConfigError
+from engine.config import ConfigError, shape_columns
 from engine.runner import jobs, liveness
 from storage import (
     ACTIVE_STATUSES,
+    CSV_COLUMNS,
     ENDED_STATUSES,
     RESUMABLE_STATUSES,
     RUN_STATUSES,
@@ -31,7 +32,8 @@ from storage import (
 
 lab = state.lab()
 store = lab.store
-_LAST_TABLE = "runs.table.last"  # (widget key, the run ids of its rows) of the table drawn last
+_LAST_TABLE = "runs.table.last"
+CSV_HELP = "Columns:  \n" + "  \n".join(f"**{display.plain(c)}**: {display.plain(t)}" for c, t in CSV_COLUMNS.items())  # (widget key, the run ids of its rows) of the table drawn last
 
 
 def _refuse(message: str) -> None:
@@ -129,7 +131,8 @@ def _actions(view, chosen: list[int]) -> None:
         build = long_frame if fmt == "long" else wide_frame
         row.download_button(
             f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
-            data=lambda: to_csv_bytes(build(store, ids)), file_name=f"basis-runs-{fmt}.csv", mime="text/csv",
+            data=lambda: to_csv_bytes(build(store, ids, shape_columns)), file_name=f"basis-runs-{fmt}.csv",
+            mime="text/csv", help=CSV_HELP,
         )
 
 

@@ -35,6 +35,7 @@ from engine.config import (
     parse_ranks,
     parse_seeds,
     schema,
+    shape_columns,
 )
 from engine.training.build import check_data
 
@@ -149,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", parents=[db], help="all runs")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
     show.add_argument("run", help="run id or name")
-    export = sub.add_parser("export", parents=[db], help="metric histories as CSV")
+    export = sub.add_parser("export", parents=[db], help="metric histories as CSV",
+                            description="Every metric value of the runs as CSV, with each run's status, sweep, tags, "
+                                        "notes and effective B, T, R; the README's column dictionary says what "
+                                        "each column holds.")
     export.add_argument("--out", required=True, help="CSV file to write")
     export.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     export.add_argument("--format", default="long", choices=("long", "wide"))
@@ -483,7 +487,7 @@ def _export(args) -> int:
     from storage import export_csv
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force)
+    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force, shape=shape_columns)
     print(f"wrote {n} rows to {args.out} ({args.format})")
     return 0
 

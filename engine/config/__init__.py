@@ -34,6 +34,7 @@ from engine.config.run import (
     method_label,
     schema,
     seed_group_key,
+    shape_columns,
     spec,
     stored,
 )

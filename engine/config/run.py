@@ -420,6 +420,17 @@ def differing_fields(configs) -> list[str]:
     return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1]
 
 
+def shape_columns(config: Mapping[str, Any]) -> dict[str, int | None]:
+    """The effective shape of a stored config for exports: ``B_seqs`` (batch size),
+    ``T_tokens`` (sequence length) and ``R_rows`` (rank clipped to B·T; None for exact
+    runs); all None when the config is not a ``RunConfig``."""
+    run = stored(config)
+    if run is None:
+        return {"B_seqs": None, "T_tokens": None, "R_rows": None}
+    return {"B_seqs": run.effective_batch_size, "T_tokens": run.effective_seq_len,
+            "R_rows": None if run.is_exact else run.effective_rank}
+
+
 def _fingerprint(values: Mapping[str, Any], ignore: set = frozenset()) -> str:
     text = json.dumps({k: v for k, v in values.items() if k not in ignore}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -168,6 +168,9 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
     got = pd.read_csv(io.BytesIO(downloads["basis-runs-wide.csv"]()))
     want = wide_frame(store, ids)
     assert list(got.columns) == list(want.columns) and len(got) == len(want)
+    assert got["B_seqs"].notna().all() and got["status"].eq("finished").all()  # the dashboard fills the shape
+    assert got.loc[got["estimator"] == "exact", "R_rows"].isna().all()
+    assert "wall_time_s" in at.get("download_button")[0].help.replace("\\", "")  # the column dictionary is its help
     np.testing.assert_allclose(got["val_loss"], want["val_loss"].astype(float))
 
 
