@@ -105,6 +105,21 @@ def merge_selection(previous: Sequence[int], visible: Sequence[int], chosen: Seq
     return list(dict.fromkeys(kept + [int(c) for c in chosen]))
 
 
+CHAR_PX, CELL_PAD_PX, CHIP_PAD_PX = 7.5, 18, 22  # the grid's 14 px font: width of a character, a cell's padding
+
+
+def text_width(values, low: int = 60, high: int = 260) -> int:
+    """A column width (px) that shows the longest of ``values`` whole, within [low, high]."""
+    longest = max((len(str(v)) for v in values if isinstance(v, str)), default=0)
+    return int(min(max(low, longest * CHAR_PX + CELL_PAD_PX), high))
+
+
+def tags_width(tag_lists, low: int = 60, high: int = 320) -> int:
+    """A width (px) for a tags column that shows the longest row's chips whole, within [low, high]."""
+    longest = max((sum(len(t) * CHAR_PX + CHIP_PAD_PX for t in tags) for tags in tag_lists), default=0)
+    return int(min(max(low, longest + CELL_PAD_PX), high))
+
+
 def ids_at(visible: Sequence[int], rows: Sequence[int]) -> list[int]:
     """The run ids at the selected row positions ``rows`` of a table whose rows are ``visible``."""
     return [int(visible[r]) for r in rows if 0 <= r < len(visible)]

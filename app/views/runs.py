@@ -218,17 +218,21 @@ def _table(has_active: bool) -> None:
         on_select="rerun", selection_mode="multi-row",
         selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
         hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
-        # notes beside the name, so a 1,400 px window shows them; the columns the
-        # name mostly repeats (estimator, R, λ, seed) and the times scroll in from the right
-        column_order=["id", "name", "notes", "sweep", "tags", "status", "progress", "steps_text", "train_loss", "val_loss",
+        # id, name, status and progress are pinned: a 420 px phone keeps them while the
+        # rest scrolls; notes, sweep and tags follow, wide enough for a whole sweep id and
+        # the longest tag list; the columns the name mostly repeats (estimator, R, λ, seed)
+        # and the times scroll in from the right
+        column_order=["id", "name", "status", "progress", "notes", "sweep", "tags", "steps_text", "train_loss", "val_loss",
                       "mean_cos", "estimator", "rank", "lam", "seed", "worker", "started", "duration_s"],
         column_config={
-            "id": st.column_config.NumberColumn("id", format="%d", width=40, pinned=True),
-            "name": st.column_config.TextColumn("name", width=120, pinned=True),
-            "sweep": st.column_config.TextColumn("sweep", width=92, help="The launch the run belongs to (its sweep id)."),
-            "tags": st.column_config.ListColumn("tags", width=64),
-            "status": st.column_config.TextColumn("status", width=92),
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64),
+            "id": st.column_config.NumberColumn("id", format="%d", width=36, pinned=True),
+            "name": st.column_config.TextColumn("name", width=110, pinned=True),
+            "sweep": st.column_config.TextColumn("sweep", width=tables.text_width(view["sweep"]),
+                                                 help="The launch the run belongs to (its sweep id)."),
+            "tags": st.column_config.ListColumn("tags", width=tables.tags_width(view["tags"])),
+            "status": st.column_config.TextColumn("status", width=92, pinned=True),
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64,
+                                                        pinned=True),
             "estimator": st.column_config.TextColumn("estimator", width=65),
             "rank": st.column_config.NumberColumn("R", format="%d", width=36),
             "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),

@@ -146,3 +146,15 @@ def test_one_plain_text_helper_for_markdown_and_plotly():
     assert plain(evil, PLOTLY) == evil.replace("<", "&lt;").replace(">", "&gt;")
     with pytest.raises(ValueError, match="medium"):
         plain(evil, "html")
+
+
+def test_log_axis_labels_always_name_their_decade():
+    from app.estimators import log_ticks, power_text
+
+    assert [power_text(v) for v in (1e-3, 2e-3, 5e-2, 1.0, 30.0)] == ["10⁻³", "2×10⁻³", "5×10⁻²", "10⁰", "3×10¹"]
+    narrow, labels = log_ticks([0.021, 0.034, 0.09])  # less than a decade: Plotly would label minor ticks "2", "5"
+    assert len(narrow) >= 2 and all("10" in t for t in labels)
+    assert min(narrow) <= 0.021 and max(narrow) >= 0.09
+    wide, labels = log_ticks([1e-5, 3e-2, np.nan, 0.0, -1.0])  # non-positive values have no place on a log axis
+    assert wide == [10.0**k for k in range(-5, 0)] and labels[0] == "10⁻⁵"
+    assert log_ticks([np.nan]) == ([], [])

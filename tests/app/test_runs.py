@@ -96,6 +96,24 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     assert runs_table(at)["id"].tolist() == a
 
 
+PHONE_TABLE_PX = 420 - 2 * 16  # a 420 px window less the page's side padding (the sidebar collapses)
+
+
+def test_whole_sweep_ids_and_tags_and_a_phone_keeps_id_name_status_progress(url, store):
+    fake_run(InSweep(store, SWEEP_A, ["pilot", "lr sweep", "ablation"]), TINY)
+    fake_run(InSweep(store, SWEEP_B), dataclasses.replace(TINY, rank=8))
+    at = app().run()
+    config = json.loads(at.dataframe[0].proto.columns)
+    order = list(at.dataframe[0].proto.column_order)
+    pinned = [c for c in order if config.get(c, {}).get("pinned")]
+    assert pinned == ["id", "name", "status", "progress"] == order[:4]  # pinned columns stay while the rest scroll
+    assert sum(config[c]["width"] for c in pinned) <= PHONE_TABLE_PX
+    longest_tags = sum(len(t) * tables.CHAR_PX + tables.CHIP_PAD_PX for t in ("pilot", "lr sweep", "ablation"))
+    assert config["sweep"]["width"] >= len(SWEEP_A) * tables.CHAR_PX + tables.CELL_PAD_PX  # the whole id
+    assert config["tags"]["width"] >= longest_tags
+    assert tables.text_width(["x" * 500]) == 260 and tables.text_width([None]) == 60  # bounded
+
+
 def test_progress_is_floored_to_a_whole_percent(store):
     run_id = fake_run(store, dataclasses.replace(TINY, steps=150, eval_interval=50, probe_interval=50),
                       status="running", steps_done=20)

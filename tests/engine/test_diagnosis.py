@@ -217,6 +217,7 @@ def test_frames_and_figures(trained, store):
     assert var.loc[("proj", 64), "value"] == 0 and np.isnan(var.loc[("proj", 64), "y"])
     fig = est.mse_figure(frame, "all", split=False)
     assert {t.name for t in fig.data} == {"basis", "proj"} and fig.layout.xaxis.type == "log"
+    assert fig.layout.yaxis.ticktext and all("10" in t for t in fig.layout.yaxis.ticktext)  # no bare "2", "5"
     split = est.mse_figure(frame, "block_0/mlp/fc", split=True)
     assert {t.xaxis for t in split.data} == {"x", "x2"}
     table = est.table_at(frame, "all", 1)
