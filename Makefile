@@ -1,24 +1,54 @@
 # Two entry points: `make run` (dashboard) and `make test` (whole suite).
-# Both build the local virtual environment at .venv from requirements.txt first.
+# Each builds the local virtual environment at .venv from a lock compiled from
+# pyproject.toml (`make lock`): every transitive package pinned, with its hashes.
+# `make run` installs requirements.txt (runtime only: no pytest, no Playwright);
+# `make test` installs requirements-test.txt (runtime + the test extra).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
+PIP_VERSION := 26.3
+PIP_TOOLS_VERSION := 7.6.2
+# A stamp per lock, named for the lock's (and pyproject's) checksum: a changed lock reinstalls.
+RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
+TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
 
-.PHONY: run test install browser postgres bench
+.PHONY: run test install install-test lock browser postgres bench
 
-install: $(STAMP)
-
-$(STAMP): requirements.txt pyproject.toml
+# $(1): the lock to install; $(2): the stamp family (run or test).
+define install_lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --upgrade pip==$(PIP_VERSION)
+	$(PY) -m pip install --quiet --require-hashes -r $(1)
 	$(PY) -m pip install --quiet --no-deps -e .
-	rm -f $(VENV)/.installed-* && touch $@
+	$(PY) -m pip check
+	rm -f $(VENV)/.installed-$(2)-* && touch $@
+endef
+
+install: $(RUN_STAMP)
+
+install-test: $(TEST_STAMP)
+
+$(RUN_STAMP): requirements.txt pyproject.toml
+	$(call install_lock,requirements.txt,run)
+
+$(TEST_STAMP): requirements-test.txt pyproject.toml
+	$(call install_lock,requirements-test.txt,test)
 
 run: install
 	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.address 127.0.0.1 --server.headless true
+
+# Recompiles both locks from pyproject.toml, keeping every pin that still satisfies it
+# (`make lock LOCK_FLAGS=--upgrade` moves everything to the newest allowed versions).
+# The test lock is constrained by the runtime lock, so the two never disagree.
+LOCK_FLAGS ?=
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	--strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_FLAGS)
+lock:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet pip-tools==$(PIP_TOOLS_VERSION)
+	$(PIP_COMPILE) --output-file requirements.txt pyproject.toml
+	$(PIP_COMPILE) --extra test -c requirements.txt --output-file requirements-test.txt pyproject.toml
 
 browser:
 	bash scripts/install_browser.sh
@@ -26,7 +56,9 @@ browser:
 postgres:
 	bash scripts/install_postgres.sh
 
-test: install browser postgres
+test: install-test browser postgres
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check engine app storage bench tests
 	$(PY) -m pytest -q
 
 bench: install

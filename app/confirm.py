@@ -15,7 +15,6 @@ import streamlit as st
 
 from app import state
 from app.display import plain
-from engine.runner import jobs
 from storage import ACTIVE_STATUSES
 
 
@@ -71,6 +70,8 @@ def delete_dialog(ids: list[int]) -> None:
     st.markdown(run_list(records))
     c1, c2 = st.columns(2)
     if c1.button(f"Delete {ids_text(r.id for r in records)}", type="primary", key="runs.delete.confirm", disabled=not n):
+        from engine.runner import jobs  # checkpoints (orbax, JAX) only when something is deleted
+
         problems = jobs.delete_runs(store, [r.id for r in records])
         state.set_selected([i for i in state.selected() if i not in {r.id for r in records}])
         state.bump_table_epoch()

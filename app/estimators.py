@@ -1,5 +1,5 @@
 """The Estimators page's frames and figures: pure functions of stored diagnosis results
-(``RunStore.diagnostic_results``: ``engine.diagnostics.COLUMNS``).
+(``RunStore.diagnostic_results``: ``engine.analysis.diagnostics.COLUMNS``).
 
 Every quantity is relative to ‖dW‖²_F of the exact gradient on the same batches. On
 log axes a value ≤ 0 has no place: the squared bias is Monte-Carlo corrected (‖ē‖² −
@@ -9,7 +9,7 @@ max(b², 0) + 2 se ("below this"), a significant one as a dot with ± se bars; a
 that is 0 to float32 precision (below ``ROUND_OFF``: an estimator that keeps X whole at this
 rank, whose error is float32 round-off, relative size ~ε² ≈ 1e-14) is left off the axis.
 
-Colours: each estimator's hue from ``app.charts.method_color``, the same as on every
+Colours: each estimator's hue from ``engine.analysis.charts.method_color``, the same as on every
 other chart; a second λ of the same estimator is dashed.
 """
 
@@ -22,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.charts import method_color
+from engine.analysis.charts import method_color
 
 COLOR_RANK = 8  # a line spans every R: it takes its estimator's colour at a middle rank
 DASHES = ("solid", "dash", "dot", "dashdot")
@@ -33,7 +33,7 @@ SIGNIFICANT_SE = 2.0  # a bias² above this many standard errors is drawn as a v
 
 
 def estimator_color(estimator: str) -> str:
-    """The estimator's colour on every chart (``app.charts.method_color``)."""
+    """The estimator's colour on every chart (``engine.analysis.charts.method_color``)."""
     return method_color(estimator, COLOR_RANK)
 
 

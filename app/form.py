@@ -25,13 +25,9 @@ from engine.config import (
     RunConfig,
     Sweep,
     base_type,
-    default_of,
-    from_flat,
-    parse_estimators,
-    parse_lams,
-    parse_ranks,
-    parse_seeds,
+    reproduction_sweep,
     schema,
+    sweep_from_flat,
     to_flat,
 )
 
@@ -53,6 +49,7 @@ class Widget:
     fmt: str | None = None
     placeholder: str | None = None
     sources: tuple[str, ...] = ()
+    max_chars: int | None = None  # text: the schema's longest value
 
     @property
     def key(self) -> str:
@@ -88,7 +85,7 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
             w = Widget(f.name, s.group, "number", s.label, s.help + unit, step=s.step or 1, fmt=s.fmt,
                        placeholder=s.none if optional else None)
         else:
-            w = Widget(f.name, s.group, "text", s.label, s.help, placeholder=s.none)
+            w = Widget(f.name, s.group, "text", s.label, s.help, placeholder=s.none, max_chars=s.max_len)
         out.append(w)
     return out
 
@@ -118,28 +115,21 @@ def to_sweep(values: Mapping[str, Any], cls: type = RunConfig) -> Sweep:
     for name, value in list(values.items()):
         if isinstance(value, float) and name in _INT_FIELDS and value.is_integer():
             values[name] = int(value)  # number inputs may hand back 3.0
-    with_exact, ranks = parse_ranks(values.get("ranks") or "")
-    estimators = parse_estimators(values.get("estimators") or [])
-    if not [e for e in estimators if e != "exact"] and not ranks:
-        ranks = [default_of(next(f for f in dataclasses.fields(cls) if f.name == "rank"))]
     if isinstance(values.get("name"), str) and not values["name"].strip():
         values["name"] = None
-    base = from_flat({k: v for k, v in values.items() if k not in _SWEPT}, cls)
-    return Sweep(base, estimators=tuple(estimators), ranks=tuple(ranks), lams=tuple(parse_lams(values.get("lams") or "0")),
-                 seeds=tuple(parse_seeds(values.get("seeds") or "")), with_exact=with_exact)
+    values["lams"] = values.get("lams") or "0"  # an empty λ field: no shrink
+    return sweep_from_flat(values, cls)
 
 
-_SWEPT = {"estimator", "rank", "lam", "seed"}
 _INT_FIELDS = {f.name for f, _, tp in schema(RunConfig) if base_type(tp)[0] is int} | {
     o.name for o in DATA_OPTIONS if o.kind is int}
 
 # A quick tiny-model sweep: what the form shows on a first visit.
 DEFAULT_SWEEP = Sweep(RunConfig(preset="tiny", steps=200, probe_interval=20),  # the schema's eval interval: every 20
                       estimators=("exact", "basis"), ranks=(1, 8, 32))
-# The paper's run (section 4 and its public code): batch 1, T 64, d 64, SGD with
-# momentum 0.9 at lr 0.01, 50,000 steps, validation every 1,000, λ = 0.01.
-PAPER_SWEEP = Sweep(RunConfig(preset="paper", lam=0.01, steps=50_000, eval_interval=1000, probe_interval=1000),
-                    estimators=("exact", "basis"), ranks=(1, 8, 16, 32, 64), lams=(0.01,))
+# The paper's grid (``engine.config.reproduce``): what "Paper settings" fills in. The
+# form's tags are its own text box, so the sweep it shows carries none.
+PAPER_SWEEP = dataclasses.replace(reproduction_sweep(), tags=())
 
 
 def clone_sweep(configs: Sequence[Mapping[str, Any]]) -> Sweep:

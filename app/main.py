@@ -1,8 +1,9 @@
 """BASIS Lab dashboard. Start it from the repository root with ``streamlit run app/main.py``.
 
 Pages: Launch (a sweep form), Runs (every run in the database, and the workers),
-Compare (live charts and the paper's Table 3 for the selected runs), Run detail and
-Estimators (bias, variance and MSE of the dW estimators). Training happens in the job
+Compare (live charts and the paper's Table 3 for the selected runs), Run detail,
+Estimators (bias, variance and MSE of the dW estimators) and Report (a sweep's report:
+setup, Table 3, the paper's claims with verdicts, figures; HTML and Markdown downloads). Training happens in the job
 manager's worker threads (or in ``python -m engine worker`` processes), which write
 to the database; the pages only read it.
 
@@ -30,6 +31,7 @@ page = st.navigation([
     st.Page("views/compare.py", title="Compare", icon=":material/monitoring:", url_path="compare"),
     st.Page("views/detail.py", title="Run detail", icon=":material/description:", url_path="detail"),
     st.Page("views/estimators.py", title="Estimators", icon=":material/query_stats:", url_path="estimators"),
+    st.Page("views/report.py", title="Report", icon=":material/summarize:", url_path="report"),
 ])
 
 with st.sidebar:

@@ -4,7 +4,9 @@
   server process (``st.cache_resource``): every browser tab and every reload sees
   the same runs and the same queue. The URL is ``storage.resolve_url()``
   (``$BASIS_LAB_DB_URL`` or the default SQLite file), read on every call, so a
-  process (or a test) with another URL gets its own pair.
+  process (or a test) with another URL gets its own pair. The job manager (and
+  with it JAX) starts when a page first trains, resumes, cancels or diagnoses,
+  so pages that only read or fill the Launch form load no framework.
 - The selection: the run ids the user picked (Runs table, Compare picker, or the
   runs just launched), kept in ``st.session_state`` under ``SELECTED``.
 - ``metrics(store, ids)``: this session's ``storage.MetricsFeed`` for the URL, so a
@@ -21,16 +23,17 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import pandas as pd
 import streamlit as st
 
 from app.text import plain
 from engine.config import Sweep
-from engine.runner.jobs import JobManager
 from storage import MetricsFeed, RunStore, StorageError, resolve_url
+
+if TYPE_CHECKING:
+    from engine.runner.jobs import JobManager
 
 REFRESH_S = 2.0  # live refresh period while runs are active
 IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
@@ -45,12 +48,36 @@ _ERROR = "runs.error"
 MAX_CONCURRENT = 1
 
 
-@dataclass(frozen=True)
 class Lab:
-    """The database and the one job manager that trains into it."""
+    """The database and the one job manager that trains into it, started on first use."""
 
-    store: RunStore
-    manager: JobManager
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._manager: JobManager | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def manager(self) -> JobManager:
+        """This process's job manager (registered as a worker from its first use on)."""
+        with self._lock:
+            if self._manager is None:
+                from engine.runner.jobs import JobManager
+
+                self._manager = JobManager(self.store, max_concurrent=MAX_CONCURRENT)
+            return self._manager
+
+    def started_manager(self) -> JobManager | None:
+        """The job manager if a page has started it, else None (starts nothing)."""
+        with self._lock:
+            return self._manager
+
+    def close(self, cancel_running: bool = False) -> None:
+        """Shut the job manager down, if it started, and close the store."""
+        with self._lock:
+            manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.shutdown(cancel_running=cancel_running)
+        self.store.close()
 
 
 @st.cache_resource(show_spinner=False)
@@ -58,8 +85,7 @@ def _lab(url: str) -> Lab:
     """Created once per URL and process; runs keep training when the page goes away.
     When the process exits (Streamlit stops on SIGTERM, SIGINT or SIGQUIT and returns
     normally), its runs checkpoint and end ``interrupted``, as the CLI's do."""
-    store = RunStore(url)
-    lab = Lab(store, JobManager(store, max_concurrent=MAX_CONCURRENT))
+    lab = Lab(RunStore(url))
     # Before interpreter shutdown stops thread pools: checkpoint writes (orbax) submit to
     # concurrent.futures executors, which refuse new work once their own threading-atexit
     # hook has run, and an ``atexit`` handler runs after it. Hooks registered later run
@@ -71,11 +97,13 @@ def _lab(url: str) -> Lab:
 
 def _checkpoint_on_exit(lab: Lab) -> None:
     """Interrupt this process's runs: each running run writes a checkpoint at its current
-    step and ends ``interrupted`` (resumable); queued ones end ``interrupted`` too."""
-    if lab.manager.closed:
+    step and ends ``interrupted`` (resumable); queued ones end ``interrupted`` too. A
+    process whose job manager never started (it only read) has nothing to stop."""
+    manager = lab.started_manager()
+    if manager is None or manager.closed:
         return
     try:
-        lab.manager.shutdown(cancel_running=False)
+        manager.shutdown(cancel_running=False)
     except Exception:  # noqa: BLE001 — exiting anyway; what was written stays written
         pass
 

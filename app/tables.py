@@ -133,7 +133,7 @@ def table_key(prefix: str, visible: Sequence[int]) -> str:
 
 
 def workers_view(states: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
-    """``engine.liveness.worker_states(...)`` → the Workers panel: id, state (active,
+    """``engine.runner.liveness.worker_states(...)`` → the Workers panel: id, state (active,
     stopped, gone), host, pid, device, the run it trains now and the seconds since its
     last heartbeat; active workers first, then by last heartbeat."""
     if states.empty:

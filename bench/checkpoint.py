@@ -7,6 +7,9 @@ momentum, random token batches of the preset's shape; no data is read):
 - ``save ms`` / ``MiB``: median time of ``RunCheckpoints.save`` of the full state
   (params, momentum, step) plus the sampler state, loss window and config, and the
   size of one checkpoint on disk;
+- ``sha256 ms`` / ``sha256/save``: median time of the SHA-256 of every saved array
+  (``checkpoints.array_checksums``, what a save writes into its metadata and a restore
+  computes again to verify it), and its share of ``save ms`` (which includes it);
 - ``in-loop ms``: the extra time per checkpoint inside a training loop, from
   blocks of at least ``--block`` steps and ``--block-seconds`` run alternately
   with and without a save at the end
@@ -41,7 +44,7 @@ from tabulate import tabulate
 
 from engine.data import BatchSampler
 from engine.training.build import initial_params, model_config, optimizer_for, run_keys, sketch_key
-from engine.training.checkpoints import RunCheckpoints
+from engine.training.checkpoints import RunCheckpoints, array_checksums
 from engine.training.loop import RunConfig
 from engine.training.steps import init_state, make_train_step
 
@@ -123,6 +126,11 @@ def bench(preset: str, block: int, block_s: float, pairs: int, target_s: float, 
         saves.append(time.perf_counter() - s0)
         with_save.append(time.perf_counter() - t0)
     mib = dir_mib(workdir / preset / str(ckpt.latest_step()))
+    hashing = []
+    for _ in range(max(5, pairs)):
+        h0 = time.perf_counter()
+        array_checksums(state)
+        hashing.append(time.perf_counter() - h0)
 
     step_s = statistics.median(plain) / block
     per_save = max(statistics.median(with_save) - statistics.median(plain), 0.0)
@@ -141,6 +149,8 @@ def bench(preset: str, block: int, block_s: float, pairs: int, target_s: float, 
         "step ms": 1e3 * step_s,
         "save ms": 1e3 * statistics.median(saves),
         "MiB": mib,
+        "sha256 ms": 1e3 * statistics.median(hashing),
+        "sha256/save": statistics.median(hashing) / statistics.median(saves),
         "in-loop ms": 1e3 * per_save,
         "interval": interval,
         "lost s": interval * step_s,

@@ -1,4 +1,4 @@
-"""Time of an estimator diagnosis (``engine.diagnostics.diagnose``) at a preset.
+"""Time of an estimator diagnosis (``engine.analysis.diagnostics.diagnose``) at a preset.
 
 Random-init parameters and uniformly random token batches of the preset's real shape
 (no data download). Two timings: every sketched estimator at one rank, and the whole

@@ -1,4 +1,14 @@
-"""BASIS Lab engine: the sketched layer, the GPT, data, training, jobs and CLI."""
+"""BASIS Lab engine: the sketched layer, the GPT, data, training, jobs and CLI.
+
+Packages by concern, each importing only those below it (``lint-imports`` checks this,
+with the contracts in pyproject.toml, in ``make test``):
+
+    cli > runner > analysis > training > model | data > sketch > config > core
+
+``model`` and ``data`` are independent siblings. ``sketch`` sits above ``config`` only in
+the order: neither imports the other. Only ``runner`` and ``cli`` touch ``storage``;
+``config`` and ``core`` load no JAX or Flax. No package imports ``app``.
+"""
 
 import os
 

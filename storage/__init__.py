@@ -1,4 +1,4 @@
-"""BASIS Lab storage: runs, metrics, workers and diagnostics in SQLite (default) or PostgreSQL.
+"""BASIS Lab storage: runs, metrics, workers, diagnostics and reports in SQLite (default) or PostgreSQL.
 
 Knows nothing of JAX, Flax or Streamlit (layering: app -> engine -> storage).
 See :mod:`storage.db` for where the database lives (``BASIS_LAB_DB_URL``, default
@@ -19,10 +19,11 @@ from .db import (
     resolve_url,
     schema_revision,
 )
+from .errors import LeaseLostError
 from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
-from .models import Base, Diagnostic, DiagnosticResult, Metric, Run, SavedView, Worker
+from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -30,6 +31,8 @@ from .store import (
     RESUMABLE_STATUSES,
     RUN_STATUSES,
     WORKER_STATUSES,
+    Lease,
+    ReportRecord,
     RunNotFoundError,
     RunRecord,
     RunStore,
@@ -47,11 +50,15 @@ __all__ = [
     "DiagnosticResult",
     "ENDED_STATUSES",
     "ENV_URL",
+    "Lease",
+    "LeaseLostError",
     "MIGRATIONS_DIR",
     "Metric",
     "MetricsFeed",
     "RESUMABLE_STATUSES",
     "RUN_STATUSES",
+    "Report",
+    "ReportRecord",
     "Run",
     "RunNotFoundError",
     "RunRecord",

@@ -46,6 +46,7 @@ class FramesMixin:
             frame[col] = frame[col].astype("Int64")
         frame["id"] = frame["id"].astype("int64")
         frame["history_version"] = frame["history_version"].astype("int64")
+        frame["epoch"] = frame["epoch"].astype("int64")
         frame["cancel_requested"] = frame["cancel_requested"].astype(bool)
         for col in ("lam", *LAST_METRICS):
             frame[col] = frame[col].astype("float64")

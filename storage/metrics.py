@@ -9,18 +9,23 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pandas as pd
 from sqlalchemy import and_, delete, insert, or_, select, update
 
+from .lease import hold
+from .limits import check_int
 from .models import Metric, Run
-from .records import METRIC_COLUMNS, _ids, _metrics_frame, _not_found, empty_metrics_frame
+from .records import METRIC_COLUMNS, _ids, _metrics_frame, empty_metrics_frame
 
 
 class MetricsMixin:
     """The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume."""
 
-    def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]]) -> None:
+    def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]], *,
+                    epoch: Optional[int] = None) -> None:
         """Append ``(step, wall_time, name, value)`` rows: one executemany, one transaction.
 
         The run's row is locked first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's write
-        lock serialises all writers), so the writers of one run commit in id order.
+        lock serialises all writers), so the writers of one run commit in id order.  With
+        ``epoch`` (an owner's write) the rows are stored only while that is still the run's
+        lease, checked under that lock; else :class:`LeaseLostError` and nothing is stored.
         """
         params = [
             {"run_id": run_id, "step": int(step), "wall_time": float(wall), "name": str(name), "value": float(value)}
@@ -28,18 +33,19 @@ class MetricsMixin:
         ]
         if not params:
             return
+        check_int("step", min(p["step"] for p in params))
+        check_int("step", max(p["step"] for p in params))
         with self._session(write=True) as s:
-            if s.execute(select(Run.id).where(Run.id == run_id).with_for_update()).first() is None:
-                raise _not_found(run_id)
+            hold(s, run_id, epoch)
             s.execute(insert(Metric.__table__), params)
 
-    def delete_metrics_after(self, run_id: int, step: int) -> int:
+    def delete_metrics_after(self, run_id: int, step: int, *, epoch: Optional[int] = None) -> int:
         """Delete the run's metrics with step > ``step`` (a resumed run rewrites them); return
-        how many.  Bumps ``history_version`` so incremental readers re-read the run."""
+        how many.  Bumps ``history_version`` so incremental readers re-read the run.  Fenced
+        by ``epoch`` as :meth:`add_metrics`."""
         mt = Metric.__table__
         with self._session(write=True) as s:
-            if s.execute(select(Run.id).where(Run.id == run_id).with_for_update()).first() is None:
-                raise _not_found(run_id)
+            hold(s, run_id, epoch)
             n = s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))).rowcount
             s.execute(
                 update(Run).where(Run.id == run_id)

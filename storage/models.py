@@ -1,9 +1,13 @@
 """SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics``,
-``diagnostic_results`` and ``saved_views``.
+``diagnostic_results``, ``reports`` and ``saved_views``.
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
 compares the two, so a change here needs a new revision that does the same to a stored
 database.
+
+Sizes come from :mod:`storage.limits`: a run's name is ``VARCHAR(NAME_MAX)`` and every
+integer a run's settings can reach (seed, steps, rank, steps done, checkpoint and metric
+steps) is ``BIGINT``.
 
 All timestamps are timezone-aware UTC datetimes (see :class:`UTCDateTime`; SQLite stores
 them as naive UTC text, PostgreSQL as ``timestamptz``).  ``runs.id`` and ``metrics.id`` are
@@ -20,6 +24,7 @@ from typing import Any, Optional
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -33,8 +38,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "SavedView", "UTCDateTime", "new_uid",
-           "utcnow"]
+from .limits import NAME_MAX
+
+__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
+           "new_uid", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -80,7 +87,7 @@ class Run(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
-    name: Mapped[str] = mapped_column(String(200), index=True)
+    name: Mapped[str] = mapped_column(String(NAME_MAX), index=True)
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
     created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
@@ -89,12 +96,12 @@ class Run(Base):
     # the full config; the fields below are copies for indexing / filtering
     config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     estimator: Mapped[Optional[str]] = mapped_column(String(64), index=True)
-    rank: Mapped[Optional[int]] = mapped_column(Integer, index=True)
+    rank: Mapped[Optional[int]] = mapped_column(BigInteger, index=True)
     lam: Mapped[Optional[float]] = mapped_column(Float, index=True)
-    seed: Mapped[Optional[int]] = mapped_column(Integer, index=True)
+    seed: Mapped[Optional[int]] = mapped_column(BigInteger, index=True)
     preset: Mapped[Optional[str]] = mapped_column(String(64), index=True)
-    steps: Mapped[Optional[int]] = mapped_column(Integer, index=True)
-    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    steps: Mapped[Optional[int]] = mapped_column(BigInteger, index=True)
+    steps_done: Mapped[int] = mapped_column(BigInteger, default=0)
     error: Mapped[Optional[str]] = mapped_column(Text)
     notes: Mapped[str] = mapped_column(Text, default="")
     versions: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -105,9 +112,12 @@ class Run(Base):
     sweep_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
     tags: Mapped[list[str]] = mapped_column(JSON, default=list)
     worker_id: Mapped[Optional[str]] = mapped_column(String(64))  # the worker that trains it
-    checkpoint_step: Mapped[Optional[int]] = mapped_column(Integer)  # last checkpointed step
+    checkpoint_step: Mapped[Optional[int]] = mapped_column(BigInteger)  # last checkpointed step
     # bumped whenever stored metrics are deleted, so incremental readers re-read the run
     history_version: Mapped[int] = mapped_column(Integer, default=0)
+    # the lease: bumped by every claim (and requeue); an owner's writes hold only while
+    # the run's epoch is still the one its claim returned (see storage.runs)
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     metrics: Mapped[list["Metric"]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True
@@ -124,7 +134,7 @@ class Metric(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     wall_time: Mapped[float] = mapped_column(Float)
     name: Mapped[str] = mapped_column(String(64))
     # nullable: SQLite stores NaN as NULL, and a diverged loss must not crash the writer
@@ -158,7 +168,7 @@ class Diagnostic(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    step: Mapped[Optional[int]] = mapped_column(Integer)
+    step: Mapped[Optional[int]] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
     settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
@@ -195,12 +205,35 @@ class DiagnosticResult(Base):
     diagnostic_id: Mapped[int] = mapped_column(ForeignKey("diagnostics.id", ondelete="CASCADE"), index=True)
     layer: Mapped[Optional[str]] = mapped_column(String(200))
     estimator: Mapped[Optional[str]] = mapped_column(String(64))
-    rank: Mapped[Optional[int]] = mapped_column(Integer)
+    rank: Mapped[Optional[int]] = mapped_column(BigInteger)
     lam: Mapped[Optional[float]] = mapped_column(Float)
     bias2: Mapped[Optional[float]] = mapped_column(Float)
     bias2_se: Mapped[Optional[float]] = mapped_column(Float)
     variance: Mapped[Optional[float]] = mapped_column(Float)
     mse: Mapped[Optional[float]] = mapped_column(Float)
     cos_mean: Mapped[Optional[float]] = mapped_column(Float)
-    keys: Mapped[Optional[int]] = mapped_column(Integer)
-    batches: Mapped[Optional[int]] = mapped_column(Integer)
+    keys: Mapped[Optional[int]] = mapped_column(BigInteger)
+    batches: Mapped[Optional[int]] = mapped_column(BigInteger)
+
+
+class Report(Base):
+    """A report of a set of runs (a sweep, the runs with some tags, or a list), as built
+    at ``created_at``: ``content`` is the report as JSON (its tables, claims and figures;
+    ``engine.analysis.report``), ``run_ids`` the runs it read, ``selection`` how they were
+    chosen and at which step. ``key`` names a report that is rebuilt in place (the report
+    a sweep gets when its last run ends: ``sweep:<sweep id>``); other reports have none.
+    Reports are snapshots: deleting a run leaves them as they were."""
+
+    __tablename__ = "reports"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
+    key: Mapped[Optional[str]] = mapped_column(String(200), unique=True, index=True)
+    sweep_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
+    title: Mapped[str] = mapped_column(String(200))
+    selection: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    run_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    at_step: Mapped[Optional[int]] = mapped_column(BigInteger)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+    content: Mapped[str] = mapped_column(Text)

@@ -5,7 +5,7 @@ A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, Optional, Union
+from typing import Iterable, NamedTuple, Optional, Union
 
 from sqlalchemy import select, update
 
@@ -13,24 +13,35 @@ from .models import Run, utcnow
 from .records import RESUMABLE_STATUSES, _ids, _not_found
 
 
+class Lease(NamedTuple):
+    """A claimed run and the epoch its owner's writes must name (see :mod:`storage.lease`)."""
+
+    run_id: int
+    epoch: int
+
+
 class QueueMixin:
     """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership."""
 
-    def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> bool:
-        """Atomically move a queued run to running; False if it is no longer queued."""
+    def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
+        """Atomically move a queued run to running under a new lease; the lease's epoch, or
+        None if the run is no longer queued."""
         now = utcnow()
         with self._session(write=True) as s:
             res = s.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_not(True))
-                .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id)
+                .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
+                        epoch=Run.epoch + 1)
                 .execution_options(synchronize_session=False)
             )
-            return res.rowcount == 1
+            if res.rowcount != 1:
+                return None
+            return int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar())
 
-    def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
+    def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[Lease]:
         """Atomically take the oldest queued, non-cancelled run that no process owns and mark
-        it running; its id, or None when there is none.
+        it running under a new lease; its :class:`Lease`, or None when there is none.
 
         PostgreSQL: ``SELECT … FOR UPDATE SKIP LOCKED`` then the update, in one transaction,
         so concurrent claimers take different runs without waiting on each other.  SQLite:
@@ -53,19 +64,19 @@ class QueueMixin:
                     update(Run)
                     .where(Run.id == run_id, Run.status == "queued")
                     .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
-                            finished_at=None, error=None)
+                            finished_at=None, error=None, epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
                 )
                 if res.rowcount == 1:
-                    return int(run_id)
+                    return Lease(int(run_id), int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar()))
 
     def requeue(self, run_ids: Union[int, Iterable[int]], owner: Optional[str] = None) -> list[int]:
         """Move ended runs (interrupted, cancelled, failed) back to ``queued`` so a worker
         can claim them again (to resume from ``checkpoint_step``); return the ids moved.
 
         Clears the error, finish time, cancel flag and worker, and sets the owner (None: any
-        worker may claim them); keeps ``steps_done``,
-        ``checkpoint_step`` and the metrics.  Runs in any other status are left alone;
+        worker may claim them); keeps ``steps_done``, ``checkpoint_step`` and the metrics.
+        Bumps the epoch: whoever trained the run before has lost it from here on.  Runs in any other status are left alone;
         an unknown id raises :class:`RunNotFoundError` and moves nothing.
         """
         ids = _ids(run_ids)
@@ -82,7 +93,8 @@ class QueueMixin:
                     update(Run)
                     .where(Run.id.in_(moved), Run.status.in_(RESUMABLE_STATUSES))
                     .values(status="queued", error=None, finished_at=None, cancel_requested=False,
-                            owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None)
+                            owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None,
+                            epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
                 )
         return sorted(int(i) for i in moved)

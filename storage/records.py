@@ -12,6 +12,7 @@ import pandas as pd
 
 from .db import json_dumps
 from .errors import RunNotFoundError
+from .limits import TAG_MAX
 from .models import Run, Worker
 
 RUN_STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
@@ -55,6 +56,7 @@ class RunRecord:
     worker_id: Optional[str]
     checkpoint_step: Optional[int]
     history_version: int
+    epoch: int = 0
 
     @property
     def is_active(self) -> bool:
@@ -91,6 +93,7 @@ class RunRecord:
             worker_id=run.worker_id,
             checkpoint_step=run.checkpoint_step,
             history_version=run.history_version or 0,
+            epoch=run.epoch or 0,
         )
 
 
@@ -149,7 +152,10 @@ def _tags(tags: Optional[Iterable[str]]) -> list[str]:
         tags = [tags]
     out = [str(t).strip() for t in tags]
     if any(not t for t in out):
-        raise ValueError("a tag cannot be empty")
+        raise ValueError("tags: a tag cannot be empty")
+    for t in out:
+        if len(t) > TAG_MAX:
+            raise ValueError(f"tags: {t[:20]!r}… is {len(t)} characters long; the most is {TAG_MAX}: shorten it")
     return list(dict.fromkeys(out))
 
 

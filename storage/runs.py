@@ -10,6 +10,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from sqlalchemy import delete, select, update
 
 from .errors import RunNotFoundError, StorageError
+from .lease import hold, refused
+from .limits import NAME_MAX, NOTES_MAX, check_int, check_text
 from .models import Metric, Run, new_uid, utcnow
 from .records import (
     ENDED_STATUSES,
@@ -19,6 +21,67 @@ from .records import (
     _not_found,
     _tags,
 )
+
+
+def _new_run(
+    *,
+    name: str,
+    config: dict,
+    estimator: str,
+    rank: Optional[int],
+    lam: float,
+    seed: int,
+    preset: str,
+    steps: int,
+    versions: Optional[dict] = None,
+    git_commit: Optional[str] = None,
+    device: Optional[str] = None,
+    status: str = "queued",
+    sweep_id: Optional[str] = None,
+    tags: Optional[Iterable[str]] = None,
+    owner: Optional[str] = None,
+) -> Run:
+    """The row of a new run, every value checked against what the schema holds."""
+    _check_status(status)
+    config = _json_normal(dict(config), "run config")
+    versions = _json_normal(dict(versions or {}), "run versions")
+    if sweep_id is not None and not (0 < len(str(sweep_id)) <= 64):
+        raise ValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
+    now = utcnow()
+    return Run(
+        uid=new_uid(),
+        name=_name(name),
+        status=status,
+        created_at=now,
+        started_at=now if status == "running" else None,
+        finished_at=now if status in ENDED_STATUSES else None,
+        config=config,
+        estimator=estimator,
+        rank=None if rank is None else check_int("rank", int(rank)),
+        lam=float(lam),
+        seed=check_int("seed", int(seed)),
+        preset=preset,
+        steps=check_int("steps", int(steps)),
+        steps_done=0,
+        notes="",
+        versions=versions,
+        git_commit=git_commit,
+        device=device,
+        cancel_requested=False,
+        sweep_id=None if sweep_id is None else str(sweep_id),
+        tags=_tags(tags),
+        history_version=0,
+        epoch=1 if status == "running" else 0,  # a run created running is claimed by its creator
+        owner=owner,
+        heartbeat_at=now if owner else None,
+    )
+
+
+def _name(name: Any) -> str:
+    name = str(name).strip()
+    if not name:
+        raise ValueError("name: a run name cannot be empty")
+    return check_text("name", name, NAME_MAX)
 
 
 class RunsMixin:
@@ -44,45 +107,38 @@ class RunsMixin:
         owner: Optional[str] = None,
     ) -> int:
         """Add a run (``queued`` by default). ``owner`` is the process that will train it
-        (``host:pid``); None leaves a queued run to any worker (``claim_next``)."""
-        _check_status(status)
-        config = _json_normal(dict(config), "run config")
-        versions = _json_normal(dict(versions or {}), "run versions")
-        if sweep_id is not None and not (0 < len(str(sweep_id)) <= 64):
-            raise ValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
-        now = utcnow()
-        run = Run(
-            uid=new_uid(),
-            name=str(name),
-            status=status,
-            created_at=now,
-            started_at=now if status == "running" else None,
-            finished_at=now if status in ENDED_STATUSES else None,
-            config=config,
-            estimator=estimator,
-            rank=None if rank is None else int(rank),
-            lam=float(lam),
-            seed=int(seed),
-            preset=preset,
-            steps=int(steps),
-            steps_done=0,
-            notes="",
-            versions=versions,
-            git_commit=git_commit,
-            device=device,
-            cancel_requested=False,
-            sweep_id=None if sweep_id is None else str(sweep_id),
-            tags=_tags(tags),
-            history_version=0,
+        (``host:pid``); None leaves a queued run to any worker (``claim_next``).  A value
+        the schema cannot hold (see :mod:`storage.limits`) is a ValueError naming its field,
+        and nothing is written."""
+        return self.create_runs([dict(
+            name=name, config=config, estimator=estimator, rank=rank, lam=lam, seed=seed, preset=preset, steps=steps,
+            versions=versions, git_commit=git_commit, device=device, status=status, sweep_id=sweep_id, tags=tags,
             owner=owner,
-            heartbeat_at=now if owner else None,
-        )
-        with self._session(write=True) as s:
-            s.add(run)
-            s.flush()
-            return int(run.id)
+        )])[0]
 
-    def set_status(self, run_id: int, status: str, *, error: Optional[str] = None) -> None:
+    def create_runs(self, runs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Add many runs in one transaction, all of them or none (a sweep); each mapping
+        holds :meth:`create_run`'s arguments.  Their ids, in order.  Every run is checked
+        before anything is written: one that the schema cannot hold is a ValueError naming
+        the run and the field."""
+        rows = []
+        for i, spec in enumerate(runs):
+            try:
+                rows.append(_new_run(**spec))
+            except ValueError as e:
+                raise ValueError(f"run {i + 1} of {len(runs)} ({str(spec.get('name'))[:40]!r}): {e}"
+                                 if len(runs) > 1 else str(e)) from None
+        if not rows:
+            return []
+        with self._session(write=True) as s:
+            s.add_all(rows)
+            s.flush()
+            return [int(run.id) for run in rows]
+
+    def set_status(self, run_id: int, status: str, *, error: Optional[str] = None,
+                   epoch: Optional[int] = None) -> None:
+        """Set the run's status (and error).  With ``epoch`` (an owner's write) it holds only
+        while that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
         _check_status(status)
         values: dict[str, Any] = {"status": status}
         now = utcnow()
@@ -91,46 +147,61 @@ class RunsMixin:
         if error is not None:
             values["error"] = str(error)
         with self._session(write=True) as s:
+            hold(s, run_id, epoch)
             run = s.get(Run, run_id)
-            if run is None:
-                raise _not_found(run_id)
             if status == "running" and run.started_at is None:
                 values["started_at"] = now
             for key, value in values.items():
                 setattr(run, key, value)
 
-    def heartbeat(self, run_id: int, steps_done: int, owner: Optional[str] = None) -> None:
+    def heartbeat(self, run_id: int, steps_done: int, owner: Optional[str] = None,
+                  epoch: Optional[int] = None) -> None:
         """Stamp a run's heartbeat and progress. With ``owner``, a run that a reader marked
-        ``interrupted`` while this owner was only slow (a busy database) is ``running`` again."""
+        ``interrupted`` while this owner was only slow (a busy database) is ``running`` again
+        (until it is requeued, which takes a new lease).  With ``epoch`` it holds only while
+        that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
         now = utcnow()
+        fence = [] if epoch is None else [Run.epoch == int(epoch)]
         with self._session(write=True) as s:
             res = s.execute(
                 update(Run)
-                .where(Run.id == run_id)
-                .values(heartbeat_at=now, steps_done=int(steps_done))
+                .where(Run.id == run_id, *fence)
+                .values(heartbeat_at=now, steps_done=check_int("steps_done", int(steps_done)))
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount != 1:
-                raise _not_found(run_id)
+                raise refused(s, run_id, epoch)
             if owner is not None:
                 s.execute(
                     update(Run)
-                    .where(Run.id == run_id, Run.owner == owner, Run.status == "interrupted")
+                    .where(Run.id == run_id, Run.owner == owner, Run.status == "interrupted", *fence)
                     .values(status="running", finished_at=None, error=None)
                     .execution_options(synchronize_session=False)
                 )
 
-    def append_notes(self, run_id: int, text: str) -> None:
-        """Add a line to a run's notes (what happened to it: resumed, restarted)."""
+    def append_notes(self, run_id: int, text: str, *, epoch: Optional[int] = None) -> None:
+        """Add a line to a run's notes (what happened to it: resumed, restarted); fenced
+        by ``epoch`` as :meth:`set_status`."""
         with self._session(write=True) as s:
+            hold(s, run_id, epoch)
             run = s.get(Run, run_id)
-            if run is None:
-                raise _not_found(run_id)
-            run.notes = f"{run.notes}\n{text}" if run.notes else str(text)
+            notes = f"{run.notes}\n{text}" if run.notes else str(text)
+            run.notes = notes if len(notes) <= NOTES_MAX else "…" + notes[len(notes) - NOTES_MAX + 1:]
 
-    def set_checkpoint_step(self, run_id: int, step: Optional[int]) -> None:
-        """Record the step of the run's newest checkpoint (None: it has none)."""
-        self._update_run(run_id, checkpoint_step=None if step is None else int(step))
+    def set_checkpoint_step(self, run_id: int, step: Optional[int], *, epoch: Optional[int] = None) -> None:
+        """Record the step of the run's newest checkpoint (None: it has none); fenced by
+        ``epoch`` as :meth:`set_status`."""
+        self._update_run(run_id, epoch=epoch,
+                         checkpoint_step=None if step is None else check_int("checkpoint_step", int(step)))
+
+    def run_lease(self, run_id: int) -> tuple[int, bool]:
+        """``(epoch, cancel_requested)`` of the run: what its owner polls to learn whether it
+        still holds the run and whether to stop."""
+        with self._session() as s:
+            row = s.execute(select(Run.epoch, Run.cancel_requested).where(Run.id == run_id)).first()
+        if row is None:
+            raise _not_found(run_id)
+        return int(row[0] or 0), bool(row[1])
 
     def set_tags(self, run_id: int, tags: Iterable[str]) -> None:
         """Replace the run's tags (stripped, without duplicates, in order)."""
@@ -211,21 +282,19 @@ class RunsMixin:
             return [RunRecord.from_row(r) for r in s.scalars(stmt)]
 
     def rename_run(self, run_id: int, name: str) -> None:
-        name = str(name).strip()
-        if not name:
-            raise ValueError("a run name cannot be empty")
-        self._update_run(run_id, name=name)
+        self._update_run(run_id, name=_name(name))
 
     def set_notes(self, run_id: int, notes: str) -> None:
-        self._update_run(run_id, notes=str(notes or ""))
+        self._update_run(run_id, notes=check_text("notes", str(notes or ""), NOTES_MAX))
 
-    def _update_run(self, run_id: int, **values: Any) -> None:
+    def _update_run(self, run_id: int, *, epoch: Optional[int] = None, **values: Any) -> None:
+        fence = [] if epoch is None else [Run.epoch == int(epoch)]
         with self._session(write=True) as s:
             res = s.execute(
-                update(Run).where(Run.id == run_id).values(**values).execution_options(synchronize_session=False)
+                update(Run).where(Run.id == run_id, *fence).values(**values).execution_options(synchronize_session=False)
             )
             if res.rowcount != 1:
-                raise _not_found(run_id)
+                raise refused(s, run_id, epoch)
 
     def delete_run(self, run_id: int, *, force: bool = False) -> None:
         """Delete a run, its metrics and diagnostics.  A running run must be cancelled first

@@ -1,4 +1,4 @@
-"""RunStore: every read and write of runs, metrics, workers, diagnostics and saved views goes through here.
+"""RunStore: every read and write of runs, metrics, workers, diagnostics, reports and saved views goes through here.
 
 Each method uses its own short session (``with Session(engine) as s, s.begin():``); write
 methods run on :func:`storage.db.write_engine`, so on SQLite they take the write lock at
@@ -14,7 +14,7 @@ keeps one high-water mark per run: :class:`storage.feed.MetricsFeed`.
 
 Liveness policy (which worker is dead, when a heartbeat is stale) is not decided here:
 storage offers the rows (:meth:`RunStore.active_runs_heartbeats`) and the primitive
-(:meth:`RunStore.mark_interrupted`), and ``engine/liveness.py`` decides.
+(:meth:`RunStore.mark_interrupted`), and ``engine/runner/liveness.py`` decides.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .diagnostics import DiagnosticsMixin
 from .errors import RunNotFoundError  # noqa: F401
 from .frames import FramesMixin
 from .metrics import MetricsMixin
-from .queue import QueueMixin
+from .queue import Lease, QueueMixin  # noqa: F401
 from .records import (  # noqa: F401  (the store's public names, as before the split)
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -45,13 +45,15 @@ from .records import (  # noqa: F401  (the store's public names, as before the s
     WorkerRecord,
     empty_metrics_frame,
 )
+from .reports import ReportRecord, ReportsMixin  # noqa: F401
 from .runs import RunsMixin
 from .views import ViewsMixin
 from .workers import WorkersMixin
 
 
-class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, FramesMixin, ViewsMixin):
-    """Runs, metrics, workers and diagnostics in the BASIS Lab database (see :mod:`storage.db`).
+class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, ReportsMixin, FramesMixin,
+               ViewsMixin):
+    """Runs, metrics, workers, diagnostics, reports and saved views in the BASIS Lab database (see :mod:`storage.db`).
 
     ``create=False`` refuses to make a new SQLite file (for commands that only read).
     """

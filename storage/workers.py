@@ -56,6 +56,6 @@ class WorkersMixin:
 
     def list_workers(self) -> list[WorkerRecord]:
         """Every registered worker, newest start first.  Whether a silent one is gone is the
-        caller's policy (see ``engine/liveness.py``)."""
+        caller's policy (see ``engine/runner/liveness.py``)."""
         with self._session() as s:
             return [WorkerRecord.from_row(w) for w in s.scalars(select(Worker).order_by(Worker.started_at.desc(), Worker.id))]

@@ -6,11 +6,39 @@ session with ``initdb``/``pg_ctl`` in a temporary directory (Unix socket there, 
 random port number, ``fsync=off``), as an unprivileged user when the suite runs as root,
 and each test gets a fresh database.  Where the server is not installed
 (``scripts/install_postgres.sh``) or does not start, the PostgreSQL cases skip with the reason.
+
+One persistent XLA compilation cache serves the whole session: this process and every
+``python -m engine`` it starts (they inherit the environment). The suite trains the same tiny
+configurations many times, each ``train`` jitting fresh step functions, and compiling them
+dominated its time; a cached executable is the one XLA compiled, memory analysis included.
 """
+
+import os
+import shutil
+import sys
+import tempfile
 
 import pytest
 
 from tests.support.postgres import ThrowawayPostgres
+
+_JAX_CACHE = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+
+
+def pytest_configure(config):
+    """Point JAX at a compilation cache for the session (unless one is set already), before
+    any test module imports JAX; removed at the end."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix="basis-lab-xla-cache-")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = path
+        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+    for name, value in _JAX_CACHE.items():
+        os.environ.setdefault(name.upper(), str(value))
+    if "jax" in sys.modules:  # imported before us: its flags have read the environment already
+        jax = sys.modules["jax"]
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        for name, value in _JAX_CACHE.items():
+            jax.config.update(name, value)
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@ quantity against the rank R at one step) and its Table 3 for the selected runs."
 
 import streamlit as st
 
-from app import charts, frames, state, viewstate
+from app import state, viewstate
 from app.display import plain, plot
-from engine.analysis.summary import display_frame, render, summarize, table3
+from engine.analysis import charts, frames
+from engine.analysis.summary import display_frame, summarize, table3
 from engine.config import comparable_key
+from engine.runner.queries import table3_text
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
@@ -286,8 +288,8 @@ def _view() -> None:
     d1, d2, d3 = st.columns(3)
     for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
                                    (d3, "csv", "csv", "text/csv")):
-        column.download_button(f"Table 3 as {fmt}", data=render(table, fmt), file_name=f"basis-table3.{ext}",
-                               mime=mime, icon=":material/download:", key=f"table3.{fmt}")
+        column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
+                               mime=mime, icon=":material/download:", key=f"compare.table3.{fmt}")
 
 
 all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)

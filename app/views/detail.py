@@ -2,7 +2,7 @@
 Stop it while active, Resume it when it ended resumable, Clone it to Launch.
 
 Like the Runs page it first marks runs whose worker died ``interrupted``
-(``jobs.check_stale``). Names, notes and error text are shown as plain text."""
+(``liveness.check_stale``). Names, notes and error text are shown as plain text."""
 
 import json
 from datetime import datetime
@@ -10,18 +10,19 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import charts, confirm, form, frames, state
+from app import confirm, form, state
 from app.display import plain, plot, resume_text, status_text
+from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
-from engine.runner import jobs
+from engine.runner import liveness
 from engine.training.timing import format_seconds
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
-jobs.check_stale(store)
+liveness.check_stale(store)
 records = {r.id: r for r in store.list_runs()}
 if not records:
     st.info("No runs yet: launch one, then open it here.")
@@ -43,7 +44,7 @@ st.query_params["run"] = str(run_id)
 
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
-    jobs.check_stale(store)
+    liveness.check_stale(store)
     try:
         run = store.get_run(run_id)
     except RunNotFoundError:
@@ -62,6 +63,12 @@ def _view() -> None:
              f"worker {run.owner or run.worker_id or '—'}",
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
+    for r in store.list_reports(run_id=run_id)[:3]:
+        st.page_link("views/report.py", label=f"Report: {r.title}", icon=":material/summarize:",
+                     query_params={"id": str(r.id)})
+    if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
+        st.page_link("views/report.py", label="Build a report of its sweep", icon=":material/add_chart:",
+                     query_params={"sweep": run.sweep_id})
     if run.status in ACTIVE_STATUSES:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")

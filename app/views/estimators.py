@@ -1,5 +1,5 @@
 """Estimators: squared bias, variance and MSE of every dW estimator, measured on a run's own
-state and batches (``engine.diagnosis``); new diagnoses run in the background."""
+state and batches (``engine.runner.diagnosis``); new diagnoses run in the background."""
 
 import streamlit as st
 

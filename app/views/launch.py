@@ -6,11 +6,21 @@ import streamlit as st
 from app import form, state
 from app.display import plain
 from engine import data
-from engine.config import GROUPS, LARGE_LAUNCH, ConfigError, Sweep, launch_warnings
+from engine.config import (
+    GROUPS,
+    LARGE_LAUNCH,
+    PAPER_STEPS,
+    REPRODUCE_SEEDS,
+    ConfigError,
+    Sweep,
+    launch_warnings,
+    parse_seeds,
+    reproduction_sweep,
+)
 from engine.core.presets import PRESETS
-from engine.runner import estimates, jobs
+from engine.runner import estimates
 from engine.training import timing
-from engine.training.build import check_data
+from engine.training.inputs import check_data
 from storage import StorageError
 
 
@@ -37,7 +47,7 @@ def _draw(w: form.Widget, column) -> None:
             placeholder = f"preset: {preset.batch_size if w.name == 'batch_size' else preset.model.seq_len}"
         column.number_input(w.label, step=w.step, format=w.fmt, placeholder=placeholder, **common)
     else:
-        column.text_input(w.label, placeholder=w.placeholder, **common)
+        column.text_input(w.label, placeholder=w.placeholder, max_chars=w.max_chars, **common)
 
 
 def _preview_frame(configs: list) -> pd.DataFrame:
@@ -72,29 +82,21 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
     more than ``LARGE_LAUNCH`` runs must be confirmed), which runs; and the Launch button."""
     for clip in grid.clipped():
         st.warning(plain(f"{clip}: the run records R = {clip.effective}."), icon=":material/content_cut:")
-    timings = {}
-    for c in configs:
-        key = timing.timing_key(c)
-        if key not in timings:
-            timings[key] = estimates.timing_from_history(lab.store, c) or timing.measured(c)
-    known = [timings[timing.timing_key(c)] for c in configs]
+    estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
     n = len(configs)
     plural = "s" if n != 1 else ""
     st.subheader(f"{n:,} run{plural} to launch")
-    total = timing.grid_seconds(configs, known, state.MAX_CONCURRENT) if all(known) else None
-    if total is not None:
-        fast, slow = (f"{1000 * f(t.step_s for t in known):.0f}" for f in (min, max))
-        st.markdown(f"Estimated time **≈ {timing.format_seconds(total)}**")
-        st.caption(f"Step time {fast if fast == slow else f'{fast}–{slow}'} ms "
-                   f"({timing.describe_sources(timings.values())}), plus start-up, validation and probes.")
+    total = estimate.seconds if estimate.known else None
+    if estimate.known:
+        st.markdown(f"Estimated time **≈ {timing.format_seconds(estimate.seconds)}**")
+        st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
+                   "plus start-up, validation and probes.")
     else:
         st.markdown("Estimated time: **unknown** (no finished run of this model yet)")
         if st.button("Measure step time", icon=":material/timer:",
                      help="Compiles the train step of each distinct model in the grid and times a few steps."):
             with st.spinner("Compiling and timing the train step…"):
-                for c in configs:
-                    if timings[timing.timing_key(c)] is None:
-                        timings[timing.timing_key(c)] = timing.measure_step(c)
+                estimates.grid_estimate(lab.store, configs, measure=True)
             st.rerun()
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
@@ -125,6 +127,8 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
         tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
             if queue_only:
+                from engine.runner import jobs  # JAX, for the device each run records
+
                 ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
             else:
                 ids = lab.manager.submit(configs, tags=tag_list)
@@ -136,6 +140,57 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
         st.success(f"Queued {n} run{plural} {who} (ids {ids[0]}–{ids[-1]}); they are selected for Compare.")
         st.page_link("views/compare.py", label="Watch them on Compare", icon=":material/monitoring:")
         st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
+
+
+def _reproduce(lab: state.Lab) -> None:
+    """The paper's grid (``engine.config.reproduce``, the same as ``python -m engine reproduce``)
+    in one action: its size and estimated time shown before the button queues it."""
+    with st.expander("Reproduce the paper", icon=":material/science:", expanded=False):
+        st.caption("The paper's grid: the paper preset, exact backprop and BASIS at R = 1, 8, 16, 32, 64 with "
+                   "λ = 0.01, over seeds, tagged `reproduce`. When its last run ends, its report is built and stored "
+                   "with the sweep (the Report page). The same as `python -m engine reproduce`.")
+        c1, c2 = st.columns(2)
+        st.session_state.setdefault(form.KEY + "reproduce.steps", PAPER_STEPS)  # kept across pages, like the form
+        st.session_state.setdefault(form.KEY + "reproduce.seeds", ", ".join(map(str, REPRODUCE_SEEDS)))
+        steps = c1.number_input("Steps per run", min_value=1, step=1000, key=form.KEY + "reproduce.steps",
+                                help="The paper trains 50,000 steps; fewer give a quicker, rougher reproduction.")
+        seeds = c2.text_input("Seeds", key=form.KEY + "reproduce.seeds",
+                              help="Comma list or range; each seed gives every method the same initial parameters "
+                                   "and batches.")
+        try:
+            sweep = reproduction_sweep(int(steps), parse_seeds(seeds))
+        except ConfigError as e:
+            st.error(plain(str(e)), icon=":material/error:")
+            return
+        configs = sweep.expand()
+        estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
+        st.markdown(f"**{len(configs)} runs**, {int(steps):,} steps each. Estimated time "
+                    f"**{plain(estimate.text())}**, {state.MAX_CONCURRENT} at a time here.")
+        if not estimate.known and st.button("Measure step time", icon=":material/timer:", key="reproduce.measure",
+                                            help="Compiles the train step of each of the grid's models and times a few steps."):
+            with st.spinner("Compiling and timing the train step…"):
+                estimates.grid_estimate(lab.store, configs, measure=True)
+            st.rerun()
+        queue_only = st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only",
+                               help="Leave the runs to `python -m engine worker` processes instead of training them here.")
+        if st.button("Reproduce the paper", icon=":material/play_circle:", type="primary", key="reproduce.go"):
+            try:
+                with st.spinner("Loading the data…"):
+                    check_data(configs)
+                if queue_only:
+                    from engine.runner import jobs  # JAX, for the device each run records
+
+                    ids = jobs.queue_runs(lab.store, configs, tags=sweep.tags)
+                else:
+                    ids = lab.manager.submit(configs, tags=sweep.tags)
+            except (data.DataError, ConfigError, OSError, StorageError, ValueError) as e:
+                st.error(plain(f"The reproduction could not be queued: {e}"), icon=":material/error:")
+                return
+            state.set_selected(ids)
+            st.success(f"Queued the paper's grid: {len(ids)} runs (ids {ids[0]}–{ids[-1]}), sweep "
+                       f"{plain(lab.store.get_run(ids[0]).sweep_id)}; they are selected for Compare.")
+            st.page_link("views/compare.py", label="Watch them on Compare", icon=":material/monitoring:")
+            st.page_link("views/report.py", label="Reports", icon=":material/summarize:")
 
 
 WIDGETS = form.widgets()
@@ -173,6 +228,7 @@ with form_col:
                    "lr 0.01, λ = 0.01 as in its code, ranks 1–64, 50,000 steps, validation every 1,000.")
     b2.button("Defaults", icon=":material/restart_alt:", on_click=_fill, args=(form.DEFAULT_SWEEP,), width="stretch",
               help="A quick tiny-model sweep.")
+    _reproduce(lab)
     dataset = st.session_state.get(form.KEY + "dataset")
     for group, ws in form.grouped(WIDGETS).items():
         shown = [w for w in ws if not w.sources or dataset in w.sources]

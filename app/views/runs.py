@@ -2,7 +2,7 @@
 delete, rename, annotate, export; and the workers that train them.
 
 The table refreshes in a fragment, which first marks runs whose worker died
-``interrupted`` (``jobs.check_stale``). Delete and rename open a modal dialog from a
+``interrupted`` (``liveness.check_stale``). Delete and rename open a modal dialog from a
 full run; while one is open the table does not refresh (a refresh would close it).
 A refused action's error is kept in session state and drawn outside the fragment,
 so a refresh does not wipe it; it stays until dismissed or the next action.
@@ -16,7 +16,7 @@ import streamlit as st
 
 from app import confirm, display, form, state, tables
 from engine.config import ConfigError, shape_columns
-from engine.runner import jobs, liveness
+from engine.runner import liveness
 from storage import (
     ACTIVE_STATUSES,
     CSV_COLUMNS,
@@ -29,6 +29,8 @@ from storage import (
     to_csv_bytes,
     wide_frame,
 )
+from storage.backup import backup_bytes, pg_dump_path
+from storage.limits import NAME_MAX, NOTES_MAX
 
 lab = state.lab()
 store = lab.store
@@ -49,8 +51,9 @@ def _edit_dialog(run_id: int) -> None:
     except RunNotFoundError:
         confirm.close(f"Run {run_id} was deleted meanwhile.")
     with st.form("runs.edit"):
-        name = st.text_input("Name", value=record.name)
-        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…")
+        name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
+        notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
+                             max_chars=NOTES_MAX)
         c1, c2 = st.columns(2)
         save = c1.form_submit_button("Save", type="primary")
         cancel = c2.form_submit_button("Cancel")
@@ -153,9 +156,24 @@ def _resume_all(frame) -> None:
     st.rerun()
 
 
+def _backup() -> None:
+    """A download of a consistent copy of the whole database (``storage.backup``)."""
+    sqlite = store.engine.url.get_backend_name() == "sqlite"
+    missing = not sqlite and pg_dump_path() is None
+    st.download_button(
+        "Back up the database", icon=":material/backup:", key="runs.backup", disabled=missing,
+        data=lambda: backup_bytes(store)[0], file_name="basis-lab-backup.db" if sqlite else "basis-lab-backup.dump",
+        mime="application/octet-stream",
+        help="A consistent copy of every run, metric, worker and diagnosis, taken while runs keep training "
+             "(the same as `python -m engine backup OUT`). " + (
+                 "A SQLite file: open it with `--db`." if sqlite else "A pg_dump archive: restore it with pg_restore.")
+             + (" Needs pg_dump: install the PostgreSQL client tools on this machine." if missing else ""),
+    )
+
+
 def _workers() -> None:
     """The workers registered in the database: active, stopped, or gone (silent too long)."""
-    workers = tables.workers_view(liveness.worker_states(store.workers_frame(), jobs.STALE_AFTER_S))
+    workers = tables.workers_view(liveness.worker_states(store.workers_frame()))
     counts = workers["state"].value_counts()
     label = "Workers · " + (", ".join(f"{counts[s]} {s}" for s in ("active", "gone", "stopped") if s in counts) or "none")
     with st.expander(label, key="runs.workers", icon=":material/dns:"):
@@ -173,7 +191,7 @@ def _workers() -> None:
                 "current_run": st.column_config.NumberColumn("training run", format="%d"),
                 "heartbeat_age_s": st.column_config.NumberColumn(
                     "last heartbeat (s ago)", format="%.0f",
-                    help=f"A worker silent for more than {jobs.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
+                    help=f"A worker silent for more than {liveness.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
             },
         )
 
@@ -181,7 +199,7 @@ def _workers() -> None:
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
-    jobs.check_stale(store)
+    liveness.check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         st.info("No runs yet. Launch a sweep from the form, or from a terminal with `python -m engine sweep`.")
@@ -198,6 +216,7 @@ def _table(has_active: bool) -> None:
     head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
     with head:
         _resume_all(frame)
+        _backup()
     if view.empty:
         st.info("No run matches the filters.")
         _workers()
@@ -256,7 +275,7 @@ def _table(has_active: bool) -> None:
 
 st.title("Runs")
 try:
-    jobs.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
+    liveness.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
     runs = tables.runs_view(store.runs_frame())
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")

@@ -1,1 +1,1 @@
-"""Analysis of estimators and runs: dW bias, variance and MSE diagnostics, the Table 3 summary with paired statistics. May import ``engine.training`` and below."""
+"""Analysis of estimators and runs as pure functions of records and frames: dW bias, variance and MSE diagnostics, the Table 3 summary with paired statistics, the frames and Plotly figures drawn from them (the dashboard and the reports share them), the paper's claims and the report. Reads no store (``engine.runner`` does). May import ``engine.training`` and below; never ``storage`` or ``app``."""

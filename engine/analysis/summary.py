@@ -16,8 +16,11 @@ Every row of a group is read at one step S: ``at_step`` when given, else the
 latest step at which every run of the group that has validated at all has a
 validation loss (so a live sweep reads at the step its slowest run has reached).
 Δ vs exact is the paired difference over seeds, d_s = val(method, s) − val(exact, s),
-over the seeds where both reached S; ``engine.stats.paired_delta`` gives its mean,
+over the seeds where both reached S; ``engine.core.stats.paired_delta`` gives its mean,
 std, 95 % t-interval and verdict. Memory ratios are run ÷ exact everywhere.
+
+Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
+``RunStore.metrics`` return them); ``engine.runner.queries`` reads them from a store.
 """
 
 from __future__ import annotations
@@ -27,9 +30,8 @@ import pandas as pd
 from tabulate import tabulate
 
 from engine.config import comparable_key, differing_fields
+from engine.core.choices import SUMMARY_FORMATS
 from engine.core.stats import paired_delta
-from storage import RunStore
-from storage.export import neutralize
 
 MIB = 2**20
 
@@ -50,19 +52,7 @@ TABLE3_COLUMNS = [
     "missing_seeds", "paper_val_loss", "preset", "setup", "run_ids",
 ]
 REFERENCE, MISSING = "reference", "missing"
-FORMATS = ("table", "csv", "markdown", "latex")
-
-
-def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.DataFrame:
-    """``summarize`` of the given runs, read from ``store``."""
-    records, metrics = _read(store, run_ids)
-    return summarize(records, metrics, at_step)
-
-
-def _read(store: RunStore, run_ids):
-    wanted = None if run_ids is None else {int(i) for i in run_ids}
-    records = [r for r in store.list_runs() if wanted is None or r.id in wanted]
-    return records, store.metrics(sorted(r.id for r in records), names=list(SUMMARY_METRICS))
+TEXT_FORMATS = tuple(f for f in SUMMARY_FORMATS if f != "csv")  # ``render``'s; CSV is an export
 
 
 def _val_steps(metrics: pd.DataFrame) -> dict[int, set[int]]:
@@ -217,12 +207,6 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
     return out.drop(columns="_not_exact").reset_index(drop=True)
 
 
-def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
-    """``table3`` of the given runs (None: all), read from ``store``."""
-    records, metrics = _read(store, run_ids)
-    return table3(records, metrics, at_step)
-
-
 # ----------------------------------------------------------------------------- rendering
 
 def _num(value, spec: str) -> str:
@@ -260,12 +244,10 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def render(table: pd.DataFrame, fmt: str = "table") -> str:
-    """``table3`` as text: ``table`` (aligned plain text), ``csv`` (every column, full
-    precision, NaN empty, formula-neutralised), ``markdown`` or ``latex``."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if fmt == "csv":
-        return neutralize(table).to_csv(index=False)
+    """``table3`` as text for people: ``table`` (aligned plain text), ``markdown`` or
+    ``latex`` (``TEXT_FORMATS``)."""
+    if fmt not in TEXT_FORMATS:
+        raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(TEXT_FORMATS)}")
     if table.empty:
         return "no runs to summarise\n"
     shown = display_frame(table)

@@ -1,7 +1,11 @@
-"""``python -m engine``: run, sweep, resume, worker, workers, list, show, export, summary, delete, cancel and diagnose BASIS runs.
+"""``python -m engine``: run, sweep, reproduce, report, resume, worker, workers, list, show, export, summary,
+delete, cancel and diagnose BASIS runs, and back up the database.
 
 Every command takes ``--db URL`` (default ``$BASIS_LAB_DB_URL`` or the SQLite
 file in ``storage.db.DEFAULT_DB_PATH``), the same database the dashboard reads.
+
+The parser is generated from the run schema alone (``engine.config``: no JAX), and
+each command imports what it runs, so ``--help`` and bad flags answer at once.
 """
 
 from __future__ import annotations
@@ -13,14 +17,12 @@ import sys
 import threading
 import time
 
-import pandas as pd
-from tqdm import tqdm
-
-from engine.analysis.summary import MIB, run_summary
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
     LARGE_LAUNCH,
+    PAPER_STEPS,
+    REPRODUCE_SEEDS,
     SWEEP_AXES,
     ConfigError,
     FieldSpec,
@@ -30,14 +32,13 @@ from engine.config import (
     default_of,
     from_flat,
     launch_warnings,
-    parse_estimators,
-    parse_lams,
-    parse_ranks,
     parse_seeds,
+    reproduction_sweep,
     schema,
     shape_columns,
+    sweep_from_flat,
 )
-from engine.training.build import check_data
+from engine.core.choices import SUMMARY_FORMATS
 
 EXIT_BAD_INPUT = 2
 
@@ -102,14 +103,10 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type = RunConfig, *, 
 
 def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: bool) -> Sweep:
     """The ``Sweep`` the flags describe (``run`` is a sweep of one)."""
-    values = vars(args)
     if not sweep:
-        return Sweep(from_flat(values, cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
+        return Sweep(from_flat(vars(args), cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
                      seeds=(args.seed,))
-    with_exact, ranks = parse_ranks(values["ranks"])
-    flat = {k: v for k, v in values.items() if k not in ("estimator", "rank", "lam", "seed")}
-    return Sweep(from_flat(flat, cls), estimators=tuple(parse_estimators(values["estimators"])), ranks=tuple(ranks),
-                 lams=tuple(parse_lams(values["lams"])), seeds=tuple(parse_seeds(values["seeds"])), with_exact=with_exact)
+    return sweep_from_flat(vars(args), cls)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
         p.add_argument("--yes", action="store_true",
                        help=f"launch even when that is more than {LARGE_LAUNCH} runs (asked for otherwise)")
+
+    reproduce = sub.add_parser(
+        "reproduce", parents=[db], help="the paper's grid: exact and basis R=1,8,16,32,64 (λ 0.01), tagged reproduce",
+        description="Train (or with --queue-only, queue) the paper's grid: the paper preset, exact backprop and basis "
+                    "at R = 1, 8, 16, 32, 64 with λ = 0.01, over seeds, tagged 'reproduce'. The estimated time is "
+                    "printed first. When its last run ends, the sweep's report is built and stored (`python -m "
+                    "engine report --sweep ID --out report.html` writes it).")
+    reproduce.add_argument("--steps", type=int, default=PAPER_STEPS, help=f"steps per run (default: {PAPER_STEPS:,}, the paper's)")
+    reproduce.add_argument("--seeds", default=",".join(map(str, REPRODUCE_SEEDS)), metavar="LIST",
+                           help=f"comma list or range of seeds (default: {','.join(map(str, REPRODUCE_SEEDS))})")
+    reproduce.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    reproduce.add_argument("--queue-only", action="store_true",
+                           help="queue the runs for `python -m engine worker` processes instead of training them here")
+    reproduce.add_argument("--no-measure", action="store_true",
+                           help="do not compile and time a step of models the lab has no finished run of (the estimate "
+                                "is then unknown)")
 
     resume = sub.add_parser("resume", parents=[db], help="continue interrupted runs from their last checkpoint",
                             description="Continue runs under their own ids from their newest checkpoint (from step 0 "
@@ -161,9 +174,32 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
-    summary.add_argument("--format", default="table", choices=("table", "csv", "markdown", "latex"))
+    summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    backup = sub.add_parser("backup", parents=[db], help="a consistent copy of the database, while runs keep writing",
+                            description="Copy the whole database into OUT in one consistent snapshot: SQLite with its "
+                                        "backup API (WAL included; open the copy with --db OUT), PostgreSQL with "
+                                        "pg_dump (restore with pg_restore). Runs may keep training meanwhile.")
+    backup.add_argument("out", help="file to write")
+    backup.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never the database)")
+    report = sub.add_parser(
+        "report", parents=[db], help="a report of a sweep, tagged runs or a list of runs: HTML or Markdown",
+        description="Build the report of a set of runs from the database (setup, Table 3 with paired Δ, 95% CI and "
+                    "verdicts, the claims table, figures, diagnoses), store it with them and write it: .html is one "
+                    "self-contained file with interactive figures (no network), .md is Markdown with SVG figures in "
+                    "a folder beside it. Building a selection again replaces its stored report.")
+    chosen = report.add_mutually_exclusive_group()
+    chosen.add_argument("--sweep", metavar="ID", help="the runs of one sweep (`python -m engine list` shows sweep ids)")
+    chosen.add_argument("--tags", metavar="LIST", help="the runs carrying every one of these tags (comma list)")
+    chosen.add_argument("--runs", nargs="+", metavar="RUN", help="run ids or names")
+    chosen.add_argument("--id", type=int, help="a stored report (`--list` shows them): write it as it was built")
+    report.add_argument("--at-step", type=int, help="read every run at this step (default: per config, the latest step "
+                                                    "all its runs reached)")
+    report.add_argument("--out", help="file to write: report.html or report.md")
+    report.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
+    report.add_argument("--rebuild", action="store_true", help="with --id: build that report again from the database")
+    report.add_argument("--list", action="store_true", help="list the stored reports instead")
     delete = sub.add_parser("delete", parents=[db], help="delete runs with their metrics and checkpoints")
     delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
@@ -226,17 +262,12 @@ def _total_time(url, configs: list[RunConfig]) -> str:
     except (StorageError, OSError):
         return "unknown"
     try:
-        cache = {}
-        for c in configs:
-            key = timing.timing_key(c)
-            if key not in cache:
-                cache[key] = estimates.timing_from_history(store, c) or timing.measured(c)
-        known = [cache[timing.timing_key(c)] for c in configs]
+        estimate = estimates.grid_estimate(store, configs)
     except StorageError:
         return "unknown"
     finally:
         store.close()
-    return timing.format_seconds(timing.grid_seconds(configs, known)) if all(known) else "unknown"
+    return timing.format_seconds(estimate.seconds) if estimate.known else "unknown"
 
 
 class _Signals:
@@ -275,6 +306,8 @@ class _Signals:
 
 def _bars(manager_hook: dict):
     """tqdm progress bars per run, updated from worker threads."""
+    from tqdm import tqdm
+
     bars: dict[int, tqdm] = {}
     lock = threading.Lock()
 
@@ -328,15 +361,16 @@ def _foreground(args, store, start_runs) -> int:
     if ids:
         _print_summary(store, ids)
     statuses = {store.get_run(i).status for i in ids}
-    return signals.exit_code(0 if statuses <= {"finished"} else 1)
+    return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)
 
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.training.inputs import check_data
 
+    tags = _tags(args)
     store = _open_store(args.db)
     check_data(configs)
-    tags = _tags(args)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
@@ -351,11 +385,55 @@ def _train(args, configs: list[RunConfig]) -> int:
     return _foreground(args, store, start)
 
 
+def _reproduce(args) -> int:
+    from engine.runner.estimates import grid_estimate
+    from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.training.inputs import check_data
+
+    if args.steps < 1:
+        raise CliError(f"--steps must be >= 1 (got {args.steps})")
+    if args.concurrent < 1:
+        raise CliError(f"--concurrent must be >= 1 (got {args.concurrent})")
+    sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
+    configs = sweep.expand()
+    store = _open_store(args.db)
+    check_data(configs)
+    seeds = ", ".join(map(str, sweep.seeds))
+    print(f"the paper's grid: {len(configs)} runs (exact and basis R={','.join(map(str, sweep.ranks))}, "
+          f"λ={sweep.lams[0]:g}; seeds {seeds}), {args.steps:,} steps each, tagged {', '.join(sweep.tags)}",
+          file=sys.stderr)
+    if not args.no_measure:
+        print("estimating: the step time of each model, from the lab's finished runs or measured now…", file=sys.stderr)
+    estimate = grid_estimate(store, configs, 1 if args.queue_only else args.concurrent, measure=not args.no_measure)
+    where = "by one worker" if args.queue_only else f"{args.concurrent} run{'s' if args.concurrent > 1 else ''} at a time"
+    print(f"estimated time ({where}): {estimate.text()}", file=sys.stderr)
+    sweep_id = new_sweep_id()
+    if args.queue_only:
+        ids = queue_runs(store, configs, sweep_id=sweep_id, tags=sweep.tags)
+        print(f"queued {len(ids)} run(s) for workers in {store.url}: sweep {sweep_id}, ids {ids}; start one with "
+              "`python -m engine worker`; its report is stored when the last run ends")
+        return 0
+
+    def start(manager):
+        ids = manager.submit(configs, sweep_id=sweep_id, tags=sweep.tags)
+        print(f"queued {len(ids)} run(s) in {store.url}: sweep {sweep_id}, ids {ids}", file=sys.stderr)
+        return ids
+
+    code = _foreground(args, store, start)
+    reports = store.list_reports(sweep_id=sweep_id)
+    if reports:
+        print(f"report {reports[0].id} of sweep {sweep_id} stored; write it with `python -m engine report --sweep "
+              f"{sweep_id} --out report.html` (or .md), or open the dashboard's Report page")
+    return code
+
+
 def _tags(args) -> tuple[str, ...]:
+    from storage.limits import TAG_MAX
+
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
-        if len(t) > 64:
-            raise CliError(f"--tags: {t[:20]!r}… is longer than 64 characters; use shorter tags")
+        if len(t) > TAG_MAX:
+            raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
     return tags
 
 
@@ -365,7 +443,7 @@ def _resume(args) -> int:
     store = _open_store(args.db, create=False)
 
     def start(manager):
-        from engine.runner.jobs import check_stale
+        from engine.runner.liveness import check_stale
 
         check_stale(store)
         ids = store.resolve_runs(args.runs) if args.runs else []
@@ -418,11 +496,10 @@ def _worker(args) -> int:
 
 
 def _workers(args) -> int:
-    from engine.runner.jobs import STALE_AFTER_S
     from engine.runner.liveness import worker_states
 
     store = _open_store(args.db, create=False)
-    frame = worker_states(store.workers_frame(), STALE_AFTER_S)
+    frame = worker_states(store.workers_frame())
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker`")
         return 0
@@ -432,6 +509,11 @@ def _workers(args) -> int:
 
 
 def _print_summary(store, ids) -> None:
+    import pandas as pd
+
+    from engine.analysis.summary import MIB
+    from engine.runner.queries import run_summary
+
     s = run_summary(store, ids)
     table = pd.DataFrame({
         "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
@@ -448,7 +530,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -463,7 +545,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -493,14 +575,14 @@ def _export(args) -> int:
 
 
 def _summary(args) -> int:
-    from engine.analysis.summary import render, run_table3
+    from engine.runner.queries import run_table3, table3_text
     from storage.export import write_file
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = render(run_table3(store, ids, at_step=args.at_step), args.format)
+    text = table3_text(run_table3(store, ids, at_step=args.at_step), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
@@ -509,8 +591,64 @@ def _summary(args) -> int:
     return 0
 
 
+def _backup(args) -> int:
+    from storage.backup import backup
+
+    store = _open_store(args.db, create=False)
+    done = backup(store, args.out, force=args.force)
+    print(f"backed up {store.url} to {done.path}: {done.describe()}")
+    return 0
+
+
+def _report(args) -> int:
+    import pandas as pd
+
+    from engine.runner import reports
+
+    store = _open_store(args.db, create=False)
+    if args.list:
+        listed = store.list_reports()
+        if not listed:
+            print("no reports yet: build one with `python -m engine report --sweep ID --out report.html`")
+            return 0
+        frame = pd.DataFrame([{"id": r.id, "title": r.title, "runs": len(r.run_ids), "at step": r.at_step,
+                               "built (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else None}
+                              for r in listed])
+        print(frame.to_string(index=False, na_rep="-"))
+        return 0
+    if args.out:
+        reports.format_of(args.out)  # a bad suffix fails before anything is built
+    if args.id is not None:
+        if args.at_step is not None:
+            raise CliError("--at-step builds a new report; with --id the stored report keeps its own step")
+        if args.rebuild:
+            report_id, built = reports.rebuild(store, args.id)
+            print(f"rebuilt report {report_id} from the database", file=sys.stderr)
+        else:
+            report_id, built = args.id, reports.load(store, args.id)
+    else:
+        if args.rebuild:
+            raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
+        runs = store.resolve_runs(args.runs) if args.runs else None
+        tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
+        selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step)
+        built = reports.build(store, selection)
+        report_id = reports.save(store, built)
+        print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)
+    for v in built.verdicts:
+        print(f"({v.key}) {v.verdict}: {v.sentence}", file=sys.stderr)
+    if args.out:
+        written = reports.write(built, args.out, force=args.force)
+        extra = f" and {len(written) - 1} figure(s) in {written[1].parent}" if len(written) > 1 else ""
+        print(f"wrote {written[0]}{extra}")
+    elif args.id is None or args.rebuild:
+        print(f"write it with `python -m engine report --id {report_id} --out report.html` (or .md)")
+    return 0
+
+
 def _delete(args) -> int:
-    from engine.runner.jobs import check_stale, delete_runs
+    from engine.runner.jobs import delete_runs
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -523,7 +661,7 @@ def _delete(args) -> int:
 
 
 def _cancel(args) -> int:
-    from engine.runner.jobs import check_stale
+    from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
     check_stale(store)
@@ -539,6 +677,9 @@ def _cancel(args) -> int:
 
 def _diagnose(args) -> int:
     from pathlib import Path
+
+    import pandas as pd
+    from tqdm import tqdm
 
     from engine.runner import diagnosis
     from engine.training.timing import format_seconds
@@ -617,19 +758,20 @@ def _diagnose(args) -> int:
 
 
 def main(argv=None) -> int:
-    from storage import RunNotFoundError, StorageError
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    from storage import RunNotFoundError, StorageError
+
     try:
         if args.command in ("run", "sweep"):
             configs = _grid(args)  # validated before anything is written
             return _train(args, configs)
-        commands = {"list": _list, "show": _show, "export": _export, "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
-                    "diagnose": _diagnose,
+        commands = {"reproduce": _reproduce, "report": _report, "list": _list, "show": _show, "export": _export,
+                    "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume,
+                    "diagnose": _diagnose, "backup": _backup,
                     "worker": _worker, "workers": _workers}
         return commands[args.command](args)
-    except (CliError, ConfigError, StorageError, ValueError) as e:
+    except (CliError, ConfigError, StorageError, ValueError) as e:  # ReportError is a ValueError
         hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
         print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_BAD_INPUT

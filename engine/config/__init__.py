@@ -5,9 +5,18 @@ from ``engine.core``), so ``--help``, the Launch form and every frame builder lo
 Every field of a run is declared once, in ``engine.config.run``, with a ``FieldSpec``;
 validation, the CLI's flags (``engine.cli``) and the Launch widgets (``app.form``)
 derive from it. ``engine.config.sweep`` expands a base run over estimators × ranks ×
-λs × seeds. May import ``engine.core`` only.
+λs × seeds; ``engine.config.reproduce`` holds the paper's grid. May import ``engine.core`` only.
 """
 
+from engine.config.reproduce import (
+    PAPER_LAM,
+    PAPER_RANKS,
+    PAPER_STEPS,
+    REPRODUCE_SEEDS,
+    REPRODUCE_TAG,
+    eval_interval_for,
+    reproduction_sweep,
+)
 from engine.config.run import (
     AFFECTS,
     BOOKKEEPING,
@@ -50,5 +59,6 @@ from engine.config.sweep import (
     parse_lams,
     parse_ranks,
     parse_seeds,
+    sweep_from_flat,
     to_flat,
 )

@@ -1,4 +1,4 @@
-"""The run schema: ``RunConfig``, its field metadata, and ``Sweep``.
+"""The run schema: ``RunConfig`` and its field metadata (sweeps over it: ``engine.config.sweep``).
 
 Every field of a run is declared once, here, with a ``FieldSpec``: help text, the
 group it belongs to (``GROUPS``), a unit, and its allowed values (choices, or
@@ -7,7 +7,7 @@ bounds for numbers). Everything else derives from that declaration:
 - validation (``RunConfig.__post_init__`` runs one check per kind of value:
   choice, integer, real, flag, mapping; messages name the field, the allowed
   values and the fix),
-- the CLI's ``run`` and ``sweep`` flags (``engine.cli``: ``--field-name``),
+- the CLI's ``run`` and ``sweep`` flags (``engine.cli.main``: ``--field-name``),
 - the dashboard's Launch widgets (``app.form``), one per field, in its group.
 
 ``RunConfig`` is frozen and hashable (data-source options are a ``FrozenMap``),
@@ -18,10 +18,8 @@ name). ``comparable()`` and ``seed_group()`` keep trajectory and measurement onl
 they say what two runs must share to be compared and which runs differ only by
 seed; ``is_exact`` and ``label()`` what a run is and is called.
 
-A ``Sweep`` is a base config times estimators × ranks × λs × seeds (exact backprop
-once per seed). ``Sweep.expand()`` clips every rank to the number of sketched rows
-B·T (a sketch cannot have more rows than its input), so two ranks that clip to the
-same effective R are one run, and ``Sweep.clipped()`` says which ranks clipped.
+A ``Sweep`` (``engine.config.sweep``) is a base config times estimators × ranks × λs
+× seeds, exact backprop once per seed.
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ from engine.core.choices import (
     SOURCES,
 )
 from engine.core.presets import PRESETS, GPTConfig
+from storage.limits import INT_MAX, NAME_MAX
 
 GROUPS = {  # group → what the Launch page and --help call it
     "method": "Method",
@@ -64,8 +63,14 @@ AFFECTS = {  # what a field's value can change → what that means for comparing
 }
 EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
-CHECKPOINT_SECONDS = 60.0
-FUSED_CHUNK = 256  # default fused-head chunk on a CPU (bench/throughput.py: fastest at every preset)  # default checkpoint period: at most this much training is lost
+CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+# default fused-head chunk (rows) per backend: on the 2-core CPU the fastest at every
+# preset (bench/throughput.py). On an H200 (bench/gpu.py --explore, B·T 16384, d 256):
+# the head's value+grad at chunks 1024/2048/4096/8192 takes, against logits then
+# cross-entropy (13.4 ms, 6.3 GB temporaries), exact ×1.26/1.17/1.10/1.09, basis
+# R=32 ×0.96/0.89/0.80/0.79, with 0.7/1.3/2.4/4.8 GB: 4096 is within 2 % of the
+# fastest at half the memory of 8192
+FUSED_CHUNK = {"cpu": 256, "gpu": 4096}
 
 
 class ConfigError(ValueError):
@@ -83,7 +88,9 @@ class FieldSpec:
     """What the schema knows about one run field.
 
     ``choices`` is a tuple or a zero-argument callable returning one; ``low``/``high``
-    bound numbers (``low_open``/``high_open`` exclude the end); ``none`` says what
+    bound numbers (``low_open``/``high_open`` exclude the end; an integer is always below
+    2⁶³, what the database stores); ``max_len`` bounds text (``storage.limits``, which
+    sizes the database's columns); ``none`` says what
     None means (a field that may be None); ``swept``: the field is one axis of a
     ``Sweep`` (``estimator``, ``rank``, ``lam``, ``seed``), set per run by the sweep;
     ``aliases`` are extra CLI flags; ``label``/``step``/``fmt`` dress its widget.
@@ -102,6 +109,7 @@ class FieldSpec:
     high: float | None = None
     low_open: bool = False
     high_open: bool = True
+    max_len: int | None = None
     none: str | None = None
     swept: bool = False
     aliases: tuple[str, ...] = ()
@@ -238,7 +246,8 @@ class RunConfig:
     head_chunk: int | None = field(default=None, metadata=spec(
         "fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored "
         "(0 = unfused)", "memory", "Fused head chunk", affects=MEASUREMENT, unit="rows", low=0, step=64,
-        none=f"min(B·T, {FUSED_CHUNK}) on a CPU, where it is faster; 0 on a GPU, where it is not"))
+        none="min(B·T, " + ", ".join(f"{c} on a {b.upper()}" for b, c in FUSED_CHUNK.items())
+        + "): the fused head is faster and lighter on both"))
     attention: str = field(default="recompute", metadata=spec(
         "recompute: keep Q, K, V and the row log-sum-exp, not the probabilities; xla: jax.nn.dot_product_attention",
         "memory", "Attention", affects=MEASUREMENT, choices=ATTENTION_CHOICES))
@@ -257,7 +266,8 @@ class RunConfig:
         "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept", affects=BOOKKEEPING,
         low=1))
     name: str | None = field(default=None, metadata=spec(
-        "a name for the run (in a sweep: a prefix of every run's name)", "training", "Name", affects=BOOKKEEPING, none="e.g. basis R=8 s0"))
+        f"a name for the run (in a sweep: a prefix of every run's name), at most {NAME_MAX} characters", "training",
+        "Name", affects=BOOKKEEPING, max_len=NAME_MAX, none="e.g. basis R=8 s0"))
 
     def __post_init__(self):
         if not isinstance(self.dataset_options, FrozenMap):
@@ -307,10 +317,11 @@ class RunConfig:
         return self.val_batches or math.ceil(MIN_EVAL_TOKENS / self.rows)
 
     def effective_head_chunk(self, backend: str) -> int:
-        """``head_chunk``, or by default the faster head on ``backend`` (``jax.default_backend()``)."""
+        """``head_chunk``, or by default the fused head in ``FUSED_CHUNK[backend]``-row
+        chunks (``jax.default_backend()``; a backend not measured takes the GPU's)."""
         if self.head_chunk is not None:
             return self.head_chunk
-        return min(self.rows, FUSED_CHUNK) if backend == "cpu" else 0
+        return min(self.rows, FUSED_CHUNK.get(backend, FUSED_CHUNK["gpu"]))
 
     def model_config(self, backend: str) -> GPTConfig:
         """The model this run trains on ``backend`` (``engine.training.build.model_config``
@@ -480,14 +491,17 @@ def _check(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None
     elif kind is int:
         note = f" (or None for {s.none})" if optional else (" (0 = never)" if s.low == 0 and "never" in s.help else "")
         checks.whole(name, value, int(s.low if s.low is not None else -(2**63)), note=note, error=ConfigError)
-        if s.high is not None and value >= s.high:
-            raise ConfigError(f"{name} must be an integer in [{int(s.low)}, {int(s.high)}) (got {value!r})")
+        high = INT_MAX + 1 if s.high is None else s.high
+        if value >= high:
+            raise ConfigError(f"{name} must be an integer in [{int(s.low)}, {int(high)}) (got {value!r})")
     elif kind is float:
         checks.real(name, value, -math.inf if s.low is None else s.low, math.inf if s.high is None else s.high,
                     low_open=s.low_open, high_open=s.high_open, error=ConfigError)
     elif kind is str:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{name} must be a non-empty text (got {value!r})")
+        if s.max_len is not None and len(value) > s.max_len:
+            raise ConfigError(f"{name} is {len(value):,} characters long; the most is {s.max_len:,}: shorten it")
 
 
 @functools.cache

@@ -203,6 +203,20 @@ def from_flat(values: Mapping[str, Any], cls: type = RunConfig) -> RunConfig:
     return cls(**fields_, dataset_options=options)
 
 
+def sweep_from_flat(values: Mapping[str, Any], cls: type = RunConfig) -> Sweep:
+    """The ``Sweep`` flat values describe (CLI flags, form widgets): the swept lists as
+    typed, under their plural names (``SWEEP_AXES``; ``exact`` among the ranks adds exact
+    backprop once per seed), and every other field through ``from_flat``. A sweep with
+    no sketched estimator and no rank keeps the schema's default rank."""
+    with_exact, ranks = parse_ranks(values.get("ranks") or "")
+    estimators = parse_estimators(values.get("estimators") or "")
+    if not [e for e in estimators if e != "exact"] and not ranks:
+        ranks = [default_of(next(f for f in dataclasses.fields(cls) if f.name == "rank"))]
+    base = from_flat({k: v for k, v in values.items() if k not in SWEPT_NAMES}, cls)
+    return Sweep(base, estimators=tuple(estimators), ranks=tuple(ranks), lams=tuple(parse_lams(values.get("lams") or "")),
+                 seeds=tuple(parse_seeds(values.get("seeds") or "")), with_exact=with_exact)
+
+
 def to_flat(config: RunConfig) -> dict[str, Any]:
     """The inverse of ``from_flat``: every field, and each data option (its default when unset)."""
     flat = config.to_dict()

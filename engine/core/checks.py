@@ -1,6 +1,6 @@
 """The value checks every module shares, each with the message users see.
 
-Pure Python (no JAX), so ``engine.basis`` and ``storage``-free callers can use it.
+Pure Python (no JAX), so ``engine.sketch.basis`` and ``storage``-free callers can use it.
 Each check raises the ``error`` class it is given (``ValueError`` by default) with a
 one-line message that names the field, the allowed values and the value given.
 """

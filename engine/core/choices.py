@@ -1,5 +1,5 @@
-"""Names of every choice a run makes, as plain data: the one list each widget, flag
-and check reads. What each name does lives with its implementation (``engine.sketch``,
+"""Names of every choice a run (or its report) makes, as plain data: the one list each
+widget, flag and check reads. What each name does lives with its implementation (``engine.sketch``,
 ``engine.model``, ``engine.training``, ``engine.data``)."""
 
 ESTIMATORS = (
@@ -17,3 +17,4 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 ATTENTION_CHOICES = ("xla", "recompute")
 OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
+SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text

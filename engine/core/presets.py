@@ -127,4 +127,9 @@ PRESETS: dict[str, Preset] = {
         batch_size=2,
         description="a smoke-test model: T 32, d 32, 2 heads, 1 layer, batch 2",
     ),
+    "gpt2": Preset(
+        GPTConfig(vocab_size=50257, seq_len=1024, d_model=768, n_heads=12, n_layers=12),
+        batch_size=8,
+        description="GPT-2 small: T 1024, d 768, 12 heads, 12 layers, batch 8",
+    ),
 }

@@ -1,24 +1,24 @@
-"""Training data: the GPT-2 tokenizer, corpora (offline classics, FineWeb-edu, your own
-files), the token cache with its held-out split, and batches. May import ``engine.core``."""
+"""Training data: the GPT-2 tokenizer (``tokenizer``), corpora (``sources``: offline
+classics, FineWeb-edu, your own files), the token cache with its held-out split
+(``cache``), and batches (``batches``). May import ``engine.core``."""
 
 from engine.core.choices import SOURCES
-from engine.data.corpus import (
-    CACHE_ENV,
+from engine.data.batches import BatchSampler, validation_batches
+from engine.data.cache import CACHE_ENV, DEFAULT_CACHE_DIR, SPLITS, load_split, load_splits
+from engine.data.errors import DataError
+from engine.data.sources import (
     DATA_ROOT_ENV,
-    DEFAULT_CACHE_DIR,
-    EOT,
     FINEWEB_CONFIG,
     FINEWEB_REPO,
     MAX_GLOB_DEPTH,
     MAX_GLOB_ENTRIES,
     MAX_GLOB_SECONDS,
-    N_VOCAB,
-    SPLITS,
-    BatchSampler,
-    DataError,
     describe_source,
-    gpt2_encoding,
-    load_split,
-    load_splits,
-    validation_batches,
 )
+from engine.data.tokenizer import EOT, N_VOCAB, gpt2_encoding
+
+__all__ = [
+    "SOURCES", "SPLITS", "CACHE_ENV", "DEFAULT_CACHE_DIR", "DATA_ROOT_ENV", "FINEWEB_CONFIG", "FINEWEB_REPO",
+    "MAX_GLOB_DEPTH", "MAX_GLOB_ENTRIES", "MAX_GLOB_SECONDS", "EOT", "N_VOCAB", "BatchSampler", "DataError",
+    "describe_source", "gpt2_encoding", "load_split", "load_splits", "validation_batches",
+]

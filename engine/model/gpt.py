@@ -13,9 +13,9 @@ Memory options (none changes a parameter name or shape, so every method of a
 seed starts from the same parameters whatever its estimator, rank, layers or options):
 
 - ``head_chunk``: 0 = logits then cross-entropy; C > 0 = the head fused with the
-  loss in chunks of C rows (``engine.head``): the B·T×V logits are never kept.
+  loss in chunks of C rows (``engine.sketch.head``): the B·T×V logits are never kept.
 - ``attention``: ``xla`` (``jax.nn.dot_product_attention``) or ``recompute``
-  (``engine.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
+  (``engine.sketch.attention``: keeps Q, K, V and the row log-sum-exp, not the probabilities).
 - ``recompute_activations``: LayerNorm and GELU keep only their inputs and recompute
   the rest in the backward pass; an output is then kept only by an exact dense layer
   that needs it, never for a sketched one.
@@ -23,13 +23,14 @@ seed starts from the same parameters whatever its estimator, rank, layers or opt
   (keep matmul outputs, recompute the rest) or ``full`` (keep the block input).
 
 ``head_chunk``, ``attention`` and ``recompute_activations`` change no number beyond
-float rounding; ``remat`` changes none at all. Defaults: ``recompute`` attention and
-recomputed activations are on (no slower on this project's 2-core CPU at the
-presets, faster at long T); the fused head is off (0): it is faster there too (an
-exact step of the paper preset takes 22 instead of 32 ms with head_chunk=256) but it
-changes what a run's memory figures count (dX and dW instead of the logits), and
-``engine.train`` defines those on the unfused head; ``remat`` is off (it costs a
-forward pass per block).
+float rounding; ``remat`` changes none at all. ``GPTConfig``'s own defaults are the
+plain model (unfused head); a run's defaults (``engine.config.run.RunConfig``) are the
+options that are faster at lower memory on its backend: ``recompute`` attention and
+recomputed activations (no slower on this project's 2-core CPU at the presets, faster
+at long T; recompute attention is faster on an H200 too), and the fused head in
+``FUSED_CHUNK`` rows (a CPU: an exact paper-preset step takes 22 instead of 32 ms; an
+H200: basis R = 32's head 0.80× the unfused one at B·T 16384, exact's 1.10×, both at
+less than half the memory). ``remat`` is off (it costs a forward pass per block).
 """
 
 from __future__ import annotations

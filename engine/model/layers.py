@@ -1,7 +1,7 @@
 """Flax modules around the sketched matmul and the fused LM head, LayerNorm and the GELU.
 
 Values kept whole for the backward pass are tagged with
-``jax.ad_checkpoint.checkpoint_name`` (``engine.residuals``), so that ``engine.metrics``
+``jax.ad_checkpoint.checkpoint_name`` (``engine.sketch.residuals``), so that ``engine.model.memory``
 can tell what each saved byte is for: the input of a dense layer (``DENSE_INPUT``) or
 of a nonlinearity (``NONLINEARITY``); what LayerNorm and the GELU keep when they do not
 recompute is tagged ``NONLINEARITY`` through ``keep_tagged``.
@@ -21,7 +21,7 @@ from engine.sketch.residuals import ATTENTION, DENSE_INPUT, NONLINEARITY, keep_t
 __all__ = ["ATTENTION", "DENSE_INPUT", "NONLINEARITY"]  # the residual tags, re-exported
 
 SKETCH_RNG = "sketch"
-# what a dense layer's dW is made of, for engine.diagnostics: its input X is sown
+# what a dense layer's dW is made of, for engine.analysis.diagnostics: its input X is sown
 # into CAPTURED_INPUTS (only when that collection is mutable) and a zero perturbation
 # from CAPTURED_GRADS (only when passed) is added to its output, whose gradient is dY
 CAPTURED_INPUTS = "dense_inputs"
@@ -64,7 +64,7 @@ class SketchedDense(nn.Module):
 
 
 class FusedHead(nn.Module):
-    """The bias-free LM head and mean cross-entropy in one (``engine.head.head_loss``).
+    """The bias-free LM head and mean cross-entropy in one (``engine.sketch.head.head_loss``).
 
     Same parameter (``kernel``, N×V) and sketch key as ``SketchedDense(V,
     use_bias=False)`` under the same name, so either can stand in for the other.

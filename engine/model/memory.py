@@ -20,7 +20,7 @@ which live in memory anyway. ``memory_breakdown`` sorts them into
   ``nn.Embed``) keeps, and block inputs and matmul outputs kept by a ``remat`` policy.
 
 A residual is placed only by the ``checkpoint_name`` tag given where it is made
-(``engine.residuals``: every residual of the project's own code has one), and a
+(``engine.sketch.residuals``: every residual of the project's own code has one), and a
 sketch's PRNG key, which is kept as it is, by its dtype.
 ``compiled_memory`` adds what XLA reports for the whole compiled train step.
 """

@@ -1,1 +1,1 @@
-"""Running work against the store: liveness and heartbeats, the write queue, jobs and workers, diagnosis runs, checkpoint paths, estimates from history. May import ``engine.analysis`` and below, and ``storage``."""
+"""Running work against the store: liveness and heartbeats, the write queue, jobs and workers, diagnosis runs, checkpoint paths, estimates from history, and the queries that feed ``engine.analysis`` from a store. May import ``engine.analysis`` and below, and ``storage``."""

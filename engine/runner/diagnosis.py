@@ -1,4 +1,4 @@
-"""A diagnosis of a stored run: ``engine.diagnostics.diagnose`` on that run's own state and batches.
+"""A diagnosis of a stored run: ``engine.analysis.diagnostics.diagnose`` on that run's own state and batches.
 
 What is measured
 ----------------
@@ -7,7 +7,7 @@ training batches the run drew *after* S (steps S+1 … S+N of its own sampler
 sequence: the sampler state saved with the checkpoint, continued), so each d̂W is
 measured exactly where training would have used it. At step 0 (a run without
 checkpoints, or ``step=0``) the parameters are the run's initial ones
-(``train.initial_params``) and the batches the first N of a fresh ``BatchSampler``
+(``engine.training.build.initial_params``) and the batches the first N of a fresh ``BatchSampler``
 with the run's seed. The sketch keys are ``jax.random.key(seed)`` (``seed`` a
 setting, 0 by default), split inside ``diagnose``.
 
@@ -17,7 +17,7 @@ The job
 so bad input is a one-line ``ConfigError``/``CheckpointError`` and nothing is written.
 ``start`` stores the diagnostic row (status ``queued``) with the plan's settings (the
 step used, whether it is the initial parameters, the clipped ranks, …); ``execute``
-claims it (``running``, heartbeat every ``HEARTBEAT_S``), computes, stores the result
+claims it (``running``, heartbeat every ``liveness.HEARTBEAT_S``), computes, stores the result
 rows and ends it ``finished``, or ``failed`` with a one-line error. ``run_diagnosis``
 does all three in the calling thread (the CLI); ``JobManager.diagnose`` runs
 ``execute`` on a thread of its own (the dashboard). ``check_stale_diagnoses`` marks
@@ -44,10 +44,10 @@ from engine.config import ConfigError, RunConfig, parse_estimators, parse_lams, 
 from engine.core import checks
 from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
-from engine.runner.jobs import HEARTBEAT_S, STALE_AFTER_S
 from engine.runner.paths import checkpoint_root
-from engine.training.build import initial_params, load_data, model_config, optimizer_for
+from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
 from storage.export import to_csv_bytes
@@ -294,33 +294,25 @@ def execute(
     owner = owner or liveness.current_owner()
     if not store.claim_diagnostic(diag_id, owner):
         raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
-    stop = threading.Event()
     cancel = cancel if cancel is not None else threading.Event()
     progress = [0, plan.work]
 
     def beat() -> None:
-        while not stop.wait(HEARTBEAT_S):
-            try:
-                store.set_diagnostic_status(diag_id, "running")
-                if store.diagnostic_cancel_requested(diag_id):
-                    cancel.set()
-            except Exception:  # noqa: BLE001 — a missed beat is retried; the job goes on
-                pass
+        store.set_diagnostic_status(diag_id, "running")
+        if store.diagnostic_cancel_requested(diag_id):
+            cancel.set()
 
     def count(done: int, total: int) -> None:
         progress[:] = [done, total]
         if on_progress is not None:
             on_progress(done, total)
 
-    thread = threading.Thread(target=beat, name=f"basis-diagnosis-{diag_id}", daemon=True)
-    thread.start()
     try:
-        cfg, params, batches = load_inputs(store, plan)
-        frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
-                         keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=count,
-                         should_stop=cancel.is_set)
-        stop.set()
-        thread.join()
+        with liveness.Heartbeat(beat, name=f"basis-diagnosis-{diag_id}"):
+            cfg, params, batches = load_inputs(store, plan)
+            frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
+                             keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=count,
+                             should_stop=cancel.is_set)
         store.add_diagnostic_results(diag_id, frame.to_dict("records"))
         if cancel.is_set() and progress[0] < progress[1]:
             store.set_diagnostic_status(diag_id, "cancelled", error=(
@@ -330,8 +322,6 @@ def execute(
             store.set_diagnostic_status(diag_id, "finished")
         return frame
     except BaseException as e:
-        stop.set()
-        thread.join()
         interrupted = isinstance(e, KeyboardInterrupt)
         try:
             store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
@@ -358,7 +348,7 @@ def run_diagnosis(
     diag_id: int | None = None,
 ) -> tuple[int, pd.DataFrame]:
     """Plan, store and compute a diagnosis of ``run_id`` in this thread; ``(id, results)``
-    (``engine.diagnostics.COLUMNS``). ``diag_id``: a queued row already created with
+    (``engine.analysis.diagnostics.COLUMNS``). ``diag_id``: a queued row already created with
     ``start`` for the same settings, to run instead of creating one."""
     plan = plan_diagnosis(store, run_id, step=step, estimators=estimators, ranks=ranks, lams=lams, keys=keys,
                           batches=batches, chunk=chunk, seed=seed, checkpoints=checkpoints)
@@ -366,7 +356,7 @@ def run_diagnosis(
     return diag_id, execute(store, diag_id, plan, on_progress=on_progress)
 
 
-def check_stale_diagnoses(store: RunStore, timeout_s: float = STALE_AFTER_S) -> list[int]:
+def check_stale_diagnoses(store: RunStore, timeout_s: float = liveness.STALE_AFTER_S) -> list[int]:
     """Mark ``running`` diagnoses whose process died (or that stopped beating for
     ``timeout_s``) ``interrupted``; their ids."""
     frame = store.diagnostics_frame()

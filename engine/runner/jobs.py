@@ -12,18 +12,29 @@ trains runs in worker threads of this process:
 Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
 is trained by exactly one process. A claimed run (``running``) streams its metrics
-through a ``StoreWriter`` (writes outlast a busy database), is stamped by a heartbeat
-thread every ``HEARTBEAT_S`` seconds, and checkpoints its state under
-``engine.checkpoints.checkpoint_root()`` (see ``train.train``). It ends as
+through a ``StoreWriter`` (writes outlast a busy database), is stamped by a
+``liveness.Heartbeat`` every ``liveness.HEARTBEAT_S`` seconds, and checkpoints its state
+under ``engine.runner.paths.checkpoint_root()`` (see ``engine.training.loop.train``). It ends as
 ``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness (``engine.liveness``): a process that dies leaves ``running`` rows whose
-heartbeat stops; any reader marks them ``interrupted`` within ``STALE_AFTER_S``
-(at once on the same host, where a dead pid is seen).
+Liveness (``engine.runner.liveness``): a process that dies leaves ``running`` rows whose
+heartbeat stops; any reader (``liveness.check_stale``) marks them ``interrupted`` at once on the same host, where
+a dead pid is seen, and within ``STALE_AFTER_S`` (``$BASIS_LAB_STALE_AFTER_S``, default
+60 s) for an owner on another host. A live process on this host is never declared dead.
+
+Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
+which ``execute`` carries into every write of the run (metrics, heartbeats, status,
+notes, checkpoint step) and into the checkpoint folder (``epoch-<E>``). An owner that
+stalled past the timeout and was replaced finds at its next write, heartbeat or poll
+that its lease is gone (``LeaseLostError``): it stops at once without a checkpoint or
+any other write, logs one line, and its process exits (``run``) or moves on (``worker``).
+A resume continues from the newest valid checkpoint, of any epoch, at or before the
+run's recorded ``checkpoint_step``: that record is written by the lease holder after
+the metrics of every step before it, so the stored history never has a gap.
 """
 
 from __future__ import annotations
@@ -49,13 +60,11 @@ from engine.runner.paths import checkpoint_root
 from engine.runner.writer import StoreWriter
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
 from engine.training.loop import Record, TrainingDiverged, train
-from storage import RunNotFoundError, RunStore, StorageError
+from storage import DatabaseBusyError, Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0
 CANCEL_POLL_S = 0.25
-STALE_AFTER_S = 60.0
 PULL_POLL_S = 1.0
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
              "streamlit")
@@ -88,10 +97,10 @@ def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
-               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
-    """Queue one run; ``owner`` None leaves it to any worker."""
-    return store.create_run(
+def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id: str | None = None,
+            tags: Iterable[str] = ()) -> dict:
+    """The ``RunStore.create_run`` arguments of one run of ``config``."""
+    return dict(
         name=config.label(),
         config=config.to_dict(),
         estimator="exact" if config.is_exact else config.estimator,
@@ -107,19 +116,19 @@ def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | No
     )
 
 
+def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
+               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
+    """Queue one run; ``owner`` None leaves it to any worker."""
+    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
+
+
 def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
-               tags: Iterable[str] = ()) -> list[int]:
-    """Queue runs for any worker (``--queue-only``); their ids in order."""
-    env, sweep_id = environment(), sweep_id or new_sweep_id()
-    return [create_run(store, c, env, sweep_id=sweep_id, tags=tags) for c in configs]
-
-
-def check_stale(store: RunStore) -> list[int]:
-    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
-    process died to any worker; the ids marked interrupted. Called on every read that
-    shows statuses (``list``, ``show``, the dashboard's pages)."""
-    liveness.release_orphans(store, STALE_AFTER_S)
-    return liveness.mark_stale_interrupted(store, STALE_AFTER_S)
+               tags: Iterable[str] = (), owner: str | None = None, env: dict | None = None) -> list[int]:
+    """Queue runs in one transaction, all or none (``owner`` None: for any worker, as
+    ``--queue-only``); their ids in order."""
+    env, sweep_id = env or environment(), sweep_id or new_sweep_id()
+    tags = list(tags)
+    return store.create_runs([run_row(c, env, owner=owner, sweep_id=sweep_id, tags=tags) for c in configs])
 
 
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
@@ -141,21 +150,52 @@ def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path
     return problems
 
 
-class _Checkpoints:
-    """A run's ``RunCheckpoints`` that also records each saved step in the database."""
+def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
+    """After ``run_id`` ended: when it belongs to a sweep that asks for a report (tagged
+    ``engine.runner.reports.AUTO_REPORT_TAGS``) and no run of that sweep is still queued,
+    running or interrupted, build the sweep's report and store it with the sweep
+    (replacing its earlier one); the report's id, else None. A failure is logged, never
+    raised: the runs are what matters."""
+    try:
+        from engine.runner import reports
 
-    def __init__(self, inner: RunCheckpoints, writer: StoreWriter, run_id: int):
-        self.inner, self.writer, self.run_id = inner, writer, run_id
+        return reports.report_if_sweep_ended(store, run_id)
+    except Exception:  # noqa: BLE001 — a report must never take a worker down
+        log.warning("the report of run %s's sweep could not be built", run_id, exc_info=True)
+        return None
+
+
+class _Checkpoints:
+    """A run's ``RunCheckpoints`` under its owner's lease: saves go to the lease's epoch
+    folder and only while the lease holds, each saved step is recorded in the database
+    (fenced), and a resume trusts only checkpoints at or before the recorded step."""
+
+    def __init__(self, inner: RunCheckpoints, store: RunStore, writer: StoreWriter, run_id: int, epoch: int,
+                 recorded: int | None):
+        self.inner, self.store, self.writer = inner, store, writer
+        self.run_id, self.epoch, self.recorded = run_id, epoch, recorded
 
     def latest_step(self):
-        return self.inner.latest_step()
+        if self.recorded is None:
+            return None  # no lease holder ever recorded one: its metrics may not all be stored
+        steps = [s for s in self.inner.steps() if s <= self.recorded]
+        return steps[-1] if steps else None
 
     def restore_latest_valid(self, target):
-        return self.inner.restore_latest_valid(target)
+        return self.inner.restore_latest_valid(target, max_step=self.recorded)
 
     def save(self, step, state, extra, *, final=False):
+        lost = self.writer.lost(self.run_id, self.epoch)
+        if lost is not None:
+            raise lost
+        try:
+            current, _ = self.store.run_lease(self.run_id)
+        except DatabaseBusyError:
+            current = self.epoch  # cannot tell now; the save goes to this lease's own folder anyway
+        if current != self.epoch:
+            raise LeaseLostError(self.run_id, self.epoch, current)
         self.inner.save(step, state, extra, final=final)
-        self.writer.call(self.run_id, "set_checkpoint_step", self.run_id, step)
+        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
 
 
 class JobManager:
@@ -186,10 +226,11 @@ class JobManager:
         self.pull, self.max_runs = pull, max_runs
         self.checkpoint_root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
         self.writer = StoreWriter(store)
-        self.interrupted = check_stale(store)
+        self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
+        self.lost: set[int] = set()  # runs whose lease another claim took while this process trained them
         self._claiming = 0  # threads between reserving a run slot and holding the claimed run
-        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._queue: queue.Queue[int | Lease | None] = queue.Queue()
         self._events: dict[int, threading.Event] = {}  # run id → its stop event
         self._interrupt = threading.Event()
         self._closing = threading.Event()
@@ -203,8 +244,7 @@ class JobManager:
         self._diagnosis_stops: dict[int, threading.Event] = {}  # diagnosis id → its cancel event
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
-        self._beat = threading.Thread(target=self._beat_loop, name="basis-manager-heartbeat", daemon=True)
-        self._beat.start()
+        self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
         self._workers = [
             threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
         ]
@@ -215,12 +255,12 @@ class JobManager:
 
     def submit(self, configs: RunConfig | Iterable[RunConfig], *, sweep_id: str | None = None,
                tags: Iterable[str] = ()) -> list[int]:
-        """Queue runs owned by this process; returns their ids in order."""
+        """Queue runs owned by this process, in one transaction (all or none); returns their
+        ids in order."""
         configs = [configs] if isinstance(configs, RunConfig) else list(configs)
         if self._env is None:
             self._env = environment()
-        sweep_id = sweep_id or new_sweep_id()
-        ids = [create_run(self.store, c, self._env, owner=self.owner, sweep_id=sweep_id, tags=tags) for c in configs]
+        ids = queue_runs(self.store, configs, sweep_id=sweep_id, tags=tags, owner=self.owner, env=self._env)
         self._enqueue(ids)
         return ids
 
@@ -234,13 +274,13 @@ class JobManager:
     def adopt_orphans(self) -> list[int]:
         """Take every queued run whose queuing process is gone (or that no process owns)
         to train here; their ids."""
-        check_stale(self.store)
+        liveness.check_stale(self.store)
         ids = self.store.adopt_queued(self.owner)
         self._enqueue(ids)
         return ids
 
     def diagnose(self, run_id: int, **settings) -> int:
-        """Start a diagnosis of ``run_id`` (``engine.diagnosis.plan_diagnosis``'s settings) on a
+        """Start a diagnosis of ``run_id`` (``engine.runner.diagnosis.plan_diagnosis``'s settings) on a
         thread of its own; its id, once the settings are validated and its row stored.
         ``diagnosis_progress(id)`` follows it while it computes."""
         from engine.runner import diagnosis
@@ -353,6 +393,7 @@ class JobManager:
         else:
             self.interrupt()
         self._closing.set()
+        self._heartbeat.stop()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
@@ -365,12 +406,14 @@ class JobManager:
 
     # ------------------------------------------------------------------ workers
 
-    def _next(self) -> int | None:
-        """The next run id for a worker thread: a queued one of ours, else (pull) one
-        claimed from the database, else wait."""
+    def _next(self) -> int | Lease | None:
+        """The next run for a worker thread: the id of a queued one of ours (not claimed
+        yet), else (pull) the lease of one claimed from the database, else wait; None
+        when the manager closes."""
         while True:
             try:
-                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                run_id = self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                return None if run_id is None else (run_id, False)
             except queue.Empty:
                 pass
             if self._closing.is_set() or self._interrupt.is_set():
@@ -380,30 +423,30 @@ class JobManager:
                     continue
                 self.started_runs += 1  # reserve a slot before claiming
                 self._claiming += 1
-            run_id = None
+            lease = None
             try:
-                check_stale(self.store)
+                liveness.check_stale(self.store)
                 liveness.requeue_orphaned_runs(self.store)
-                run_id = self.store.claim_next(self.owner, self.worker_id)
+                lease = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
                 log.warning("claiming failed: %s", e)
             with self._lock:
                 self._claiming -= 1
-                if run_id is None:
+                if lease is None:
                     self.started_runs -= 1
                     continue
-                self._pending.add(run_id)
-                self._events.setdefault(run_id, threading.Event())
-            return -run_id  # negative: already claimed
+                self._pending.add(lease.run_id)
+                self._events.setdefault(lease.run_id, threading.Event())
+            return lease
 
     def _work(self) -> None:
         name = threading.current_thread().name
         while (item := self._next()) is not None:
-            claimed, run_id = item < 0, abs(item)
+            run_id, epoch = (item.run_id, item.epoch) if isinstance(item, Lease) else (item, None)
             try:
                 with self._lock:
                     self._current[name] = run_id
-                self._run(run_id, claimed)
+                self._run(run_id, epoch)
             except Exception:  # a worker must survive any single run
                 log.exception("run %s crashed the worker", run_id)
             finally:
@@ -414,35 +457,46 @@ class JobManager:
                     self._last_busy = time.monotonic()
                     self._idle.notify_all()
 
-    def _run(self, run_id: int, claimed: bool) -> None:
+    def _run(self, run_id: int, epoch: int | None) -> None:
+        """Train ``run_id``: under ``epoch`` when ``_next`` claimed it, else claim it first."""
         event = self._events.get(run_id) or threading.Event()
-        if not claimed:
+        if epoch is None:
             if self._interrupt.is_set():
-                self.writer.call(run_id, "set_status", run_id, "interrupted",
+                self.writer.call(run_id, self.store.set_status, run_id, "interrupted",
                                  error="interrupted before it started; resume it to train it")
                 self.writer.flush()
                 return
-            if not self.store.claim(run_id, self.owner, self.worker_id):
-                return  # cancelled (or deleted) while queued
+            epoch = self.store.claim(run_id, self.owner, self.worker_id)
+            if epoch is None:
+                return  # cancelled (or deleted, or claimed elsewhere) while queued
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
         status, error = execute(
-            self.store, self.writer, run_id, owner=self.owner, stop=event, interrupted=self._interrupt,
+            self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event, interrupted=self._interrupt,
             checkpoints=self.checkpoint_root,
             on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
             on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
         )
-        log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
-
-    def _beat_loop(self) -> None:
-        while not self._closing.wait(HEARTBEAT_S):
+        if status == LOST:
             with self._lock:
-                current = next(iter(self._current.values()), None)
-                queued = sorted(self._pending - set(self._current.values()))
-            self.writer.call(None, "worker_heartbeat", self.worker_id, current)
-            if queued:
-                self.writer.call(None, "touch_queued", queued, self.owner)
+                self.lost.add(run_id)
+            return
+        log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
+        if not self._interrupt.is_set():
+            report_if_sweep_ended(self.store, run_id)
+
+    def _beat(self) -> None:
+        """The worker's sign of life, and its queued runs' (so no reader releases them)."""
+        with self._lock:
+            current = next(iter(self._current.values()), None)
+            queued = sorted(self._pending - set(self._current.values()))
+        self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
+        if queued:
+            self.writer.call(None, self.store.touch_queued, queued, self.owner)
+
+
+LOST = "lost"  # what ``execute`` returns for a run whose lease another claim took
 
 
 def execute(
@@ -450,6 +504,7 @@ def execute(
     writer: StoreWriter,
     run_id: int,
     *,
+    epoch: int,
     owner: str,
     stop: threading.Event,
     interrupted: threading.Event,
@@ -457,27 +512,35 @@ def execute(
     on_step: Callable[[int, float | None], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
 ) -> tuple[str, str | None]:
-    """Train the claimed run ``run_id`` to its end; return (status, error) as written."""
+    """Train the claimed run ``run_id`` to its end under the lease ``epoch``; return
+    (status, error) as written, or (``LOST``, the reason) when another claim took the run:
+    then nothing more was written to it, not even a checkpoint."""
     run = store.get_run(run_id)
     steps_done = [run.steps_done]
     notes: list[str] = []
-    stop_beat = threading.Event()
+    lost: list[LeaseLostError] = []
 
-    def beat() -> None:
-        while not stop_beat.wait(HEARTBEAT_S):
-            writer.heartbeat(run_id, steps_done[0], owner=owner)
+    def lease_lost() -> bool:
+        refusal = writer.lost(run_id, epoch)
+        if refusal is not None and not lost:
+            lost.append(refusal)
+        return bool(lost)
 
     last_poll = [time.monotonic()]
 
     def should_stop() -> bool:
-        if stop.is_set() or interrupted.is_set():
+        if stop.is_set() or interrupted.is_set() or lease_lost():
             return True
         if writer.failure(run_id) is not None:
             return True  # deleted meanwhile, or the database refuses writes
         if time.monotonic() - last_poll[0] >= CANCEL_POLL_S:
             last_poll[0] = time.monotonic()
             try:
-                if store.cancel_requested(run_id):
+                current, cancel = store.run_lease(run_id)
+                if current != epoch:
+                    lost.append(LeaseLostError(run_id, epoch, current))
+                    return True
+                if cancel:
                     stop.set()
             except RunNotFoundError:
                 stop.set()
@@ -500,26 +563,34 @@ def execute(
                          "directory shared with the machine that trained it?)")
         notes.extend(f"skipped: {s}" for s in skipped)
         if had_history:
-            writer.call(run_id, "delete_metrics_after", run_id, step if step else -1)
-        writer.heartbeat(run_id, step, owner=owner)
+            writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1, epoch=epoch)
+        writer.heartbeat(run_id, step, owner=owner, epoch=epoch)
 
-    beat_thread = threading.Thread(target=beat, name=f"basis-heartbeat-{run_id}", daemon=True)
-    beat_thread.start()
+    heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch),
+                                   name=f"basis-heartbeat-{run_id}").start()
     ckpt_dir = run_dir(checkpoints, run.uid)
     try:
         config = RunConfig.from_dict(run.config)
-        ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}"), writer, run_id)
+        ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
+                            store, writer, run_id, epoch, run.checkpoint_step)
         for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,
                             on_resume=resumed):
-            writer.metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()])
+            if lease_lost():
+                break
+            writer.metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
+                           epoch=epoch)
             if on_record:
                 on_record(record)
+        if lease_lost():
+            raise lost[0]
         if interrupted.is_set():
             status, error = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint"
         elif stop.is_set() or writer.failure(run_id) is not None:
             status, error = "cancelled", None
         else:
             status, error = "finished", None
+    except LeaseLostError as e:
+        lost[:] = [e]
     except TrainingDiverged as e:
         status, error = "failed", str(e)
     except (ConfigError, CheckpointError) as e:
@@ -527,11 +598,16 @@ def execute(
     except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
         status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
-        stop_beat.set()
-        beat_thread.join()
-    if notes:
-        writer.call(run_id, "append_notes", run_id, "; ".join(notes))
-    writer.heartbeat(run_id, steps_done[0], owner=owner)
-    writer.call(run_id, "set_status", run_id, status, error=error)
-    writer.flush()
+        heartbeat.stop()
+    if not lost:
+        if notes:
+            writer.call(run_id, store.append_notes, run_id, "; ".join(notes), epoch=epoch)
+        writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch)
+        writer.call(run_id, store.set_status, run_id, status, error=error, epoch=epoch)
+        writer.flush()
+        lease_lost()  # the final writes themselves may find the lease gone
+    if lost:  # what it still queued under this lease is dropped by the writer, not written
+        message = str(lost[0])
+        log.warning("%s", message)
+        return LOST, message
     return status, error

@@ -1,26 +1,120 @@
-"""Which runs have lost their worker: the job runner's liveness policy.
+"""Signs of life and the rule that reads them: the job runner's liveness policy.
 
-Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``) and marks
-runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.  A running
-run is stale when its owner is ``this-host:pid`` and that process is gone, or when its last
-sign of life (heartbeat, else start, else creation) is older than the timeout.  Pure Python.
+A live run, diagnosis or worker stamps its row every ``HEARTBEAT_S`` seconds through a
+``Heartbeat``. Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``)
+and marks runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.
+A running run whose owner is ``this-host:pid`` is stale exactly when that process is gone: a
+live process on this host is never declared dead by the timeout alone (it may be stopped,
+swapping or waiting on a hung disk, and would wake to find its run trained by another).
+A run owned on another host is stale when its last sign of life (heartbeat, else start,
+else creation) is older than ``STALE_AFTER_S`` (``$BASIS_LAB_STALE_AFTER_S``, default 60 s).
+Should such an owner wake after all, its lease (``storage.lease``) is gone and its writes
+are refused. Pure Python.
+
+The host name is ``$BASIS_LAB_HOST`` when set (machines or containers that share a
+database but not a process table and a host name), else ``socket.gethostname()``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
+log = logging.getLogger(__name__)
+
+ENV_STALE = "BASIS_LAB_STALE_AFTER_S"
+
+
+def _stale_after(default: float = 60.0) -> float:
+    """``$BASIS_LAB_STALE_AFTER_S`` (seconds of silence after which an owner on another
+    host counts as dead), else ``default``; an unreadable value is warned about and ignored."""
+    text = os.environ.get(ENV_STALE, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        log.warning("ignoring %s=%r: not a positive number of seconds; using %g s", ENV_STALE, text, default)
+        return default
+    return value
+
+
+STALE_AFTER_S = _stale_after()  # silent this long (on another host): its worker is dead
+HEARTBEAT_S = min(2.0, STALE_AFTER_S / 3)  # period of every heartbeat (several within the timeout)
 STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
+ENV_HOST = "BASIS_LAB_HOST"
 
-__all__ = ["current_owner", "pid_alive", "stale_runs", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "host_name", "current_owner", "pid_alive", "stale_runs", "check_stale",
+           "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+
+
+class Heartbeat:
+    """Calls ``beat()`` every ``period`` seconds on a daemon thread, from ``start()`` (or
+    entering a ``with`` block) until ``stop()`` (or leaving it), which waits for the
+    thread to end; the first beat comes one period after the start.
+
+    A beat that raises does not end the heartbeat (a busy database must not end a
+    run): it is logged, counted in ``failures`` with the exception in ``last_error``,
+    and the next beat is tried a period later. ``beats`` counts the beats that returned.
+    """
+
+    def __init__(self, beat: Callable[[], object], *, period: float = HEARTBEAT_S, name: str = "basis-heartbeat"):
+        if not period > 0:
+            raise ValueError(f"a heartbeat period must be > 0 seconds (got {period!r})")
+        self.period, self.name = float(period), name
+        self.beats = 0
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self._beat = beat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} was started already")
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No beat starts after this returns (one in progress is waited for)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self._beat()
+            except Exception as e:  # noqa: BLE001 — reported, and the next beat is tried
+                self.failures += 1
+                self.last_error = e
+                log.warning("%s: a beat failed (%s: %s); next try in %.1f s", self.name, type(e).__name__, e,
+                            self.period)
+            else:
+                self.beats += 1
+
+
+def host_name() -> str:
+    """``$BASIS_LAB_HOST``, else this machine's host name: the host part of an owner."""
+    return os.environ.get(ENV_HOST, "").strip() or socket.gethostname()
 
 
 def current_owner() -> str:
     """``hostname:pid`` of this process, the owner recorded when it claims a run."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{host_name()}:{os.getpid()}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,33 +142,44 @@ def stale_runs(
     timeout_s: float,
     host: Optional[str] = None,
 ) -> dict[int, str]:
-    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``."""
-    host = socket.gethostname() if host is None else host
+    """``{run_id: reason}`` for the stale ones among ``(run_id, owner, last sign of life)``:
+    on this host, those whose process is gone (whatever the time); elsewhere, those silent
+    for longer than ``timeout_s``."""
+    host = host_name() if host is None else host
     cutoff = now - timedelta(seconds=timeout_s)
     stale: dict[int, str] = {}
     for run_id, owner, last in rows:
         o_host, _, o_pid = (owner or "").rpartition(":")
-        if o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid)):
-            stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
+        if o_host == host and o_pid.isdigit():
+            if not pid_alive(int(o_pid)):
+                stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
         elif last is None or last < cutoff:
             stale[run_id] = f"{STALE_PREFIX}no heartbeat from {owner or 'its worker'} since {last}"
     return stale
 
 
-def mark_stale_interrupted(store, timeout_s: float = 120.0) -> list[int]:
+def check_stale(store) -> list[int]:
+    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
+    process died to any worker; the ids marked interrupted. Called on every read that
+    shows statuses (``list``, ``show``, the dashboard's pages)."""
+    release_orphans(store)
+    return mark_stale_interrupted(store)
+
+
+def mark_stale_interrupted(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Mark ``running`` runs whose worker died as ``interrupted``; return their ids."""
     now = datetime.now(timezone.utc)
     return store.mark_interrupted(stale_runs(store.active_runs_heartbeats(), now, timeout_s))
 
 
-def release_orphans(store, timeout_s: float = 120.0) -> list[int]:
+def release_orphans(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Hand queued runs whose queuing process is gone (same rule as ``stale_runs``) to any
     worker, so nothing stays queued forever; their ids."""
     now = datetime.now(timezone.utc)
     return store.release_queued(stale_runs(store.queued_owners(), now, timeout_s))
 
 
-def worker_states(frame, timeout_s: float = 120.0, now: Optional[datetime] = None):
+def worker_states(frame, timeout_s: float = STALE_AFTER_S, now: Optional[datetime] = None):
     """``RunStore.workers_frame()`` with ``state``: ``active``, ``stopped``, or ``gone``
     (silent for longer than ``timeout_s``, or its process is dead on this host)."""
     now = now or datetime.now(timezone.utc)

@@ -10,8 +10,14 @@ up to ``MAX_BACKOFF_S``) for as long as the process lives. The queue is bounded
 bounded and nothing is dropped. Heartbeats are coalesced: only the newest pending one
 of a run is written.
 
+A write is a callable and its arguments (``writer.call(run_id, store.set_status, run_id,
+"finished")``), run as given on the writer's thread.
+
 A write that fails for good (the run was deleted meanwhile, the disk is read-only) is
-not retried: ``failure(run_id)`` returns it, and the trainer stops that run.
+not retried: ``failure(run_id)`` returns it, and the trainer stops that run. An owner's
+write refused because another claim took the run's lease (``storage.LeaseLostError``)
+is not an error of the database: ``lost(run_id, epoch)`` returns it, and every later
+write of that run under that epoch is dropped unwritten.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from storage import DatabaseBusyError, StorageError
+from storage import DatabaseBusyError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +37,31 @@ BACKOFF_S = 0.05
 MAX_BACKOFF_S = 5.0
 
 
+class _Write:
+    """One queued write: ``fn(*args, **kwargs)``, on behalf of ``run_id`` (None: no run)."""
+
+    __slots__ = ("run_id", "fn", "args", "kwargs")
+
+    def __init__(self, run_id: int | None, fn: Callable[..., Any], args: tuple, kwargs: dict):
+        self.run_id, self.fn, self.args, self.kwargs = run_id, fn, args, kwargs
+
+    def __call__(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+    def __str__(self) -> str:
+        return f"{getattr(self.fn, '__name__', self.fn)} of run {self.run_id}"
+
+
 class StoreWriter:
     """An ordered, retrying, bounded write queue in front of a ``RunStore``."""
 
     def __init__(self, store, *, sleep: Callable[[float], None] = time.sleep):
         self.store = store
         self._sleep = sleep
-        self._queue: queue.Queue = queue.Queue(maxsize=MAX_PENDING)
-        self._beats: dict[int, tuple] = {}  # run id → newest pending heartbeat arguments
+        self._queue: queue.Queue[_Write] = queue.Queue(maxsize=MAX_PENDING)
+        self._beats: dict[int, _Write] = {}  # run id → its heartbeat waiting in the queue
         self._failures: dict[int, StorageError] = {}
+        self._lost: dict[int, LeaseLostError] = {}  # run id → the refusal of its newest lost lease
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
@@ -49,23 +71,30 @@ class StoreWriter:
 
     # ------------------------------------------------------------------ producers
 
-    def call(self, run_id: int | None, method: str, *args: Any, **kwargs: Any) -> None:
-        """Queue ``store.<method>(*args, **kwargs)``; blocks while the queue is full."""
-        with self._lock:
-            self._pending += 1
-        self._queue.put((run_id, method, args, kwargs))
+    def call(self, run_id: int | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(*args, **kwargs)`` (a ``RunStore`` method) on behalf of ``run_id``;
+        blocks while the queue is full."""
+        self._put(_Write(run_id, fn, args, kwargs))
 
-    def metrics(self, run_id: int, rows: list) -> None:
+    def metrics(self, run_id: int, rows: list, **kwargs: Any) -> None:
         if rows:
-            self.call(run_id, "add_metrics", run_id, rows)
+            self.call(run_id, self.store.add_metrics, run_id, rows, **kwargs)
 
     def heartbeat(self, run_id: int, *args: Any, **kwargs: Any) -> None:
-        """Queue a heartbeat; an older one of the same run still waiting is replaced."""
+        """Queue ``store.heartbeat(run_id, *args, **kwargs)``; an older heartbeat of the
+        same run still waiting in the queue takes these arguments instead."""
         with self._lock:
-            waiting = run_id in self._beats
-            self._beats[run_id] = (args, kwargs)
-        if not waiting:
-            self.call(run_id, "heartbeat")
+            waiting = self._beats.get(run_id)
+            if waiting is not None:
+                waiting.args, waiting.kwargs = (run_id, *args), kwargs
+                return
+            write = self._beats[run_id] = _Write(run_id, self.store.heartbeat, (run_id, *args), kwargs)
+        self._put(write)
+
+    def _put(self, write: _Write) -> None:
+        with self._lock:
+            self._pending += 1
+        self._queue.put(write)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued write is done (or failed for good); False on timeout."""
@@ -79,46 +108,61 @@ class StoreWriter:
         return True
 
     def failure(self, run_id: int) -> StorageError | None:
-        """The error that made a write of ``run_id`` fail for good, if any."""
+        """The error that made a write of ``run_id`` fail for good, if any (a lost lease
+        is not one: see ``lost``)."""
         with self._lock:
             return self._failures.get(run_id)
+
+    def lost(self, run_id: int, epoch: int) -> LeaseLostError | None:
+        """The refusal of a write of ``run_id`` under lease ``epoch``, if another claim took it."""
+        with self._lock:
+            refusal = self._lost.get(run_id)
+        return refusal if refusal is not None and refusal.epoch == epoch else None
 
     # ------------------------------------------------------------------ the thread
 
     def _loop(self) -> None:
         while True:
-            run_id, method, args, kwargs = self._queue.get()
-            if method == "heartbeat":
-                with self._lock:
-                    args, kwargs = self._beats.pop(run_id, ((), {}))
-                args = (run_id, *args)
+            write = self._queue.get()
+            with self._lock:
+                if self._beats.get(write.run_id) is write:
+                    del self._beats[write.run_id]  # taken: from now on a newer beat queues anew
             try:
-                self._write(run_id, method, args, kwargs)
+                self._write(write)
             finally:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _write(self, run_id, method, args, kwargs) -> None:
+    def _write(self, write: _Write) -> None:
         delay = BACKOFF_S
+        run_id, epoch = write.run_id, write.kwargs.get("epoch")
+        if epoch is not None and self.lost(run_id, epoch) is not None:
+            return  # the lease is gone: nothing more is written under it
         while True:
             try:
-                getattr(self.store, method)(*args, **kwargs)
+                write()
+                return
+            except LeaseLostError as e:
+                log.debug("%s refused: %s", write, e)
+                with self._lock:
+                    self._lost[run_id] = e
                 return
             except DatabaseBusyError as e:
                 self.retries += 1
-                log.warning("database busy (%s); retrying %s of run %s in %.2f s", e, method, run_id, delay)
+                log.warning("database busy (%s); retrying %s in %.2f s", e, write, delay)
                 self._sleep(delay)
                 delay = min(2 * delay, MAX_BACKOFF_S)
             except StorageError as e:
-                log.error("%s of run %s failed: %s", method, run_id, e)
-                if run_id is not None:
-                    with self._lock:
-                        self._failures.setdefault(run_id, e)
+                log.error("%s failed: %s", write, e)
+                self._fail(write.run_id, e)
                 return
             except Exception as e:  # noqa: BLE001 — the writer thread must survive any one write
-                log.exception("%s of run %s crashed", method, run_id)
-                if run_id is not None:
-                    with self._lock:
-                        self._failures.setdefault(run_id, StorageError(f"{type(e).__name__}: {e}"))
+                log.exception("%s crashed", write)
+                self._fail(write.run_id, StorageError(f"{type(e).__name__}: {e}"))
                 return
+
+    def _fail(self, run_id: int | None, error: StorageError) -> None:
+        if run_id is not None:
+            with self._lock:
+                self._failures.setdefault(run_id, error)

@@ -74,7 +74,9 @@ def _fwd(q, k, v):
 
 
 def _bwd(residuals, do):
-    q, k, v, lse = residuals
+    # the barrier keeps XLA from merging this recomputation with the forward pass's
+    # (common-subexpression elimination would keep the B·H·T×T probabilities alive)
+    q, k, v, lse = jax.lax.optimization_barrier(residuals)
     p = jnp.exp(_scores(q, k) - lse[..., None])
     dv = jnp.einsum("bhqk,bqhd->bkhd", p, do, preferred_element_type=jnp.float32)
     dp = jnp.einsum("bqhd,bkhd->bhqk", do, v, preferred_element_type=jnp.float32)

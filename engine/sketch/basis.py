@@ -89,11 +89,16 @@ class Sketch(NamedTuple):
     bins: jax.Array | None  # hash sketches: h(b) ∈ [0, R)
     signs: jax.Array | None  # hash sketches: s(b) ∈ {−1, +1}
     dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
+    # balanced: the rows in bin order, ⌈B/R⌉·R slots; slot k·R + r holds the k-th row
+    # of bin r, or B (no row) where bin r has only ⌊B/R⌋ rows
+    members: jax.Array | None = None
 
 def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
     """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
 
-    Balanced: h = RandomPermutation(arange(B) mod R). Uniform: h(b) ~ U{0..R−1} iid.
+    Balanced: h(b) = π(b) mod R for a uniform random permutation π of [0, B), so bin r
+    holds the rows π⁻¹(r), π⁻¹(r + R), …: ``members`` lists π⁻¹ padded with B (no row)
+    to ⌈B/R⌉·R slots. Uniform: h(b) ~ U{0..R−1} iid.
     """
     k_hash, k_sign = jax.random.split(key)
     if kind == "gaussian":
@@ -104,9 +109,13 @@ def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
         # argsort of iid 32-bit keys is a uniform permutation (one sort, where
         # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
         # rows in order, and bins stay balanced whatever the order
-        bins = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32)) % rank
-    else:
-        bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
+        order = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32))
+        slots = -(-rows // rank) * rank
+        members = jnp.full(slots, rows, jnp.int32).at[order].set(
+            jnp.arange(rows, dtype=jnp.int32), unique_indices=True
+        )
+        return Sketch(kind, rank, order % rank, signs, None, members)
+    bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
     return Sketch(kind, rank, bins, signs, None)
 
 def _argsort(keys: jax.Array) -> jax.Array:
@@ -115,9 +124,12 @@ def _argsort(keys: jax.Array) -> jax.Array:
     The keys alone are sorted, each key's rank found by binary search, and the order
     is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
     ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
-    ``jnp.argsort`` itself runs.
+    ``jnp.argsort`` itself runs. Off the CPU ``jnp.argsort`` always runs: a GPU sorts
+    key-index pairs in one radix sort, and a ``lax.cond`` there waits for its predicate.
     """
     n = keys.shape[0]
+    if jax.default_backend() != "cpu":
+        return jnp.argsort(keys, stable=True).astype(jnp.int32)
     ordered = jnp.sort(keys)
 
     def invert_ranks(keys):
@@ -128,43 +140,82 @@ def _argsort(keys: jax.Array) -> jax.Array:
     tie = jnp.any(ordered[1:] == ordered[:-1])
     return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
 
-# A hash sketch is applied in one of two ways. With few rows or small R, as the signed
-# one-hot product S·a (2·R·B·F flops, one streaming pass). Otherwise as a segment sum of
-# the rows of a into 2R bins, h(b) when s(b) = +1 and R + h(b) when s(b) = −1, then the
-# first R minus the last R: one scattered pass over a, where scattering a·s would first
-# write a signed copy of a. Measured on the 2-core CPU, at B = 4096, F = 1024: the
-# segment sum 0.63–0.68 ms at any R (a·s scattered: 1.35 ms), the product 0.46 ms at
-# R = 1, 0.50 at R = 2, 0.55 at R = 4, 0.80 at R = 8, 2.1 at R = 32. At B = 64, F = 50257
-# (the LM head's dY) the product wins at every R (0.39, 0.52, 1.14 ms at R = 1, 8, 32
-# against 0.53, 1.15, 1.92): scattering into wide rows costs more per element.
+# A hash sketch S·a is applied in one of three ways (``SKETCH_METHODS``):
+# - ``dense``: the signed one-hot product S·a (2·R·B·F flops, one streaming pass),
+#   at float32 precision (a GPU's default TF32 product is off by 2–4 % of the sketch);
+# - ``segment``: a segment sum of the rows of a into 2R bins, h(b) when s(b) = +1 and
+#   R + h(b) when s(b) = −1, then the first R minus the last R (one scattered pass;
+#   scattering a·s would first write a signed copy of a);
+# - ``gather`` (balanced hashing only): gather the rows in bin order (``members``,
+#   ⌈B/R⌉ slots per bin, an empty slot reads sign 0) and sum each bin by a reshape:
+#   one read of a, no scatter.
+# Measured on the 2-core CPU, at B = 4096, F = 1024: the segment sum 0.63–0.68 ms at
+# any R, the product 0.46 ms at R = 1, 0.80 at R = 8, 2.1 at R = 32. At B = 64,
+# F = 50257 (the LM head's dY) the product wins at every R. On an H200 at B = 16384,
+# F = 50257 (bench/gpu.py --explore): segment sum 3.9 ms at any R; gather 1.30, 1.01,
+# 0.98 ms at R = 1, 8, 32 (one read of a takes 0.77); the product at float32 precision
+# 1.00, 1.05, 2.18 ms. A GPU never scatters a wide array: it gathers above R = 4.
+SKETCH_METHODS = ("dense", "segment", "gather")
 DENSE_MAX_RANK = 4
 _DENSE_MAX_ROWS = 256
 
-def apply_sketch(sketch: Sketch, a: jax.Array) -> jax.Array:
-    """Return S a (R × F, float32) for a of shape (B, F).
+
+def sketch_method(sketch: Sketch, rows: int, backend: str | None = None) -> str:
+    """The fastest way to apply ``sketch`` to ``rows`` rows on ``backend`` (default: JAX's)."""
+    if sketch.kind == "gaussian":
+        return "dense"
+    if (backend or jax.default_backend()) == "cpu":
+        return "dense" if sketch.rank <= DENSE_MAX_RANK or rows <= _DENSE_MAX_ROWS else "segment"
+    return "gather" if sketch.members is not None and sketch.rank > DENSE_MAX_RANK else "dense"
+
+
+def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax.Array:
+    """Return S a (R × F, float32, accumulated in float32 whatever a's dtype) for a of
+    shape (B, F), by ``method`` (one of ``SKETCH_METHODS``; default ``sketch_method``).
 
     Hash sketches take s(b) ∈ {−1, 0, +1}: a row with s(b) = 0 (padding) is left out.
     """
-    a = a.astype(jnp.float32)
     rank = sketch.rank
+    method = method or sketch_method(sketch, a.shape[0])
     if sketch.kind == "gaussian":
-        return sketch.dense @ a
-    if rank <= DENSE_MAX_RANK or a.shape[0] <= _DENSE_MAX_ROWS:
+        return jnp.matmul(sketch.dense, a.astype(jnp.float32), precision="highest")
+    if method == "dense":
         onehot = sketch.bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
-        return jnp.where(onehot, sketch.signs[None, :], 0.0) @ a
+        s = jnp.where(onehot, sketch.signs[None, :], 0.0)
+        if a.dtype == jnp.bfloat16:  # ±1 and 0 are exact in bfloat16
+            return jnp.matmul(s.astype(a.dtype), a, preferred_element_type=jnp.float32)
+        return jnp.matmul(s, a.astype(jnp.float32), precision="highest")
+    if method == "gather":
+        if sketch.members is None:
+            raise ValueError(f"the gather method needs a balanced sketch (got {sketch.kind!r})")
+        return binned_sum(sketch, a)
+    if method != "segment":
+        raise ValueError(f"unknown sketch method {method!r}; choose one of {', '.join(SKETCH_METHODS)}")
     # sign-split bins; s(b) = 0 maps to 2R, out of range, which segment_sum drops
     split = jnp.where(sketch.signs > 0, sketch.bins, sketch.bins + rank)
     split = jnp.where(sketch.signs == 0, 2 * rank, split)
-    sums = jax.ops.segment_sum(a, split, num_segments=2 * rank)
+    sums = jax.ops.segment_sum(a.astype(jnp.float32), split, num_segments=2 * rank)
     return sums[:rank] - sums[rank:]
 
+
+def binned_sum(sketch: Sketch, a: jax.Array) -> jax.Array:
+    """S a for a balanced sketch: Σ_k s(m_kr)·a[m_kr] over the members m_kr of bin r."""
+    rows, rank = a.shape[0], sketch.rank
+    slots = sketch.members
+    valid = slots < rows
+    index = jnp.where(valid, slots, 0)
+    signs = jnp.where(valid, sketch.signs[index], 0.0)
+    picked = jnp.take(a, index, axis=0, mode="clip").astype(jnp.float32) * signs[:, None]
+    return picked.reshape(-1, rank, a.shape[1]).sum(axis=0)
+
+
 def sketch_rows(
-    a: jax.Array, sketch: Sketch, *, scalars: bool, shrink: float
+    a: jax.Array, sketch: Sketch, *, scalars: bool, shrink: float, method: str | None = None
 ) -> jax.Array:
     """X̂ = (1 − λ) · γ · S a with γ = ‖a‖_F / (‖S a‖_F + ε) when ``scalars``, else γ = 1."""
-    sa = apply_sketch(sketch, a)
+    sa = apply_sketch(sketch, a, method)
     if scalars:
-        norm_a = jnp.linalg.norm(a.astype(jnp.float32))
+        norm_a = jnp.sqrt(jnp.sum(jnp.square(a.astype(jnp.float32))))
         sa = sa * (norm_a / (jnp.linalg.norm(sa) + EPS))
     return sa * shrink if shrink != 1.0 else sa
 

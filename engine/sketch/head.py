@@ -9,7 +9,7 @@ and its logit gradient is dZ = (softmax(Z) − onehot(t)) / B, so
     dX = dZ Wᵀ,   dW = Xᵀ dZ                                  (exact)
     dW ≈ X̂ᵀ dẐ,  X̂ = c·γ_X·S X,  dẐ = c·γ_dZ·S dZ,  c = 1 − λ   (sketched)
 
-with S, γ and the estimators of ``engine.basis`` (S drawn by ``draw_sketch`` from the
+with S, γ and the estimators of ``engine.sketch.basis`` (S drawn by ``draw_sketch`` from the
 head's key, X̂ by ``sketch_rows``). The peer estimators take the same key and draw
 the same numbers as ``sketched_matmul``: row sampling (``crs``, ``wta-crs``) keeps
 x̃ = c²·diag(w)·X[i] and the R sampled rows of dZ, recomputed from their logits
@@ -40,6 +40,7 @@ from engine.sketch.basis import (
     PROJECTION,
     SAMPLING,
     SKETCH_KIND,
+    SKETCH_METHODS,
     USES_SCALARS,
     Sketch,
     apply_sketch,
@@ -52,6 +53,8 @@ from engine.sketch.basis import (
 )
 from engine.sketch.residuals import DENSE_INPUT, LOSS_LOGITS
 
+BINNED = "binned"  # the head visits rows in bin order (balanced sketches)
+
 
 def head_loss(
     x: jax.Array,
@@ -63,6 +66,7 @@ def head_loss(
     estimator: str = "exact",
     rank: int = 1,
     lam: float = 0.0,
+    sketch_method: str | None = None,
 ) -> jax.Array:
     """Mean cross-entropy of ``softmax(x @ w)`` against ``targets``, float32.
 
@@ -72,12 +76,23 @@ def head_loss(
       targets: integer array of shape x.shape[:-1].
       key: the head's sketch key (unused, may be None, when ``estimator="exact"``).
       chunk: rows per chunk C ≥ 1; B need not be a multiple of C.
-      estimator, rank, lam: as ``engine.basis.sketched_matmul``; R is clipped to B.
+      estimator, rank, lam: as ``engine.sketch.basis.sketched_matmul``; R is clipped to B.
+      sketch_method: how a hash sketch meets dZ: ``binned`` (balanced hashing only, its
+        default: rows are visited in bin order, so S dZ is a reshape-sum of each
+        chunk's signed dZ; chunks hold whole layers of bins or whole bins, so C is
+        rounded to a multiple of R or of ⌈B/R⌉) or one of ``SKETCH_METHODS`` (rows in
+        their own order, ``apply_sketch`` on each chunk; the default for other sketches).
     """
     validate_method(estimator, rank, lam)
     if estimator != "exact" and key is None:
         raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
     checks.whole("chunk", chunk, 1)
+    if sketch_method not in (None, BINNED, *SKETCH_METHODS):
+        raise ValueError(
+            f"unknown sketch method {sketch_method!r}; choose one of {BINNED}, {', '.join(SKETCH_METHODS)}"
+        )
+    if sketch_method == BINNED and SKETCH_KIND.get(estimator) != "balanced":
+        raise ValueError(f"the {BINNED} head needs a balanced sketch (estimator {estimator!r} is not)")
     if w.ndim != 2 or x.shape[-1] != w.shape[0] or targets.shape != x.shape[:-1]:
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)} with targets "
@@ -86,7 +101,7 @@ def head_loss(
     rows = math.prod(targets.shape)
     return _head(
         x.reshape(rows, x.shape[-1]), w, targets.reshape(rows), key,
-        min(chunk, rows), min(rank, rows), float(lam), estimator,
+        min(chunk, rows), min(rank, rows), float(lam), estimator, sketch_method,
     )
 
 
@@ -106,7 +121,7 @@ def _chunk_inputs(x, targets, chunk):
 def _logits(xc, w, tc):
     """exp(Z − m) and Σ_v exp(Z − m) with m = max_v Z (one exp per logit), and the
     per-row loss lse − Z[t] = log Σ + m − Z[t] of one chunk; float32."""
-    z = (xc @ w).astype(jnp.float32)
+    z = jnp.matmul(xc, w, preferred_element_type=jnp.float32)
     m = jnp.max(z, axis=-1, keepdims=True)
     e = jnp.exp(z - m)
     total = jnp.sum(e, axis=-1, keepdims=True)
@@ -114,8 +129,8 @@ def _logits(xc, w, tc):
     return e, total, nll[:, 0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _head(x, w, targets, key, chunk, rank, lam, estimator):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method):
     def body(total, xs):
         xc, tc, valid = xs
         return total + jnp.sum(jnp.where(valid, _logits(xc, w, tc)[2], 0.0)), None
@@ -144,11 +159,69 @@ def _mode(estimator: str, rows: int, features: int, rank: int) -> str:
     return "sketch"
 
 
-def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
+def _binned_slots(members: jax.Array, rows: int, rank: int, chunk: int) -> tuple[jax.Array, int, bool]:
+    """(slots, chunk, layer_major): the order in which the binned head visits rows.
+
+    A balanced sketch's ``members`` hold ⌈B/R⌉ = K layers of R slots (slot k·R + r: the
+    k-th row of bin r; B: none). With R ≤ C a chunk is q = ⌊C/R⌋ whole layers (C
+    becomes q·R) and adds ``(s·dZ).reshape(q, R, V).sum(0)`` to S dZ; with R > C it is
+    q = ⌊C/K⌋ (at least 1) whole bins, slots in bin-major order (C becomes q·K), and
+    ``(s·dZ).reshape(q, K, V).sum(1)`` are q rows of S dZ. Padding slots (B) fill the
+    last chunk.
+    """
+    layers = members.shape[0] // rank
+    if rank <= chunk:
+        q = max(1, chunk // rank)
+        pad = (-layers % q) * rank
+        return jnp.pad(members, (0, pad), constant_values=rows), q * rank, True
+    q = max(1, chunk // layers)
+    by_bin = members.reshape(layers, rank).T
+    by_bin = jnp.pad(by_bin, ((0, -rank % q), (0, 0)), constant_values=rows)
+    return by_bin.reshape(-1), q * layers, False
+
+
+def _binned_fwd(x, w, targets, sketch, chunk):
+    """Loss sum, dX, S dZ and Σ dZ² of the head, visiting rows in bin order."""
+    rows, v, rank = x.shape[0], w.shape[1], sketch.rank
+    slots, chunk, layer_major = _binned_slots(sketch.members, rows, rank, chunk)
+    layers = sketch.members.shape[0] // rank
+    valid = slots < rows
+    index = jnp.where(valid, slots, 0)
+    signs = jnp.where(valid, sketch.signs[index], 0.0)
+    split = lambda a: a.reshape(-1, chunk, *a.shape[1:])
+    xs = (split(x[index]), split(targets[index]), split(valid), split(signs))
+
+    def body(carry, xs):
+        total, acc, sq = carry
+        xc, tc, vc, sc = xs
+        e, sum_e, nll = _logits(xc, w, tc)
+        onehot = tc[:, None] == jnp.arange(v, dtype=tc.dtype)
+        dz = jnp.where(vc[:, None], e / sum_e - onehot, 0.0) / rows
+        signed = dz * sc[:, None]
+        if layer_major:
+            acc, rows_out = acc + signed.reshape(-1, rank, v).sum(axis=0), None
+        else:
+            rows_out = signed.reshape(-1, layers, v).sum(axis=1)
+        total = total + jnp.sum(jnp.where(vc, nll, 0.0))
+        sq = sq + jnp.sum(dz * dz)
+        return (total, acc, sq), (jnp.matmul(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32).astype(x.dtype), rows_out)
+
+    zero = jnp.zeros((), jnp.float32)
+    acc = jnp.zeros((rank if layer_major else 0, v), jnp.float32)
+    (total, acc, sq), (dx, rows_out) = jax.lax.scan(body, (zero, acc, zero), xs)
+    if not layer_major:
+        acc = rows_out.reshape(-1, v)[:rank]
+    position = jnp.zeros(rows, jnp.int32).at[jnp.where(valid, slots, rows)].set(
+        jnp.arange(slots.shape[0], dtype=jnp.int32), mode="drop", unique_indices=True
+    )
+    return total, dx.reshape(-1, x.shape[1])[position], acc, sq
+
+
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method):
     rows, features, v = x.shape[0], x.shape[1], w.shape[1]
     mode = _mode(estimator, rows, features, rank)
     shrink = 1.0 - lam
-    sketch, parts, p = None, None, None
+    sketch, parts, p, method = None, None, None, None
     if mode in ("exact", "sample"):  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ
         acc = jnp.zeros((v, features) if mode == "exact" else (0, v), jnp.float32)
     elif mode == "proj":
@@ -157,6 +230,11 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
     else:
         sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
+        method = sketch_method or (BINNED if sketch.members is not None else None)
+
+    if mode == "sketch" and method == BINNED:
+        total, dx, acc, sq = _binned_fwd(x, w, targets, sketch, chunk)
+        return _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator)
 
     def body(carry, xs):
         total, acc, sq = carry
@@ -170,10 +248,10 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
         elif mode == "proj":
             acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
         elif mode == "sketch":
-            acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz)
+            acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz, method)
             sq = sq + jnp.sum(dz * dz)
         total = total + jnp.sum(jnp.where(valid, nll, 0.0))
-        return (total, acc, sq), (dzc @ w.T).astype(x.dtype)
+        return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
 
     zero = jnp.zeros((), jnp.float32)
     (total, acc, sq), dx = jax.lax.scan(
@@ -197,14 +275,22 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator):
         x_tilde = x_part(weighted_rows(x, sample, shrink))
         kept = (loss_part(dx)[0], x_tilde, loss_part(dz_rows)[0], w_dtype)
     else:
-        scalars = estimator in USES_SCALARS
-        x_hat = x_part(sketch_rows(x, sketch, scalars=scalars, shrink=shrink))
-        dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
-        kept = (loss_part(dx)[0], x_hat, loss_part(dz_hat * shrink)[0], w_dtype)
+        return _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator)
     return loss, (*kept[:-1], loss_part(w_dtype)[0])
 
 
-def _bwd(chunk, rank, lam, estimator, residuals, g):
+def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator):
+    """(loss, residuals) of a hash or gaussian sketch: dX, X̂ (tagged ``DENSE_INPUT``)
+    and dẐ = c·γ_dZ·S dZ, γ_dZ = ‖dZ‖_F / (‖S dZ‖_F + ε) with scalars (``sq`` = ‖dZ‖²_F)."""
+    shrink = 1.0 - lam
+    scalars = estimator in USES_SCALARS
+    x_hat = checkpoint_name(sketch_rows(x, sketch, scalars=scalars, shrink=shrink), DENSE_INPUT)
+    dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
+    tag = lambda a: checkpoint_name(a, LOSS_LOGITS)
+    return total / x.shape[0], (tag(dx), x_hat, tag(dz_hat * shrink), tag(jnp.zeros((0,), w.dtype)))
+
+
+def _bwd(chunk, rank, lam, estimator, sketch_method, residuals, g):
     dx, w_dtype = residuals[0], residuals[-1]
     if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
         dw = residuals[1]

@@ -2,7 +2,7 @@
 
 Every array the project's code keeps for a backward pass is tagged with
 ``jax.ad_checkpoint.checkpoint_name(array, TAG)`` where it is made (an identity), so
-that memory accounting (``engine.metrics``) reads its category off JAX's saved-residual
+that memory accounting (``engine.model.memory``) reads its category off JAX's saved-residual
 listing. A library function whose residuals we cannot tag inside (Flax LayerNorm, the
 GELU, XLA attention, optax's cross-entropy) is run through ``keep_tagged``.
 """

@@ -10,10 +10,17 @@ For a database that is not a SQLite file (PostgreSQL) it is beside the default
 SQLite path; runs that many machines train against one PostgreSQL database should
 set ``BASIS_LAB_CHECKPOINTS`` to a filesystem they all mount. Each run keeps its
 checkpoints in ``run_dir(root, run) = root / "run-<run>"``, one sub-directory per
-saved step::
+lease (epoch) of the run that saved, and in it one per saved step::
 
-    <root>/run-12/300/state/...     parameters, optimizer state, step (orbax StandardSave)
-    <root>/run-12/300/meta/...      JSON metadata (sampler state, loss window, config, ...)
+    <root>/run-12/epoch-3/300/state/...   parameters, optimizer state, step (orbax StandardSave)
+    <root>/run-12/epoch-3/300/meta/...    JSON metadata (sampler state, loss window, config,
+                                          and the SHA-256 of every saved array)
+
+Every claim of a run takes a new epoch (``storage.lease``), and an owner writes only
+under its own, so two processes that both believe they train a run (one stalled, then
+replaced) never write into one folder. Reading looks at every epoch (and at steps
+directly under ``run-12/``, as written before epochs): ``steps()`` lists the steps of
+all of them and a restore takes, for a step, the newest epoch's checkpoint of it.
 
 What a checkpoint holds
 -----------------------
@@ -34,30 +41,50 @@ which ``steps()`` never lists. (The rename is atomic for a dying process; orbax
 does not fsync the parent directory, so a power cut may lose the newest one.)
 The first ``save`` of a ``RunCheckpoints`` deletes such leftovers; reading never does.
 
+Proof of contents
+-----------------
+``save`` writes the SHA-256 of every array's bytes (and of the metadata) with the
+checkpoint's metadata; ``restore`` recomputes them on the restored arrays, so a
+checkpoint damaged on disk (flipped bytes, a truncated or missing file) is refused
+with a one-line ``CheckpointError`` naming its step, and ``restore_latest_valid``
+warns once and falls back to the next older checkpoint. (``bench/checkpoint.py``
+measures what hashing costs next to the save.) A checkpoint written before
+checksums is restored unchecked.
+
 Retention
 ---------
 The newest ``keep`` checkpoints are kept, plus every checkpoint saved with
-``final=True`` (the run's last step), which later saves never delete.
+``final=True`` (the run's last step), which later saves never delete. A writer of
+epoch E also deletes the checkpoints of older epochs that are not among the newest
+``keep`` of all, then the older epoch folders left empty.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from engine.core import checks
 
+log = logging.getLogger(__name__)
+
 ENV_DIR = "BASIS_LAB_CHECKPOINTS"
 _FINAL = "basis_lab_final"
+_SUMS = "basis_lab_sha256"  # meta key: {array path: SHA-256 hex, "meta": digest of the rest}
 _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
+_EPOCH_DIR = re.compile(r"epoch-(\d+)")
 
 
 class CheckpointError(ValueError):
@@ -82,32 +109,76 @@ class _FinalSteps:
         return [c.step in self.steps for c in checkpoints]
 
 
+class _Damaged(ValueError):
+    """A restored array or the metadata does not match the checksum saved with it."""
+
+
+def array_checksums(state) -> dict[str, str]:
+    """``{path: SHA-256 hex}`` of the bytes of every array leaf of ``state`` (as the host
+    holds them: C order, the array's own dtype)."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        data = np.ascontiguousarray(np.asarray(leaf))
+        out[jax.tree_util.keystr(path)] = hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest()
+    return out
+
+
+def _meta_digest(extra: dict) -> str:
+    return hashlib.sha256(json.dumps(extra, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _verify(state, extra: dict, sums: dict | None) -> None:
+    """Raise ``_Damaged`` unless ``state``'s arrays and ``extra`` hash to ``sums``
+    (None: a checkpoint written before checksums, taken as it is)."""
+    if sums is None:
+        return
+    if sums.get("meta") != _meta_digest(extra):
+        raise _Damaged("its metadata does not match its checksum")
+    got = array_checksums(state)
+    for path in sorted(set(got) | (set(sums) - {"meta"})):
+        if got.get(path) != sums.get(path):
+            raise _Damaged(f"array {path} does not match its checksum")
+
+
+def _open_manager(directory: Path, policy=None) -> ocp.CheckpointManager:
+    return ocp.CheckpointManager(
+        directory,
+        item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
+        options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, preservation_policy=policy,
+                                             create=False),
+    )
+
+
 class RunCheckpoints:
     """The checkpoints of one run in ``directory``: the newest ``keep`` plus the
     final one. One instance per run; instances of different runs may save from
-    different threads at once, and one instance serialises its own calls."""
+    different threads at once, and one instance serialises its own calls.
 
-    def __init__(self, directory: str | os.PathLike, *, keep: int, name: str | None = None):
+    ``epoch`` is the lease of the owner that writes: saves go to
+    ``directory/epoch-<epoch>`` (None: into ``directory`` itself, for tools and
+    benchmarks that own their folder). Reads see every epoch."""
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int, name: str | None = None,
+                 epoch: int | None = None):
         if not checks.is_whole(keep, 1):
             raise CheckpointError(f"keep must be an integer >= 1 (got {keep!r}): fix by keeping at least one")
+        if epoch is not None and not checks.is_whole(epoch, 0):
+            raise CheckpointError(f"epoch must be an integer >= 0 (got {epoch!r}): fix the caller")
         self.directory = Path(directory).expanduser().absolute()
         self.keep = keep
+        self.epoch = epoch
         self.name = name or self.directory.name
+        self.write_dir = self.directory if epoch is None else self.directory / f"epoch-{epoch}"
         self._lock = threading.RLock()
         self._final = _FinalSteps(set())
         self._cleaned = False
+        self._readers: dict[Path, ocp.CheckpointManager] = {}
         try:
-            self._manager = ocp.CheckpointManager(
-                self.directory,
-                item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
-                options=ocp.CheckpointManagerOptions(
-                    enable_async_checkpointing=False,
-                    preservation_policy=checkpoint_managers.AnyPreservationPolicy(
-                        [checkpoint_managers.LatestN(keep), self._final]
-                    ),
-                    create=False,
-                ),
+            self._manager = _open_manager(
+                self.write_dir,
+                checkpoint_managers.AnyPreservationPolicy([checkpoint_managers.LatestN(keep), self._final]),
             )
+            self._readers[self.write_dir] = self._manager
             for step in self._manager.all_steps():
                 if self._step_is_final(step):
                     self._final.steps.add(step)
@@ -123,15 +194,61 @@ class RunCheckpoints:
         except Exception:  # unreadable metadata: such a checkpoint is not protected
             return False
 
+    # ------------------------------------------------------------------ where they are
+
+    def _folders(self) -> list[tuple[int, Path]]:
+        """``(epoch, folder)`` of every folder that may hold steps, oldest epoch first;
+        the run folder itself (checkpoints from before epochs) counts as epoch -1."""
+        found = [(-1, self.directory)]
+        try:
+            entries = list(self.directory.iterdir())
+        except OSError:
+            entries = []
+        for p in entries:
+            m = _EPOCH_DIR.fullmatch(p.name)
+            if m and p.is_dir():
+                found.append((int(m.group(1)), p))
+        if self.epoch is not None and all(e != self.epoch for e, _ in found):
+            found.append((self.epoch, self.write_dir))
+        return sorted(found)
+
+    def _reader(self, folder: Path) -> ocp.CheckpointManager:
+        manager = self._readers.get(folder)
+        if manager is None:
+            manager = self._readers[folder] = _open_manager(folder)
+        return manager
+
+    def checkpoints(self) -> list[tuple[int, int]]:
+        """``(step, epoch)`` of every complete checkpoint on disk, oldest first (epoch -1:
+        saved before epochs; for one step, older epochs first)."""
+        with self._lock:
+            out = []
+            for epoch, folder in self._folders():
+                try:
+                    manager = self._reader(folder)
+                    manager.reload()
+                    out += [(int(step), epoch) for step in manager.all_steps()]
+                except Exception as e:  # an unreadable folder of another epoch is skipped, not fatal
+                    log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
+                                _brief(e))
+            return sorted(out)
+
+    def _folder_of(self, epoch: int) -> Path:
+        return self.directory if epoch < 0 else self.directory / f"epoch-{epoch}"
+
+    # ------------------------------------------------------------------ writing
+
     def save(self, step: int, state, extra: dict, *, final: bool = False) -> None:
         """Write ``state`` (a pytree of arrays) and ``extra`` (a JSON dict) as the
-        checkpoint of ``step``, replacing one already there; returns once it is
-        complete on disk, so the caller may donate ``state``'s buffers afterwards.
-        ``final=True`` marks the run's last step, which is then always kept."""
+        checkpoint of ``step``, with the checksums of both, replacing one already there;
+        returns once it is complete on disk, so the caller may donate ``state``'s
+        buffers afterwards. ``final=True`` marks the run's last step, which is then
+        always kept."""
         if not isinstance(extra, dict):
             raise CheckpointError(f"checkpoint metadata must be a dict (got {type(extra).__name__}): fix the caller")
         try:
-            json.dumps(extra, allow_nan=False)
+            meta = dict(extra)
+            meta[_SUMS] = {**array_checksums(state), "meta": _meta_digest(extra)}
         except (TypeError, ValueError) as e:
             raise CheckpointError(
                 f"checkpoint metadata at step {step} of {self.name} is not JSON ({_brief(e)}): "
@@ -139,7 +256,7 @@ class RunCheckpoints:
             ) from None
         with self._lock:
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                self.write_dir.mkdir(parents=True, exist_ok=True)
                 if not self._cleaned:
                     self._remove_unfinished_saves()
                     self._cleaned = True
@@ -150,7 +267,7 @@ class RunCheckpoints:
                     self._final.steps.add(step)
                 self._manager.save(
                     step,
-                    args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(extra)),
+                    args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
                     custom_metadata={_FINAL: bool(final)},
                     force=True,
                 )
@@ -158,90 +275,129 @@ class RunCheckpoints:
             except Exception as e:  # orbax/tensorstore raise many types for a full or read-only disk
                 self._final.steps.discard(step)
                 raise CheckpointError(
-                    f"cannot write the checkpoint at step {step} of {self.name} to {self.directory} "
+                    f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
                     f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
+            if self.epoch is not None:
+                self._prune_older_epochs()
+
+    def _prune_older_epochs(self) -> None:
+        """Delete the checkpoints of older epochs that are not among the newest ``keep``
+        of all (by step, then epoch), and the older epoch folders left without any."""
+        everything = self.checkpoints()
+        kept = set(sorted(everything, reverse=True)[: self.keep])
+        for step, epoch in everything:
+            if epoch < self.epoch and (step, epoch) not in kept:
+                shutil.rmtree(self._folder_of(epoch) / str(step), ignore_errors=True)
+        left = {e for _, e in self.checkpoints()}
+        for epoch, folder in self._folders():
+            if 0 <= epoch < self.epoch and epoch not in left:
+                self._readers.pop(folder, None)
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _remove_unfinished_saves(self) -> None:
         """Delete the temporary directories of saves that never finished (a killed
         process). Done by the writer at its first save only, so opening a run to
         read never removes another process's save in progress."""
-        for path in self.directory.glob(f"*{_TMP_SUFFIX}*"):
+        for path in self.write_dir.glob(f"*{_TMP_SUFFIX}*"):
             shutil.rmtree(path)
 
+    # ------------------------------------------------------------------ reading
+
     def steps(self) -> list[int]:
-        """The steps of the complete checkpoints on disk, oldest first."""
-        with self._lock:
-            self._manager.reload()
-            return sorted(self._manager.all_steps())
+        """The steps of the complete checkpoints on disk (of any epoch), oldest first."""
+        return sorted({step for step, _ in self.checkpoints()})
 
     def latest_step(self) -> int | None:
         steps = self.steps()
         return steps[-1] if steps else None
 
-    def restore(self, target_state, step: int | None = None):
-        """``(state, extra)`` of the checkpoint at ``step`` (default the newest),
-        with the structure, dtypes, shapes and shardings of ``target_state`` (a
-        freshly initialised state of the same run)."""
+    def restore(self, target_state, step: int | None = None, *, epoch: int | None = None):
+        """``(state, extra)`` of the checkpoint at ``step`` (default the newest; of the
+        newest epoch holding it unless ``epoch`` is given), with the structure, dtypes,
+        shapes and shardings of ``target_state`` (a freshly initialised state of the
+        same run), after checking every array against its saved checksum."""
         with self._lock:
-            steps = self.steps()
+            saved = self.checkpoints()
+            steps = sorted({s for s, _ in saved})
             if step is None:
                 if not steps:
                     raise CheckpointError(
                         f"{self.name} has no checkpoint in {self.directory}: fix by starting it from step 0"
                     )
                 step = steps[-1]
-            elif step not in steps:
+            holders = [e for s, e in saved if s == step and (epoch is None or e == epoch)]
+            if not holders:
                 raise CheckpointError(
                     f"{self.name} has no checkpoint at step {step} (saved: {steps or 'none'}): "
                     "fix by choosing a saved step"
                 )
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-            try:
-                self._check_matches(step, target_state)
-                restored = self._manager.restore(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
-                )
-                state, extra = restored.state, restored.meta
-                _check_like(state, target_state)
-                if not isinstance(extra, dict):
-                    raise ValueError(f"metadata is {type(extra).__name__}, not a JSON object")
-            except Exception as e:  # orbax/tensorstore raise many types for damaged files
-                raise CheckpointError(
-                    f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
-                    f"({_brief(e)}): fix by deleting {self.directory / str(step)}, or resume from step 0 "
-                    "with --from-scratch"
-                ) from None
-            return state, extra
+            return self._restore(target_state, step, holders[-1])
 
-    def _check_matches(self, step: int, target_state) -> None:
+    def _restore(self, target_state, step: int, epoch: int):
+        folder = self._folder_of(epoch)
+        manager = self._reader(folder)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
+        try:
+            self._check_matches(manager, step, target_state)
+            restored = manager.restore(
+                step,
+                args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
+            )
+            state, extra = restored.state, restored.meta
+            _check_like(state, target_state)
+            if not isinstance(extra, dict):
+                raise ValueError(f"metadata is {type(extra).__name__}, not a JSON object")
+            extra = dict(extra)
+            _verify(state, {k: v for k, v in extra.items() if k != _SUMS}, extra.pop(_SUMS, None))
+        except _Damaged as e:
+            raise CheckpointError(
+                f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
+                "(a resume takes the next older checkpoint)"
+            ) from None
+        except Exception as e:  # orbax/tensorstore raise many types for damaged files
+            raise CheckpointError(
+                f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
+                f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
+            ) from None
+        return state, extra
+
+    @staticmethod
+    def _check_matches(manager: ocp.CheckpointManager, step: int, target_state) -> None:
         """Raise ValueError unless the arrays stored at ``step`` have the paths,
         shapes and dtypes of ``target_state``'s (read from orbax's metadata,
         before any array is read)."""
-        stored = _leaf_types(self._manager.item_metadata(step)["state"].tree)
+        stored = _leaf_types(manager.item_metadata(step)["state"].tree)
         wanted = _leaf_types(ocp.tree.serialize_tree(target_state, keep_empty_nodes=True))
         if stored != wanted:
             path = min(set(stored) ^ set(wanted) or {p for p in wanted if stored[p] != wanted[p]})
             raise ValueError(f"{path} is {stored.get(path, 'absent')} there, {wanted.get(path, 'absent')} here")
 
-    def restore_latest_valid(self, target_state) -> tuple[int, Any, dict, list[str]]:
-        """``(step, state, extra, skipped)`` of the newest readable checkpoint;
-        ``skipped`` holds one message per newer checkpoint that was unreadable.
-        Raises ``CheckpointError`` when there is none."""
+    def restore_latest_valid(self, target_state, *, max_step: int | None = None) -> tuple[int, Any, dict, list[str]]:
+        """``(step, state, extra, skipped)`` of the newest checkpoint (of any epoch; at
+        most ``max_step`` when given) that is readable and matches its checksums;
+        ``skipped`` holds one message per newer one that was not, each also logged as one
+        warning line. Raises ``CheckpointError`` when there is none."""
         skipped: list[str] = []
-        for step in reversed(self.steps()):
-            try:
-                state, extra = self.restore(target_state, step)
-            except CheckpointError as e:
-                skipped.append(str(e))
-                continue
-            return step, state, extra, skipped
+        with self._lock:
+            for step, epoch in reversed(self.checkpoints()):
+                if max_step is not None and step > max_step:
+                    continue
+                try:
+                    state, extra = self._restore(target_state, step, epoch)
+                except CheckpointError as e:
+                    log.warning("%s; trying the next older checkpoint", e)
+                    skipped.append(str(e))
+                    continue
+                return step, state, extra, skipped
         if skipped:
             raise CheckpointError(
                 f"no checkpoint of {self.name} is readable ({len(skipped)} tried; newest: {skipped[0]})"
             )
-        raise CheckpointError(f"{self.name} has no checkpoint in {self.directory}: fix by starting it from step 0")
+        below = "" if max_step is None else f" at or before step {max_step}"
+        raise CheckpointError(
+            f"{self.name} has no checkpoint{below} in {self.directory}: fix by starting it from step 0"
+        )
 
     def delete_all(self) -> None:
         """Delete every checkpoint of the run and its directory."""
@@ -255,7 +411,9 @@ class RunCheckpoints:
 
     def close(self) -> None:
         with self._lock:
-            self._manager.close()
+            for manager in self._readers.values():
+                manager.close()
+            self._readers = {}
 
     def __enter__(self) -> RunCheckpoints:
         return self

@@ -34,6 +34,6 @@ def compiled_stats(compiled) -> dict[str, int]:
 def compiled_memory(
     cfg: GPTConfig, optimizer: optax.GradientTransformation, params, batch, key
 ) -> dict[str, int]:
-    """``compiled_stats`` of the jitted train step (``engine.steps.make_train_step``)."""
+    """``compiled_stats`` of the jitted train step (``engine.training.steps.make_train_step``)."""
     state = jax.eval_shape(lambda p: init_state(p, optimizer), params)
     return compiled_stats(make_train_step(cfg, optimizer).lower(state, batch, key).compile())

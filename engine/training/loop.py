@@ -14,6 +14,7 @@ and one at the last step. It checks ``should_stop`` before every step.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,9 +28,10 @@ from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
-from engine.training.build import load_data, model_config, optimizer_for, run_keys, sketch_key
+from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
-from engine.training.steps import init_state, make_eval_step, make_train_step
+from engine.training.inputs import load_data
+from engine.training.steps import init_state, make_eval_step, make_optimizer, make_train_block, make_train_step
 
 
 class TrainingDiverged(RuntimeError):
@@ -47,7 +49,7 @@ class Record:
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, in total
-    and per category (``engine.metrics.CATEGORIES``), and the compiled step's XLA
+    and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
     temp bytes."""
     cfg = model_config(config)
     mine = memory_breakdown(cfg, params, batch, key)
@@ -63,7 +65,9 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
 
 
 class Checkpointer(Protocol):
-    """Where a run's checkpoints live (``engine.checkpoints.RunCheckpoints``)."""
+    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``). ``save`` may
+    raise to end the run without writing (the runner's checkpointer does when the run's
+    lease was taken by another claim: ``storage.LeaseLostError``); ``train`` lets it through."""
 
     def latest_step(self) -> int | None: ...
 
@@ -76,7 +80,7 @@ class Checkpointer(Protocol):
 class _Window:
     """The train losses since the last eval, still on the device, and their step time."""
 
-    losses: list = field(default_factory=list)  # (step, device scalar)
+    losses: list = field(default_factory=list)  # (first step, device array of the block's losses)
     checked: list = field(default_factory=list)  # host floats already checked finite
     seconds: float = 0.0
 
@@ -84,8 +88,9 @@ class _Window:
         """Bring the pending losses to the host (one sync) and stop at the first non-finite one."""
         if not self.losses:
             return
-        values = np.asarray(jax.device_get(jnp.stack([v for _, v in self.losses])), dtype=np.float64)
-        for (step, _), value in zip(self.losses, values):
+        values = np.asarray(jax.device_get(jnp.concatenate([v for _, v in self.losses])), dtype=np.float64)
+        steps = [first + i for first, v in self.losses for i in range(v.shape[0])]
+        for step, value in zip(steps, values):
             if not math.isfinite(value):
                 raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})")
         self.checked.extend(values.tolist())
@@ -103,6 +108,7 @@ def train(
     checkpoints: Checkpointer | None = None,
     resume: bool = False,
     on_resume: Callable[[int, list[str]], None] | None = None,
+    max_block: int | None = None,
 ) -> Iterator[Record]:
     """Train ``config`` and yield its ``Record``s; raises ``TrainingDiverged`` on a
     non-finite loss (after yielding everything measured before it).
@@ -119,6 +125,11 @@ def train(
     called before the first record with the step it continues from (0: from the
     start) and why newer checkpoints were skipped, so the caller can drop the
     records it already holds past that step.
+
+    Steps between two records run as compiled blocks of up to ``max_block`` steps
+    (default ``block_limit`` of the backend: 1 on a CPU), one dispatch per block; a
+    block computes what its steps one by one compute (same batches, same sketch keys),
+    and ``should_stop`` is checked before every block.
     """
     cfg = model_config(config)
     param_key, sketch_root = run_keys(config.seed)
@@ -175,29 +186,39 @@ def train(
         jax.block_until_ready(state)
         window.seconds += time.perf_counter() - segment
 
-    for step in range(done + 1, config.steps + 1):
+    limit = max_block if max_block is not None else block_limit(jax.default_backend())
+    step = done
+    while step < config.steps:
         if should_stop():
             window.read(config.lr)
-            save(step - 1)
+            save(step)
             return
-        batch = jnp.asarray(sampler.next())
-        key = sketch_key(sketch_root, step)
-        probe_now = bool(probe_names) and config.probe_interval and step % config.probe_interval == 0
-        eval_now = step % config.effective_eval_interval == 0 or step == config.steps
+        first = step + 1
+        last = _block_end(config, first, bool(probe_names), limit, last_saved)
+        batches = np.stack([sampler.next() for _ in range(first, last + 1)])
+        probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
+        eval_now = last % config.effective_eval_interval == 0 or last == config.steps
         values: dict[str, float] = {}
         if probe_now:
             lap()
-            cos, rel = (np.asarray(a) for a in probe(state.params, batch, key))
+            cos, rel = (np.asarray(a) for a in probe(state.params, jnp.asarray(batches[0]), sketch_key(sketch_root, first)))
             values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
             values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
             values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
             segment = time.perf_counter()
-        state, loss = step_fn(state, batch, key)
-        window.losses.append((step, loss))
+        if last == first:
+            state, loss = step_fn(state, jnp.asarray(batches[0]), sketch_key(sketch_root, first))
+            losses = loss[None]
+        else:
+            block = _train_block(cfg, config.optimizer, config.lr, config.momentum, config.weight_decay)
+            state, losses = block(state, jnp.asarray(batches), sketch_root, jnp.int32(first))
+        window.losses.append((first, losses))
         if probe_now or eval_now:
             window.read(config.lr)
         if on_step:
-            on_step(step, window.checked[-1] if (probe_now or eval_now) else None)
+            for s in range(first, last + 1):
+                on_step(s, window.checked[-1] if s == last and (probe_now or eval_now) else None)
+        step = last
         if eval_now:
             lap()
             val_loss, val_se = eval_fn(state.params, val)
@@ -221,6 +242,44 @@ def train(
             save(step)
         if values or step == last_saved:
             segment = time.perf_counter()
+
+
+BLOCK_STEPS = {"cpu": 1}  # most steps per compiled block, per backend; others: BLOCK_STEPS_DEFAULT
+BLOCK_STEPS_DEFAULT = 64
+
+
+def block_limit(backend: str) -> int:
+    """Most steps one compiled block runs on ``backend``. A CPU step (tens of ms on the
+    2-core machine) dwarfs its dispatch, so a CPU runs step by step and stops between
+    any two steps; on a GPU a paper-preset step is under a millisecond, about what
+    dispatching it costs, so steps run in blocks of up to 64 (power-of-two sizes: a
+    few compiled programs serve every run)."""
+    return BLOCK_STEPS.get(backend, BLOCK_STEPS_DEFAULT)
+
+
+@functools.lru_cache(maxsize=16)
+def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: float) -> Callable:
+    """``make_train_block`` shared by every run of one model and optimizer (the seeds of
+    a sweep), so each block size compiles once per process."""
+    return make_train_block(cfg, make_optimizer(optimizer, lr, momentum=momentum, weight_decay=weight_decay))
+
+
+def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int) -> int:
+    """The last step of the block that starts at ``first``: it stops at the next eval
+    step, the last step, the step before the next probe (a probe reads the parameters
+    before its step and is recorded after it, so a probe step is a block of its own)
+    and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
+    ``limit`` steps, a power of two."""
+    last = min(config.steps, first + limit - 1, -(-first // config.effective_eval_interval) * config.effective_eval_interval)
+    if probing and config.probe_interval:
+        if first % config.probe_interval == 0:  # its record follows this one step
+            return first
+        next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
+        last = min(last, next_probe - 1)
+    if config.checkpoint_interval is not None:
+        last = min(last, last_saved + config.checkpoint_interval)
+    n = last - first + 1
+    return first + (1 << (n.bit_length() - 1)) - 1
 
 
 def _checkpoint_due(config: RunConfig, step: int, eval_now: bool, last_saved: int, seconds_since: float) -> bool:

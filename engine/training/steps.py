@@ -28,16 +28,39 @@ def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay:
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
-def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
-    """``step(state, batch, sketch_key) -> (state, loss)``, jitted, state donated."""
-
+def _train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
     def step(state: TrainState, batch: jax.Array, sketch_key: jax.Array):
         loss, grads = jax.value_and_grad(lambda p: loss_fn(cfg, p, batch, sketch_key))(state.params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         return TrainState(params, opt_state, state.step + 1), loss
 
-    return jax.jit(step, donate_argnums=0)
+    return step
+
+
+def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
+    """``step(state, batch, sketch_key) -> (state, loss)``, jitted, state donated."""
+    return jax.jit(_train_step(cfg, optimizer), donate_argnums=0)
+
+
+def make_train_block(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
+    """``block(state, batches[n, B, T+1], sketch_root, first) -> (state, losses[n])``:
+    n train steps as one compiled program (``lax.scan``; one dispatch instead of n),
+    jitted, state donated. Step i takes ``batches[i]`` and the sketch key
+    ``fold_in(sketch_root, first + i)``, the key the step-by-step loop gives step
+    ``first + i`` (``engine.training.build.sketch_key``), so the block computes what n
+    calls of ``make_train_step`` compute."""
+    step = _train_step(cfg, optimizer)
+
+    def block(state: TrainState, batches: jax.Array, sketch_root: jax.Array, first: jax.Array):
+        def body(state, xs):
+            batch, i = xs
+            return step(state, batch, jax.random.fold_in(sketch_root, first + i))
+
+        index = jnp.arange(batches.shape[0], dtype=jnp.int32)
+        return jax.lax.scan(body, state, (batches, index))
+
+    return jax.jit(block, donate_argnums=0)
 
 
 def make_eval_step(cfg: GPTConfig) -> Callable:

@@ -14,6 +14,10 @@ exact and a sketched backward pass, about two train steps) per step.
 the database has any (their ``tokens_per_s`` and the wall time of their step-0
 record), else from :func:`measure_step`, which compiles and times the real train
 step on random tokens (cached per timing key for the life of the process).
+
+Only :func:`measure_step` needs JAX, and imports it when it first measures: the
+estimate itself is arithmetic on the run config, so the Launch page shows it
+without loading a framework.
 """
 
 from __future__ import annotations
@@ -24,14 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
-from engine.training.build import initial_params, model_config, optimizer_for, run_keys, sketch_key
-from engine.training.steps import init_state, make_train_step
 
 EVAL_COST = 1 / 3  # a validation batch (forward only) relative to a train step
 PROBE_COST = 2.0  # a dW probe (two backward passes) relative to a train step
@@ -52,13 +50,15 @@ class StepTiming:
 
 def timing_key(config: RunConfig) -> tuple:
     """What a run's step time depends on: the model (less λ, and less the rank
-    when exact), the effective batch size and the optimizer."""
-    model = model_config(config)
+    when exact), the effective batch size and the optimizer. The head chunk enters
+    as the run asks for it (None: the backend's default), so the key needs no
+    backend and hence no JAX."""
+    model = config.model_config(backend="").replace(head_chunk=0)
     if config.is_exact:
         model = model.replace(estimator="exact", rank=1, lam=0.0)
     else:
         model = model.replace(lam=0.0)
-    return (model, config.effective_batch_size, config.optimizer)
+    return (model, config.head_chunk, config.effective_batch_size, config.optimizer)
 
 
 def measure_step(config: RunConfig, steps: int = 3) -> StepTiming:
@@ -88,6 +88,13 @@ def measure_step_seconds(config: RunConfig, steps: int = 3) -> float:
 
 
 def _time_steps(config: RunConfig, steps: int) -> StepTiming:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from engine.training.build import initial_params, model_config, optimizer_for, run_keys, sketch_key
+    from engine.training.steps import init_state, make_train_step
+
     cfg = model_config(config)
     optimizer = optimizer_for(config)
     state = init_state(initial_params(config), optimizer)

@@ -7,82 +7,17 @@ it too when no browser is found). The test skips, saying why, only when no Chrom
 be found or installed, or Playwright is missing.
 """
 
-import contextlib
 import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from storage import RunStore
+from tests.support.browser import CHROMIUM_ARGS, playwright_and_chromium, streamlit_server
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 STEPS, EVAL = 4, 2  # two runs (exact and basis R=1), validation at steps 0, 2, 4
 EXPECTED = [["basis R=1 s0", 3], ["exact s0", 3]]
-
-
-def find_chromium() -> str | None:
-    """Debian's Chromium, installing it with the project's script when it is missing."""
-    def which():
-        return shutil.which("chromium") or shutil.which("chromium-browser") or (
-            "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
-
-    if which() is None:
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=False, timeout=900)
-    return which()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(port: int, server: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"streamlit exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError("streamlit did not become healthy")
-
-
-@contextlib.contextmanager
-def streamlit_server(env: dict, log_path: Path):
-    """``streamlit run app/main.py`` on a free localhost port with ``env``; yields the port
-    once the server is healthy, and stops it (its output in ``log_path``)."""
-    port = free_port()
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_healthy(port, server)
-            yield port
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 VALIDATION_POINTS = """() => {
@@ -98,13 +33,7 @@ VALIDATION_POINTS = """() => {
 
 @pytest.mark.browser
 def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
 
     url = f"sqlite:///{tmp_path / 'browser.db'}"
     env = dict(os.environ, BASIS_LAB_DB_URL=url, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")

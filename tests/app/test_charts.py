@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts, frames
+from engine.analysis import charts, frames
 
 
 def _series(trace, color, ys, std=None, xs=None, dash="solid"):

@@ -13,12 +13,13 @@ import pandas as pd
 import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
-from app import charts, display, frames
+from app import display
+from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
-from tests.app.test_logic import LAYERS, TINY, fake_run
-from tests.app.test_pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+from tests.support.runs import LAYERS, TINY, fake_run
 
 PAPER = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10)
 RANK_TITLES = {"val_loss": "Validation loss against rank R", "cos_mean": "Mean cosine against rank R",
@@ -384,7 +385,7 @@ def _controls(at) -> dict:
 
 
 def test_a_compare_url_opens_exactly_its_view_and_the_controls_write_it_back(url, store):
-    from tests.app.test_runs import SWEEP_A, SWEEP_B, InSweep
+    from tests.support.runs import SWEEP_A, SWEEP_B, InSweep
 
     a = [fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=r)) for r in (1, 8)]
     b = [fake_run(InSweep(store, SWEEP_B), dataclasses.replace(TINY, rank=r, seed=1)) for r in (1, 8)]
@@ -431,7 +432,7 @@ def test_a_view_is_saved_by_name_in_the_database_and_reopened(url, store):
 
 
 def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
-    from tests.app.test_runs import SWEEP_A, InSweep
+    from tests.support.runs import SWEEP_A, InSweep
 
     ids = [fake_run(InSweep(store, SWEEP_A, [tag]), dataclasses.replace(TINY, rank=8, lr=lr, seed=s))
            for lr, tag in ((0.01, "low"), (0.02, "high")) for s in (0, 1)]

@@ -15,7 +15,7 @@ from engine.config import RunConfig
 from engine.runner.paths import checkpoint_root
 from engine.training.checkpoints import RunCheckpoints, run_dir
 from storage import RunStore
-from tests.app.test_browser import ROOT, free_port, wait_healthy
+from tests.support.browser import ROOT, free_port, wait_healthy
 
 LONG = RunConfig(preset="tiny", steps=100_000, eval_interval=50_000, probe_interval=0, val_batches=1, name="long")
 
@@ -42,7 +42,7 @@ def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_pa
         wait_healthy(port, server)
         from playwright.sync_api import sync_playwright
 
-        from tests.app.test_browser import CHROMIUM_ARGS, find_chromium
+        from tests.support.browser import CHROMIUM_ARGS, find_chromium
 
         chromium = find_chromium()
         if chromium is None:

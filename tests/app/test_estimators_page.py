@@ -11,9 +11,9 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.app.test_browser import CHROMIUM_ARGS, find_chromium, streamlit_server
-from tests.app.test_logic import TINY, fake_run
-from tests.app.test_pages import app, button, page, store, url  # noqa: F401  (fixtures)
+from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
+from tests.support.runs import TINY, fake_run
 
 RESULT = {"layer": "all", "estimator": "basis", "rank": 4, "lam": 0.0, "bias2": 1e-3, "bias2_se": 1e-3,
           "variance": 0.5, "mse": 0.5, "cos_mean": 0.7, "keys": 8, "batches": 1}

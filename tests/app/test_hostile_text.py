@@ -15,8 +15,8 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.app.test_browser import CHROMIUM_ARGS, find_chromium, streamlit_server
-from tests.app.test_logic import TINY, fake_run
+from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.runs import TINY, fake_run
 
 HOST = "http://127.0.0.2:9"
 MARKDOWN_NAME = f"![q]({HOST}/x.png)"

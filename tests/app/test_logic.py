@@ -9,53 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts, form, frames, tables
-from engine.analysis.summary import MIB, display_frame, run_summary, run_table3
+from app import form, tables
+from engine.analysis import charts, frames
+from engine.analysis.summary import MIB, display_frame
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from engine.runner import estimates
+from engine.runner.queries import run_summary, run_table3
 from engine.training import timing
 from storage import MetricsFeed, RunStore
-
-TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
-LAYERS = ("block_0/mlp/fc", "block_0/mlp/proj", "head")
-
-
-def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
-             steps_done: int | None = None, error: str | None = None, breakdown: bool = False,
-             saved: float = 12e6, saved_exact: float = 13e6) -> int:
-    """A run as a worker would have written it (metrics at step 0, every eval and probe
-    interval), without training: val loss decays from 10.8 towards ``final``."""
-    run_id = store.create_run(
-        name=config.label(), config=config.to_dict(), estimator="exact" if config.is_exact else config.estimator,
-        rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
-        steps=config.steps, versions={"jax": "0.10.2"}, device="cpu: cpu",
-        status="queued",
-    )
-    if status != "queued":
-        store.set_status(run_id, "running")
-    done = config.steps if steps_done is None else steps_done
-    if config.is_exact:
-        saved = saved_exact
-    rows = [(0, 0.5, "val_loss", 10.8), (0, 0.5, "mem_saved_bytes", saved), (0, 0.5, "mem_saved_bytes_exact", saved_exact),
-            (0, 0.5, "mem_saved_ratio", saved / saved_exact), (0, 0.5, "mem_temp_bytes", 30e6)]
-    if breakdown:
-        for cat, share in (("sketched_inputs", 0.2), ("nonlinearity", 0.3), ("loss_logits", 0.5)):
-            rows += [(0, 0.5, f"mem_bytes/{cat}", share * saved), (0, 0.5, f"mem_bytes_exact/{cat}", share * saved_exact)]
-    for step in range(1, done + 1):
-        wall = 0.5 + 0.01 * step
-        if step % config.effective_eval_interval == 0 or step == config.steps:
-            v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
-            rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
-        if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:
-            cos = [0.5 + 0.1 * i for i in range(len(LAYERS))]
-            rows += [(step, wall, f"cos/{n}", c) for n, c in zip(LAYERS, cos)]
-            rows += [(step, wall, f"rel_err/{n}", 1 - c) for n, c in zip(LAYERS, cos)]
-            rows += [(step, wall, "cos_mean", float(np.mean(cos))), (step, wall, "rel_err_mean", 1 - float(np.mean(cos)))]
-    store.add_metrics(run_id, rows)
-    store.heartbeat(run_id, done)
-    if status not in ("queued", "running"):
-        store.set_status(run_id, status, error=error)
-    return run_id
+from tests.support.runs import TINY, fake_run
 
 
 @pytest.fixture
@@ -136,7 +98,7 @@ def test_paper_settings_are_the_papers_run():
     assert {c.rank for c in sketched} == {1, 8, 16, 32, 64}
     assert all(c.lam == 0.01 and c.preset == "paper" and c.optimizer == "sgd" and c.lr == 0.01
                and c.momentum == 0.9 and c.steps == 50_000 and c.eval_interval == 1000 for c in sketched)
-    assert [c.lam for c in configs if c.is_exact] == [0.0]
+    assert [(c.lam, c.seed) for c in configs if c.is_exact] == [(0.0, 0), (0.0, 1), (0.0, 2)]
     assert form.to_sweep(form.values_of(form.PAPER_SWEEP)) == form.PAPER_SWEEP
 
 

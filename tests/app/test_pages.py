@@ -4,47 +4,22 @@ One test trains real tiny runs from the Launch form; the others write runs the w
 worker (or the CLI in another process) would, which is what the pages read.
 """
 
-import base64
 import dataclasses
 import io
-import json
-import os
 import re
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
-from streamlit.testing.v1 import AppTest
 
 from app import state
 from app.text import plain
-from engine.analysis.summary import run_summary
 from engine.config import RunConfig
+from engine.runner.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
-from tests.app.test_logic import TINY, fake_run
-
-APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
-
-
-@pytest.fixture
-def url():
-    """The test's database URL; its job manager is shut down afterwards."""
-    url = os.environ["BASIS_LAB_DB_URL"]
-    yield url
-    lab = state._lab(url)
-    lab.manager.shutdown(cancel_running=True)
-    lab.store.close()
-    state._lab.clear()
-
-
-@pytest.fixture
-def store(url):
-    s = RunStore(url)
-    yield s
-    s.close()
+from tests.support.pages import app, button, figures, page, store, url  # noqa: F401  (fixtures)
+from tests.support.runs import TINY, fake_run, wait_for
 
 
 @pytest.fixture
@@ -59,45 +34,6 @@ def downloads(monkeypatch):
 
     monkeypatch.setattr(MediaFileManager, "add_deferred", spy)
     return files
-
-
-def app(selected=None) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=120)
-    if selected is not None:
-        at.session_state[state.SELECTED] = list(selected)
-    return at
-
-
-def page(at: AppTest, name: str) -> AppTest:
-    at.switch_page(f"views/{name}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.warning, [w.value for w in at.warning]
-    return at
-
-
-def figures(at: AppTest) -> dict[str, dict]:
-    """Plotly figures on the page by title, their arrays decoded."""
-    out = {}
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
-        for trace in spec["data"]:
-            for axis in ("x", "y"):
-                v = trace.get(axis)
-                if isinstance(v, dict) and "bdata" in v:
-                    trace[axis] = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).tolist()
-        out[(spec["layout"].get("title") or {}).get("text", "")] = spec
-    return out
-
-
-def button(at: AppTest, prefix: str):
-    return next(b for b in at.button if b.label.startswith(prefix))
-
-
-def wait_for(predicate, timeout=600.0, every=0.2):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(every)
 
 
 # ----------------------------------------------------------------------------- the main flow
@@ -296,7 +232,7 @@ def test_paper_button_fills_the_papers_settings_and_history_gives_an_estimate(ur
     s = at.session_state
     assert (s["launch.preset"], s["launch.lams"], s["launch.lr"], s["launch.momentum"], s["launch.optimizer"]) == ("paper", "0.01", 0.01, 0.9, "sgd")
     assert (s["launch.steps"], s["launch.eval_interval"], s["launch.ranks"]) == (50_000, 1000, "1, 8, 16, 32, 64")
-    assert "6 runs to launch" in [h.value for h in at.subheader]
+    assert "18 runs to launch" in [h.value for h in at.subheader]  # the paper's grid over seeds 0, 1, 2
     estimate = next(m.value for m in at.markdown if m.value.startswith("Estimated time"))
     assert "≈" in estimate and "h" in estimate  # 50,000 steps a run at 64 ms a step
     assert any("(timed by earlier runs)" in c.value for c in at.caption)

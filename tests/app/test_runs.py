@@ -22,31 +22,9 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.app.test_browser import CHROMIUM_ARGS, ROOT, find_chromium, streamlit_server
-from tests.app.test_logic import TINY, fake_run
-from tests.app.test_pages import app, button, page, store, url, wait_for  # noqa: F401  (fixtures)
-
-SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
-
-
-class InSweep:
-    """A store whose new runs belong to one sweep with tags (what a launch records)."""
-
-    def __init__(self, store, sweep_id, tags=()):
-        self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
-
-    def create_run(self, **kwargs):
-        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
+from tests.support.browser import CHROMIUM_ARGS, ROOT, find_chromium, playwright_and_chromium, streamlit_server
+from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
+from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, dead_pid, fake_run, wait_for
 
 
 def runs_table(at):
@@ -236,12 +214,15 @@ def test_workers_panel_shows_active_stopped_and_gone(url, store):
     store.register_worker(f"here:{pid}:cc", socket.gethostname(), pid, device="cpu: cpu")
     fake_run(store, TINY)
     at = app().run()
+    assert len(at.dataframe[1].value) == 3  # a dashboard that has not trained yet is no worker
+    mine = state._lab(url).manager.worker_id  # its job manager starts on first use
+    at.run()
     workers = at.dataframe[1].value
     states = dict(zip(workers["id"], workers["state"]))
     assert states["gpu-box:41:aa"] == "▶ active"
     assert states["laptop:7:bb"] == "■ stopped"
     assert states[f"here:{pid}:cc"] == "⚠ gone"
-    assert states[state._lab(url).manager.worker_id] == "▶ active"  # this dashboard's own job manager
+    assert states[mine] == "▶ active"  # this dashboard's own job manager
     assert any(e.label.startswith("Workers ·") and "1 gone" in e.label and "1 stopped" in e.label for e in at.expander)
 
 
@@ -369,13 +350,7 @@ class _Counter(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.browser
 def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
 
     _Counter.hits = []
     trap = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counter)
@@ -482,3 +457,11 @@ def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_ca
     finally:
         assert not store.cancel_requested(b) and store.get_run(b).status == "running"
         store.close()
+
+
+def test_the_runs_page_offers_a_backup_of_the_database(url, store):
+    fake_run(store, TINY)
+    at = app().run()
+    assert not at.exception
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Back up the database" in labels

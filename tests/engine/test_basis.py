@@ -9,11 +9,13 @@ from jax._src.ad_checkpoint import saved_residuals
 from engine.core.choices import ESTIMATORS
 from engine.sketch.basis import (
     SAMPLING,
+    SKETCH_METHODS,
     _argsort,
     apply_sketch,
     draw_sketch,
     projection_width,
     sample_rows,
+    sketch_method,
     sketch_rows,
     sketched_matmul,
 )
@@ -117,6 +119,57 @@ def test_apply_sketch_is_the_product_with_s(kind, rows, rank):
     sk = draw_sketch(jax.random.key(rows + rank), kind, rows, rank)
     a = jax.random.normal(jax.random.key(1), (rows, 5))
     np.testing.assert_allclose(apply_sketch(sk, a), _s_from_hash(sk, rows) @ np.asarray(a), rtol=1e-5, atol=1e-5)
+
+
+# every way of applying S, forced on this CPU, against S built entrywise (NumPy) and
+# against each other; bfloat16 inputs accumulate in float32
+@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (200, 200), (1000, 1), (1000, 40), (301, 7), (9, 4)])
+@pytest.mark.parametrize("kind", ["balanced", "uniform"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_every_sketch_method_is_the_product_with_s(kind, rows, rank, dtype):
+    sk = draw_sketch(jax.random.key(rows * rank), kind, rows, rank)
+    a = jax.random.normal(jax.random.key(1), (rows, 6)).astype(dtype)
+    oracle = _s_from_hash(sk, rows).astype(np.float64) @ np.asarray(a, np.float64)
+    methods = SKETCH_METHODS if kind == "balanced" else ("dense", "segment")
+    for method in methods:
+        got = jax.jit(lambda a: apply_sketch(sk, a, method))(a)
+        assert got.dtype == jnp.float32 and got.shape == (rank, 6)
+        np.testing.assert_allclose(got, oracle, rtol=1e-5, atol=1e-5, err_msg=method)
+    if kind == "uniform":
+        with pytest.raises(ValueError, match="balanced sketch"):
+            apply_sketch(sk, a, "gather")
+
+
+def test_unknown_sketch_method_is_a_clear_error():
+    sk = draw_sketch(jax.random.key(0), "balanced", 8, 2)
+    with pytest.raises(ValueError, match="unknown sketch method 'scatter'; choose one of dense"):
+        apply_sketch(sk, jnp.ones((8, 3)), "scatter")
+
+
+@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (13, 13), (9, 1), (301, 7)])
+def test_balanced_members_list_each_bin_in_slots_of_ceil_b_over_r(rows, rank):
+    """Slot k·R + r holds the k-th row of bin r (B where bin r has fewer rows): every row
+    once, each in its own bin, only the last layer padded."""
+    sk = draw_sketch(jax.random.key(rows), "balanced", rows, rank)
+    members = np.asarray(sk.members).reshape(-1, rank)
+    assert members.shape == (-(-rows // rank), rank)
+    real = members < rows
+    assert np.all(real[:-1])
+    np.testing.assert_array_equal(np.sort(members[real]), np.arange(rows))
+    bins = np.asarray(sk.bins)
+    for r in range(rank):
+        np.testing.assert_array_equal(bins[members[real[:, r], r]], r)
+
+
+def test_default_method_never_scatters_on_a_gpu_and_follows_measurements_on_cpu():
+    balanced = draw_sketch(jax.random.key(0), "balanced", 4096, 32)
+    uniform = draw_sketch(jax.random.key(0), "uniform", 4096, 32)
+    assert sketch_method(balanced, 4096, "gpu") == "gather"
+    assert sketch_method(uniform, 4096, "gpu") == "dense"
+    assert sketch_method(draw_sketch(jax.random.key(0), "balanced", 4096, 4), 4096, "gpu") == "dense"
+    assert sketch_method(balanced, 4096, "cpu") == "segment"
+    assert sketch_method(balanced, 64, "cpu") == "dense"
+    assert sketch_method(draw_sketch(jax.random.key(0), "balanced", 4096, 2), 4096, "cpu") == "dense"
 
 
 @pytest.mark.parametrize("rows,rank", [(40, 4), (1000, 1), (1000, 40)])
@@ -244,6 +297,34 @@ def test_bfloat16_input_keeps_dtypes_and_accumulates_in_float32():
     assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
     exact = np.asarray(xb.astype(jnp.float32).T @ g.astype(jnp.bfloat16).astype(jnp.float32))
     np.testing.assert_allclose(np.asarray(dw, np.float32), exact, rtol=2e-2, atol=0.25)
+
+
+@pytest.mark.parametrize("method", SKETCH_METHODS)
+def test_balanced_dw_is_unbiased_on_bfloat16_inputs(method, monkeypatch):
+    """Monte Carlo over K keys on bfloat16 x, w, dY (the ``balanced`` estimator: no
+    scalars, E[d̂W] = c²·X̂ᵀdY exactly). The target is X̂ᵀ dY of the bfloat16 values,
+    computed in float64: with sketches and their product accumulated in float32 the
+    estimator's only error is float32 round-off (≤ 1e-6 relative here, far below the
+    bound). Every entry of mean − target lies within 5.5·σ/√K (σ the sample std of
+    that entry): with 36 entries a false failure has chance below 36 · 4e-8. The
+    kernel is float32, so dW comes back unrounded (a bfloat16 kernel would round each
+    sample, a bias of up to 2⁻⁹ relative that is not the estimator's)."""
+    import engine.sketch.basis as basis
+
+    monkeypatch.setattr(basis, "sketch_method", lambda sketch, rows, backend=None: method)
+    x, w, g = _data(shape_x=(24, 4), m=3, seed=3)
+    xb, gb = x.astype(jnp.bfloat16), g.astype(jnp.bfloat16)
+
+    def dw(key):  # the layer's own forward and backward, x and dY in bfloat16
+        _, residuals = basis._fwd(xb, w, key, 4, 0.2, "balanced")
+        return basis._bwd(4, 0.2, "balanced", residuals, gb)[1]
+
+    k = 20000
+    dws = np.asarray(jax.jit(jax.vmap(dw))(jax.random.split(jax.random.key(11), k)), np.float64)
+    target = np.asarray(xb, np.float64).T @ np.asarray(gb, np.float64) * 0.8**2
+    mean, std = dws.mean(axis=0), dws.std(axis=0, ddof=1)
+    assert np.all(std > 0)
+    assert np.all(np.abs(mean - target) <= 5.5 * std / np.sqrt(k))
 
 
 def test_jit_matches_eager():

@@ -331,3 +331,65 @@ def test_two_runs_save_concurrently_from_two_threads(tmp_path):
                 state, extra = ckpt.restore(_small_state(0), step=step)
                 assert extra == {"run": run, "step": step}
                 assert int(state["step"]) == 100 * run + step
+
+
+# --------------------------------------------------------------------------- checksums and epochs
+
+
+def _xor_64_bytes_of_the_largest_data_file(step_dir: Path):
+    big = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(big.read_bytes())
+    for i in range(64):
+        data[len(data) // 2 + i] ^= 0x5A
+    big.write_bytes(bytes(data))
+
+
+def _random_state(seed: int):
+    rng = np.random.default_rng(seed)
+    return {"w": jnp.asarray(rng.normal(size=(256, 256)).astype(np.float32)), "step": jnp.int32(seed)}
+
+
+def test_a_checksum_catches_damage_the_file_format_does_not(tmp_path, caplog):
+    """XOR 64 bytes inside the array data of the newest checkpoint: orbax reads it back
+    without complaint (other numbers), the saved SHA-256 does not match, and the restore
+    falls back to the older checkpoint with one warning line naming the step."""
+    directory = tmp_path / "run-7"
+    with RunCheckpoints(directory, keep=3, name="run 7") as ckpt:
+        ckpt.save(10, _random_state(10), {"at": 10})
+        ckpt.save(20, _random_state(20), {"at": 20})
+    _xor_64_bytes_of_the_largest_data_file(directory / "20")
+    with RunCheckpoints(directory, keep=3, name="run 7") as ckpt:
+        with pytest.raises(CheckpointError, match=r"step 20 of run 7 is damaged \(array \['w'\] does not match its checksum\)"):
+            ckpt.restore(_random_state(0), step=20)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="engine.training.checkpoints"):
+            step, state, extra, skipped = ckpt.restore_latest_valid(_random_state(0))
+    assert (step, extra) == (10, {"at": 10})
+    np.testing.assert_array_equal(np.asarray(state["w"]), np.asarray(_random_state(10)["w"]))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "step 20 of run 7 is damaged" in warnings[0]
+    assert len(skipped) == 1
+
+
+def test_saves_go_under_the_epoch_and_reads_see_every_epoch(tmp_path):
+    directory = tmp_path / "run-3"
+    with RunCheckpoints(directory, keep=2) as legacy:  # written before epochs: steps in the run folder
+        legacy.save(5, _small_state(5), {"at": 5})
+    with RunCheckpoints(directory, keep=4, epoch=1) as first:
+        first.save(10, _small_state(10), {"at": 10})
+        first.save(20, _small_state(20), {"at": 20})
+    with RunCheckpoints(directory, keep=4, epoch=3) as stale:  # an owner that lost its lease, far ahead
+        stale.save(90, _small_state(90), {"at": 90})
+    with RunCheckpoints(directory, keep=2, epoch=4) as mine:
+        assert mine.checkpoints() == [(5, -1), (10, 1), (20, 1), (90, 3)]
+        assert mine.restore_latest_valid(_small_state(0), max_step=20)[0] == 20  # the recorded step bounds a resume
+        mine.save(20, _small_state(20), {"at": 20, "again": True})
+        assert mine.restore(_small_state(0), step=20)[1] == {"at": 20, "again": True}  # the newest epoch's
+        # older epochs keep only what is among the newest `keep` of all; emptied epoch folders go
+        assert mine.checkpoints() == [(20, 4), (90, 3)]
+        assert sorted(p.name for p in directory.iterdir()) == ["epoch-3", "epoch-4"]
+        mine.save(30, _small_state(30), {"at": 30})
+        assert mine.checkpoints() == [(20, 4), (30, 4), (90, 3)] and mine.steps() == [20, 30, 90]
+    with RunCheckpoints(directory, keep=2, epoch=3) as stale:
+        stale.save(100, _small_state(100), {"at": 100})  # a stale writer never prunes a newer epoch
+        assert (directory / "epoch-4" / "30").is_dir()

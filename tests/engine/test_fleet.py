@@ -13,7 +13,7 @@ from engine.cli.main import main
 from engine.config import RunConfig
 from engine.runner import jobs, liveness
 from storage import RunStore
-from tests.engine.test_durable import _wait_for
+from tests.support.runs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = RunConfig(preset="tiny", steps=10, eval_interval=5, probe_interval=0, val_batches=1, checkpoint_interval=5)
@@ -65,7 +65,7 @@ def test_a_killed_worker_is_replaced_and_its_run_resumes_from_its_checkpoint(db_
     run_id = jobs.queue_runs(store, [long])[0]
     ckpt = tmp_path / "shared-ckpt"
     first = _worker(db_url, ckpt, "--max-runs", "1")
-    _wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 60, what="a checkpoint at step 60")
+    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 60, what="a checkpoint at step 60")
     owner = store.get_run(run_id).owner
     assert owner.endswith(f":{first.pid}")
     first.send_signal(signal.SIGKILL)
@@ -85,7 +85,7 @@ def test_without_the_checkpoints_a_replacement_restarts_from_zero_and_says_why(t
     store = RunStore(url)
     run_id = jobs.queue_runs(store, [QUICK.replace(steps=200, eval_interval=20, checkpoint_interval=20)])[0]
     first = _worker(url, tmp_path / "machine-a")
-    _wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 40, what="a checkpoint at step 40")
+    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 40, what="a checkpoint at step 40")
     first.send_signal(signal.SIGKILL)
     first.wait(60)
     second = _worker(url, tmp_path / "machine-b", "--idle-exit", "5")  # another machine's disk
@@ -102,7 +102,7 @@ def test_sigterm_stops_a_worker_and_leaves_its_run_resumable(tmp_path):
     store = RunStore(url)
     run_id = jobs.queue_runs(store, [QUICK.replace(steps=5000, eval_interval=50)])[0]
     worker = _worker(url, tmp_path / "ckpt")
-    _wait_for(lambda: store.get_run(run_id).steps_done >= 20, what="the run to train")
+    wait_for(lambda: store.get_run(run_id).steps_done >= 20, what="the run to train")
     worker.send_signal(signal.SIGTERM)
     out, _ = worker.communicate(timeout=300)
     assert worker.returncode == 128 + signal.SIGTERM, out
@@ -124,7 +124,7 @@ def test_queue_only_runs_wait_for_a_worker_and_an_owned_queue_is_not_claimed(db_
     owned = store.create_run(name="mine", config=QUICK.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0,
                              preset="tiny", steps=10, owner=liveness.current_owner())
     claimed = [store.claim_next("host:1"), store.claim_next("host:2"), store.claim_next("host:3")]
-    assert claimed == [runs[0].id, runs[1].id, None] and store.get_run(owned).status == "queued"
+    assert claimed == [(runs[0].id, 1), (runs[1].id, 1), None] and store.get_run(owned).status == "queued"
 
 
 def test_orphaned_queued_runs_are_released_and_workers_listed(db_url, capsys):

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_imports_and_console_script_work_from_a_folder_outside_the_repo(tmp_path):
-    code = "import engine, storage, app.form, app.frames; print(engine.__file__)"
+    code = "import engine, storage, app.form, engine.analysis.frames; print(engine.__file__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).resolve().parent == (ROOT / "engine").resolve()

@@ -100,6 +100,39 @@ def test_sketched_fused_head_equals_sketched_matmul_then_cross_entropy(estimator
         assert not np.allclose(want[1][1], exact_dw, rtol=0.1)
 
 
+@pytest.mark.parametrize("estimator", ["basis", "balanced"])
+@pytest.mark.parametrize("rank,chunk", [(5, 7), (2, 7), (16, 5), (48, 5), (7, 100), (13, 13)])
+def test_binned_head_equals_the_head_in_row_order_and_the_sketched_matmul(estimator, rank, chunk):
+    """The binned head (rows in bin order: whole layers of bins per chunk when R ≤ C,
+    whole bins when R > C) gives the loss, dX and dW of the head that visits rows in
+    their own order and applies S per chunk (dense product and segment sum), and of
+    the sketched dense layer then cross-entropy, for the same key."""
+    x, w, t = _head_inputs()
+    key, lam = jax.random.key(3), 0.1
+    grad = functools.partial(jax.value_and_grad, argnums=(0, 1))
+
+    def head(method):
+        return grad(lambda x, w: head_loss(x, w, t, key, chunk=chunk, estimator=estimator, rank=rank, lam=lam,
+                                           sketch_method=method))(x, w)
+
+    def unfused(x, w):
+        z = sketched_matmul(x, w, key, rank=rank, lam=lam, estimator=estimator)
+        return optax.softmax_cross_entropy_with_integer_labels(z, t).mean()
+
+    binned, dense, segment, want = jax.jit(lambda: (head("binned"), head("dense"), head("segment"),
+                                                    grad(unfused)(x, w)))()
+    for other in (dense, segment, want):
+        _assert_close(binned, other)
+
+
+def test_binned_head_needs_a_balanced_sketch_and_a_known_method():
+    x, w, t = _head_inputs()
+    with pytest.raises(ValueError, match="needs a balanced sketch"):
+        head_loss(x, w, t, jax.random.key(0), chunk=5, estimator="countsketch", rank=4, sketch_method="binned")
+    with pytest.raises(ValueError, match="unknown sketch method 'fast'"):
+        head_loss(x, w, t, jax.random.key(0), chunk=5, estimator="basis", rank=4, sketch_method="fast")
+
+
 def test_fused_head_in_the_gpt_gives_the_same_loss_and_gradients():
     _assert_close(_grads(EXACT), _grads(EXACT.replace(head_chunk=5)))
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from app import display, gate
-from engine.data import corpus as data
+from engine.data import sources
 
 
 def _tree(tmp_path):
@@ -22,38 +22,38 @@ def _tree(tmp_path):
 def test_a_recursive_glob_through_symlink_loops_ends_and_finds_each_file_once(tmp_path):
     corpus = _tree(tmp_path)
     started = time.monotonic()
-    found = data._match_files(str(corpus / "**" / "*.txt"), "path")
+    found = sources._match_files(str(corpus / "**" / "*.txt"), "path")
     elapsed = time.monotonic() - started
     assert found == [corpus / "a.txt", corpus / "deep" / "b.txt"]
-    assert elapsed < data.MAX_GLOB_SECONDS  # bounded by construction: symlinked directories are not followed
+    assert elapsed < sources.MAX_GLOB_SECONDS  # bounded by construction: symlinked directories are not followed
 
 
 def test_a_glob_stops_at_its_entry_bound(tmp_path, monkeypatch):
     for i in range(50):
         (tmp_path / f"f{i}.txt").write_text("x")
-    monkeypatch.setattr(data, "MAX_GLOB_ENTRIES", 20)
-    with pytest.raises(data.DataError, match="looks at too many files .* fix by narrowing the glob"):
-        data._match_files(str(tmp_path / "**" / "*.txt"), "path")
+    monkeypatch.setattr(sources, "MAX_GLOB_ENTRIES", 20)
+    with pytest.raises(sources.DataError, match="looks at too many files .* fix by narrowing the glob"):
+        sources._match_files(str(tmp_path / "**" / "*.txt"), "path")
 
 
 def test_a_glob_descends_at_most_max_depth(tmp_path):
-    deep = tmp_path.joinpath(*[f"d{i}" for i in range(data.MAX_GLOB_DEPTH + 2)])
+    deep = tmp_path.joinpath(*[f"d{i}" for i in range(sources.MAX_GLOB_DEPTH + 2)])
     deep.mkdir(parents=True)
     (deep / "far.txt").write_text("x")
     (tmp_path / "near.txt").write_text("x")
-    assert data._match_files(str(tmp_path / "**" / "*.txt"), "path") == [tmp_path / "near.txt"]
+    assert sources._match_files(str(tmp_path / "**" / "*.txt"), "path") == [tmp_path / "near.txt"]
 
 
 def test_data_root_confines_paths(tmp_path, monkeypatch):
     corpus = _tree(tmp_path)
-    monkeypatch.setenv(data.DATA_ROOT_ENV, str(corpus / "deep"))
-    with pytest.raises(data.DataError, match="outside BASIS_LAB_DATA_ROOT"):
-        data._match_files(str(corpus / "a.txt"), "path")
-    with pytest.raises(data.DataError, match="outside BASIS_LAB_DATA_ROOT"):
-        data._match_files("/etc/passwd", "path")
-    with pytest.raises(data.DataError, match="outside BASIS_LAB_DATA_ROOT"):  # a symlink that leaves the root
-        data._match_files(str(corpus / "deep" / "loop" / "a.txt"), "path")
-    assert data._match_files(str(corpus / "deep" / "*.txt"), "path") == [corpus / "deep" / "b.txt"]
+    monkeypatch.setenv(sources.DATA_ROOT_ENV, str(corpus / "deep"))
+    with pytest.raises(sources.DataError, match="outside BASIS_LAB_DATA_ROOT"):
+        sources._match_files(str(corpus / "a.txt"), "path")
+    with pytest.raises(sources.DataError, match="outside BASIS_LAB_DATA_ROOT"):
+        sources._match_files("/etc/passwd", "path")
+    with pytest.raises(sources.DataError, match="outside BASIS_LAB_DATA_ROOT"):  # a symlink that leaves the root
+        sources._match_files(str(corpus / "deep" / "loop" / "a.txt"), "path")
+    assert sources._match_files(str(corpus / "deep" / "*.txt"), "path") == [corpus / "deep" / "b.txt"]
 
 
 def test_plain_text_escapes_markdown_links_and_images():
@@ -71,7 +71,7 @@ def test_password_check_is_exact():
 def test_chart_legends_show_html_in_run_names_as_text():
     import pandas as pd
 
-    from app import charts
+    from engine.analysis import charts
 
     name = "<a href='http://127.0.0.1:9/x'>click</a>"
     frame = pd.DataFrame({"trace": [name, name], "color": ["#404040"] * 2, "dash": ["solid"] * 2, "x": [0, 1],

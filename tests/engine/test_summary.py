@@ -15,14 +15,13 @@ from engine.analysis.summary import (
     TABLE3_COLUMNS,
     common_step,
     render,
-    run_summary,
-    run_table3,
     summarize,
     table3,
 )
 from engine.cli import main as cli
 from engine.config import RunConfig
 from engine.core.stats import BETTER, ONE_SEED, WITHIN_NOISE, WORSE, paired_delta
+from engine.runner.queries import run_summary, run_table3, table3_text
 from storage import RunStore
 
 BASE = RunConfig(preset="paper", steps=20)
@@ -247,10 +246,17 @@ def test_render_formats(store):
     assert md.startswith("| method") and md.splitlines()[1].startswith("|:")  # a pipe table
     latex = render(t, "latex")
     assert "\\begin{tabular}" in latex and "\\toprule" in latex and "Δ" in latex
-    csv = render(t, "csv")
+    assert all(table3_text(t, f) == render(t, f) for f in ("table", "markdown", "latex"))
+    csv = table3_text(t, "csv")
     assert csv.splitlines()[0].split(",")[:11] == CSV_LEADING
+    formula = "=HYPERLINK(\"http://x\")"
+    back = pd.read_csv(pd.io.common.StringIO(table3_text(t.assign(setup=formula), "csv")), dtype=str,
+                       keep_default_na=False)
+    assert set(back["estimator"]) == {"exact", "basis"} and (back["setup"] == "'" + formula).all()
     with pytest.raises(ValueError, match="table, csv, markdown, latex"):
-        render(t, "html")
+        table3_text(t, "html")
+    with pytest.raises(ValueError, match="table, markdown, latex"):
+        render(t, "csv")  # CSV is an export: formula-neutralised, in engine.runner.queries
 
 
 def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monkeypatch):

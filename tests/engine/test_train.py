@@ -156,3 +156,56 @@ def test_nan_loss_ends_the_run_with_a_reason():
         for r in train(diverging):
             seen.append(r.step)
     assert seen[0] == 0 and len(seen) >= 2  # what was measured before is yielded first
+
+
+BLOCKED = dataclasses.replace(TINY, steps=13, eval_interval=6, probe_interval=4)
+
+
+@pytest.fixture(scope="module")
+def step_by_step():
+    return list(train(BLOCKED, max_block=1))
+
+
+def _assert_same_records(a, b):
+    assert [r.step for r in a] == [r.step for r in b]
+    for x, y in zip(a, b):
+        assert x.values.keys() == y.values.keys()
+        for name in x.values:
+            if name in ("tokens_per_s",) or name.startswith("mem_"):
+                continue
+            # the block is lax.scan over the step's own computation: XLA may fuse it
+            # differently, so float32 round-off (a few ulp per step) is all that may differ
+            assert y.values[name] == pytest.approx(x.values[name], rel=1e-5, abs=1e-6), name
+
+
+def test_compiled_blocks_compute_what_the_steps_compute(step_by_step):
+    """Blocks of up to 4 steps (probes at 4, 8, 12 alone, evals after 6, 12, 13) give
+    the records of the step-by-step loop: same losses, probes, evals."""
+    calls = []
+    blocked = list(train(BLOCKED, max_block=4, on_step=lambda s, l: calls.append(s)))
+    assert calls == list(range(1, 14))
+    _assert_same_records(step_by_step, blocked)
+
+
+def test_block_ends_stop_at_probes_evals_and_the_last_step():
+    ends, first = [], 1
+    while first <= BLOCKED.steps:
+        last = train_mod._block_end(BLOCKED, first, True, 4, 0)
+        ends.append((first, last))
+        first = last + 1
+    # probes (steps 4, 8, 12) are blocks of their own; evals follow 6, 12, 13; sizes are powers of two
+    assert ends == [(1, 2), (3, 3), (4, 4), (5, 6), (7, 7), (8, 8), (9, 10), (11, 11), (12, 12), (13, 13)]
+    assert all((b - a + 1) in (1, 2, 4) for a, b in ends)
+
+
+def test_a_resumed_blocked_run_equals_its_uninterrupted_twin(tmp_path, step_by_step):
+    from engine.training.checkpoints import RunCheckpoints
+
+    calls = []
+    with RunCheckpoints(tmp_path / "run", keep=2) as ckpt:
+        first = list(train(BLOCKED, max_block=4, checkpoints=ckpt, should_stop=lambda: len(calls) >= 7,
+                           on_step=lambda s, l: calls.append(s)))
+    assert calls[-1] == 7 and first[-1].step == 6
+    with RunCheckpoints(tmp_path / "run", keep=2) as ckpt:
+        rest = list(train(BLOCKED, max_block=4, checkpoints=ckpt, resume=True))
+    _assert_same_records([r for r in step_by_step if r.step > 7], rest)

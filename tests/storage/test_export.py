@@ -13,7 +13,7 @@ import pytest
 
 from storage import RunStore, StorageError, export_csv, long_frame, to_csv_bytes, wide_frame
 from storage.export import COLUMNS, database_files, neutralize, write_file
-from tests.storage.test_storage import _new_run
+from tests.support.runs import new_run
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def store(tmp_path):
 
 def _exported_store(store):
     rng = np.random.default_rng(0)
-    a = _new_run(store, "a,quoted \"name\"", lam=0.1, seed=1)
-    b = _new_run(store, "b", estimator="bp", rank=None, lam=1e-7, seed=2,
+    a = new_run(store, "a,quoted \"name\"", lam=0.1, seed=1)
+    b = new_run(store, "b", estimator="bp", rank=None, lam=1e-7, seed=2,
                  config={"estimator": "bp", "model": {"width": 32}, "note": "x,y"})
     recorded = {}
     for rid in (a, b):
@@ -138,7 +138,7 @@ def test_the_readme_column_dictionary_is_the_exports():
 
 
 def test_export_rejects_unknown_format_and_unknown_run(store, tmp_path):
-    a = _new_run(store)
+    a = new_run(store)
     with pytest.raises(ValueError, match="long.*wide"):
         export_csv(store, tmp_path / "x.csv", [a], fmt="parquet")
     assert not (tmp_path / "x.csv").exists()
@@ -172,7 +172,7 @@ def test_neutralize_prefixes_text_formulas_and_leaves_numbers():
 
 
 def test_every_csv_shape_is_neutralised(store, tmp_path):
-    rid = _new_run(store, HOSTILE[0], config={"cmd": "-rm", "lr": -0.5})
+    rid = new_run(store, HOSTILE[0], config={"cmd": "-rm", "lr": -0.5})
     store.add_metrics(rid, [(1, 0.1, "train_loss", -3.25), (1, 0.1, "@evil", 1.0)])
     for fmt in ("long", "wide"):
         export_csv(store, tmp_path / f"{fmt}.csv", fmt=fmt)
@@ -236,7 +236,7 @@ def test_export_never_writes_the_database(store, tmp_path, monkeypatch, spelling
 
 
 def test_export_errors_name_the_fix_and_write_nothing(store, tmp_path):
-    _new_run(store)
+    new_run(store)
     with pytest.raises(StorageError, match="does not exist; create it"):
         export_csv(store, tmp_path / "missing" / "x.csv")
     with pytest.raises(StorageError, match="is a directory"):

@@ -7,7 +7,7 @@
   results of the work done and ends ``cancelled``.
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0004
 """
 
 import sqlalchemy as sa
@@ -16,7 +16,7 @@ from alembic import op
 from storage.models import UTCDateTime
 
 revision = "0005"
-down_revision = "0002"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

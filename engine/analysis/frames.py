@@ -1,9 +1,9 @@
-"""The frames the Compare and Run detail charts are drawn from, without Streamlit.
+"""The frames the charts of the dashboard and of the reports are drawn from, without Streamlit.
 
 Run groups (which runs differ only by seed, and their legend labels, colours by
 method), EMA smoothing and seed pooling of metric curves, the memory frames, and
 the rank frame of the paper's central figure (a quantity against R at one step,
-from ``engine.summary.table3``). Everything takes and returns plain values and
+from ``engine.analysis.summary.table3``) and the step time per method in the same rows. Everything takes and returns plain values and
 pandas DataFrames.
 """
 
@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from app.charts import SETUP_DASHES, group_color, method_color, method_dash, seed_shade, setup_symbol
+from engine.analysis.charts import SETUP_DASHES, group_color, method_color, method_dash, seed_shade, setup_symbol
 from engine.analysis.summary import MIB, summarize, table3
-from engine.config import comparable_key, differing_fields, method_label, seed_group_key
+from engine.config import comparable_key, differing_fields, method_label, seed_group_key, stored
 
 
 def describe_runs(records: Sequence) -> pd.DataFrame:
@@ -271,7 +271,7 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     of its config, in MiB: saved-activation bytes against ``mem_saved_bytes_exact``;
     peak and XLA temp bytes against the exact run of the same comparable config and
     seed (NaN baseline when there is none). ``ratio`` = mib / baseline_mib (run ÷ exact).
-    ``summary`` is ``engine.summary.summarize``; quantities no run recorded are left out."""
+    ``summary`` is ``engine.analysis.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
     s = summary.merge(info[["run_id", "key", "color", "seed_color", "group", "group_size"]], on="run_id")
@@ -335,7 +335,7 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
 
 
-RANK_QUANTITIES = {  # column of ``engine.summary.summarize`` → (name, axis title, divisor to the shown unit)
+RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name, axis title, divisor to the shown unit)
     "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
     "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
     "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
@@ -350,7 +350,7 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     against the rank R, one row per Table 3 row with seeds at its step.
 
     The rows, their step and the runs they count are those of
-    ``engine.summary.table3(records, metrics, at_step)`` (every row of a comparable
+    ``engine.analysis.summary.table3(records, metrics, at_step)`` (every row of a comparable
     config group read at one step: ``at_step``, or the group's latest common step).
     ``mean`` and ``std`` (ddof 1; NaN for one seed) are over the counted runs' values
     from ``summarize(records, metrics, step)`` at that step, in the shown unit (bytes
@@ -365,18 +365,52 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
         raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
     records = list(records)
     divisor = RANK_QUANTITIES[quantity][2]
+    at: dict[int, pd.DataFrame] = {}
+
+    def values(step: int) -> pd.Series:
+        if step not in at:
+            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
+        return at[step][quantity] / divisor
+
+    return _per_method(records, metrics, at_step, values)
+
+
+def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+    """Milliseconds per train step of each method, in the rows of :func:`rank_frame`
+    (``RANK_COLUMNS``, the runs Table 3 counts at its step): per run
+    1000 · B·T / median(tokens/s) over its evaluation windows up to that step (each
+    window's tokens/s times only the train steps: no validation, probe or checkpoint),
+    then ``mean`` and ``std`` over the runs. A run whose stored config names no B·T is
+    left out."""
+    records = list(records)
+    rows = {}
+    for r in records:
+        config = stored(r.config)
+        if config is not None:
+            rows[r.id] = config.rows
+    tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows))]
+    tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
+
+    def values(step: int) -> pd.Series:
+        upto = tps[(tps["step"] <= step) & (tps["value"] > 0)]
+        median = upto.groupby("run_id")["value"].median()
+        return pd.Series({rid: 1000.0 * rows[rid] / v for rid, v in median.items()}, dtype=float)
+
+    return _per_method(records, metrics, at_step, values)
+
+
+def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values) -> pd.DataFrame:
+    """One ``RANK_COLUMNS`` row per Table 3 row with seeds: ``values(step)`` (a Series by
+    run id) over the runs the row counts, their mean and std (see :func:`rank_frame`)."""
     table = table3(records, metrics, at_step)
     table = table[table["seeds"] > 0]
     setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
-    at: dict[int, pd.DataFrame] = {}
     rows = []
     for row in table.itertuples():
         step = int(row.step)
-        if step not in at:
-            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
         ids = [int(i) for i in str(row.run_ids).split(", ")]
-        values = (at[step].loc[ids, quantity] / divisor).dropna()
-        if values.empty:
+        found = values(step).reindex(ids).dropna()
+        if found.empty:
             continue
         exact = row.estimator == "exact"
         if not exact and pd.isna(row.rank):
@@ -390,7 +424,7 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
             "dash": SETUP_DASHES[setups[row.setup] % len(SETUP_DASHES)] if exact else method_dash(lam),
             "symbol": setup_symbol(setups[row.setup]), "setup": row.setup, "estimator": row.estimator,
             "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
-            "seeds": len(values), "mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
+            "seeds": len(found), "mean": float(found.mean()), "std": float(found.std(ddof=1)) if len(found) > 1 else np.nan,
         })
     out = pd.DataFrame(rows, columns=RANK_COLUMNS)
     return out.astype({"rank": "Int64", "step": "int64", "seeds": "int64"})

@@ -1,4 +1,4 @@
-"""Chart builders: pure functions from the frames of :mod:`app.frames` to Plotly figures.
+"""Chart builders: pure functions from the frames of :mod:`engine.analysis.frames` to Plotly figures (the dashboard and the reports draw the same ones).
 
 Colours belong to the method: :func:`method_color` maps (estimator, rank, λ) to
 one colour, the same on every chart, page and sweep. Frames carry that colour in
@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.text import PLOTLY, plain
+from engine.core.text import PLOTLY, plain
 
 EXACT_COLOR = "#404040"  # exact backprop: the neutral reference
 ESTIMATOR_HUES = {  # degrees on the colour wheel, one family per estimator

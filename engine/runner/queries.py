@@ -1,0 +1,39 @@
+"""What the CLI and the dashboard read from a ``RunStore`` and compute with the pure
+``engine.analysis.summary``: run summaries, the paper's Table 3, and Table 3 as text in
+each of ``SUMMARY_FORMATS`` (CSV formula-neutralised by ``storage.export``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.analysis.summary import SUMMARY_METRICS, render, summarize, table3
+from engine.core.choices import SUMMARY_FORMATS
+from storage import RunStore
+from storage.export import neutralize
+
+
+def read_runs(store: RunStore, run_ids=None) -> tuple[list, pd.DataFrame]:
+    """(run records, their ``SUMMARY_METRICS`` rows) of ``run_ids`` (None: every run)."""
+    wanted = None if run_ids is None else {int(i) for i in run_ids}
+    records = [r for r in store.list_runs() if wanted is None or r.id in wanted]
+    return records, store.metrics(sorted(r.id for r in records), names=list(SUMMARY_METRICS))
+
+
+def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.DataFrame:
+    """``summarize`` of the given runs, read from ``store``."""
+    return summarize(*read_runs(store, run_ids), at_step)
+
+
+def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
+    """``table3`` of the given runs (None: all), read from ``store``."""
+    return table3(*read_runs(store, run_ids), at_step)
+
+
+def table3_text(table: pd.DataFrame, fmt: str = "table") -> str:
+    """``table3`` in ``fmt``: ``csv`` (every column, full precision, NaN empty,
+    formula-neutralised), else ``render``'s text for people."""
+    if fmt not in SUMMARY_FORMATS:
+        raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(SUMMARY_FORMATS)}")
+    if fmt == "csv":
+        return neutralize(table).to_csv(index=False)
+    return render(table, fmt)

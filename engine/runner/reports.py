@@ -1,0 +1,213 @@
+"""Reports read from and stored in the database: choose the runs (a sweep, tags, a list),
+build the report (``engine.analysis.report``), store it, write it as HTML or Markdown.
+
+A report is stored under a key named after its selection (``sweep:<id>``,
+``tags:a,b``, ``runs:1,2,5``, ``all``, with ``@<step>`` when read at a fixed step),
+so building the same selection again replaces that report in place: the one a
+sweep gets when its last run ends (``report_if_sweep_ended``, for sweeps tagged
+``AUTO_REPORT_TAGS``) is the one ``python -m engine report --sweep ID`` rebuilds.
+``rebuild`` builds a stored report again from its selection, from the database as
+it is now.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from engine.analysis import report as rep
+from engine.analysis.claims import DIAGNOSIS_COLUMNS
+from engine.config import REPRODUCE_TAG
+from storage import ACTIVE_STATUSES, RunStore, StorageError
+
+AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
+FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
+WAITING_STATUSES = (*ACTIVE_STATUSES, "interrupted")  # a sweep with such a run has not ended
+
+
+class ReportError(ValueError):
+    """A report cannot be built or written as asked; the message names the fix."""
+
+
+def selection_of(*, sweep: str | None = None, tags: Sequence[str] | None = None,
+                 runs: Sequence[int] | None = None, at_step: int | None = None) -> dict:
+    """The stored form of a selection: at most one of ``sweep``, ``tags``, ``runs``."""
+    given = [k for k, v in (("sweep", sweep), ("tags", tags), ("runs", runs)) if v]
+    if len(given) > 1:
+        raise ReportError(f"choose the runs one way: --{given[0]} or --{given[1]}, not both")
+    selection: dict = {}
+    if sweep:
+        selection["sweep"] = str(sweep)
+    elif tags:
+        selection["tags"] = sorted(dict.fromkeys(str(t).strip() for t in tags if str(t).strip()))
+    elif runs:
+        selection["runs"] = sorted({int(i) for i in runs})
+    if at_step is not None:
+        if at_step < 0:
+            raise ReportError(f"--at-step must be >= 0 (got {at_step})")
+        selection["at_step"] = int(at_step)
+    return selection
+
+
+def report_key(selection: dict) -> str:
+    """The key a selection's report is stored under (module docstring)."""
+    if selection.get("sweep"):
+        key = f"sweep:{selection['sweep']}"
+    elif selection.get("tags"):
+        key = "tags:" + ",".join(selection["tags"])
+    elif selection.get("runs"):
+        key = "runs:" + ",".join(map(str, selection["runs"]))
+    else:
+        key = "all"
+    at = selection.get("at_step")
+    return key if at is None else f"{key}@{at}"
+
+
+def select_runs(store: RunStore, selection: dict) -> list:
+    """The run records a selection names; ``ReportError`` when it names none."""
+    records = store.list_runs()
+    if selection.get("sweep"):
+        chosen = [r for r in records if r.sweep_id == selection["sweep"]]
+        what = f"sweep {selection['sweep']!r}"
+    elif selection.get("tags"):
+        chosen = [r for r in records if set(selection["tags"]) <= set(r.tags)]
+        what = f"runs tagged {', '.join(selection['tags'])}"
+    elif selection.get("runs"):
+        wanted = set(selection["runs"])
+        chosen = [r for r in records if r.id in wanted]
+        missing = sorted(wanted - {r.id for r in chosen})
+        if missing:
+            raise ReportError(f"no run {', '.join(map(str, missing))}; `python -m engine list` shows the ids")
+        what = "those runs"
+    else:
+        chosen, what = records, "the database"
+    if not chosen:
+        raise ReportError(f"{what}: no runs to report on; `python -m engine list` shows the runs, their sweeps and tags")
+    return chosen
+
+
+def diagnoses_of(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
+    """The result rows of every finished diagnosis of these runs, with ``diagnosis_id``,
+    ``run_id`` and ``step`` (the columns ``report.build`` reads)."""
+    frames = []
+    for run_id in run_ids:
+        meta = store.diagnostics_frame(int(run_id))
+        for d in meta[meta["status"] == "finished"].itertuples():
+            rows = store.diagnostic_results(int(d.id))
+            if rows.empty:
+                continue
+            frames.append(rows.assign(diagnosis_id=int(d.id), run_id=int(run_id), step=d.step))
+    if not frames:
+        return pd.DataFrame(columns=[*DIAGNOSIS_COLUMNS, "step", "cos_mean"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Report:
+    """The report of a selection, from the database as it is now."""
+    records = select_runs(store, selection)
+    ids = [r.id for r in records]
+    metrics = store.metrics(ids)
+    return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
+                     at_step=selection.get("at_step"), title=title)
+
+
+def save(store: RunStore, report: rep.Report) -> int:
+    """Store ``report`` under its selection's key (replacing the report stored there); its id."""
+    return store.save_report(title=report.title, content=report.to_json(), run_ids=report.run_ids,
+                             selection=report.selection, at_step=report.at_step,
+                             sweep_id=report.selection.get("sweep"), key=report_key(report.selection))
+
+
+def load(store: RunStore, report_id: int) -> rep.Report:
+    """A stored report, as it was built."""
+    record = store.get_report(report_id)
+    try:
+        return rep.Report.from_json(record.content)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ReportError(f"report {report_id} cannot be read ({e}); rebuild it from the database "
+                          f"(`python -m engine report --id {report_id} --rebuild`)") from None
+
+
+def rebuild(store: RunStore, report_id: int) -> tuple[int, rep.Report]:
+    """Build a stored report again from its selection and store it; (its id, the report)."""
+    record = store.get_report(report_id)
+    report = build(store, record.selection, title=record.title)
+    return save(store, report), report
+
+
+def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
+    """Build and store the report of ``run_id``'s sweep when the sweep is tagged with one
+    of ``AUTO_REPORT_TAGS`` and none of its runs is queued, running or interrupted; the
+    report's id, else None."""
+    run = store.get_run(run_id)
+    if not run.sweep_id or not set(AUTO_REPORT_TAGS) & set(run.tags):
+        return None
+    sweep = [r for r in store.list_runs() if r.sweep_id == run.sweep_id]
+    if any(r.status in WAITING_STATUSES for r in sweep):
+        return None
+    selection = selection_of(sweep=run.sweep_id)
+    return save(store, build(store, selection, title=_sweep_title(sweep, run.sweep_id)))
+
+
+def _sweep_title(records, sweep_id: str) -> str:
+    tags = sorted({t for r in records for t in r.tags})
+    what = "Reproduction of the paper" if REPRODUCE_TAG in tags else "Sweep"
+    return f"{what}: sweep {sweep_id}"
+
+
+def format_of(path: str | Path) -> str:
+    """``html`` or ``markdown`` from a file name; ``ReportError`` for another suffix."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ReportError(f"{path}: write the report as .html (one self-contained file) or .md (Markdown with SVG "
+                          "figures beside it)")
+    return FORMATS[suffix]
+
+
+def figure_dir_name(path: str | Path) -> str:
+    """``report-figures`` for ``report.md``: the folder of SVG figures beside the Markdown."""
+    return f"{Path(path).stem}-figures"
+
+
+def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[Path]:
+    """Write ``report`` to ``path`` (.html: one file; .md: the Markdown file and its
+    figures in ``figure_dir_name(path)`` beside it); the paths written. Refuses to
+    overwrite without ``force``; a failure leaves no half-written report file."""
+    path = Path(path).expanduser()
+    fmt = format_of(path)
+    if path.exists() and not force:
+        raise ReportError(f"{path} already exists; pass --force to overwrite it, or choose another path")
+    if not path.absolute().parent.is_dir():
+        raise ReportError(f"cannot write {path}: its directory does not exist; create it or choose another path")
+    if fmt == "html":
+        _atomic_write(path, rep.to_html(report))
+        return [path]
+    folder = path.parent / figure_dir_name(path)
+    try:
+        figures = rep.write_figures(report, folder)
+    except Exception as e:  # noqa: BLE001 — kaleido or the browser it drives
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "
+                          "Chromium (scripts/install_browser.sh, or `kaleido_get_chrome`), or write the report as "
+                          ".html instead") from None
+    _atomic_write(path, rep.to_markdown(report, figure_dir_name(path)))
+    return [path, *figures]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.absolute().parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "diagnoses_of", "figure_dir_name", "format_of",
+           "load", "rebuild", "report_if_sweep_ended", "report_key", "save", "select_runs", "selection_of", "write"]

@@ -1,0 +1,136 @@
+"""Opening a database (``storage.db``): bad files and locations refused untouched, URLs
+from the environment and arguments, read-only opens, and a busy database.
+
+Tests that take the ``store`` or ``db_url`` fixture run on SQLite and on a throwaway
+PostgreSQL (tests/conftest.py; skipped with the reason where no server can be started);
+the rest are about SQLite files. Every database lives in tmp_path or that cluster."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from sqlalchemy import update
+
+from storage import (
+    DEFAULT_DB_PATH,
+    ENV_URL,
+    DatabaseBusyError,
+    RunStore,
+    StorageError,
+    make_engine,
+    resolve_url,
+)
+from storage import db as storage_db
+from storage.db import write_engine
+from storage.models import Run
+from tests.support.runs import new_run
+from tests.support.sqlite import sqlite_url
+
+
+def test_garbage_file_is_refused_and_left_unchanged(tmp_path):
+    path = tmp_path / "garbage.db"
+    payload = b"this is not sqlite\x00\xff" * 500
+    path.write_bytes(payload)
+    with pytest.raises(StorageError) as info:
+        make_engine(f"sqlite:///{path}")
+    assert "not a SQLite database" in str(info.value) and ENV_URL in str(info.value) and "--db" in str(info.value)
+    with pytest.raises(StorageError):
+        RunStore(str(path))  # a bare path is a SQLite file too
+    assert path.read_bytes() == payload
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db"]  # no -wal/-shm created
+
+
+def test_unopenable_locations_raise_storage_error(tmp_path):
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("keep me")
+    with pytest.raises(StorageError, match=f"{ENV_URL} or pass --db"):
+        make_engine(f"sqlite:///{blocker}/sub/lab.db")  # a directory under a regular file
+    assert blocker.read_text() == "keep me"
+    with pytest.raises(StorageError, match="directory"):
+        make_engine(f"sqlite:///{tmp_path}")
+    with pytest.raises(StorageError, match=f"malformed.*{ENV_URL}"):
+        make_engine("not a url://???")
+    with pytest.raises(StorageError, match=ENV_URL):
+        make_engine("nosuchdialect://user@host/db")
+
+
+def test_env_url_honoured_and_explicit_url_wins(tmp_path, monkeypatch):
+    env_url, arg_url = sqlite_url(tmp_path, "env.db"), sqlite_url(tmp_path, "arg.db")
+    monkeypatch.delenv(ENV_URL, raising=False)
+    assert resolve_url() == f"sqlite:///{DEFAULT_DB_PATH}"
+    assert str(DEFAULT_DB_PATH).endswith(".local/share/basis-lab/basis-lab.db")
+    monkeypatch.setenv(ENV_URL, env_url)
+    assert resolve_url() == env_url
+    assert resolve_url(arg_url) == arg_url
+    assert resolve_url(str(tmp_path / "plain.db")) == f"sqlite:///{tmp_path / 'plain.db'}"
+
+    env_store = RunStore()
+    new_run(env_store, "from-env")
+    arg_store = RunStore(arg_url)
+    assert env_store.url == env_url and arg_store.url == arg_url
+    assert [r.name for r in env_store.list_runs()] == ["from-env"]
+    assert arg_store.list_runs() == []
+    assert (tmp_path / "env.db").exists() and (tmp_path / "arg.db").exists()
+    env_store.close()
+    arg_store.close()
+
+
+def test_default_path_directory_is_created(tmp_path, monkeypatch):
+    target = tmp_path / "deep" / "er" / "basis-lab.db"
+    monkeypatch.setattr(storage_db, "DEFAULT_DB_PATH", target)
+    monkeypatch.delenv(ENV_URL, raising=False)
+    st = RunStore()
+    assert target.exists() and st.url == f"sqlite:///{target}"
+    st.close()
+
+
+def test_read_only_open_of_a_missing_database_creates_nothing(tmp_path):
+    target = tmp_path / "no" / "such" / "lab.db"
+    for opener in (lambda: make_engine(f"sqlite:///{target}", create=False), lambda: RunStore(str(target), create=False)):
+        with pytest.raises(StorageError) as info:
+            opener()
+        assert str(info.value) == f"no database at {target}; check the path or set {ENV_URL} (or --db)"
+    assert list(tmp_path.iterdir()) == []
+    RunStore(sqlite_url(tmp_path, "there.db")).close()
+    RunStore(sqlite_url(tmp_path, "there.db"), create=False).close()  # an existing one opens fine
+
+
+def test_read_only_database_file_and_directory_name_the_fix(tmp_path):
+    path = tmp_path / "lab.db"
+    RunStore(str(path)).close()
+    path.chmod(0o444)
+    if os.access(path, os.W_OK):
+        path.chmod(0o644)
+        pytest.skip("this user ignores file permissions (root with CAP_DAC_OVERRIDE), so chmod cannot make "
+                    "a read-only database")
+    with pytest.raises(StorageError, match="read-only; make it writable"):
+        RunStore(str(path))
+    path.chmod(0o644)
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(StorageError, match="not writable.*make it writable"):
+            RunStore(str(path))
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_a_held_lock_raises_database_busy_error(db_url, monkeypatch):
+    a_store = RunStore(db_url)
+    rid = new_run(a_store, "a")
+    a_store.close()
+    if db_url.startswith("sqlite"):
+        monkeypatch.setattr(storage_db, "BUSY_TIMEOUT_S", 0.2)
+    else:
+        monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=200")
+    st = RunStore(db_url)
+    holder = RunStore(db_url.replace("?", "?application_name=holder&") if "?" in db_url else db_url)
+    with write_engine(holder.engine).begin() as con:
+        con.execute(update(Run).where(Run.id == rid).values(notes="held"))
+        with pytest.raises(DatabaseBusyError, match="busy.*try again") as info:
+            st.heartbeat(rid, 5)
+        assert isinstance(info.value, StorageError) and "\n" not in str(info.value)
+    st.heartbeat(rid, 5)  # the retry succeeds once the lock is gone
+    assert st.get_run(rid).steps_done == 5
+    st.close()
+    holder.close()

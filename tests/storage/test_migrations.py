@@ -1,0 +1,323 @@
+"""The schema under Alembic (``storage/migrations``): revisions recorded, the migrations
+build exactly the models, older databases upgraded in place, a failed migration changes
+nothing, foreign or newer schemas are refused.
+
+Tests that take the ``store`` or ``db_url`` fixture run on SQLite and on a throwaway
+PostgreSQL (tests/conftest.py; skipped with the reason where no server can be started);
+the rest are about SQLite files. Every database lives in tmp_path or that cluster."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+from sqlalchemy import inspect, text
+
+import storage
+from storage import ENV_URL, RunStore, StorageError, head_revision, make_engine, schema_revision
+from storage import db as storage_db
+from tests.support.runs import new_run
+from tests.support.sqlite import sqlite_url
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def test_newer_schema_and_foreign_tables_are_refused_untouched(tmp_path):
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as con:  # a pre-Alembic database from a newer code line
+        con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        con.execute("INSERT INTO schema_version VALUES (?)", (2,))
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT)")
+    con.close()
+    with pytest.raises(StorageError, match="newer than this BASIS Lab"):
+        make_engine(f"sqlite:///{newer}")
+
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as con:
+        con.execute("CREATE TABLE runs (run_key TEXT, what TEXT)")
+        con.execute("INSERT INTO runs VALUES ('k', 'v')")
+    con.close()
+    with pytest.raises(StorageError, match="did not create"):
+        make_engine(f"sqlite:///{foreign}")
+    with sqlite3.connect(foreign) as con:
+        assert [r[1] for r in con.execute("PRAGMA table_info(runs)")] == ["run_key", "what"]
+        assert {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {"runs"}
+    con.close()
+
+
+def test_unknown_alembic_revision_is_refused_untouched(tmp_path):
+    url = sqlite_url(tmp_path)
+    st = RunStore(url)
+    new_run(st, "keep")
+    st.close()
+    with sqlite3.connect(tmp_path / "lab.db") as con:
+        con.execute("UPDATE alembic_version SET version_num = 'ffff_from_the_future'")
+    con.close()
+    before = (tmp_path / "lab.db").read_bytes()
+    with pytest.raises(StorageError) as info:
+        make_engine(url)
+    message = str(info.value)
+    assert "\n" not in message and "ffff_from_the_future" in message and "newer than this BASIS Lab" in message
+    assert "upgrade BASIS Lab" in message and ENV_URL in message
+    assert (tmp_path / "lab.db").read_bytes() == before
+
+
+def _schema(engine):
+    """{table: (column names, index names)} of every table but Alembic's own."""
+    insp = inspect(engine)
+    return {
+        t: ({c["name"] for c in insp.get_columns(t)}, {ix["name"] for ix in insp.get_indexes(t)})
+        for t in insp.get_table_names() if t != "alembic_version"
+    }
+
+
+def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
+    url = sqlite_url(tmp_path)
+    s1 = RunStore(url)
+    rid = new_run(s1, "keep")
+    s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
+    s1.close()
+    eng = make_engine(url)
+    assert schema_revision(eng) == head_revision() == "0005"
+    with eng.connect() as con:
+        assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
+        assert "schema_version" not in inspect(con).get_table_names()
+        assert con.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert con.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert con.execute(text("PRAGMA busy_timeout")).scalar() >= 10_000
+        indexes = {ix["name"]: ix["column_names"] for ix in inspect(con).get_indexes("metrics")}
+    assert indexes["ix_metrics_run_id_id"] == ["run_id", "id"]
+    assert indexes["ix_metrics_run_id_name_step"] == ["run_id", "name", "step"]
+    s2 = RunStore(engine=eng)
+    assert [r.name for r in s2.list_runs()] == ["keep"]
+    assert s2.metrics([rid])["value"].tolist() == [1.5]
+    s2.close()
+
+
+def test_migrations_build_exactly_the_models(db_url):
+    """Alembic's autogenerate finds no table, column or index that models.py and the
+    revisions disagree on (a schema change without its revision fails here)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    eng = make_engine(db_url)
+    with eng.connect() as con:
+        diffs = compare_metadata(MigrationContext.configure(con), storage.Base.metadata)
+    structural = [d for d in diffs if isinstance(d, tuple) and d[0] in
+                  ("add_table", "remove_table", "add_column", "remove_column", "add_index", "remove_index",
+                   "add_fk", "remove_fk")]
+    assert structural == []
+    assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
+                                                   "diagnostic_results", "reports",
+                                                   "saved_views"}
+    eng.dispose()
+
+
+def _raw_rows(path, table, columns):
+    with sqlite3.connect(path) as con:
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
+    """tests/storage/fixtures/v1-main.db was written by the storage code of main at 28dc8ee
+    (``schema_version`` 1, no ``alembic_version``)."""
+    path = tmp_path / "v1.db"
+    shutil.copy(os.path.join(FIXTURES, "v1-main.db"), path)
+    with sqlite3.connect(path) as con:
+        run_cols = [r[1] for r in con.execute("PRAGMA table_info(runs)")]
+        metric_cols = [r[1] for r in con.execute("PRAGMA table_info(metrics)")]
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    con.close()
+    assert "alembic_version" not in tables and "schema_version" in tables
+    runs_before = _raw_rows(path, "runs", run_cols)
+    metrics_before = _raw_rows(path, "metrics", metric_cols)
+    assert len(runs_before) == 6 and len(metrics_before) == 20
+
+    st = RunStore(str(path))
+    assert schema_revision(st.engine) == head_revision()
+    assert _raw_rows(path, "runs", run_cols) == runs_before  # every old column of every run, byte for byte
+    assert _raw_rows(path, "metrics", metric_cols) == metrics_before
+    assert "schema_version" not in inspect(st.engine).get_table_names()
+
+    runs = {r.id: r for r in st.list_runs()}
+    assert {i: (r.name, r.status) for i, r in runs.items()} == {
+        1: ("finished-run", "finished"), 2: ("diverged", "failed"), 3: ("cancelled-queued", "cancelled"),
+        4: ("cancelled-running", "cancelled"), 5: ("still-queued", "queued"), 6: ("interrupted-run", "interrupted")}
+    assert runs[1].notes == 'notes with, comma and "quotes"\nsecond line'
+    assert runs[2].error.startswith("TrainingDiverged") and runs[4].cancel_requested
+    assert runs[1].config["model"] == {"width": 16, "depth": 1} and runs[1].versions == {"jax": "0.4.x"}
+    assert all(len(r.uid) == 32 for r in runs.values()) and len({r.uid for r in runs.values()}) == 6
+    assert all(r.tags == [] and r.history_version == 0 and r.sweep_id is None for r in runs.values())
+    m = st.metrics(list(runs))
+    assert len(m) == 20
+    assert math.isnan(m[(m.run_id == 2) & (m.step == 1)]["value"].iloc[0])  # the diverged loss
+    assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == pytest.approx(1.6)
+    # the rebuilt runs table now never reuses an id, and its children still point at it
+    new = new_run(st, "after-upgrade")
+    assert new == 7
+    st.delete_run(new)
+    assert new_run(st, "again") == 8
+    st.delete_run(1)
+    assert st.metrics([1]).empty and len(st.metrics(list(runs))) == 5
+    st.close()
+
+
+def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
+    path = tmp_path / "v0.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT, status TEXT, config TEXT, "
+                    "estimator TEXT, lam REAL, created_at DATETIME)")
+        con.executemany("INSERT INTO runs (id, name, status, config, estimator, lam, created_at) VALUES (?,?,?,?,?,?,?)",
+                        [(1, "old-a", "finished", '{"lr": 0.1}', "ep", 0.5, "2024-01-02 03:04:05.000000"),
+                         (7, None, None, None, "bp", 1.0, None)])
+    con.close()
+    eng = make_engine(f"sqlite:///{path}")
+    assert schema_revision(eng) == head_revision()
+    fresh = make_engine(sqlite_url(tmp_path, "fresh.db"))
+    assert _schema(eng) == _schema(fresh)  # adopting and creating give the same schema
+
+    st = RunStore(engine=eng)
+    runs = {r.id: r for r in st.list_runs()}
+    assert sorted(runs) == [1, 7]
+    assert (runs[1].name, runs[1].status, runs[1].config, runs[1].lam) == ("old-a", "finished", {"lr": 0.1}, 0.5)
+    assert runs[1].created_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert (runs[7].name, runs[7].status, runs[7].config, runs[7].cancel_requested) == ("run-7", "finished", {}, False)
+    st.add_metrics(1, [(0, 0.0, "train_loss", 2.0)])
+    assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == 2.0
+    new = new_run(st, "new")
+    assert new > 7
+    st.close()
+    fresh.dispose()
+
+
+def _migrations_copy(tmp_path, monkeypatch, body):
+    """A copy of storage/migrations with one more revision after head whose upgrade is ``body``."""
+    target = tmp_path / "migrations"
+    shutil.copytree(storage_db.MIGRATIONS_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / "versions" / "9001_extra.py").write_text(
+        f"from alembic import op\nimport sqlalchemy as sa\n\nrevision = '9001'\ndown_revision = '{head_revision()}'\n"
+        f"branch_labels = None\ndepends_on = None\n\n\ndef upgrade():\n{body}\n\n\ndef downgrade():\n    pass\n"
+    )
+    monkeypatch.setattr(storage_db, "MIGRATIONS_DIR", target)
+
+
+def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
+    url = sqlite_url(tmp_path)
+    st = RunStore(url)
+    rid = new_run(st, "precious")
+    st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
+    st.close()
+
+    head = head_revision()
+    _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('half_done', sa.Integer))\n"
+                                             "    op.execute('DELETE FROM metrics')\n"
+                                             "    raise RuntimeError('simulated failure')")
+    with pytest.raises(StorageError, match=f"from schema revision {head} to 9001 failed.*left unchanged"):
+        make_engine(url)
+    monkeypatch.undo()
+    eng = make_engine(url)
+    assert schema_revision(eng) == head
+    assert "half_done" not in _schema(eng)["runs"][0]
+    st = RunStore(engine=eng)
+    assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
+    assert st.metrics([rid])["value"].tolist() == [1.0]
+    eng.dispose()
+
+
+def test_migration_chain_runs_in_order_once(tmp_path, monkeypatch):
+    url = sqlite_url(tmp_path)
+    RunStore(url).close()
+    _migrations_copy(tmp_path, monkeypatch, "    op.add_column('runs', sa.Column('colour', sa.Text))")
+    eng = make_engine(url)
+    assert schema_revision(eng) == "9001" and "colour" in _schema(eng)["runs"][0]
+    eng.dispose()
+    make_engine(url).dispose()  # already current: nothing runs again
+    monkeypatch.undo()
+    with pytest.raises(StorageError, match="'9001', newer than this BASIS Lab"):
+        make_engine(url)  # the older code refuses the newer database
+
+
+def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(db_url):
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from storage import RunStore; "
+            "s = RunStore(sys.argv[1]); print(len(s.list_runs())); s.close()")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, "-c", code, db_url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-500:] for o in outs]
+    eng = make_engine(db_url)
+    assert schema_revision(eng) == head_revision()
+    with eng.connect() as con:
+        assert con.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    eng.dispose()
+
+
+def _revision_module(name):
+    import importlib.util
+
+    path = storage_db.MIGRATIONS_DIR / "versions" / name
+    spec = importlib.util.spec_from_file_location(f"_basis_revision_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
+    """The fixture's runs and metrics, copied into a PostgreSQL database with today's main
+    schema (revision 0001's frozen tables plus ``schema_version`` = 1), upgrade in place."""
+    import json
+
+    import sqlalchemy as sa
+
+    fixture = os.path.join(FIXTURES, "v1-main.db")
+    tables = _revision_module("0001_runs_and_metrics.py")._tables()
+    md = next(iter(tables.values())).metadata
+    sa.Table("schema_version", md, sa.Column("version", sa.Integer, primary_key=True, autoincrement=False))
+    raw = sa.create_engine(pg_url)
+    with sqlite3.connect(fixture) as con:
+        con.row_factory = sqlite3.Row
+        runs = [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY id")]
+        metrics = [dict(r) for r in con.execute("SELECT * FROM metrics ORDER BY id")]
+    con.close()
+    for r in runs:
+        for k in ("created_at", "started_at", "finished_at", "heartbeat_at"):
+            r[k] = None if r[k] is None else datetime.fromisoformat(r[k])
+        r["config"], r["versions"] = json.loads(r["config"]), json.loads(r["versions"])
+        r["cancel_requested"] = bool(r["cancel_requested"])
+    for m in metrics:
+        m["value"] = float("nan") if m["value"] is None else m["value"]  # SQLite keeps NaN as NULL
+    with raw.begin() as con:
+        md.create_all(con)
+        con.execute(tables["runs"].insert(), runs)
+        con.execute(tables["metrics"].insert(), metrics)
+        con.execute(text("SELECT setval('runs_id_seq', 6)"))
+        con.execute(text("INSERT INTO schema_version VALUES (1)"))
+    raw.dispose()
+
+    st = RunStore(pg_url)
+    assert schema_revision(st.engine) == head_revision()
+    assert "schema_version" not in inspect(st.engine).get_table_names()
+    got = {r.id: r for r in st.list_runs()}
+    assert sorted(got) == [r["id"] for r in runs]
+    for r in runs:
+        rec = got[r["id"]]
+        for k in ("name", "status", "config", "versions", "error", "notes", "owner", "cancel_requested", "steps_done",
+                  "estimator", "rank", "lam", "seed"):
+            assert getattr(rec, k) == r[k], (r["id"], k)
+        assert rec.created_at == r["created_at"].replace(tzinfo=timezone.utc) and len(rec.uid) == 32
+    m = st.metrics(list(got))
+    assert m["id"].tolist() == [x["id"] for x in metrics]
+    assert [(x.run_id, x.step, x.name, x.wall_time) for x in m.itertuples()] == [
+        (x["run_id"], x["step"], x["name"], x["wall_time"]) for x in metrics]
+    np.testing.assert_array_equal(m["value"].to_numpy(), [x["value"] for x in metrics])  # NaN where NaN
+    assert new_run(st, "after") == 7
+    st.close()

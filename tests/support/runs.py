@@ -1,0 +1,105 @@
+"""Runs and waits the tests share: ``fake_run`` writes a run as a worker would (no
+training), ``new_run`` a bare queued row, ``dead_pid`` a pid no process holds,
+``wait_for`` polls a condition, ``InSweep`` makes the runs it writes belong to a sweep."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from engine.config import RunConfig
+from storage import RunStore
+
+TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
+LAYERS = ("block_0/mlp/fc", "block_0/mlp/proj", "head")
+SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
+
+
+class InSweep:
+    """A store whose new runs belong to one sweep with tags (what a launch records)."""
+
+    def __init__(self, store, sweep_id, tags=()):
+        self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def create_run(self, **kwargs):
+        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
+
+
+def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
+             steps_done: int | None = None, error: str | None = None, breakdown: bool = False,
+             saved: float = 12e6, saved_exact: float = 13e6) -> int:
+    """A run as a worker would have written it (metrics at step 0, every eval and probe
+    interval), without training: val loss decays from 10.8 towards ``final``."""
+    run_id = store.create_run(
+        name=config.label(), config=config.to_dict(), estimator="exact" if config.is_exact else config.estimator,
+        rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
+        steps=config.steps, versions={"jax": "0.10.2"}, device="cpu: cpu",
+        status="queued",
+    )
+    if status != "queued":
+        store.set_status(run_id, "running")
+    done = config.steps if steps_done is None else steps_done
+    if config.is_exact:
+        saved = saved_exact
+    rows = [(0, 0.5, "val_loss", 10.8), (0, 0.5, "mem_saved_bytes", saved), (0, 0.5, "mem_saved_bytes_exact", saved_exact),
+            (0, 0.5, "mem_saved_ratio", saved / saved_exact), (0, 0.5, "mem_temp_bytes", 30e6)]
+    if breakdown:
+        for cat, share in (("sketched_inputs", 0.2), ("nonlinearity", 0.3), ("loss_logits", 0.5)):
+            rows += [(0, 0.5, f"mem_bytes/{cat}", share * saved), (0, 0.5, f"mem_bytes_exact/{cat}", share * saved_exact)]
+    for step in range(1, done + 1):
+        wall = 0.5 + 0.01 * step
+        if step % config.effective_eval_interval == 0 or step == config.steps:
+            v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
+            rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
+        if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:
+            cos = [0.5 + 0.1 * i for i in range(len(LAYERS))]
+            rows += [(step, wall, f"cos/{n}", c) for n, c in zip(LAYERS, cos)]
+            rows += [(step, wall, f"rel_err/{n}", 1 - c) for n, c in zip(LAYERS, cos)]
+            rows += [(step, wall, "cos_mean", float(np.mean(cos))), (step, wall, "rel_err_mean", 1 - float(np.mean(cos)))]
+    store.add_metrics(run_id, rows)
+    store.heartbeat(run_id, done)
+    if status not in ("queued", "running"):
+        store.set_status(run_id, status, error=error)
+    return run_id
+
+
+def new_run(store: RunStore, name: str = "run", **kw) -> int:
+    """A queued run row with a made-up config (storage does not read it); ``kw`` overrides."""
+    args = dict(
+        name=name,
+        config={"estimator": "ep", "model": {"width": 64, "depth": 2}, "lr": 1e-3, "layers": [1, 2]},
+        estimator="ep",
+        rank=8,
+        lam=0.25,
+        seed=0,
+        preset="tiny",
+        steps=100,
+    )
+    args.update(kw)
+    return store.create_run(**args)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped (so no process holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def wait_for(predicate, timeout: float = 600.0, what: str = "the condition", every: float = 0.2):
+    """``predicate()``'s first truthy value, polled every ``every`` seconds; AssertionError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
