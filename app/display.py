@@ -1,10 +1,12 @@
-"""How the pages dress plain data: status symbols, user text escaped for markdown, and the one chart-render helper."""
+"""How the pages dress plain data: status symbols, user text as plain text (``app.text.plain``), and the one chart-render helper."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 import streamlit as st
+
+from app.text import plain  # noqa: F401  (the one plain-text helper, re-exported for the pages)
 
 STATUS_LABELS = {  # text symbols, not emoji: they render with any font
     "queued": "○ queued",
@@ -17,7 +19,6 @@ STATUS_LABELS = {  # text symbols, not emoji: they render with any font
 WORKER_LABELS = {"active": "▶ active", "stopped": "■ stopped", "gone": "⚠ gone"}
 IMAGE_FORMATS = ("png", "svg")
 IMAGE_FORMAT = "display.image_format"  # the sidebar's choice of chart download format
-_MARKDOWN_SPECIAL = "\\`*_{}[]()<>#+-.!|~$:"
 
 
 def status_text(status: str) -> str:
@@ -47,9 +48,3 @@ def plot(fig, key: str) -> None:
     config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
                                                               "filename": f"basis-lab-{key}"}}
     st.plotly_chart(fig, width="stretch", config=config, key=key)
-
-
-def plain(text) -> str:
-    """``text`` escaped for Streamlit markdown, so a name, a note or an error is shown
-    as typed: ``![x](http://host/img)`` stays text and fetches nothing."""
-    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in str(text)).replace("\n", "  \n")

@@ -15,6 +15,8 @@ other chart; a second λ of the same estimator is dashed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -101,6 +103,34 @@ def _add(fig: go.Figure, frame: pd.DataFrame, quantity: str, *, col: int | None,
                               "below %{y:.3g}<extra></extra>"), **cell)
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_text(value: float) -> str:
+    """``2×10⁻³``, ``10⁻³``: a tick label that names its decade, so no label is a bare digit."""
+    exponent = math.floor(math.log10(value) + 1e-9)
+    mantissa = round(value / 10.0**exponent, 6)
+    power = f"10{str(exponent).translate(_SUPERSCRIPT)}"
+    return power if mantissa == 1 else f"{mantissa:g}×{power}"
+
+
+def log_ticks(values) -> tuple[list[float], list[str]]:
+    """Labelled ticks of a log axis showing ``values`` (positive ones count): every power
+    of ten in range when the values span a decade or more, else 1, 2 and 5 times the
+    powers of ten around them, so the axis always has at least two labels; every label
+    carries its power of ten (``2×10⁻³``), unlike Plotly's bare minor digits ("2", "5")."""
+    v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
+    if v.size == 0:
+        return [], []
+    lo, hi = math.floor(math.log10(v.min())), math.ceil(math.log10(v.max()))
+    if hi - lo >= 2:
+        ticks = [10.0**k for k in range(lo, hi + 1)]
+    else:
+        ticks = [m * 10.0**k for k in range(lo - 1, hi + 1) for m in (1, 2, 5)]
+        ticks = [t for t in ticks if v.min() / 2.5 <= t <= v.max() * 2.5]
+    return ticks, [power_text(t) for t in ticks]
+
+
 def mse_figure(results: pd.DataFrame, layer: str, *, split: bool, title: str | None = None,
                height: int = 460) -> go.Figure:
     """Relative MSE against R on log–log axes, one line per estimator (and λ); with
@@ -123,7 +153,10 @@ def mse_figure(results: pd.DataFrame, layer: str, *, split: bool, title: str | N
         _add(fig, frames[q], q, col=i + 1 if split else None, legend=i == 0, dash_of=dash_of)
     ranks = sorted(set(frames[quantities[0]]["rank"]))
     fig.update_xaxes(type="log", title_text="rank R (rows of X kept)", tickvals=ranks, ticktext=[str(r) for r in ranks])
-    fig.update_yaxes(type="log", exponentformat="power")
+    drawn = pd.concat([frames[q]["y"] for q in quantities])
+    tickvals, ticktext = log_ticks(drawn)
+    fig.update_yaxes(type="log", tickvals=tickvals or None, ticktext=ticktext or None,
+                     minor=dict(ticks="outside", ticklen=3, dtick="D1", showgrid=False))
     fig.update_yaxes(title_text="relative to ‖dW‖²" if split else "MSE ‖d̂W − dW‖² / ‖dW‖²", col=1 if split else None)
     fig.update_layout(
         title=title, height=height, margin=dict(l=70, r=20, t=70 if title or split else 20, b=50),

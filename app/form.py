@@ -125,7 +125,7 @@ _INT_FIELDS = {f.name for f, _, tp in schema(RunConfig) if base_type(tp)[0] is i
     o.name for o in DATA_OPTIONS if o.kind is int}
 
 # A quick tiny-model sweep: what the form shows on a first visit.
-DEFAULT_SWEEP = Sweep(RunConfig(preset="tiny", steps=200, eval_interval=20, probe_interval=20),
+DEFAULT_SWEEP = Sweep(RunConfig(preset="tiny", steps=200, probe_interval=20),  # the schema's eval interval: every 20
                       estimators=("exact", "basis"), ranks=(1, 8, 32))
 # The paper's grid (``engine.config.reproduce``): what "Paper settings" fills in. The
 # form's tags are its own text box, so the sweep it shows carries none.
@@ -147,3 +147,37 @@ def clone_sweep(configs: Sequence[Mapping[str, Any]]) -> Sweep:
         seeds=tuple(dict.fromkeys(r.seed for r in runs)),
         with_exact=any(r.is_exact for r in runs),
     )
+
+
+def widget_of(field: str | None, ws: Sequence[Widget] | None = None) -> Widget | None:
+    """The widget that sets run field ``field`` (a swept field's list, e.g. ``lams`` for
+    ``lam``), or None."""
+    if field is None:
+        return None
+    name = SWEEP_AXES[field][0] if field in SWEEP_AXES else field
+    return next((w for w in (ws or widgets()) if w.name == name), None)
+
+
+def short_label(w: Widget) -> str:
+    """A widget's label without its typing hint: ``Shrink λ``."""
+    return w.label.removesuffix(" (comma list)")
+
+
+def labelled(field: str | None, text: str) -> str:
+    """``text`` about run field ``field`` with the field's name at its start replaced by
+    the label the form shows: ``lam must be in [0, 1)`` → ``Shrink λ must be in [0, 1)``."""
+    w = widget_of(field)
+    if w is None:
+        return text
+    for token in sorted({field, w.name}, key=len, reverse=True):
+        if text.startswith(token) and text[len(token):len(token) + 1] in (" ", ":"):
+            return short_label(w) + text[len(token):]
+    return text
+
+
+def field_note(error: Exception) -> tuple[str | None, str]:
+    """(the widget name, the message under the field's label) of a form error; the
+    widget is None when the error is about no single field."""
+    field = getattr(error, "field", None)
+    w = widget_of(field)
+    return (w.name if w else None), labelled(field, str(error))

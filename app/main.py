@@ -10,12 +10,15 @@ to the database; the pages only read it.
 With ``BASIS_LAB_PASSWORD`` set, every page sits behind a password (``app.gate``).
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from app import display, gate, state
 from storage import StorageError
 
-st.set_page_config(page_title="BASIS Lab", page_icon=":material/science:", layout="wide")
+# a local icon: a Material icon as page_icon is fetched from fonts.gstatic.com by every browser
+st.set_page_config(page_title="BASIS Lab", page_icon=str(Path(__file__).with_name("icon.png")), layout="wide")
 
 if not gate.unlocked():
     st.stop()
@@ -37,14 +40,15 @@ with st.sidebar:
     st.toggle("Pause live updates", key=state.PAUSED, help="Stop the charts and tables from refreshing while you read them.")
     st.radio("Chart downloads", display.IMAGE_FORMATS, horizontal=True, key=display.IMAGE_FORMAT,
              help="The format of the camera button in every chart's toolbar.")
-    st.caption(f"Database: `{state.db_url()}`", help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
+    st.caption(display.plain(f"Database: {state.db_url()}"), help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
     gate.logout_button()
 
 state.keep_widget_state("launch.")
+state.keep_widget_state("compare.")
 try:
     state.lab()
 except StorageError as e:
-    st.error(f"The database cannot be opened: {e}")
+    st.error(display.plain(f"The database cannot be opened: {e}"))
     st.stop()
 
 state.guarded(page.run)()

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import pandas as pd
 import streamlit as st
 
+from app.text import plain
 from engine.config import Sweep
 from storage import MetricsFeed, RunStore, StorageError, resolve_url
 
@@ -39,7 +41,7 @@ SELECTED = "selected_runs"
 PAUSED = "paused"
 _DETAIL_RUN = "detail.run"
 _CLONE = "launch.clone"
-_DIALOG = "runs.dialog"
+_DIALOG = "dialog"
 _FLASH = "runs.flash"
 _EPOCH = "runs.epoch"
 _ERROR = "runs.error"
@@ -64,6 +66,11 @@ class Lab:
                 self._manager = JobManager(self.store, max_concurrent=MAX_CONCURRENT)
             return self._manager
 
+    def started_manager(self) -> JobManager | None:
+        """The job manager if a page has started it, else None (starts nothing)."""
+        with self._lock:
+            return self._manager
+
     def close(self, cancel_running: bool = False) -> None:
         """Shut the job manager down, if it started, and close the store."""
         with self._lock:
@@ -75,8 +82,30 @@ class Lab:
 
 @st.cache_resource(show_spinner=False)
 def _lab(url: str) -> Lab:
-    """Created once per URL and process; runs keep training when the page goes away."""
-    return Lab(RunStore(url))
+    """Created once per URL and process; runs keep training when the page goes away.
+    When the process exits (Streamlit stops on SIGTERM, SIGINT or SIGQUIT and returns
+    normally), its runs checkpoint and end ``interrupted``, as the CLI's do."""
+    lab = Lab(RunStore(url))
+    # Before interpreter shutdown stops thread pools: checkpoint writes (orbax) submit to
+    # concurrent.futures executors, which refuse new work once their own threading-atexit
+    # hook has run, and an ``atexit`` handler runs after it. Hooks registered later run
+    # first, so this one checkpoints while the pools still work.
+    register = getattr(threading, "_register_atexit", atexit.register)
+    register(_checkpoint_on_exit, lab)
+    return lab
+
+
+def _checkpoint_on_exit(lab: Lab) -> None:
+    """Interrupt this process's runs: each running run writes a checkpoint at its current
+    step and ends ``interrupted`` (resumable); queued ones end ``interrupted`` too. A
+    process whose job manager never started (it only read) has nothing to stop."""
+    manager = lab.started_manager()
+    if manager is None or manager.closed:
+        return
+    try:
+        manager.shutdown(cancel_running=False)
+    except Exception:  # noqa: BLE001 — exiting anyway; what was written stays written
+        pass
 
 
 def db_url() -> str:
@@ -115,7 +144,8 @@ def refresh_every(active: bool, idle: float | None = None) -> float | None:
 def keep_widget_state(prefix: str) -> None:
     """Let widget values whose keys start with ``prefix`` survive a switch to another
     page (Streamlit drops the state of widgets a run does not draw): call it on
-    every run, before the page is drawn."""
+    every run, before the page is drawn. Only value widgets may use the prefix (a
+    button's state cannot be set)."""
     for key in [k for k in st.session_state.keys() if isinstance(k, str) and k.startswith(prefix)]:
         st.session_state[key] = st.session_state[key]
 
@@ -129,7 +159,7 @@ def guarded(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except StorageError as e:
-            st.error(f"Database error: {e}", icon=":material/error:")
+            st.error(plain(f"Database error: {e}"), icon=":material/error:")
 
     return run
 
@@ -166,7 +196,8 @@ def take_clone() -> Sweep | None:
 
 
 def dialog() -> tuple | None:
-    """The Runs page's open dialog: ``("delete", [ids])`` or ``("edit", id)``, or None."""
+    """The open confirmation dialog (``app.confirm``): ``("stop", [ids])``, ``("delete", [ids])``
+    or the Runs page's ``("edit", id)``; None when none is open."""
     return st.session_state.get(_DIALOG)
 
 

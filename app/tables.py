@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timezone
 from typing import Sequence
 
@@ -116,6 +117,33 @@ def merge_selection(previous: Sequence[int], visible: Sequence[int], chosen: Seq
     visible_set = set(int(v) for v in visible)
     kept = [int(i) for i in previous if int(i) not in visible_set]
     return list(dict.fromkeys(kept + [int(c) for c in chosen]))
+
+
+CHAR_PX, CELL_PAD_PX, CHIP_PAD_PX = 7.5, 18, 22  # the grid's 14 px font: width of a character, a cell's padding
+
+
+def text_width(values, low: int = 60, high: int = 260) -> int:
+    """A column width (px) that shows the longest of ``values`` whole, within [low, high]."""
+    longest = max((len(str(v)) for v in values if isinstance(v, str)), default=0)
+    return int(min(max(low, longest * CHAR_PX + CELL_PAD_PX), high))
+
+
+def tags_width(tag_lists, low: int = 60, high: int = 320) -> int:
+    """A width (px) for a tags column that shows the longest row's chips whole, within [low, high]."""
+    longest = max((sum(len(t) * CHAR_PX + CHIP_PAD_PX for t in tags) for tags in tag_lists), default=0)
+    return int(min(max(low, longest + CELL_PAD_PX), high))
+
+
+def ids_at(visible: Sequence[int], rows: Sequence[int]) -> list[int]:
+    """The run ids at the selected row positions ``rows`` of a table whose rows are ``visible``."""
+    return [int(visible[r]) for r in rows if 0 <= r < len(visible)]
+
+
+def table_key(prefix: str, visible: Sequence[int]) -> str:
+    """A widget key for a table showing the runs ``visible`` in that order: another
+    list of runs is another key, so a row selection never outlives its rows."""
+    digest = hashlib.sha256(",".join(str(int(i)) for i in visible).encode()).hexdigest()[:12]
+    return f"{prefix}.{digest}"
 
 
 def workers_view(states: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:

@@ -107,7 +107,7 @@ def bench(preset: str, block: int, block_s: float, pairs: int, target_s: float, 
             losses.append(float(loss))  # the loop reads every loss, as train() does
 
     def extra():
-        window = losses[-(step % config.eval_interval) :] if step % config.eval_interval else []
+        window = losses[-(step % config.effective_eval_interval) :] if step % config.effective_eval_interval else []
         return {"sampler": sampler.state(), "train_losses": window, "config": config.to_dict(), "wall_time": 0.0}
 
     t0 = time.perf_counter()
@@ -134,7 +134,7 @@ def bench(preset: str, block: int, block_s: float, pairs: int, target_s: float, 
 
     step_s = statistics.median(plain) / block
     per_save = max(statistics.median(with_save) - statistics.median(plain), 0.0)
-    interval = recommended_interval(int(target_s / step_s), config.eval_interval)
+    interval = recommended_interval(int(target_s / step_s), config.effective_eval_interval)
     cost = max(per_save, statistics.median(saves))  # the in-loop difference is noisy; never below a save
 
     colds, resumes = [cold_first], []

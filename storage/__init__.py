@@ -20,9 +20,10 @@ from .db import (
     schema_revision,
 )
 from .errors import LeaseLostError
+from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
-from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, Worker
+from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -64,9 +65,11 @@ __all__ = [
     "RunStore",
     "StorageError",
     "WORKER_STATUSES",
+    "SavedView",
     "Worker",
     "WorkerRecord",
     "ensure_schema",
+    "CSV_COLUMNS",
     "export_csv",
     "head_revision",
     "long_frame",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional
 
 import pandas as pd
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from .errors import StorageError
 from .models import Diagnostic, DiagnosticResult, Run, new_uid, utcnow
@@ -62,6 +62,45 @@ class DiagnosticsMixin:
                 diag.finished_at = now
             if error is not None:
                 diag.error = str(error)
+
+    def request_cancel_diagnostic(self, diag_id: int) -> bool:
+        """Queued -> cancelled now; running -> flag for the process computing it (it keeps
+        the results of the work done and ends ``cancelled``); False if it already ended."""
+        now = utcnow()
+        with self._session(write=True) as s:
+            res = s.execute(
+                update(Diagnostic).where(Diagnostic.id == diag_id, Diagnostic.status == "queued")
+                .values(status="cancelled", finished_at=now, cancel_requested=True,
+                        error="cancelled before it started; nothing was computed")
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount == 1:
+                return True
+            res = s.execute(
+                update(Diagnostic).where(Diagnostic.id == diag_id, Diagnostic.status == "running")
+                .values(cancel_requested=True).execution_options(synchronize_session=False)
+            )
+            if res.rowcount == 1:
+                return True
+            if s.get(Diagnostic, diag_id) is None:
+                raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
+            return False
+
+    def diagnostic_cancel_requested(self, diag_id: int) -> bool:
+        """Whether someone asked diagnostic ``diag_id`` to stop (False when it is gone)."""
+        with self._session() as s:
+            return bool(s.execute(select(Diagnostic.cancel_requested).where(Diagnostic.id == diag_id)).scalar())
+
+    def delete_diagnostic(self, diag_id: int) -> None:
+        """Delete a diagnostic and its result rows; a running one must be cancelled first."""
+        with self._session(write=True) as s:
+            status = s.execute(select(Diagnostic.status).where(Diagnostic.id == diag_id).with_for_update()).scalar()
+            if status is None:
+                raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
+            if status == "running":
+                raise StorageError(f"diagnostic {diag_id} is running; cancel it first, then delete it once it stops")
+            s.execute(delete(DiagnosticResult.__table__).where(DiagnosticResult.__table__.c.diagnostic_id == diag_id))
+            s.execute(delete(Diagnostic.__table__).where(Diagnostic.__table__.c.id == diag_id))
 
     def add_diagnostic_results(self, diag_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append result rows (keys from :data:`DIAGNOSTIC_RESULT_COLUMNS`; missing ones are NULL)."""

@@ -1,12 +1,19 @@
 """CSV export of runs and their metrics, unsampled, in two shapes.
 
-* long: one row per recorded metric value —
-  ``run_id, run_name, estimator, rank, lam, seed, step, wall_time, metric, value``.
-* wide: one row per (run, step) — ``run_id, run_name, estimator, rank, lam, seed, preset,
-  steps``, the run config flattened into ``config.<key>`` (nested keys joined with ``.``,
-  lists as JSON), ``step``, ``wall_time`` (the latest wall time at that step), then one column
-  per metric name (the last value recorded at that step; a metric whose name clashes with a
-  column above is called ``metric.<name>``).
+* long: one row per recorded metric value — the run columns (``RUN_COLUMNS``), then
+  ``step, wall_time_s, metric, value``.
+* wide: one row per (run, step) — the run columns, the run config flattened into
+  ``config.<key>`` (nested keys joined with ``.``, lists as JSON), ``step``,
+  ``wall_time_s`` (the latest wall time at that step), then one column per metric name
+  (the last value recorded at that step; a metric whose name clashes with a column above
+  is called ``metric.<name>``).
+
+``COLUMNS`` says what every column holds, with its unit; the README's column dictionary
+and the dashboard's download help are that text. A run's status, sweep id, tags and notes
+ride along, so a file explains itself. The effective shape (``B_seqs``, ``T_tokens``,
+``R_rows``: B and T after the preset's defaults, R clipped to B·T, empty for exact runs,
+whose ``rank`` is empty too) comes from the caller's ``shape(config)`` (the run schema
+lives in ``engine.config``, which storage does not import); without one it is empty.
 
 Floats are written with full precision, so ``pandas.read_csv`` gives back the stored values.
 Every CSV written here (``to_csv_bytes``, ``export_csv``) goes through ``neutralize``: a
@@ -25,7 +32,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -33,12 +40,38 @@ from .db import StorageError
 from .store import RunRecord, RunStore
 
 __all__ = [
-    "LONG_COLUMNS", "WIDE_RUN_COLUMNS", "EXPORT_FORMATS", "FORMULA_PREFIXES", "long_frame", "wide_frame",
+    "RUN_COLUMNS", "COLUMNS", "LONG_COLUMNS", "WIDE_RUN_COLUMNS", "EXPORT_FORMATS", "FORMULA_PREFIXES", "long_frame", "wide_frame",
     "export_csv", "to_csv_bytes", "flatten_config", "neutralize", "database_files", "write_file",
 ]
 
-LONG_COLUMNS = ["run_id", "run_name", "estimator", "rank", "lam", "seed", "step", "wall_time", "metric", "value"]
-WIDE_RUN_COLUMNS = ["run_id", "run_name", "estimator", "rank", "lam", "seed", "preset", "steps"]
+RUN_COLUMNS = ["run_id", "run_name", "status", "sweep_id", "tags", "notes", "estimator", "rank", "lam", "seed",
+               "preset", "steps", "B_seqs", "T_tokens", "R_rows"]
+SHAPE_COLUMNS = ("B_seqs", "T_tokens", "R_rows")
+LONG_COLUMNS = [*RUN_COLUMNS, "step", "wall_time_s", "metric", "value"]
+WIDE_RUN_COLUMNS = RUN_COLUMNS
+COLUMNS = {  # column → what it holds (the README's column dictionary and the download help)
+    "run_id": "the run's id in the database",
+    "run_name": "the run's name",
+    "status": "queued, running, finished, failed, cancelled or interrupted, when exported",
+    "sweep_id": "the launch the run belongs to (empty for a run launched alone by hand)",
+    "tags": "the run's tags, comma separated",
+    "notes": "the run's notes",
+    "estimator": "the dW estimator; exact is plain backprop",
+    "rank": "the sketch rank R the run was launched with (empty for exact runs)",
+    "lam": "shrink λ",
+    "seed": "seed of the initial parameters, batches and sketches",
+    "preset": "the model preset",
+    "steps": "training steps the run was launched for",
+    "B_seqs": "effective batch size B, in sequences",
+    "T_tokens": "effective sequence length T, in tokens",
+    "R_rows": "effective rank R, in rows of B·T kept (clipped to B·T; empty for exact runs)",
+    "config.<field>": "(wide) the run's stored config, one column per field",
+    "step": "the training step of the value (0: before the first update)",
+    "wall_time_s": "seconds of training wall time at that step, across resumes",
+    "metric": "(long) the metric's name: val_loss and train_loss in nats/token, tokens_per_s, cos_mean and "
+              "cos/<layer> (cosine of sketched to exact dW), rel_err_*, mem_*_bytes in bytes",
+    "value": "(long) the metric's value; wide files have one column per metric instead",
+}
 EXPORT_FORMATS = ("long", "wide")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 DB_COMPANIONS = ("", "-wal", "-shm", "-journal")
@@ -66,55 +99,75 @@ def _runs(store: RunStore, run_ids: Optional[Sequence[int]]) -> list[RunRecord]:
     return [store.get_run(int(r)) for r in dict.fromkeys(run_ids)]
 
 
-def _run_info(runs: list[RunRecord], columns: list[str], config: bool = False) -> pd.DataFrame:
+Shape = Callable[[dict], Mapping[str, Any]]  # stored config → {B_seqs, T_tokens, R_rows}
+
+
+def _run_info(runs: list[RunRecord], shape: Optional[Shape], config: bool = False) -> pd.DataFrame:
     rows = []
     for r in runs:
-        row = {"run_id": r.id, "run_name": r.name, **{c: getattr(r, c) for c in columns[2:]}}
+        exact = r.estimator == "exact"
+        row = {"run_id": r.id, "run_name": r.name, "status": r.status, "sweep_id": r.sweep_id,
+               "tags": ", ".join(r.tags or []), "notes": r.notes or "", "estimator": r.estimator,
+               "rank": None if exact else r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset, "steps": r.steps,
+               **dict.fromkeys(SHAPE_COLUMNS)}
+        if shape is not None:
+            row.update({k: v for k, v in shape(r.config).items() if k in SHAPE_COLUMNS})
+        if exact:
+            row["R_rows"] = None
         if config:
-            row.update(flatten_config(r.config))
+            flat = flatten_config(r.config)
+            if exact:  # an exact run has no rank or λ of its own: its config's are unused defaults
+                flat = {k: (None if k in ("config.rank", "config.lam") else v) for k, v in flat.items()}
+            row.update(flat)
         rows.append(row)
     frame = pd.DataFrame.from_records(rows)
     if frame.empty:
-        frame = pd.DataFrame(columns=columns)
+        frame = pd.DataFrame(columns=RUN_COLUMNS)
     frame["run_id"] = frame["run_id"].astype("int64")
-    for col in ("rank", "seed", "steps"):
-        if col in frame:
-            frame[col] = frame[col].astype("Int64")
+    for col in ("rank", "seed", "steps", *SHAPE_COLUMNS):
+        frame[col] = frame[col].astype("Int64")
+    for col in (c for c in frame.columns if c.startswith("config.")):
+        raw = [row.get(col) for row in rows]
+        values = [v for v in raw if v is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[col] = pd.array(raw, dtype="Int64")  # an int field left empty for some runs stays an int
     return frame
 
 
-def long_frame(store: RunStore, run_ids: Optional[Sequence[int]]) -> pd.DataFrame:
-    """Every metric value of ``run_ids`` (None: all runs), ordered by run then record order."""
+def long_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optional[Shape] = None) -> pd.DataFrame:
+    """Every metric value of ``run_ids`` (None: all runs), ordered by run then record order;
+    ``shape(config)`` fills the effective B, T, R columns."""
     runs = _runs(store, run_ids)
-    info = _run_info(runs, LONG_COLUMNS[:6])
+    info = _run_info(runs, shape)
     m = store.metrics([r.id for r in runs])
-    out = m.merge(info, on="run_id", how="left").rename(columns={"name": "metric"})
+    out = m.merge(info, on="run_id", how="left").rename(columns={"name": "metric", "wall_time": "wall_time_s"})
     out = out.sort_values(["run_id", "id"], kind="stable")
     return out[LONG_COLUMNS].reset_index(drop=True)
 
 
-def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]]) -> pd.DataFrame:
-    """One row per (run, step) with run/config columns and one column per metric."""
+def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optional[Shape] = None) -> pd.DataFrame:
+    """One row per (run, step) with run/config columns and one column per metric;
+    ``shape(config)`` fills the effective B, T, R columns."""
     runs = _runs(store, run_ids)
-    info = _run_info(runs, WIDE_RUN_COLUMNS, config=True)
+    info = _run_info(runs, shape, config=True)
     config_cols = sorted(c for c in info.columns if c.startswith("config."))
     info = info[WIDE_RUN_COLUMNS + config_cols]
     m = store.metrics([r.id for r in runs])
-    taken = set(info.columns) | {"step", "wall_time"}
+    taken = set(info.columns) | {"step", "wall_time_s"}
     m["name"] = [f"metric.{n}" if n in taken else n for n in m["name"]]
     metric_cols = sorted(set(m["name"]))
     if m.empty:
         per_step = pd.DataFrame({"run_id": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
-                                 "wall_time": pd.Series(dtype="float64")})
+                                 "wall_time_s": pd.Series(dtype="float64")})
     else:
-        wall = m.groupby(["run_id", "step"])["wall_time"].max()
+        wall = m.groupby(["run_id", "step"])["wall_time"].max().rename("wall_time_s")
         last = m.drop_duplicates(["run_id", "step", "name"], keep="last")  # m is ordered by id
         values = last.pivot(index=["run_id", "step"], columns="name", values="value")
         values.columns.name = None
         per_step = wall.to_frame().join(values).reset_index()
     out = info.merge(per_step, on="run_id", how="inner")
     out = out.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
-    return out[[*WIDE_RUN_COLUMNS, *config_cols, "step", "wall_time", *metric_cols]]
+    return out[[*WIDE_RUN_COLUMNS, *config_cols, "step", "wall_time_s", *metric_cols]]
 
 
 def _neutral(value):
@@ -199,12 +252,13 @@ def export_csv(
     run_ids: Optional[Sequence[int]] = None,
     fmt: str = "long",
     force: bool = False,
+    shape: Optional[Shape] = None,
 ) -> int:
     """Write runs (None: all) to ``path`` as ``long`` or ``wide`` CSV with ``write_file``
     (atomic; an existing file only with ``force``; never the database); return the data
     rows written."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
-    frame = long_frame(store, run_ids) if fmt == "long" else wide_frame(store, run_ids)
+    frame = long_frame(store, run_ids, shape) if fmt == "long" else wide_frame(store, run_ids, shape)
     write_file(store, path, to_csv_bytes(frame), force=force)
     return len(frame)

@@ -1,5 +1,5 @@
 """SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics``,
-``diagnostic_results`` and ``reports``.
+``diagnostic_results``, ``reports`` and ``saved_views``.
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
 compares the two, so a change here needs a new revision that does the same to a stored
@@ -34,13 +34,14 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .limits import NAME_MAX
 
-__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "UTCDateTime", "new_uid",
-           "utcnow"]
+__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
+           "new_uid", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -177,6 +178,20 @@ class Diagnostic(Base):
     owner: Mapped[Optional[str]] = mapped_column(String(255))
     error: Mapped[Optional[str]] = mapped_column(Text)
     notes: Mapped[str] = mapped_column(Text, default="")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class SavedView(Base):
+    """A named Compare view: ``state`` holds its URL query (runs, filters, pooling, axis,
+    smoothing, scale) as JSON, so reopening it is opening that URL."""
+
+    __tablename__ = "saved_views"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True, index=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class DiagnosticResult(Base):

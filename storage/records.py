@@ -118,7 +118,7 @@ SCALAR_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name not in ("confi
 _TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
 _INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
 _DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
-                      "finished_at", "heartbeat_at", "owner", "error", "notes")
+                      "finished_at", "heartbeat_at", "owner", "error", "notes", "cancel_requested")
 
 
 def _check_status(status: str) -> str:

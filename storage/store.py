@@ -1,4 +1,4 @@
-"""RunStore: every read and write of runs, metrics, workers, diagnostics and reports goes through here.
+"""RunStore: every read and write of runs, metrics, workers, diagnostics, reports and saved views goes through here.
 
 Each method uses its own short session (``with Session(engine) as s, s.begin():``); write
 methods run on :func:`storage.db.write_engine`, so on SQLite they take the write lock at
@@ -47,11 +47,13 @@ from .records import (  # noqa: F401  (the store's public names, as before the s
 )
 from .reports import ReportRecord, ReportsMixin  # noqa: F401
 from .runs import RunsMixin
+from .views import ViewsMixin
 from .workers import WorkersMixin
 
 
-class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, ReportsMixin, FramesMixin):
-    """Runs, metrics, workers, diagnostics and reports in the BASIS Lab database (see :mod:`storage.db`).
+class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, ReportsMixin, FramesMixin,
+               ViewsMixin):
+    """Runs, metrics, workers, diagnostics, reports and saved views in the BASIS Lab database (see :mod:`storage.db`).
 
     ``create=False`` refuses to make a new SQLite file (for commands that only read).
     """

@@ -3,13 +3,13 @@ quantity against the rank R at one step) and its Table 3 for the selected runs."
 
 import streamlit as st
 
-from app import state
-from app.display import plot
+from app import state, viewstate
+from app.display import plain, plot
 from engine.analysis import charts, frames
 from engine.analysis.summary import display_frame, summarize, table3
 from engine.config import comparable_key
 from engine.runner.queries import table3_text
-from storage import ACTIVE_STATUSES
+from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
 store = lab.store
@@ -20,37 +20,147 @@ if not records:
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
     st.stop()
 
-if "compare.pick" in st.session_state:  # the picker is on the page: it holds the selection
-    picked = [i for i in st.session_state["compare.pick"] if i in records]  # less runs deleted meanwhile
-    st.session_state["compare.pick"] = picked
-    state.set_selected(picked)
-    default = None
+_URL = "compare.url"  # the query this page last wrote (or applied)
+_FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter (new ones join)
+_KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
+         "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet"}
+NO_GROUP = "method"
+
+
+def _apply(view: viewstate.ViewState) -> None:
+    """Set every control to show ``view`` (before the controls are drawn, or in a callback)."""
+    runs, missing = viewstate.chosen(view, records.values())
+    st.session_state["compare.pick"] = runs
+    st.session_state[_FOLLOW] = view.runs is None and (view.sweep is not None or view.tag is not None)
+    for name, key in _KEYS.items():
+        value = getattr(view, name)
+        st.session_state[key] = (NO_GROUP if value is None else value) if name == "group" else value
+    state.set_selected(runs)
+    notes = list(view.problems) + ([f"runs {', '.join(map(str, missing))} are not in the database"] if missing else [])
+    st.session_state["compare.notes"] = notes
+
+
+def _current() -> viewstate.ViewState:
+    group = st.session_state.get(_KEYS["group"], NO_GROUP)
+    return viewstate.ViewState(
+        runs=None if st.session_state.get(_FOLLOW) else tuple(st.session_state.get("compare.pick", [])),
+        sweep=st.session_state.get(_KEYS["sweep"]), tag=st.session_state.get(_KEYS["tag"]),
+        pool=bool(st.session_state.get(_KEYS["pool"], True)), x=st.session_state.get(_KEYS["x"], "step"),
+        smoothing=float(st.session_state.get(_KEYS["smoothing"], 0.0)),
+        log_y=bool(st.session_state.get(_KEYS["log_y"], False)),
+        group=None if group == NO_GROUP else group, facet=bool(st.session_state.get(_KEYS["facet"], False)))
+
+
+def _open_saved() -> None:
+    """The saved view chosen in the share box, applied and put in the URL (a callback)."""
+    name = st.session_state.get("compare.saved")
+    saved = store.saved_views().get(name)
+    if saved is not None:
+        _apply(viewstate.decode(saved))
+        st.query_params.from_dict(saved)
+        st.session_state[_URL] = dict(saved)
+
+
+def _filter_changed() -> None:
+    """A new sweep or tag filter selects every run it matches (and keeps following it)."""
+    sweep, tag = st.session_state.get(_KEYS["sweep"]), st.session_state.get(_KEYS["tag"])
+    follow = sweep is not None or tag is not None
+    st.session_state[_FOLLOW] = follow
+    if follow:
+        st.session_state["compare.pick"] = viewstate.matching(records.values(), sweep, tag)
+        state.set_selected(st.session_state["compare.pick"])
+
+
+def _picked() -> None:
+    st.session_state[_FOLLOW] = False  # a hand-picked selection no longer follows the filter
+    state.set_selected(st.session_state["compare.pick"])
+
+
+for name, key in _KEYS.items():  # a first visit: the defaults
+    st.session_state.setdefault(key, NO_GROUP if name == "group" else getattr(viewstate.DEFAULT, name))
+query = st.query_params.to_dict()
+if query and query != st.session_state.get(_URL):  # a link, a bookmark or a reload: show exactly that view
+    _apply(viewstate.decode(query))
+elif "compare.pick" in st.session_state:  # the picker is on the page: it holds the selection
+    if st.session_state.get(_FOLLOW):  # runs the sweep or tag gained since
+        st.session_state["compare.pick"] = viewstate.matching(records.values(), st.session_state.get(_KEYS["sweep"]),
+                                                              st.session_state.get(_KEYS["tag"]))
+    st.session_state["compare.pick"] = [i for i in st.session_state["compare.pick"] if i in records]  # less deleted ones
+    state.set_selected(st.session_state["compare.pick"])
 else:
     default = [i for i in state.selected() if i in records]
     if not default:  # nothing selected yet: the latest sweep, the runs comparable to the newest
         newest = comparable_key(records[max(records)].config)
         default = [i for i in sorted(records) if comparable_key(records[i].config) == newest][-12:]
         st.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
+    st.session_state["compare.pick"] = default
     state.set_selected(default)
+for note in st.session_state.pop("compare.notes", []):
+    st.warning(plain(f"The link's {note}; shown without it."), icon=":material/link_off:")
 
-st.multiselect(
-    "Runs", options=sorted(records, reverse=True), default=default, key="compare.pick",
-    format_func=lambda i: f"#{i} {records[i].name}",
-    on_change=lambda: state.set_selected(st.session_state["compare.pick"]),
-)
+sweeps = sorted({r.sweep_id for r in records.values() if r.sweep_id}, reverse=True)
+tags = sorted({t for r in records.values() for t in (r.tags or [])})
+for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
+    if st.session_state.get(key) not in (None, *options):
+        st.session_state[key] = None  # a filter value no run has any more
+f1, f2, f3 = st.columns([2, 2, 6])
+f1.selectbox("Sweep", [None, *sweeps], key=_KEYS["sweep"], on_change=_filter_changed,
+             format_func=lambda v: "any sweep" if v is None else v, help="Compare every run of one launch.")
+f2.selectbox("Tag", [None, *tags], key=_KEYS["tag"], on_change=_filter_changed,
+             format_func=lambda v: "any tag" if v is None else v, help="Compare every run carrying this tag.")
+f3.multiselect("Runs", options=sorted(records, reverse=True), key="compare.pick",
+               format_func=lambda i: f"#{i} {records[i].name}", on_change=_picked)
 ids = state.selected()
 if not ids:
-    st.info("Pick one or more runs above (or tick them on the Runs page).")
+    st.info("Pick one or more runs above (or tick them on the Runs page), or choose a sweep or a tag.")
     st.stop()
 
-c1, c2, c3, c4 = st.columns([1.2, 2, 1, 1])
-x = c1.radio("x axis", ("step", "wall_time"), horizontal=True, key="compare.x",
+c1, c2, c3, c4, c5 = st.columns([1.2, 2, 0.8, 1, 1.6])
+x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, key=_KEYS["x"],
              format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
-smoothing = c2.slider("EMA smoothing", 0.0, 0.99, 0.0, 0.01, key="compare.smoothing",
+smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, key=_KEYS["smoothing"],
                       help="Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value.")
-log_y = c3.toggle("log y", key="compare.log_y")
-pool = c4.toggle("pool seeds", value=True, key="compare.pool",
+log_y = c3.toggle("log y", key=_KEYS["log_y"])
+pool = c4.toggle("pool seeds", key=_KEYS["pool"],
                  help="Runs that differ only by seed become one curve: the mean with a ± std band.")
+info_all = frames.describe_runs([records[i] for i in ids if i in records])
+group_options = [NO_GROUP, *frames.group_choices(info_all)]
+if st.session_state.get(_KEYS["group"]) not in group_options:
+    st.session_state[_KEYS["group"]] = NO_GROUP
+g1, g2 = c5.columns([3, 2], vertical_alignment="bottom")
+group_by = g1.selectbox("Colour by", group_options, key=_KEYS["group"],
+                        help="Colour the loss and cosine curves by a config field, a tag or the sweep instead of "
+                             "by method (W&B's and Aim's group by).")
+group_by = None if group_by == NO_GROUP else group_by
+facet = g2.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
+                  help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
+
+view = _current()
+encoded = viewstate.encode(view)
+if encoded != query:
+    st.query_params.from_dict(encoded)
+st.session_state[_URL] = encoded
+with st.popover("Share or save this view", icon=":material/share:"):
+    base = str(getattr(st.context, "url", "") or "").split("?")[0] or "/compare"
+    st.caption("Link to exactly this view (copy it with the icon at the right of the box):")
+    st.code(viewstate.link(base, view), language=None, wrap_lines=True)
+    name = st.text_input("Save as", key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
+                         help="Saved views are stored in the database, for everyone who uses it.")
+    if st.button("Save view", icon=":material/bookmark_add:", key="share.save", disabled=not (name or "").strip()):
+        try:
+            store.save_view(name, encoded)
+        except (ValueError, StorageError) as e:
+            st.error(plain(e), icon=":material/error:")
+        else:
+            st.toast(plain(f"Saved the view {name.strip()!r}."))
+    saved = store.saved_views()
+    if saved:
+        s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
+        s1.selectbox("Saved views", list(saved), key="compare.saved")
+        s2.button("Open", key="share.open", on_click=_open_saved, icon=":material/open_in_browser:")
+        if st.button("Delete this saved view", key="share.delete", icon=":material/delete:"):
+            store.delete_view(st.session_state["compare.saved"])
+            st.rerun()
 
 
 def _status_line(runs: dict) -> None:
@@ -61,7 +171,7 @@ def _status_line(runs: dict) -> None:
     st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
     for run in (r for r in runs.values() if r.status in ACTIVE_STATUSES):
         steps = max(run.steps or 1, 1)
-        st.progress(min(run.steps_done / steps, 1.0), text=f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}")
+        st.progress(min(run.steps_done / steps, 1.0), text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
 
 
 def _view() -> None:
@@ -77,15 +187,25 @@ def _view() -> None:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
 
     st.subheader("Loss")
-    left, right = st.columns(2)
-    with left:
-        s = frames.series(metrics, info, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss", log_y=log_y,
-                                  height=460), "val")
-    with right:
-        s = frames.series(metrics, info, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
-        plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)",
-                                  log_y=log_y, height=460), "train")
+    if facet:  # one panel per value of the chosen field, curves by method
+        for metric, y_title, title, key in (("val_loss", "validation loss (nats/token)", "Validation loss", "val"),
+                                            ("train_loss", "train loss (nats/token)", "Train loss (mean since last eval)",
+                                             "train")):
+            panels = {name: frames.series(metrics, part, metric, x=x, smoothing=smoothing, pool_seeds=pool)
+                      for name, part in frames.facets(info, group_by).items()}
+            plot(charts.panels_figure(panels, x=x, y_title=y_title, title=f"{title}, by {group_by}", log_y=log_y,
+                                      shared_y=True), key)
+    else:
+        shown = frames.grouped(info, group_by)
+        left, right = st.columns(2)
+        with left:
+            s = frames.series(metrics, shown, "val_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+            plot(charts.line_figure(s, x=x, y_title="validation loss (nats/token)", title="Validation loss",
+                                    log_y=log_y, height=460), "val")
+        with right:
+            s = frames.series(metrics, shown, "train_loss", x=x, smoothing=smoothing, pool_seeds=pool)
+            plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)",
+                                    log_y=log_y, height=460), "train")
 
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
     layers = frames.layer_names(metrics)
@@ -99,8 +219,14 @@ def _view() -> None:
             panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
                       for layer in layers}
             plot(charts.panels_figure(panels, x=x, y_title="cosine", title="Cosine per sketched layer"), "cos_layers")
+        elif facet:
+            panels = {name: frames.series(metrics, part, "cos_mean", x=x, smoothing=smoothing, pool_seeds=pool)
+                      for name, part in frames.facets(info, group_by).items()}
+            plot(charts.panels_figure(panels, x=x, y_title="cosine (mean over sketched layers)",
+                                      title=f"Mean cosine over sketched layers, by {group_by}"), "cos")
         else:
-            s = frames.series(metrics, info, "cos_mean", x=x, smoothing=smoothing, pool_seeds=pool)
+            s = frames.series(metrics, frames.grouped(info, group_by), "cos_mean", x=x, smoothing=smoothing,
+                              pool_seeds=pool)
             plot(charts.line_figure(s, x=x, y_title="cosine (mean over sketched layers)",
                                     title="Mean cosine over sketched layers"), "cos")
 
@@ -129,10 +255,11 @@ def _view() -> None:
         return
     choices = ["common", *steps]
     if st.session_state.get("compare.at", "common") not in choices:
-        del st.session_state["compare.at"]  # its step belongs to runs no longer selected
+        st.session_state["compare.at"] = "common"  # its step belongs to runs no longer selected
+    st.session_state.setdefault("compare.at", "common")
     c1, c2 = st.columns([3, 2])
     at = c1.select_slider(
-        "at step", options=choices, value="common", key="compare.at",
+        "at step", options=choices, key="compare.at",
         format_func=lambda v: "latest common step" if v == "common" else f"{v:,}",
         help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "

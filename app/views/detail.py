@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import form, state, tables
+from app import confirm, form, state, tables
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -73,9 +73,10 @@ def _view() -> None:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")
     buttons = st.container(horizontal=True)
-    if run.status in ACTIVE_STATUSES and buttons.button("Stop this run", icon=":material/stop_circle:", key="detail.stop"):
-        lab.manager.cancel(run_id)
-        st.toast("Stop requested.")
+    if run.status in ACTIVE_STATUSES and buttons.button("Stop this run…", icon=":material/stop_circle:", key="detail.stop",
+                                                        help="Cancel this run (asks first, naming it)."):
+        state.set_dialog(("stop", [run_id]))
+        st.rerun()
     if run.status in RESUMABLE_STATUSES and buttons.button(
             "Resume", icon=":material/play_arrow:", key="detail.resume", type="primary",
             help="Continue this run under its own id from its last checkpoint (from step 0 when it has none)."):
@@ -133,7 +134,10 @@ def _view() -> None:
 
 
 active = records[run_id].status in ACTIVE_STATUSES
-st.fragment(run_every=state.refresh_every(active))(state.guarded(_view))()
+dialog = state.dialog()
+st.fragment(run_every=None if dialog else state.refresh_every(active))(state.guarded(_view))()
+if dialog and dialog[0] == "stop":
+    state.guarded(confirm.stop_dialog)(dialog[1])
 
 run = records[run_id]
 left, right = st.columns(2)

@@ -9,7 +9,8 @@ from app.display import plain, plot, status_text
 from engine.config import ConfigError, RunConfig
 from engine.runner import diagnosis
 from engine.training.checkpoints import CheckpointError
-from storage import ACTIVE_STATUSES
+from engine.training.timing import format_seconds
+from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
 store = lab.store
@@ -37,34 +38,47 @@ with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_char
     except CheckpointError as e:
         st.warning(plain(e), icon=":material/warning:")
         steps = []
-    with st.form(f"estimators.new.{run_id}", border=False):
-        c1, c2 = st.columns([1, 2])
-        step = c1.selectbox(
-            "State", [*reversed(steps), 0], key=f"estimators.step.{run_id}",
-            format_func=lambda s: f"checkpoint at step {s:,}" if s else "initial parameters (step 0)",
-            help="A saved checkpoint of the run, or its initial parameters. The batches are the ones the run "
-                 "trained on next.")
-        chosen = c2.multiselect("Estimators", diagnosis.SKETCHED, default=list(diagnosis.SKETCHED),
-                                key=f"estimators.which.{run_id}")
-        c1, c2, c3, c4 = st.columns(4)
-        ranks = c1.text_input("Ranks R", ", ".join(map(str, diagnosis.DEFAULT_RANKS)), key=f"estimators.ranks.{run_id}",
-                              help="Comma list; ranks above B·T are clipped to B·T.")
-        lams = c2.text_input("Shrink λ", f"{RunConfig.from_dict(run.config).lam:g}", key=f"estimators.lams.{run_id}",
-                             help="Comma list of λ in [0, 1); the run's own λ by default.")
-        keys = c3.number_input("Sketch keys K", min_value=2, value=diagnosis.DEFAULT_KEYS, step=32,
-                               key=f"estimators.keys.{run_id}", help="Independent sketches per batch.")
-        batches = c4.number_input("Batches N", min_value=1, max_value=diagnosis.MAX_BATCHES,
-                                  value=diagnosis.DEFAULT_BATCHES, key=f"estimators.batches.{run_id}")
-        if st.form_submit_button("Run diagnosis", icon=":material/play_arrow:", type="primary"):
-            try:
-                new = lab.manager.diagnose(run_id, step=int(step), estimators=chosen or "", ranks=ranks, lams=lams,
-                                           keys=int(keys), batches=int(batches))
-            except (ConfigError, ValueError) as e:  # CheckpointError and DataError are ValueErrors
-                st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
-            else:
-                st.session_state["estimators.diag"] = new
-                st.toast(f"Diagnosis #{new} started in the background.")
-                diags = store.diagnostics_frame(run_id)
+    # plain widgets, not an st.form: Enter in a field only updates the cost; only the button starts
+    c1, c2 = st.columns([1, 2])
+    step = c1.selectbox(
+        "State", [*reversed(steps), 0], key=f"estimators.step.{run_id}",
+        format_func=lambda s: f"checkpoint at step {s:,}" if s else "initial parameters (step 0)",
+        help="A saved checkpoint of the run, or its initial parameters. The batches are the ones the run "
+             "trained on next.")
+    chosen = c2.multiselect("Estimators", diagnosis.SKETCHED, default=list(diagnosis.SKETCHED),
+                            key=f"estimators.which.{run_id}")
+    c1, c2, c3, c4 = st.columns(4)
+    ranks = c1.text_input("Ranks R", ", ".join(map(str, diagnosis.DEFAULT_RANKS)), key=f"estimators.ranks.{run_id}",
+                          help="Comma list; ranks above B·T are clipped to B·T.")
+    lams = c2.text_input("Shrink λ", f"{RunConfig.from_dict(run.config).lam:g}", key=f"estimators.lams.{run_id}",
+                         help="Comma list of λ in [0, 1); the run's own λ by default.")
+    keys = c3.number_input("Sketch keys K", min_value=2, value=diagnosis.DEFAULT_KEYS, step=32,
+                           key=f"estimators.keys.{run_id}", help="Independent sketches per batch.")
+    batches = c4.number_input("Batches N", min_value=1, max_value=diagnosis.MAX_BATCHES,
+                              value=diagnosis.DEFAULT_BATCHES, key=f"estimators.batches.{run_id}")
+    try:
+        plan = diagnosis.plan_diagnosis(store, run_id, step=int(step), estimators=chosen or "", ranks=ranks,
+                                        lams=lams, keys=int(keys), batches=int(batches),
+                                        checkpoints=lab.manager.checkpoint_root)
+    except (ConfigError, ValueError) as e:  # CheckpointError and DataError are ValueErrors
+        plan = None
+        st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
+    if plan is not None:
+        eta = diagnosis.estimate_seconds(store, plan)
+        st.caption(plain(f"Cost: {plan.cost_text()}. Estimated time: "
+                         + (format_seconds(eta) if eta is not None else
+                            "unknown (no finished diagnosis of this model yet)") + "."))
+    start = st.button("Run diagnosis", icon=":material/play_arrow:", type="primary", disabled=plan is None,
+                      key=f"estimators.start.{run_id}")
+    if start and plan is not None:
+        try:
+            new = lab.manager.start_diagnosis(plan)
+        except (ConfigError, ValueError) as e:
+            st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
+        else:
+            st.session_state["estimators.diag"] = new
+            st.toast(f"Diagnosis #{new} started in the background.")
+            diags = store.diagnostics_frame(run_id)
 
 if diags.empty:
     st.info("No diagnosis of this run yet: start one above.")
@@ -76,6 +90,45 @@ if st.session_state.get("estimators.diag") not in rows:
     st.session_state["estimators.diag"] = max(finished or rows)
 diag_id = st.selectbox("Diagnosis", sorted(rows, reverse=True), key="estimators.diag",
                        format_func=lambda i: f"{status_text(rows[i].status)}  {est.diagnosis_label(diags[diags.id == i].iloc[0])}")
+chosen_status = rows[diag_id].status
+actions = st.container(horizontal=True)
+if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="estimators.cancel",
+                  disabled=chosen_status not in ACTIVE_STATUSES,
+                  help="Stop it after its current step; it keeps what it measured so far and ends cancelled."):
+    lab.manager.cancel_diagnosis(diag_id)
+    st.toast(f"Cancel requested for diagnosis #{diag_id}.")
+    st.rerun()
+if actions.button("Run again", icon=":material/replay:", key="estimators.rerun",
+                  help="A new diagnosis with this one's settings (state, estimators, ranks, λs, keys, batches)."):
+    try:
+        again = lab.manager.rerun_diagnosis(diag_id)
+    except (ConfigError, ValueError) as e:
+        st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
+    else:
+        st.session_state["estimators.diag"] = again
+        st.toast(f"Diagnosis #{again} started: #{diag_id} again.")
+        st.rerun()
+if actions.button("Delete diagnosis…", icon=":material/delete:", key="estimators.delete",
+                  disabled=chosen_status == "running", help="Delete this diagnosis and its results (asks first)."):
+    st.session_state["estimators.confirm_delete"] = diag_id
+if st.session_state.get("estimators.confirm_delete") == diag_id:
+    box = st.container(border=True)
+    box.warning(plain(f"Delete diagnosis #{diag_id} ({est.diagnosis_label(diags[diags.id == diag_id].iloc[0])}) and its "
+                      "results? This cannot be undone."), icon=":material/delete:")
+    yes, no = box.columns(2)
+    if yes.button(f"Delete #{diag_id}", type="primary", key="estimators.delete.ok"):
+        try:
+            store.delete_diagnostic(diag_id)
+        except StorageError as e:
+            st.error(plain(e), icon=":material/error:")
+        else:
+            st.session_state.pop("estimators.confirm_delete", None)
+            st.session_state.pop("estimators.diag", None)
+            st.toast(f"Deleted diagnosis #{diag_id}.")
+            st.rerun()
+    if no.button("Keep it", key="estimators.delete.cancel"):
+        st.session_state.pop("estimators.confirm_delete", None)
+        st.rerun()
 
 
 def _view() -> None:
@@ -98,11 +151,14 @@ def _view() -> None:
                 if progress else f"{status_text(row['status'])} in another process")
         st.progress(est.progress_fraction(progress), text=text)
         return
+    results = store.diagnostic_results(diag_id)
     if row["status"] != "finished":
         first = (row["error"] or "").splitlines()[0] if row["error"] else "no error recorded"
-        st.error(plain(f"This diagnosis {row['status']}: {first}"), icon=":material/error:")
-        return
-    results = store.diagnostic_results(diag_id)
+        if row["status"] == "cancelled" and not results.empty:  # partial results: shown, and said so
+            st.warning(plain(f"This diagnosis was cancelled: {first}"), icon=":material/stop_circle:")
+        else:
+            st.error(plain(f"This diagnosis {row['status']}: {first}"), icon=":material/error:")
+            return
     if results.empty:
         st.info("This diagnosis stored no results.")
         return

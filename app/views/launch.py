@@ -6,7 +6,17 @@ import streamlit as st
 from app import form, state
 from app.display import plain
 from engine import data
-from engine.config import GROUPS, PAPER_STEPS, REPRODUCE_SEEDS, ConfigError, Sweep, parse_seeds, reproduction_sweep
+from engine.config import (
+    GROUPS,
+    LARGE_LAUNCH,
+    PAPER_STEPS,
+    REPRODUCE_SEEDS,
+    ConfigError,
+    Sweep,
+    launch_warnings,
+    parse_seeds,
+    reproduction_sweep,
+)
 from engine.core.presets import PRESETS
 from engine.runner import estimates
 from engine.training import timing
@@ -52,7 +62,7 @@ def _data_text(grid: Sweep) -> str | None:
         try:
             return data.describe_source(source, **options)  # reads no user path
         except data.DataError as e:
-            st.error(str(e), icon=":material/error:")
+            st.error(plain(e), icon=":material/error:")
             return None
     key = ("launch.data_check", source, tuple(sorted(options.items())))
     if st.button("Check data", icon=":material/fact_check:", help="Find the files the path or glob names."):
@@ -62,19 +72,21 @@ def _data_text(grid: Sweep) -> str | None:
             st.session_state[key] = ("error", str(e))
     verdict, text = st.session_state.get(key, (None, None))
     if verdict == "error":
-        st.error(text, icon=":material/error:")
+        st.error(plain(text), icon=":material/error:")
         return None
     return text
 
 
-def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
-    """How many runs, how long (when a step time is known), which runs; and the Launch buttons."""
+def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None:
+    """How many runs, how long (when a step time is known), what to check (a launch of
+    more than ``LARGE_LAUNCH`` runs must be confirmed), which runs; and the Launch button."""
     for clip in grid.clipped():
-        st.warning(f"{clip}: the run records R = {clip.effective}.", icon=":material/content_cut:")
+        st.warning(plain(f"{clip}: the run records R = {clip.effective}."), icon=":material/content_cut:")
     estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
     n = len(configs)
     plural = "s" if n != 1 else ""
-    st.subheader(f"{n} run{plural} to launch")
+    st.subheader(f"{n:,} run{plural} to launch")
+    total = estimate.seconds if estimate.known else None
     if estimate.known:
         st.markdown(f"Estimated time **≈ {timing.format_seconds(estimate.seconds)}**")
         st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
@@ -86,23 +98,31 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
             with st.spinner("Compiling and timing the train step…"):
                 estimates.grid_estimate(lab.store, configs, measure=True)
             st.rerun()
+    for w in warnings:
+        st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
+    confirmed = True
+    if n > LARGE_LAUNCH:
+        eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
+        confirmed = st.checkbox(f"Yes, launch all {n:,} runs (estimated total time {eta})", key="launch.confirm_large",
+                                value=False)
     tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation",
                          help="Comma list; every run of this launch gets them (filter by them on Runs).")
     queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only",
                            help="Leave the runs to `python -m engine worker` processes (other machines or GPUs) "
                                 "instead of training them in this dashboard.")
     source_text = _data_text(grid)
-    launch = st.button(f"{'Queue' if queue_only else 'Launch'} {n} run{plural}", icon=":material/rocket_launch:",
-                       type="primary", width="stretch")
+    launch = st.button(f"{'Queue' if queue_only else 'Launch'} {n:,} run{plural}", icon=":material/rocket_launch:",
+                       type="primary", width="stretch", disabled=not confirmed,
+                       help=None if confirmed else f"More than {LARGE_LAUNCH} runs: tick the confirmation above first.")
     st.dataframe(_preview_frame(configs), hide_index=True, width="stretch", height=min(35 * n + 38, 420),
                  placeholder="—")
-    st.caption(f"Data: {source_text}" if source_text else "Data: not checked yet (Launch checks it too).")
+    st.caption(plain(f"Data: {source_text}") if source_text else "Data: not checked yet (Launch checks it too).")
     if launch:
         try:
             with st.spinner("Loading the data…"):
                 check_data(configs)
         except (data.DataError, ConfigError, OSError) as e:
-            st.error(f"The data could not be loaded: {e}", icon=":material/error:")
+            st.error(plain(f"The data could not be loaded: {e}"), icon=":material/error:")
             return
         tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
         try:
@@ -113,7 +133,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list) -> None:
             else:
                 ids = lab.manager.submit(configs, tags=tag_list)
         except (StorageError, ValueError) as e:
-            st.error(f"The runs could not be queued: {e}", icon=":material/error:")
+            st.error(plain(f"The runs could not be queued: {e}"), icon=":material/error:")
             return
         state.set_selected(ids)
         who = "for workers (`python -m engine worker`)" if queue_only else "here"
@@ -185,6 +205,21 @@ st.caption(
     "One run per estimator × rank × λ × seed (exact backprop once per seed). Runs train in the "
     f"background, {state.MAX_CONCURRENT} at a time, and keep going if you leave this page."
 )
+values = {w.name: st.session_state.get(w.key) for w in WIDGETS}
+problem, configs, warnings = None, None, []
+try:
+    grid = form.to_sweep(values)
+    configs = grid.expand()
+    warnings = launch_warnings(configs)
+except ConfigError as e:
+    problem = form.field_note(e)
+notes: dict[str, list[tuple[str, str]]] = {}  # widget → what to show under it (error or warning, text)
+if problem and problem[0]:
+    notes.setdefault(problem[0], []).append(("error", problem[1]))
+for w in warnings:
+    if (target := form.widget_of(w.field)) is not None:
+        notes.setdefault(target.name, []).append(("warning", form.labelled(w.field, w.text)))
+
 form_col, preview_col = st.columns([2, 1], gap="large")
 with form_col:
     b1, b2, _ = st.columns([1, 1, 2])
@@ -197,18 +232,18 @@ with form_col:
     dataset = st.session_state.get(form.KEY + "dataset")
     for group, ws in form.grouped(WIDGETS).items():
         shown = [w for w in ws if not w.sources or dataset in w.sources]
-        with st.expander(GROUPS[group], expanded=group in ("method", "model", "training", "data")):
+        flagged = any(w.name in notes for w in shown)
+        with st.expander(GROUPS[group], expanded=flagged or group in ("method", "model", "training", "data")):
             columns = st.columns(3)
             for i, w in enumerate(shown):
                 _draw(w, columns[i % 3])
+                for kind, text in notes.get(w.name, []):  # the field's own error or warning, under it
+                    getattr(columns[i % 3], kind)(plain(text), icon=":material/error:" if kind == "error" else
+                                                  ":material/warning:")
 
-values = {w.name: st.session_state.get(w.key) for w in WIDGETS}
 with preview_col:
-    try:
-        grid = form.to_sweep(values)
-        configs = grid.expand()
-    except ConfigError as e:
-        configs = None
-        st.error(str(e), icon=":material/error:")
+    if problem:
+        st.error(plain(problem[1] if problem[0] is None else f"Fix the field marked in the form: {problem[1]}"),
+                 icon=":material/error:")
     if configs:
-        _preview(lab, grid, configs)
+        _preview(lab, grid, configs, warnings)

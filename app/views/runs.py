@@ -14,11 +14,12 @@ import zlib
 
 import streamlit as st
 
-from app import display, form, state, tables
-from engine.config import ConfigError
+from app import confirm, display, form, state, tables
+from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
 from storage import (
     ACTIVE_STATUSES,
+    CSV_COLUMNS,
     ENDED_STATUSES,
     RESUMABLE_STATUSES,
     RUN_STATUSES,
@@ -33,15 +34,8 @@ from storage.limits import NAME_MAX, NOTES_MAX
 
 lab = state.lab()
 store = lab.store
-
-
-def _close_dialog(message: str | None = None) -> None:
-    """Close the open dialog and rerun the app (``st.rerun``: does not return);
-    ``message`` is shown as a toast after the rerun."""
-    state.set_dialog(None)
-    if message:
-        state.flash(message)
-    st.rerun()
+_LAST_TABLE = "runs.table.last"
+CSV_HELP = "Columns:  \n" + "  \n".join(f"**{display.plain(c)}**: {display.plain(t)}" for c, t in CSV_COLUMNS.items())  # (widget key, the run ids of its rows) of the table drawn last
 
 
 def _refuse(message: str) -> None:
@@ -50,32 +44,12 @@ def _refuse(message: str) -> None:
     st.rerun()
 
 
-@st.dialog("Delete runs", dismissible=False)
-def _delete_dialog(ids: list[int]) -> None:
-    records = {r.id: r for r in store.list_runs() if r.id in ids}
-    st.write(f"Delete {len(records)} run{'s' if len(records) != 1 else ''} and all their metrics and checkpoints? "
-             "This cannot be undone.")
-    st.markdown("\n".join(f"- #{r.id} {display.plain(r.name)} ({r.status})" for r in records.values()))
-    c1, c2 = st.columns(2)
-    if c1.button("Delete", type="primary", key="runs.delete.confirm"):
-        from engine.runner import jobs  # checkpoints (orbax, JAX) only when something is deleted
-
-        problems = jobs.delete_runs(store, list(records))
-        state.set_selected([i for i in state.selected() if i not in records])
-        state.bump_table_epoch()
-        if problems:
-            state.set_runs_error("; ".join(problems))
-        _close_dialog(None if problems else f"Deleted {len(records)} run(s).")
-    if c2.button("Cancel", key="runs.delete.cancel"):
-        _close_dialog()
-
-
 @st.dialog("Rename and annotate", dismissible=False)
 def _edit_dialog(run_id: int) -> None:
     try:
         record = store.get_run(run_id)
     except RunNotFoundError:
-        _close_dialog(f"Run {run_id} was deleted meanwhile.")
+        confirm.close(f"Run {run_id} was deleted meanwhile.")
     with st.form("runs.edit"):
         name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
         notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
@@ -90,9 +64,9 @@ def _edit_dialog(run_id: int) -> None:
         except (StorageError, ValueError) as e:
             st.error(display.plain(e))
         else:
-            _close_dialog(f"Saved #{run_id}.")
+            confirm.close(f"Saved #{run_id}.")
     if cancel:
-        _close_dialog()
+        confirm.close()
 
 
 def resume(run_ids: list[int]) -> str:
@@ -118,10 +92,10 @@ def _actions(view, chosen: list[int]) -> None:
                              help="Continue the selected interrupted, cancelled or failed runs from their last checkpoint."),
         "clone": row.button("Clone to Launch", icon=":material/content_copy:", disabled=not n, key="runs.clone",
                             help="Fill the Launch form with the settings of the selected runs."),
-        "stop": row.button("Stop", icon=":material/stop_circle:", disabled=not active, key="runs.stop",
-                           help="Cancel the selected queued or running runs."),
+        "stop": row.button("Stop…", icon=":material/stop_circle:", disabled=not active, key="runs.stop",
+                           help="Cancel the selected queued or running runs (asks first, naming them)."),
         "delete": row.button("Delete…", icon=":material/delete:", disabled=not n, key="runs.delete",
-                             help="Deletes runs, metrics and checkpoints. Running runs must be stopped first."),
+                             help="Deletes runs, metrics and checkpoints (asks first, naming them). Running runs must be stopped first."),
         "edit": row.button("Rename…", icon=":material/edit:", disabled=n != 1, key="runs.edit",
                            help="Rename the run or add notes."),
         "detail": row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"),
@@ -141,9 +115,8 @@ def _actions(view, chosen: list[int]) -> None:
         state.clone_to_launch(sweep)
         st.switch_page("views/launch.py")
     if clicked["stop"]:
-        for run_id in active:
-            lab.manager.cancel(run_id)
-        st.toast(f"Stop requested for {len(active)} run(s).")
+        state.set_dialog(("stop", active))
+        st.rerun()
     if clicked["delete"]:
         if running:
             _refuse(f"Run(s) {', '.join(map(str, running))} are running: stop them first, then delete.")
@@ -161,7 +134,8 @@ def _actions(view, chosen: list[int]) -> None:
         build = long_frame if fmt == "long" else wide_frame
         row.download_button(
             f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
-            data=lambda: to_csv_bytes(build(store, ids)), file_name=f"basis-runs-{fmt}.csv", mime="text/csv",
+            data=lambda: to_csv_bytes(build(store, ids, shape_columns)), file_name=f"basis-runs-{fmt}.csv",
+            mime="text/csv", help=CSV_HELP,
         )
 
 
@@ -247,25 +221,38 @@ def _table(has_active: bool) -> None:
         st.info("No run matches the filters.")
         _workers()
         return
-    selected = state.selected()
     visible = [int(i) for i in view["id"]]
+    # The grid selects row positions; the selection is kept as run ids. A table whose
+    # rows changed (a run left the filter, another started) is a new widget whose
+    # ticks are drawn from the ids, so a tick never moves to the run now in its row.
+    key = tables.table_key(f"runs.table.{filter_id}.{state.table_epoch()}", visible)
+    last = st.session_state.get(_LAST_TABLE)
+    if last and last[0] != key and last[0] in st.session_state:  # a tick on the table drawn before
+        rows = st.session_state[last[0]]["selection"]["rows"]
+        state.set_selected(tables.merge_selection(state.selected(), last[1], tables.ids_at(last[1], rows)))
+    st.session_state[_LAST_TABLE] = (key, visible)
+    selected = state.selected()
     event = st.dataframe(
-        view.assign(status=view["status"].map(display.status_text)), key=f"runs.table.{filter_id}.{state.table_epoch()}",
+        view.assign(status=view["status"].map(display.status_text)), key=key,
         on_select="rerun", selection_mode="multi-row",
         selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
         hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
-        # notes beside the name, so a 1,400 px window shows them; the columns the
-        # name mostly repeats (estimator, R, λ, seed) and the times scroll in from the right
-        column_order=["id", "name", "notes", "sweep", "tags", "status", "progress", "steps_text", "train_loss", "val_loss",
+        # id, name, status and progress are pinned: a 420 px phone keeps them while the
+        # rest scrolls; notes, sweep and tags follow, wide enough for a whole sweep id and
+        # the longest tag list; the columns the name mostly repeats (estimator, R, λ, seed)
+        # and the times scroll in from the right
+        column_order=["id", "name", "status", "progress", "notes", "sweep", "tags", "steps_text", "train_loss", "val_loss",
                       "mean_cos", "estimator", "rank", "lam", "seed", "devices", "device", "worker", "started",
                       "duration_s"],
         column_config={
-            "id": st.column_config.NumberColumn("id", format="%d", width=40, pinned=True),
-            "name": st.column_config.TextColumn("name", width=120, pinned=True),
-            "sweep": st.column_config.TextColumn("sweep", width=92, help="The launch the run belongs to (its sweep id)."),
-            "tags": st.column_config.ListColumn("tags", width=64),
-            "status": st.column_config.TextColumn("status", width=92),
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64),
+            "id": st.column_config.NumberColumn("id", format="%d", width=36, pinned=True),
+            "name": st.column_config.TextColumn("name", width=110, pinned=True),
+            "sweep": st.column_config.TextColumn("sweep", width=tables.text_width(view["sweep"]),
+                                                 help="The launch the run belongs to (its sweep id)."),
+            "tags": st.column_config.ListColumn("tags", width=tables.tags_width(view["tags"])),
+            "status": st.column_config.TextColumn("status", width=92, pinned=True),
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=64,
+                                                        pinned=True),
             "estimator": st.column_config.TextColumn("estimator", width=65),
             "rank": st.column_config.NumberColumn("R", format="%d", width=36),
             "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),
@@ -284,7 +271,7 @@ def _table(has_active: bool) -> None:
             "notes": st.column_config.TextColumn("notes", width=170),
         },
     )
-    chosen = [visible[i] for i in event.selection.rows if i < len(visible)]
+    chosen = tables.ids_at(visible, event.selection.rows)
     state.set_selected(tables.merge_selection(selected, visible, chosen))
     _actions(view, chosen)
     _workers()
@@ -315,6 +302,8 @@ active_now = not runs["status"].isin(ENDED_STATUSES).all()
 every = None if dialog else state.refresh_every(active_now, idle=state.IDLE_REFRESH_S)
 st.fragment(run_every=every)(state.guarded(_table))(active_now)
 if dialog and dialog[0] == "delete":
-    state.guarded(_delete_dialog)(dialog[1])
+    state.guarded(confirm.delete_dialog)(dialog[1])
+elif dialog and dialog[0] == "stop":
+    state.guarded(confirm.stop_dialog)(dialog[1])
 elif dialog and dialog[0] == "edit":
     state.guarded(_edit_dialog)(dialog[1])

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import colorsys
 import hashlib
-import html
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from engine.core.text import PLOTLY, plain
 
 EXACT_COLOR = "#404040"  # exact backprop: the neutral reference
 ESTIMATOR_HUES = {  # degrees on the colour wheel, one family per estimator
@@ -32,6 +34,9 @@ CATEGORY_COLORS = {
 }
 RANK_DODGE = 0.06  # octaves between neighbouring lines of the rank figure
 MARKERS_UP_TO = 60  # curves with at most this many points also draw their points
+SETUP_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
+SETUP_DASHES = ("dot", "dash", "dashdot", "longdash", "longdashdot")  # the rank figure's exact line, per setup
+SEED_SHADES = (0.0, 0.13, -0.11, 0.24, -0.2, 0.32)  # lightness shifts of the 1st, 2nd, … seed of a method
 X_TITLES = {"step": "step", "wall_time": "wall time (s)"}
 
 
@@ -62,6 +67,34 @@ def method_color(estimator: str | None, rank=None, lam=None) -> str:
     lightness = min(max(0.70 - 0.045 * k, 0.25), 0.70)
     saturation = 0.42 if shrunk else 0.80
     r, g, b = colorsys.hls_to_rgb(hue / 360.0, lightness, saturation)
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
+
+
+GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf")  # D3's categorical palette: curves coloured by a chosen field or tag
+
+
+def group_color(index: int) -> str:
+    """The colour of the ``index``-th value when curves are coloured by a field or tag."""
+    return GROUP_COLORS[int(index) % len(GROUP_COLORS)]
+
+
+def setup_symbol(index: int) -> str:
+    """The marker of the ``index``-th setup (config that differs in a trajectory or
+    measurement field) of a selection: circle, square, diamond, …"""
+    return SETUP_SYMBOLS[int(index) % len(SETUP_SYMBOLS)]
+
+
+def seed_shade(color: str, index: int) -> str:
+    """The ``index``-th seed's shade of a method colour (``#rrggbb``): the colour itself for
+    the first seed, then lighter and darker in turn (``SEED_SHADES``, lightness clipped to
+    [0.12, 0.88]), so unpooled seeds read as one method and still apart."""
+    h = color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))
+    hue, lightness, saturation = colorsys.rgb_to_hls(r, g, b)
+    step = SEED_SHADES[int(index) % len(SEED_SHADES)]
+    lightness = min(max(lightness + step, 0.12), 0.88)
+    r, g, b = colorsys.hls_to_rgb(hue, lightness, saturation)
     return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
 
 
@@ -96,16 +129,11 @@ def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def plain(label) -> str:
-    """A run name as Plotly text: its ``<a href>``, ``<b>`` and the like are shown, not obeyed."""
-    return html.escape(str(label), quote=False)
-
-
 def wrap(label: str, width: int = 14) -> str:
     """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
     for bar-axis categories; a longer word stays whole."""
     lines: list[str] = []
-    for word in plain(label).split(" "):
+    for word in plain(label, PLOTLY).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
@@ -118,27 +146,40 @@ def _no_data(fig: go.Figure, message: str) -> go.Figure:
     return fig
 
 
+def band_segments(rows: pd.DataFrame) -> list[pd.DataFrame]:
+    """The stretches of consecutive rows with a ± std band (``lo``/``hi`` set: two or more
+    seeds at those steps); a step with one seed ends a stretch, so no band bridges it."""
+    has = rows["lo"].notna().to_numpy() & rows["hi"].notna().to_numpy()
+    if not has.any():
+        return []
+    stretch = np.cumsum(~has)  # constant along each stretch of banded rows
+    return [part for _, part in rows[has].groupby(stretch[has], sort=True)]
+
+
 def _add_curves(fig: go.Figure, frame: pd.DataFrame, x_title: str, y_title: str, legend: set[str], **cell) -> None:
     """Add each trace of a series frame; a trace gets a legend entry once, the first
     time it is added (``legend`` holds the traces already listed)."""
+    setups = frame["symbol"].nunique() > 1 if "symbol" in frame else False
     for (c, trace), rows in frame.groupby(["color", "trace"], sort=False):
         dash = rows["dash"].iloc[0] if "dash" in rows else "solid"
+        symbol = rows["symbol"].iloc[0] if "symbol" in rows else "circle"
         show_legend = trace not in legend
         legend.add(trace)
         banded = rows["lo"].notna().any()
-        if banded:
-            band = rows.dropna(subset=["lo", "hi"])
+        for band in band_segments(rows):  # only where at least two seeds have a value
             fig.add_trace(go.Scatter(x=band["x"], y=band["hi"], mode="lines", line=dict(width=0, color=c),
-                                     legendgroup=trace, showlegend=False, hoverinfo="skip", name=f"{trace} +std"), **cell)
+                                     legendgroup=trace, showlegend=False, hoverinfo="skip", name=plain(f"{trace} +std", PLOTLY)), **cell)
             fig.add_trace(go.Scatter(x=band["x"], y=band["lo"], mode="lines", line=dict(width=0, color=c),
                                      fill="tonexty", fillcolor=_rgba(c, 0.2), legendgroup=trace, showlegend=False,
-                                     hoverinfo="skip", name=f"{trace} −std"), **cell)
-        mode = "lines+markers" if len(rows) <= MARKERS_UP_TO else "lines"
-        extra = " (mean of %{customdata} runs)" if banded else ""
+                                     hoverinfo="skip", name=plain(f"{trace} −std", PLOTLY)), **cell)
+        # mixed setups: every curve shows its setup's marker (at most MARKERS_UP_TO of them)
+        mode = "lines+markers" if setups or len(rows) <= MARKERS_UP_TO else "lines"
+        extra = " (mean of %{customdata} seeds at this step)" if banded else ""
         fig.add_trace(go.Scatter(
-            x=rows["x"], y=rows["y"], mode=mode, name=plain(trace), legendgroup=trace, showlegend=show_legend,
-            line=dict(color=c, width=2, dash=dash), marker=dict(size=5, color=c), customdata=rows["n"],
-            hovertemplate=f"<b>{trace}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
+            x=rows["x"], y=rows["y"], mode=mode, name=plain(trace, PLOTLY), legendgroup=trace, showlegend=show_legend,
+            line=dict(color=c, width=2, dash=dash), customdata=rows["n"],
+            marker=dict(size=7 if setups else 5, color=c, symbol=symbol, maxdisplayed=MARKERS_UP_TO if setups else 0),
+            hovertemplate=f"<b>{plain(trace, PLOTLY)}</b><br>{x_title} %{{x:,.4~g}}<br>{y_title} %{{y:.4f}}{extra}<extra></extra>",
         ), **cell)
 
 
@@ -175,15 +216,18 @@ def panels_figure(
     title: str | None = None,
     columns: int = 3,
     height_per_row: int = 280,
+    log_y: bool = False,
+    shared_y: bool = True,
 ) -> go.Figure:
-    """One subplot per named ``frames.series`` frame (e.g. one per layer), sharing the
-    y axis; a trace keeps its colour in every panel and appears once in the legend."""
+    """One subplot per named ``frames.series`` frame (e.g. one per layer, or per value of
+    a facet field), sharing the y axis (``log_y``: logarithmic); a trace keeps its colour
+    in every panel and appears once in the legend."""
     names = list(panels)
     if not names:
         return _layout(_no_data(go.Figure(), "no points yet"), title, height_per_row)
     cols = max(1, min(columns, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, shared_yaxes=True,
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[plain(n, PLOTLY) for n in names], shared_yaxes=shared_y,
                         horizontal_spacing=0.05, vertical_spacing=0.18 if rows > 1 else 0.1)
     legend: set[str] = set()
     for i, name in enumerate(names):
@@ -192,6 +236,8 @@ def panels_figure(
         fig.update_xaxes(title_text=X_TITLES[x], row=r + 1, col=c + 1)
     for r in range(rows):
         fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
+    if log_y:
+        fig.update_yaxes(type="log")
     return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 
@@ -250,9 +296,10 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
 def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
     """The paper's central figure from a ``frames.rank_frame``: the quantity against the
     rank R on a log x axis, one line per trace (estimator, λ, setup) in its
-    ``line_color`` and ``dash``, each point in its method's colour with the seed
-    std as its error bar; exact as a horizontal band (mean ± std, a dotted line at the
-    mean) across the ranks shown, one per setup. Line i of n is drawn at
+    ``line_color`` and ``dash``, each point in its method's colour and its setup's
+    marker with the seed std as its error bar; exact as a horizontal band (mean ± std,
+    a line at the mean in its setup's dash: dotted, dashed, …) across the ranks shown,
+    one per setup. Line i of n is drawn at
     R·2^(RANK_DODGE·(i − (n−1)/2)) so error bars at a shared R do not hide each other
     (the hover names the true R)."""
     fig = go.Figure()
@@ -265,7 +312,8 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
     ranks = sorted(int(r) for r in sketched["rank"].unique())
     lo, hi = ranks[0] / 1.4, ranks[-1] * 1.4
     for _, band in frame[frame["estimator"] == "exact"].iterrows():
-        c, name = band["color"], f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"]
+        c = band["color"]
+        name = plain(f"{band['trace']} (mean ± std of {band['seeds']} seeds)" if band["seeds"] > 1 else band["trace"], PLOTLY)
         if pd.notna(band["std"]):
             top, bottom = band["mean"] + band["std"], band["mean"] - band["std"]
             fig.add_trace(go.Scatter(x=[lo, hi], y=[top, top], mode="lines", line=dict(width=0, color=c), legendgroup=name,
@@ -274,8 +322,9 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
                                      fillcolor=_rgba(c, 0.15), legendgroup=name, showlegend=False, hoverinfo="skip",
                                      name=f"{name} −std"))
         fig.add_trace(go.Scatter(
-            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name, line=dict(color=c, width=2, dash="dot"),
-            hovertemplate=f"<b>{band['trace']}</b><br>{y_title} %{{y:.4f}}"
+            x=[lo, hi], y=[band["mean"]] * 2, mode="lines", name=name, legendgroup=name,
+            line=dict(color=c, width=2, dash=band["dash"] if band.get("dash", "solid") != "solid" else "dot"),
+            hovertemplate=f"<b>{plain(band['trace'], PLOTLY)}</b><br>{y_title} %{{y:.4f}}"
                           + ("" if pd.isna(band["std"]) else f" ± {band['std']:.4f}") + "<extra></extra>",
         ))
     lines = list(dict.fromkeys(sketched["trace"]))
@@ -283,12 +332,13 @@ def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, 
         rows = rows.sort_values("rank")
         dodge = 2.0 ** (RANK_DODGE * (i - (len(lines) - 1) / 2))  # lines side by side at a shared R
         fig.add_trace(go.Scatter(
-            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=trace,
+            x=rows["rank"].astype(int) * dodge, y=rows["mean"], mode="lines+markers", name=plain(trace, PLOTLY),
             line=dict(color=rows["line_color"].iloc[0], width=2, dash=rows["dash"].iloc[0]),
-            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white")),
+            marker=dict(size=9, color=list(rows["color"]), line=dict(width=1, color="white"),
+                        symbol=rows["symbol"].iloc[0] if "symbol" in rows else "circle"),
             error_y=dict(type="data", array=rows["std"].tolist(), visible=True, thickness=1.5, width=5),
             customdata=rows[["rank", "seeds", "std"]].astype(float).to_numpy(),
-            hovertemplate=f"<b>{trace}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
+            hovertemplate=f"<b>{plain(trace, PLOTLY)}</b> R=%{{customdata[0]}}<br>{y_title} %{{y:.4f}} ± %{{customdata[2]:.4f}}"
                           "<br>%{customdata[1]} seeds<extra></extra>",
         ))
     fig.update_xaxes(title_text="rank R (rows kept, log scale)", type="log", tickvals=ranks, ticktext=[str(r) for r in ranks],

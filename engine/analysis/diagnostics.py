@@ -172,11 +172,14 @@ def diagnose(
     key: jax.Array,
     chunk: int = 32,
     on_progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> pd.DataFrame:
     """One row (``COLUMNS``) per sketched layer (and ``all``), estimator, rank and λ:
     bias², its standard error, variance and MSE relative to ‖dW‖²_F, and the mean
     cosine, pooled over ``batches`` (each (B, T+1) tokens). ``on_progress(done,
-    total)`` is called after each (batch, estimator, rank, λ)."""
+    total)`` is called after each (batch, estimator, rank, λ). When ``should_stop()``
+    turns true (asked after each of those), the rows pool the batches each setting has
+    done so far (its ``batches`` column says how many); settings not begun are left out."""
     if not batches:
         raise ValueError("batches is empty; pass at least one (B, T+1) token batch")
     for estimator in estimators:
@@ -187,7 +190,9 @@ def diagnose(
     total, done = len(batches) * len(settings), 0
     # sums[(layer, setting)] = [‖dW‖², bias², se², variance, mse, cos]
     sums: dict[tuple, np.ndarray] = {}
+    counts = [0] * len(settings)  # batches done per setting
     layers: list[str] = []
+    stopped = False
     for b, batch in enumerate(batches):
         captured = capture(model_cfg, params, batch)
         layers = list(captured)
@@ -197,19 +202,27 @@ def diagnose(
                 m = dw_moments(x, dy, (x.shape[1], dy.shape[1]), estimator, rank, lam, keys, k, chunk)
                 row = np.array([m.dw_norm2, m.bias2, m.bias2_se**2, m.variance, m.mse, m.cos_mean])
                 sums[layer, s] = sums.get((layer, s), 0.0) + row
+            counts[s] += 1
             done += 1
             if on_progress is not None:
                 on_progress(done, total)
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+        if stopped:
+            break
     records = []
     for s, (estimator, rank, lam) in enumerate(settings):
+        if not counts[s]:
+            continue
         per_layer = [sums[layer, s] for layer in layers]
         for layer, acc in [*zip(layers, per_layer), ("all", sum(per_layer))]:
-            count = len(batches) * (len(layers) if layer == "all" else 1)
+            count = counts[s] * (len(layers) if layer == "all" else 1)
             norm = acc[0]
             records.append(dict(
                 layer=layer, estimator=estimator, rank=rank, lam=lam,
                 bias2=acc[1] / norm, bias2_se=math.sqrt(acc[2]) / norm,
                 variance=acc[3] / norm, mse=acc[4] / norm, cos_mean=acc[5] / count,
-                keys=keys, batches=len(batches),
+                keys=keys, batches=counts[s],
             ))
     return pd.DataFrame.from_records(records, columns=list(COLUMNS))

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.analysis.charts import method_color, method_dash
+from engine.analysis.charts import SETUP_DASHES, group_color, method_color, method_dash, seed_shade, setup_symbol
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key, stored
 
@@ -25,11 +25,15 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     estimator, rank, lam, seed, preset, steps, ``key`` (comparable config),
     ``group`` (seed group), ``group_id`` (smallest run id of its group),
     ``group_size``, ``method``, ``color`` and ``dash`` (the method's colour and line
-    style, ``charts.method_color``/``method_dash``) and ``setup`` (the config fields
-    that differ across the selection, e.g. ``preset=tiny``; empty when all share one setup)."""
+    style, ``charts.method_color``/``method_dash``), ``setup`` (the trajectory and
+    measurement fields that differ across the selection, e.g. ``lr=0.02``; empty when all
+    share one setup) with its ``symbol`` (``charts.setup_symbol`` of the setup's place
+    in sorted order), and ``seed_color``: the run's shade of its method colour by its
+    place among its group's seeds (``charts.seed_shade``), for curves that are not pooled."""
     records = sorted(records, key=lambda r: r.id)
     columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "steps",
-               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup"]
+               "key", "group", "group_id", "group_size", "method", "color", "dash", "setup", "symbol", "seed_color",
+               "sweep", "tags", "config"]
     if not records:
         return pd.DataFrame(columns=columns)
     differing = differing_fields([r.config for r in records])
@@ -42,26 +46,90 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
             "key": comparable_key(r.config), "group": seed_group_key(r.config),
             "method": method_label(r.estimator, r.rank, r.lam), "setup": setup,
             "color": method_color(r.estimator, r.rank, r.lam), "dash": method_dash(r.lam),
+            "sweep": getattr(r, "sweep_id", None), "tags": list(getattr(r, "tags", None) or []), "config": dict(r.config),
         })
     info = pd.DataFrame(rows)
     info["group_id"] = info.groupby("group")["run_id"].transform("min")
     info["group_size"] = info.groupby("group")["run_id"].transform("size")
     info["rank"] = info["rank"].astype("Int64")
+    setups = {setup: i for i, setup in enumerate(sorted(set(info["setup"])))}
+    info["symbol"] = info["setup"].map(lambda v: setup_symbol(setups[v]))
+    place = info.sort_values(["seed", "run_id"], na_position="last").groupby("group").cumcount()
+    info["seed_color"] = [seed_shade(c, place[i]) for i, c in zip(info.index, info["color"])]
     return info[columns]
 
 
-def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
+GROUP_BY_TAG, GROUP_BY_SWEEP = "tag", "sweep"
+
+
+def group_choices(info: pd.DataFrame) -> list[str]:
+    """What runs can be coloured or faceted by: ``tag``, ``sweep`` and every config field
+    (those whose values differ among the runs first, then the rest, each sorted)."""
+    fields = sorted({k for c in info["config"] for k in c})
+    varying = [k for k in fields if len({_value_text(c.get(k)) for c in info["config"]}) > 1]
+    return [GROUP_BY_TAG, GROUP_BY_SWEEP, *varying, *[k for k in fields if k not in varying]]
+
+
+def _value_text(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "{}"
+    return "—" if value is None else str(value)
+
+
+def group_values(info: pd.DataFrame, by: str) -> pd.Series:
+    """Each run's value (text) of ``by``: a config field, ``tag`` (its tags joined, or
+    ``no tag``) or ``sweep`` (its sweep id, or ``no sweep``); indexed like ``info``."""
+    if by == GROUP_BY_TAG:
+        return info["tags"].map(lambda ts: ", ".join(ts) if ts else "no tag")
+    if by == GROUP_BY_SWEEP:
+        return info["sweep"].map(lambda v: v or "no sweep")
+    return info["config"].map(lambda c: _value_text(c.get(by)))
+
+
+def grouped(info: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """``info`` coloured by ``by`` (see :func:`group_values`) instead of by method: each
+    value its colour (``charts.group_color`` of its place in sorted order), seeds of a
+    method pooled within a value only, and every label ending ``· by=value``. None: ``info``."""
+    if not by:
+        return info
+    values = group_values(info, by)
+    order = {v: i for i, v in enumerate(sorted(set(values)))}
+    out = info.copy()
+    out["group"] = out["group"] + "|" + values
+    out["color"] = values.map(lambda v: group_color(order[v]))
+    suffix = " · " + by + "=" + values
+    out["method"] = out["method"] + suffix
+    out["name"] = out["name"] + suffix
+    out["setup"] = out["setup"].map(lambda t: ", ".join(p for p in t.split(", ") if p and not p.startswith(by + "=")))
+    out["group_id"] = out.groupby("group")["run_id"].transform("min")
+    out["group_size"] = out.groupby("group")["run_id"].transform("size")
+    place = out.sort_values(["seed", "run_id"], na_position="last").groupby("group").cumcount()
+    out["seed_color"] = [seed_shade(c, place[i]) for i, c in zip(out.index, out["color"])]
+    return out
+
+
+def facets(info: pd.DataFrame, by: str) -> dict[str, pd.DataFrame]:
+    """``info`` split by the value of ``by``, one part per value in sorted order (the
+    panels of a faceted chart, each titled ``by=value``)."""
+    values = group_values(info, by)
+    return {f"{by}={v}": info[values == v] for v in sorted(set(values))}
+
+
+def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Series:
     """Legend label per run (indexed by run_id): the run name, or for a pooled seed
-    group ``method · mean of n seeds`` (shared by its runs), with ``[setup]`` when
-    the selection mixes setups. Labels that would still name two curves get
-    ``#id`` (the run id, or the group's smallest run id when pooled)."""
+    group ``method · mean of k/n seeds`` (shared by its runs: n seeds in the group, k
+    of them with data, i.e. among the run ids ``present``; None: all), with
+    ``[setup]`` when the selection mixes setups. Labels that would still name two
+    curves get ``#id`` (the run id, or the group's smallest run id when pooled)."""
     labels, owners, suffix = {}, {}, {}
+    present = set(info["run_id"]) if present is None else {int(i) for i in present}
     for row in info.itertuples():
         pooled = pool_seeds and row.group_size > 1
         if pooled:
-            seeds = int(info.loc[info["group"] == row.group, "seed"].nunique())
-            count = f"{seeds} seeds" if seeds == row.group_size else f"{row.group_size} runs"
-            base = f"{row.method} · mean of {count}"
+            runs = info[info["group"] == row.group]
+            unit = "seeds" if runs["seed"].nunique() == row.group_size else "runs"
+            have = int(runs["run_id"].isin(present).sum())
+            base = f"{row.method} · mean of {have}/{row.group_size} {unit}"
         else:
             base = row.name
         label = f"{base} [{row.setup}]" if row.setup else base
@@ -75,7 +143,7 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool) -> pd.Series:
     )
 
 
-SERIES_COLUMNS = ["trace", "color", "dash", "x", "y", "lo", "hi", "n"]
+SERIES_COLUMNS = ["trace", "color", "dash", "symbol", "x", "y", "lo", "hi", "n"]
 
 
 def ema(values: Sequence[float], weight: float) -> np.ndarray:
@@ -121,9 +189,11 @@ def series(
 
     Each run's values are ordered by step (the last value recorded at a step wins)
     and EMA-smoothed with ``smoothing``. With ``pool_seeds``, runs of one seed group
-    (more than one run) become one curve: at each step the mean over the runs that
-    reached it, ``lo``/``hi`` = mean ∓ std (ddof 1) and ``n`` the number of runs;
-    single runs have ``lo``/``hi`` NaN and n = 1. ``x`` is ``step`` or ``wall_time``
+    (more than one run) become one curve, labelled ``mean of k/n seeds`` (k of its n
+    seeds have a value of ``name``): at each step the mean over the runs that reached
+    it, ``n`` the number of those runs and ``lo``/``hi`` = mean ∓ std (ddof 1) where
+    n ≥ 2, else NaN (one seed has no spread: no band); single runs have ``lo``/``hi``
+    NaN and n = 1. ``x`` is ``step`` or ``wall_time``
     (seconds; pooled: the mean wall time at that step). Returns columns
     ``SERIES_COLUMNS`` (``color``/``dash``: the method's, see :func:`describe_runs`),
     curves in :func:`method_order`, each by x, at most ``max_points`` points per curve.
@@ -134,7 +204,7 @@ def series(
     if m.empty:
         return pd.DataFrame(columns=SERIES_COLUMNS)
     m = m.sort_values("id").drop_duplicates(["run_id", "step"], keep="last").sort_values(["run_id", "step"])
-    labels = trace_labels(info, pool_seeds)
+    labels = trace_labels(info, pool_seeds, present=m["run_id"].unique())
     by_run = info.set_index("run_id")
     parts = []
     for run_id, rows in m.groupby("run_id", sort=True):
@@ -144,23 +214,24 @@ def series(
         }))
     curves = pd.concat(parts, ignore_index=True)
     curves["trace"] = curves["run_id"].map(labels)
-    curves["color"] = curves["run_id"].map(by_run["color"])
-    curves["dash"] = curves["run_id"].map(by_run["dash"])
     curves["pooled"] = pool_seeds & curves["run_id"].map(by_run["group_size"]).gt(1)
+    curves["color"] = curves["run_id"].map(by_run["color"]).where(curves["pooled"], curves["run_id"].map(by_run["seed_color"]))
+    curves["dash"] = curves["run_id"].map(by_run["dash"])
+    curves["symbol"] = curves["run_id"].map(by_run["symbol"])
     out = []
     single = curves[~curves["pooled"]]
     if len(single):
         out.append(pd.DataFrame({
-            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "x": single[x],
+            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "symbol": single["symbol"], "x": single[x],
             "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
         }))
     pooled = curves[curves["pooled"]]
     if len(pooled):
-        g = pooled.groupby(["trace", "color", "dash", "step"], sort=True)
+        g = pooled.groupby(["trace", "color", "dash", "symbol", "step"], sort=True)
         stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
         sd = stats["sd"].where(stats["n"] > 1)
         out.append(pd.DataFrame({
-            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"],
+            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"], "symbol": stats["symbol"],
             "x": stats["step"] if x == "step" else stats["wall_time"],
             "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
         }))
@@ -203,8 +274,10 @@ def memory_frame(summary: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool = T
     ``summary`` is ``engine.analysis.summary.summarize``; quantities no run recorded are left out."""
     if summary.empty:
         return pd.DataFrame(columns=MEMORY_COLUMNS)
-    s = summary.merge(info[["run_id", "key", "color", "group"]], on="run_id")
-    labels = trace_labels(info, pool_seeds)
+    s = summary.merge(info[["run_id", "key", "color", "seed_color", "group", "group_size"]], on="run_id")
+    s["color"] = s["color"].where(pool_seeds & s["group_size"].gt(1), s["seed_color"])
+    recorded = [c for c in MEMORY_QUANTITIES if c in s]
+    labels = trace_labels(info, pool_seeds, present=s.loc[s[recorded].notna().any(axis=1), "run_id"] if recorded else [])
     s["trace"] = s["run_id"].map(labels)
     exact = s[s["estimator"] == "exact"].drop_duplicates(["key", "seed"], keep="last").set_index(["key", "seed"])
     order = method_order(info, labels)
@@ -244,8 +317,9 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     if m.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     last = m.sort_values("id").drop_duplicates(["run_id", "name"], keep="last")
-    labels = trace_labels(info, pool_seeds)
-    colors = info.set_index("run_id")["color"]
+    labels = trace_labels(info, pool_seeds, present=last["run_id"].unique())
+    by_run = info.set_index("run_id")
+    colors = by_run["color"].where(pool_seeds & by_run["group_size"].gt(1), by_run["seed_color"])
     exact = last["name"].str.startswith(BREAKDOWN_EXACT_PREFIX)
     frame = pd.DataFrame({
         "run_id": last["run_id"].to_numpy(),
@@ -266,7 +340,8 @@ RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name
     "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
     "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
 }
-RANK_COLUMNS = ["trace", "color", "line_color", "dash", "setup", "estimator", "rank", "lam", "step", "seeds", "mean", "std"]
+RANK_COLUMNS = ["trace", "color", "line_color", "dash", "symbol", "setup", "estimator", "rank", "lam", "step", "seeds", "mean",
+                "std"]
 LINE_RANK = 8  # a line across ranks takes its method's colour at this rank
 
 
@@ -283,7 +358,9 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
     differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
     the method's colour (``charts.method_color``), ``line_color`` its colour at
-    ``LINE_RANK`` (one per line), ``dash`` its line style."""
+    ``LINE_RANK`` (one per line), ``dash`` its line style (for ``exact``: its setup's,
+    ``charts.SETUP_DASHES``, so two setups' reference lines differ), ``symbol`` its
+    setup's marker (``charts.setup_symbol``)."""
     if quantity not in RANK_QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
     records = list(records)
@@ -327,6 +404,7 @@ def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, value
     run id) over the runs the row counts, their mean and std (see :func:`rank_frame`)."""
     table = table3(records, metrics, at_step)
     table = table[table["seeds"] > 0]
+    setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
     rows = []
     for row in table.itertuples():
         step = int(row.step)
@@ -343,7 +421,8 @@ def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, value
             "trace": f"{name} [{row.setup}]" if row.setup else name,
             "color": method_color(row.estimator, None if exact else row.rank, lam),
             "line_color": method_color(row.estimator, None if exact else LINE_RANK, lam),
-            "dash": method_dash(lam), "setup": row.setup, "estimator": row.estimator,
+            "dash": SETUP_DASHES[setups[row.setup] % len(SETUP_DASHES)] if exact else method_dash(lam),
+            "symbol": setup_symbol(setups[row.setup]), "setup": row.setup, "estimator": row.estimator,
             "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
             "seeds": len(found), "mean": float(found.mean()), "std": float(found.std(ddof=1)) if len(found) > 1 else np.nan,
         })

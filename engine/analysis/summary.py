@@ -215,10 +215,11 @@ def _num(value, spec: str) -> str:
 
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:
     """``table3`` as text for people: ``mean ± std``, the interval as ``[low, high]``,
-    ``—`` for what is unknown; ``setup`` only when the groups differ, ``paper val``
-    only when a row has one."""
+    ``—`` for what is unknown; ``setup`` (first, so a row says which setup it is) only
+    when the groups differ, ``paper val`` only when a row has one."""
     t = table
     out = pd.DataFrame({
+        "setup": t["setup"],
         "method": t["estimator"],
         "rank": [_num(r, "d") for r in t["rank"]],
         "λ": [_num(v, "g") for v in t["lam"]],
@@ -234,7 +235,6 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         "saved ÷ exact": [_num(r, ".4f") for r in t["mem_saved_ratio"]],
         "missing seeds": [m or "—" for m in t["missing_seeds"]],
         "paper val": [_num(p, ".3f") for p in t["paper_val_loss"]],
-        "setup": t["setup"],
     })
     if not t["paper_val_loss"].notna().any():
         out = out.drop(columns="paper val")

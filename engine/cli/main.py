@@ -20,6 +20,7 @@ import time
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
+    LARGE_LAUNCH,
     PAPER_STEPS,
     REPRODUCE_SEEDS,
     SWEEP_AXES,
@@ -30,9 +31,11 @@ from engine.config import (
     base_type,
     default_of,
     from_flat,
+    launch_warnings,
     parse_seeds,
     reproduction_sweep,
     schema,
+    shape_columns,
     sweep_from_flat,
 )
 from engine.core.choices import SUMMARY_FORMATS
@@ -122,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue-only", action="store_true",
                        help="queue the runs for `python -m engine worker` processes instead of training them here")
         p.add_argument("--tags", metavar="LIST", help="comma list of tags for every run (filter by them on Runs)")
+        p.add_argument("--yes", action="store_true",
+                       help=f"launch even when that is more than {LARGE_LAUNCH} runs (asked for otherwise)")
 
     reproduce = sub.add_parser(
         "reproduce", parents=[db], help="the paper's grid: exact and basis R=1,8,16,32,64 (λ 0.01), tagged reproduce",
@@ -158,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", parents=[db], help="all runs")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
     show.add_argument("run", help="run id or name")
-    export = sub.add_parser("export", parents=[db], help="metric histories as CSV")
+    export = sub.add_parser("export", parents=[db], help="metric histories as CSV",
+                            description="Every metric value of the runs as CSV, with each run's status, sweep, tags, "
+                                        "notes and effective B, T, R; the README's column dictionary says what "
+                                        "each column holds.")
     export.add_argument("--out", required=True, help="CSV file to write")
     export.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     export.add_argument("--format", default="long", choices=("long", "wide"))
@@ -211,7 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--seed", type=int, default=0, help="seed of the sketch keys (default: 0)")
     diag.add_argument("--out", help="also write the results as CSV to this file")
     diag.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
-    diag.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
+    other = diag.add_mutually_exclusive_group()
+    other.add_argument("--list", action="store_true", help="list the stored diagnoses (of RUN, or all) instead")
+    other.add_argument("--cancel", type=int, metavar="ID", help="stop diagnosis ID (in any process); it keeps what it "
+                                                                "measured so far and ends cancelled")
+    other.add_argument("--delete", type=int, metavar="ID", help="delete diagnosis ID and its results")
+    other.add_argument("--rerun", type=int, metavar="ID", help="run diagnosis ID again with its settings, as a new one")
     return parser
 
 
@@ -221,10 +234,40 @@ def _open_store(url, *, create: bool = True):
 
 
 def _grid(args) -> list[RunConfig]:
+    """The runs to launch, after the notes and warnings the Launch form also shows; more
+    than ``LARGE_LAUNCH`` runs need ``--yes``."""
     grid = sweep_from_args(args, sweep=args.command == "sweep")
     for clip in grid.clipped():
         print(f"note: {clip}; the run records R={clip.effective}", file=sys.stderr)
-    return grid.expand()
+    configs = grid.expand()
+    warnings = launch_warnings(configs)
+    for w in warnings:
+        text = w.text if w.field is None else w.text.replace(w.field, "--" + w.field.replace("_", "-"), 1)
+        print(f"warning: {text}", file=sys.stderr)
+    if any(w.field is None for w in warnings) and not args.yes:
+        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
+                       "launch them, or fewer --seeds/--ranks")
+    return configs
+
+
+def _total_time(url, configs: list[RunConfig]) -> str:
+    """The estimated wall time of ``configs`` from the step times of finished runs of the
+    same models in the database (the Launch form's estimate), or ``unknown``."""
+    from engine.runner import estimates
+    from engine.training import timing
+    from storage import StorageError
+
+    try:
+        store = _open_store(url, create=False)
+    except (StorageError, OSError):
+        return "unknown"
+    try:
+        estimate = estimates.grid_estimate(store, configs)
+    except StorageError:
+        return "unknown"
+    finally:
+        store.close()
+    return timing.format_seconds(estimate.seconds) if estimate.known else "unknown"
 
 
 class _Signals:
@@ -526,7 +569,7 @@ def _export(args) -> int:
     from storage import export_csv
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force)
+    n = export_csv(store, args.out, ids, fmt=args.format, force=args.force, shape=shape_columns)
     print(f"wrote {n} rows to {args.out} ({args.format})")
     return 0
 
@@ -639,6 +682,7 @@ def _diagnose(args) -> int:
     from tqdm import tqdm
 
     from engine.runner import diagnosis
+    from engine.training.timing import format_seconds
     from storage.export import write_file
 
     store = _open_store(args.db, create=False)
@@ -656,26 +700,46 @@ def _diagnose(args) -> int:
         print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
               .rename(columns={"run_id": "run"}).to_string(index=False, na_rep="-"))
         return 0
-    if not args.run:
-        raise CliError("name the run to diagnose (id or name), or pass --list")
+    if args.cancel is not None:
+        diagnosis.check_stale_diagnoses(store)
+        if store.request_cancel_diagnostic(args.cancel):
+            print(f"cancel requested for diagnosis {args.cancel}: a queued one is cancelled now, a running one stops "
+                  "after its current step and keeps what it measured")
+        else:
+            print(f"diagnosis {args.cancel} has already ended; nothing to cancel")
+        return 0
+    if args.delete is not None:
+        diagnosis.check_stale_diagnoses(store)
+        store.delete_diagnostic(args.delete)
+        print(f"deleted diagnosis {args.delete} and its results")
+        return 0
+    if not args.run and args.rerun is None:
+        raise CliError("name the run to diagnose (id or name), or pass --list, --rerun, --cancel or --delete")
     if args.out:
         out = Path(args.out).expanduser()
         if out.exists() and not args.force:
             raise CliError(f"{args.out} already exists; pass --force to overwrite it, or choose another path")
         if not out.absolute().parent.is_dir():
             raise CliError(f"cannot write {args.out}: its directory does not exist; create it or choose another path")
-    run_id = store.resolve_runs([args.run])[0]
-    plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
-                                    lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
-                                    seed=args.seed)
+    if args.rerun is not None:
+        plan = diagnosis.replan(store, args.rerun)
+        run_id = plan.run_id
+    else:
+        run_id = store.resolve_runs([args.run])[0]
+        plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
+                                        lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
+                                        seed=args.seed)
     where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
     print(f"run {run_id} {store.get_run(run_id).name}: diagnosing {where} on the {plan.batches} training "
           f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
+    eta = diagnosis.estimate_seconds(store, plan)
+    print(f"cost: {plan.cost_text()}; estimated time "
+          f"{format_seconds(eta) if eta is not None else 'unknown (no finished diagnosis of this model yet)'}",
+          file=sys.stderr)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     diag_id = diagnosis.start(store, plan)
-    bar = tqdm(total=plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams), unit="setting",
-               desc=f"diagnosis {diag_id}")
+    bar = tqdm(total=plan.work, unit="setting", desc=f"diagnosis {diag_id}")
     try:
         frame = diagnosis.execute(store, diag_id, plan, on_progress=lambda done, total: bar.update(done - bar.n))
     finally:
@@ -683,6 +747,9 @@ def _diagnose(args) -> int:
     shown = frame.assign(layer=pd.Categorical(frame["layer"], ["all", *dict.fromkeys(frame["layer"][frame["layer"] != "all"])]))
     shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable").drop(columns=["keys", "batches"])
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    status = store.diagnostics_frame().set_index("id").loc[diag_id, ["status", "error"]]
+    if status["status"] == "cancelled":
+        print(f"cancelled: {status['error']}", file=sys.stderr)
     print(f"stored as diagnosis {diag_id} of run {run_id} (step {plan.step})")
     if args.out:
         write_file(store, args.out, diagnosis.results_csv(store, diag_id), force=args.force)

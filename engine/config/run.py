@@ -11,9 +11,12 @@ bounds for numbers). Everything else derives from that declaration:
 - the dashboard's Launch widgets (``app.form``), one per field, in its group.
 
 ``RunConfig`` is frozen and hashable (data-source options are a ``FrozenMap``),
-so a config is its own identity key. ``comparable()``, ``seed_group()``,
-``is_exact`` and ``label()`` say what two runs must share to be compared, which
-runs differ only by seed, and what a run is called.
+so a config is its own identity key. Each field declares what it ``affects``: the
+trajectory (the parameters trained to), the measurement only (validation batches,
+memory options), or neither (bookkeeping: steps, eval/probe intervals, checkpoints,
+name). ``comparable()`` and ``seed_group()`` keep trajectory and measurement only:
+they say what two runs must share to be compared and which runs differ only by
+seed; ``is_exact`` and ``label()`` what a run is and is called.
 
 A ``Sweep`` (``engine.config.sweep``) is a base config times estimators × ranks × λs × seeds (exact backprop
 once per seed). ``Sweep.expand()`` clips every rank to the rows each device sketches,
@@ -57,6 +60,13 @@ GROUPS = {  # group → what the Launch page and --help call it
     "devices": "Devices",
     "checkpoints": "Checkpoints",
 }
+TRAJECTORY, MEASUREMENT, BOOKKEEPING = "trajectory", "measurement", "bookkeeping"
+AFFECTS = {  # what a field's value can change → what that means for comparing runs
+    TRAJECTORY: "the parameters a run trains to (its training path)",
+    MEASUREMENT: "what is measured along the same path (validation set size, memory, time)",
+    BOOKKEEPING: "neither: how long, how often it is logged, checkpointed, what it is called",
+}
+EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
 # default fused-head chunk (rows) per backend: on the 2-core CPU the fastest at every
@@ -69,7 +79,13 @@ FUSED_CHUNK = {"cpu": 256, "gpu": 4096}
 
 
 class ConfigError(ValueError):
-    """A run configuration value is out of range; the message names the field and the fix."""
+    """A run configuration value is out of range; the message names the field and the fix.
+    ``field``: the run field it is about (None when it is about several), so a form can
+    show it beside that field under the field's label."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -83,11 +99,15 @@ class FieldSpec:
     None means (a field that may be None); ``swept``: the field is one axis of a
     ``Sweep`` (``estimator``, ``rank``, ``lam``, ``seed``), set per run by the sweep;
     ``aliases`` are extra CLI flags; ``label``/``step``/``fmt`` dress its widget.
+    ``affects`` (``AFFECTS``): whether the value changes the run's trajectory, only
+    its measurement, or neither (bookkeeping). Runs are compared, and pooled as seeds,
+    by their trajectory and measurement fields only (``RunConfig.comparable``).
     """
 
     help: str
     group: str
     label: str
+    affects: str
     unit: str = ""
     choices: tuple | Callable[[], tuple] | None = None
     low: float | None = None
@@ -105,11 +125,13 @@ class FieldSpec:
         return self.choices() if callable(self.choices) else self.choices
 
 
-def spec(help: str, group: str, label: str, **kw) -> dict:
-    """``dataclasses.field`` metadata holding a ``FieldSpec``."""
+def spec(help: str, group: str, label: str, *, affects: str, **kw) -> dict:
+    """``dataclasses.field`` metadata holding a ``FieldSpec``; every field says what it ``affects``."""
     if group not in GROUPS:
         raise ValueError(f"unknown field group {group!r}; one of {', '.join(GROUPS)}")
-    return {"spec": FieldSpec(help, group, label, **kw)}
+    if affects not in AFFECTS:
+        raise ValueError(f"unknown affects {affects!r}; one of {', '.join(AFFECTS)}")
+    return {"spec": FieldSpec(help, group, label, affects, **kw)}
 
 
 class FrozenMap(Mapping):
@@ -178,91 +200,91 @@ class RunConfig:
     """Everything that defines a run; see each field's ``FieldSpec`` (``schema()``)."""
 
     estimator: str = field(default="basis", metadata=spec(
-        "the dW estimator; exact is plain backprop", "method", "Estimator", choices=ESTIMATORS, swept=True))
+        "the dW estimator; exact is plain backprop", "method", "Estimator", affects=TRAJECTORY, choices=ESTIMATORS, swept=True))
     rank: int = field(default=32, metadata=spec(
         "sketch rank R: rows of the sketched activations kept for dW (clipped to the rows on each device, "
-        "B·T / devices)", "method", "Rank R",
+        "B·T / devices)", "method", "Rank R", affects=TRAJECTORY,
         unit="rows", low=1, swept=True))
     lam: float = field(default=0.0, metadata=spec(
-        "shrink λ: both sketches scaled by (1 − λ), dW by (1 − λ)²; the paper's code used 0.01", "method", "Shrink λ",
+        "shrink λ: both sketches scaled by (1 − λ), dW by (1 − λ)²; the paper's code used 0.01", "method", "Shrink λ", affects=TRAJECTORY,
         low=0.0, high=1.0, swept=True, step=0.01, fmt="%.3f"))
     seed: int = field(default=0, metadata=spec(
-        "seed of the initial parameters, the batches and the sketches", "method", "Seed", low=0, high=2**32,
+        "seed of the initial parameters, the batches and the sketches", "method", "Seed", affects=TRAJECTORY, low=0, high=2**32,
         swept=True))
     sketched_layers: str = field(default="mlp+head", metadata=spec(
-        "which dense layers are sketched (mlp+head: the paper's code)", "method", "Sketched layers",
+        "which dense layers are sketched (mlp+head: the paper's code)", "method", "Sketched layers", affects=TRAJECTORY,
         choices=SKETCHED_LAYER_CHOICES, aliases=("--layers",)))
     preset: str = field(default="paper", metadata=spec(
-        "the model shape and batch size", "model", "Model preset", choices=lambda: tuple(PRESETS)))
+        "the model shape and batch size", "model", "Model preset", affects=TRAJECTORY, choices=lambda: tuple(PRESETS)))
     batch_size: int | None = field(default=None, metadata=spec(
-        "sequences per step", "model", "Batch size", unit="sequences", low=1, none="the preset's"))
+        "sequences per step", "model", "Batch size", affects=TRAJECTORY, unit="sequences", low=1, none="the preset's"))
     seq_len: int | None = field(default=None, metadata=spec(
-        "tokens per sequence T", "model", "Sequence length", unit="tokens", low=1, none="the preset's"))
+        "tokens per sequence T", "model", "Sequence length", affects=TRAJECTORY, unit="tokens", low=1, none="the preset's"))
     dtype: str = field(default="float32", metadata=spec(
-        "parameter and activation dtype", "model", "dtype", choices=DTYPES))
+        "parameter and activation dtype", "model", "dtype", affects=TRAJECTORY, choices=DTYPES))
     optimizer: str = field(default="sgd", metadata=spec(
-        "the optax optimizer", "training", "Optimizer", choices=OPTIMIZERS))
+        "the optax optimizer", "training", "Optimizer", affects=TRAJECTORY, choices=OPTIMIZERS))
     lr: float = field(default=0.01, metadata=spec(
-        "learning rate", "training", "Learning rate", low=0.0, low_open=True, step=0.001, fmt="%.4f"))
+        "learning rate", "training", "Learning rate", affects=TRAJECTORY, low=0.0, low_open=True, step=0.001, fmt="%.4f"))
     momentum: float = field(default=0.9, metadata=spec(
-        "SGD momentum", "training", "Momentum", low=0.0, high=1.0, step=0.05, fmt="%.2f"))
+        "SGD momentum", "training", "Momentum", affects=TRAJECTORY, low=0.0, high=1.0, step=0.05, fmt="%.2f"))
     weight_decay: float = field(default=0.0, metadata=spec(
-        "AdamW weight decay", "training", "Weight decay", low=0.0, step=0.01, fmt="%.3f"))
+        "AdamW weight decay", "training", "Weight decay", affects=TRAJECTORY, low=0.0, step=0.01, fmt="%.3f"))
     steps: int = field(default=2000, metadata=spec(
-        "training steps", "training", "Steps", unit="steps", low=1, step=100))
-    eval_interval: int = field(default=200, metadata=spec(
-        "steps between validations (validation loss, train loss, tokens/s)", "training", "Eval interval",
-        unit="steps", low=1, step=10))
+        "training steps", "training", "Steps", affects=BOOKKEEPING, unit="steps", low=1, step=100))
+    eval_interval: int | None = field(default=None, metadata=spec(
+        "steps between validations (validation loss, train loss, tokens/s)", "training", "Eval interval", affects=BOOKKEEPING,
+        unit="steps", low=1, step=10, none=f"steps ÷ {EVALS_PER_RUN} ({EVALS_PER_RUN} validations a run)"))
     probe_interval: int = field(default=100, metadata=spec(
         "steps between probes of the cosine of sketched dW to exact dW (0 = never)", "training",
-        "Probe interval", unit="steps", low=0, step=10))
+        "Probe interval", affects=BOOKKEEPING, unit="steps", low=0, step=10))
     dataset: str = field(default="classics", metadata=spec(
         "classics: Shakespeare and the King James Bible, offline; fineweb-edu: the paper's data (network or a "
-        "local copy); files: your own .txt/.jsonl/.parquet", "data", "Dataset", choices=SOURCES))
+        "local copy); files: your own .txt/.jsonl/.parquet", "data", "Dataset", affects=TRAJECTORY, choices=SOURCES))
     dataset_options: FrozenMap = field(default_factory=FrozenMap, metadata=spec(
-        "options of the data source (see DATA_OPTIONS)", "data", "Data options"))
+        "options of the data source (see DATA_OPTIONS)", "data", "Data options", affects=TRAJECTORY))
     val_tokens: int = field(default=65536, metadata=spec(
-        "held-out validation tokens split off the corpus", "data", "Validation tokens", unit="tokens", low=1,
+        "held-out validation tokens split off the corpus", "data", "Validation tokens", affects=TRAJECTORY, unit="tokens", low=1,
         step=4096))
     val_batches: int | None = field(default=None, metadata=spec(
-        "validation batches evaluated at every eval", "data", "Validation batches", unit="batches", low=1,
+        "validation batches evaluated at every eval", "data", "Validation batches", affects=MEASUREMENT, unit="batches", low=1,
         none=f"enough for {MIN_EVAL_TOKENS:,} tokens"))
     head_chunk: int | None = field(default=None, metadata=spec(
         "fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored "
-        "(0 = unfused)", "memory", "Fused head chunk", unit="rows", low=0, step=64,
+        "(0 = unfused)", "memory", "Fused head chunk", affects=MEASUREMENT, unit="rows", low=0, step=64,
         none="min(B·T, " + ", ".join(f"{c} on a {b.upper()}" for b, c in FUSED_CHUNK.items())
         + "): the fused head is faster and lighter on both"))
     attention: str = field(default="recompute", metadata=spec(
         "recompute: keep Q, K, V and the row log-sum-exp, not the probabilities; xla: jax.nn.dot_product_attention",
-        "memory", "Attention", choices=ATTENTION_CHOICES))
+        "memory", "Attention", affects=MEASUREMENT, choices=ATTENTION_CHOICES))
     recompute_activations: bool = field(default=True, metadata=spec(
         "LayerNorm and GELU keep only their inputs and recompute the rest in the backward pass", "memory",
-        "Recompute activations"))
+        "Recompute activations", affects=MEASUREMENT))
     remat: str = field(default="none", metadata=spec(
-        "jax.checkpoint around every block (none, dots_saveable, full)", "memory", "Block remat",
+        "jax.checkpoint around every block (none, dots_saveable, full)", "memory", "Block remat", affects=MEASUREMENT,
         choices=REMAT_POLICIES))
     devices: int = field(default=1, metadata=spec(
         "devices one run spans (data parallel): each trains B / devices of the batch's sequences and sketches "
         "only its own rows with its own key; 0 = every device JAX sees (of every host under jax.distributed). "
-        "The batch size must be a multiple of it", "devices", "Devices", unit="devices", low=0))
+        "The batch size must be a multiple of it", "devices", "Devices", affects=TRAJECTORY, unit="devices", low=0))
     shard_params: bool = field(default=False, metadata=spec(
         "shard parameters and optimizer state over the devices (FSDP-style) instead of a full copy on each",
-        "devices", "Shard parameters"))
+        "devices", "Shard parameters", affects=MEASUREMENT))
     dw_comm: str = field(default="all-reduce", metadata=spec(
         "how the devices combine a sketched layer's dW: all-reduce the d_in×d_out dW, or all-gather each "
         "device's R×d_in and R×d_out sketches and form dW from them on every device (D·R·(d_in + d_out) floats)",
-        "devices", "dW communication", choices=DW_COMMS))
+        "devices", "dW communication", affects=TRAJECTORY, choices=DW_COMMS))
     checkpoint_interval: int | None = field(default=None, metadata=spec(
         "steps between checkpoints; a run also checkpoints when it is stopped, cancelled or interrupted, and at its "
-        "last step", "checkpoints", "Checkpoint interval", unit="steps", low=1,
+        "last step", "checkpoints", "Checkpoint interval", affects=BOOKKEEPING, unit="steps", low=1,
         none=f"at the first eval boundary {CHECKPOINT_SECONDS:.0f} s after the last checkpoint, at most "
         f"{1.5 * CHECKPOINT_SECONDS:.0f} s"))
     checkpoint_keep: int = field(default=3, metadata=spec(
-        "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept",
+        "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept", affects=BOOKKEEPING,
         low=1))
     name: str | None = field(default=None, metadata=spec(
         f"a name for the run (in a sweep: a prefix of every run's name), at most {NAME_MAX} characters", "training",
-        "Name", max_len=NAME_MAX, none="e.g. basis R=8 s0"))
+        "Name", affects=BOOKKEEPING, max_len=NAME_MAX, none="e.g. basis R=8 s0"))
 
     def __post_init__(self):
         if not isinstance(self.dataset_options, FrozenMap):
@@ -309,6 +331,12 @@ class RunConfig:
         return min(self.rank, self.local_rows)
 
     @property
+    def effective_eval_interval(self) -> int:
+        """``eval_interval``, or by default ``steps ÷ EVALS_PER_RUN`` (at least 1): the one
+        default of the CLI and the Launch form."""
+        return self.eval_interval or max(1, self.steps // EVALS_PER_RUN)
+
+    @property
     def effective_val_batches(self) -> int:
         """``val_batches``, or the fewest batches holding ``MIN_EVAL_TOKENS`` tokens."""
         return self.val_batches or math.ceil(MIN_EVAL_TOKENS / self.rows)
@@ -338,14 +366,16 @@ class RunConfig:
         return self.replace(estimator="exact", name=None)
 
     def comparable(self) -> "RunConfig":
-        """What two runs must share to be compared: the config less estimator, rank, λ, seed and name."""
-        return self.replace(estimator="exact", rank=DEFAULTS["rank"], lam=0.0, seed=0, name=None)
+        """What two runs must share to be compared: their trajectory and measurement
+        fields less estimator, rank, λ and seed (those and every bookkeeping field at its default)."""
+        return self.replace(**_BOOKKEEPING_DEFAULTS, estimator="exact", rank=DEFAULTS["rank"], lam=0.0, seed=0)
 
     def seed_group(self) -> "RunConfig":
-        """Runs with equal seed groups differ only by seed (and name); exact runs also ignore rank and λ."""
+        """Runs with equal seed groups differ only by seed and bookkeeping (steps, intervals,
+        checkpoints, name); exact runs also ignore rank and λ."""
         if self.is_exact:
-            return self.replace(estimator="exact", rank=DEFAULTS["rank"], lam=0.0, seed=0, name=None)
-        return self.replace(seed=0, name=None)
+            return self.comparable()
+        return self.replace(**_BOOKKEEPING_DEFAULTS, seed=0)
 
     def method(self) -> str:
         """``exact``, ``basis R=8``, ``basis R=8 λ=0.01``."""
@@ -385,6 +415,13 @@ def check_devices(batch_size: int, devices: int) -> None:
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
+BOOKKEEPING_NAMES = tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["spec"].affects == BOOKKEEPING)
+_BOOKKEEPING_DEFAULTS = {n: DEFAULTS[n] for n in BOOKKEEPING_NAMES}
+
+
+def affects(name: str) -> str:
+    """What the run field ``name`` affects: ``trajectory``, ``measurement`` or ``bookkeeping``."""
+    return RunConfig.__dataclass_fields__[name].metadata["spec"].affects
 
 
 def method_label(estimator: str | None, rank, lam) -> str:
@@ -408,7 +445,7 @@ def comparable_key(config: Mapping[str, Any]) -> str:
     """The fingerprint of ``RunConfig.comparable()`` of a stored config: equal for runs
     that may be compared (a string, so tables can group by it)."""
     run = stored(config)
-    return run.comparable().fingerprint() if run else _fingerprint(config, {*SWEPT_NAMES, "name"})
+    return run.comparable().fingerprint() if run else _fingerprint(config, {*SWEPT_NAMES, *BOOKKEEPING_NAMES})
 
 
 def seed_group_key(config: Mapping[str, Any]) -> str:
@@ -418,15 +455,27 @@ def seed_group_key(config: Mapping[str, Any]) -> str:
     if run:
         return run.seed_group().fingerprint()
     exact = config.get("estimator") == "exact" or config.get("sketched_layers") == "none"
-    return _fingerprint(config, {"seed", "name", *(("rank", "lam") if exact else ())})
+    return _fingerprint(config, {"seed", *BOOKKEEPING_NAMES, *(("rank", "lam") if exact else ())})
 
 
 def differing_fields(configs) -> list[str]:
-    """The config fields, other than estimator, rank, λ, seed and name, whose values differ
-    among the stored ``configs`` (what tells setups apart in a table or a legend)."""
+    """The trajectory and measurement fields, other than estimator, rank, λ and seed,
+    whose values differ among the stored ``configs`` (what tells setups apart in a table
+    or a legend; bookkeeping such as steps or the eval interval does not)."""
     configs = list(configs)
-    keys = sorted({k for c in configs for k in c} - {*SWEPT_NAMES, "name"})
+    keys = sorted({k for c in configs for k in c} - {*SWEPT_NAMES, *BOOKKEEPING_NAMES})
     return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1]
+
+
+def shape_columns(config: Mapping[str, Any]) -> dict[str, int | None]:
+    """The effective shape of a stored config for exports: ``B_seqs`` (batch size),
+    ``T_tokens`` (sequence length) and ``R_rows`` (rank clipped to B·T; None for exact
+    runs); all None when the config is not a ``RunConfig``."""
+    run = stored(config)
+    if run is None:
+        return {"B_seqs": None, "T_tokens": None, "R_rows": None}
+    return {"B_seqs": run.effective_batch_size, "T_tokens": run.effective_seq_len,
+            "R_rows": None if run.is_exact else run.effective_rank}
 
 
 def _fingerprint(values: Mapping[str, Any], ignore: set = frozenset()) -> str:
@@ -460,6 +509,13 @@ def default_of(f: dataclasses.Field) -> Any:
 
 def _validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
     """The one check of a field's kind, generated from its spec and annotation."""
+    try:
+        _check(f, kind, optional, value)
+    except ConfigError as e:
+        raise ConfigError(str(e), field=f.name) from None
+
+
+def _check(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
     s: FieldSpec = f.metadata["spec"]
     if value is None and optional:
         return

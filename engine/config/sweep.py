@@ -29,13 +29,13 @@ def parse_ranks(text: str) -> tuple[bool, list[int]]:
         try:
             rank = int(token)
         except ValueError:
-            raise ConfigError(f"ranks: {token!r} is neither 'exact' nor an integer >= 1 (e.g. exact, 1, 8, 32)") from None
+            raise ConfigError(f"ranks: {token!r} is neither 'exact' nor an integer >= 1 (e.g. exact, 1, 8, 32)", field="rank") from None
         if rank < 1:
-            raise ConfigError(f"ranks: {rank} is not an integer >= 1 (e.g. exact, 1, 8, 32)")
+            raise ConfigError(f"ranks: {rank} is not an integer >= 1 (e.g. exact, 1, 8, 32)", field="rank")
         if rank not in ranks:
             ranks.append(rank)
     if not with_exact and not ranks:
-        raise ConfigError("ranks: give at least one rank or 'exact' (e.g. exact, 1, 8, 32)")
+        raise ConfigError("ranks: give at least one rank or 'exact' (e.g. exact, 1, 8, 32)", field="rank")
     return with_exact, ranks
 
 
@@ -45,17 +45,17 @@ def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     tokens = _tokens(text)
     if not tokens:
-        raise ConfigError("seeds: give at least one seed, e.g. 0 or 0,1,2 or 0-4")
+        raise ConfigError("seeds: give at least one seed, e.g. 0 or 0,1,2 or 0-4", field="seed")
     for token in tokens:
         lo, sep, hi = token.partition("-")
         try:
             span = range(int(lo), int(hi) + 1) if sep else [int(token)]
         except ValueError:
-            raise ConfigError(f"seeds: {token!r} is not a seed (integers >= 0: 0,1,2 or 0-4)") from None
+            raise ConfigError(f"seeds: {token!r} is not a seed (integers >= 0: 0,1,2 or 0-4)", field="seed") from None
         if sep and int(hi) < int(lo):
-            raise ConfigError(f"seeds: range {token!r} is empty; write low-high, e.g. 0-4")
+            raise ConfigError(f"seeds: range {token!r} is empty; write low-high, e.g. 0-4", field="seed")
         if len(span) > 10_000:
-            raise ConfigError(f"seeds: range {token!r} holds {len(span):,} seeds; at most 10,000")
+            raise ConfigError(f"seeds: range {token!r} holds {len(span):,} seeds; at most 10,000", field="seed")
         for seed in span:
             _validate_field("seed", seed)
             if seed not in seeds:
@@ -70,12 +70,12 @@ def parse_lams(text: str) -> list[float]:
         try:
             lam = float(token)
         except ValueError:
-            raise ConfigError(f"lams: {token!r} is not a number in [0, 1) (e.g. 0, 0.01)") from None
+            raise ConfigError(f"lams: {token!r} is not a number in [0, 1) (e.g. 0, 0.01)", field="lam") from None
         _validate_field("lam", lam)
         if lam not in lams:
             lams.append(lam)
     if not lams:
-        raise ConfigError("lams: give at least one λ in [0, 1), e.g. 0 or 0, 0.01")
+        raise ConfigError("lams: give at least one λ in [0, 1), e.g. 0 or 0, 0.01", field="lam")
     return lams
 
 
@@ -84,11 +84,11 @@ def parse_estimators(text: str) -> list[str]:
     out = []
     for token in _tokens(text):
         if token not in ESTIMATORS:
-            raise ConfigError(f"unknown estimator {token!r}; choose from {', '.join(ESTIMATORS)}")
+            raise ConfigError(f"unknown estimator {token!r}; choose from {', '.join(ESTIMATORS)}", field="estimator")
         if token not in out:
             out.append(token)
     if not out:
-        raise ConfigError(f"estimators: choose at least one of {', '.join(ESTIMATORS)}")
+        raise ConfigError(f"estimators: choose at least one of {', '.join(ESTIMATORS)}", field="estimator")
     return out
 
 
@@ -230,3 +230,33 @@ def to_flat(config: RunConfig) -> dict[str, Any]:
     for opt in DATA_OPTIONS:
         flat[opt.name] = options.get(opt.name, opt.default)
     return flat
+
+
+LARGE_LAUNCH = 100  # a launch of more runs than this is confirmed first (form: a tick; CLI: --yes)
+
+
+@dataclass(frozen=True)
+class LaunchWarning:
+    """Something about a launch worth a second look: ``field`` is the run field it is
+    about (shown beside that field), None for the launch as a whole."""
+
+    field: str | None
+    text: str
+
+
+def launch_warnings(configs) -> list[LaunchWarning]:
+    """What to check before launching ``configs``: more than ``LARGE_LAUNCH`` runs (a
+    seed range such as 0-999 multiplies every method), an eval or probe interval longer
+    than the run (it validates only at step 0 and its last step, or never probes)."""
+    configs = list(configs)
+    out = []
+    if len(configs) > LARGE_LAUNCH:
+        out.append(LaunchWarning(None, f"{len(configs):,} runs is more than {LARGE_LAUNCH} in one launch: check the seeds "
+                                       "and ranks"))
+    for name, what in (("eval_interval", "validates only at step 0 and at its last step"),
+                       ("probe_interval", "never probes the cosine of dW")):
+        long = sorted({(getattr(c, name), c.steps) for c in configs if getattr(c, name) and getattr(c, name) > c.steps})
+        if long:
+            interval, steps = long[0]
+            out.append(LaunchWarning(name, f"{name} {interval:,} is more than the {steps:,} steps: the run {what}"))
+    return out

@@ -27,6 +27,7 @@ running diagnoses whose process died ``interrupted`` (the runs' rule,
 
 from __future__ import annotations
 
+import threading
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -59,7 +60,7 @@ DEFAULT_CHUNK = 32
 MAX_BATCHES = 1000
 
 __all__ = [
-    "Plan", "plan_diagnosis", "start", "execute", "run_diagnosis", "checkpoint_steps", "check_stale_diagnoses",
+    "Plan", "plan_diagnosis", "replan", "estimate_seconds", "start", "execute", "run_diagnosis", "checkpoint_steps", "check_stale_diagnoses",
     "results_csv", "SKETCHED", "DEFAULT_RANKS",
 ]
 
@@ -80,6 +81,24 @@ class Plan:
     seed: int
     checkpoints: Path  # the run's checkpoint directory
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def work(self) -> int:
+        """(batch, estimator, rank, λ) steps: what progress counts."""
+        return self.batches * len(self.estimators) * len(self.ranks) * len(self.lams)
+
+    @property
+    def sketches(self) -> int:
+        """Sketched dŴ per sketched layer: estimators × ranks × λs × keys × batches (the cost)."""
+        return self.work * self.keys
+
+    def cost_text(self) -> str:
+        """``4 estimators × 4 ranks × 1 λ × 256 keys × 4 batches = 16,384 sketched dW per layer``."""
+        def n(count, word, plural=None):
+            return f"{count:,} {word if count == 1 else (plural or word + 's')}"
+        return (f"{n(len(self.estimators), 'estimator')} × {n(len(self.ranks), 'rank')} × {n(len(self.lams), 'λ', 'λs')}"
+                f" × {n(self.keys, 'key')} × {n(self.batches, 'batch', 'batches')} = {self.sketches:,} sketched dW "
+                "per sketched layer")
 
     @property
     def settings(self) -> dict:
@@ -183,6 +202,45 @@ def plan_diagnosis(
                 notes=tuple(notes))
 
 
+def replan(store: RunStore, diag_id: int, checkpoints: str | Path | None = None) -> Plan:
+    """The plan of stored diagnosis ``diag_id`` again (same run, step, estimators, ranks,
+    λs, keys, batches, chunk and seed), validated anew: to run it again."""
+    frame = store.diagnostics_frame()
+    rows = frame[frame["id"] == int(diag_id)]
+    if rows.empty:
+        raise ConfigError(f"no diagnosis {diag_id}; `python -m engine diagnose --list` shows their ids")
+    row = rows.iloc[0]
+    settings = row["settings"] or {}
+    keep = {k: settings[k] for k in ("estimators", "ranks", "lams", "keys", "batches", "chunk", "seed") if k in settings}
+    return plan_diagnosis(store, int(row["run_id"]), step=int(settings.get("step", row["step"] or 0)),
+                          checkpoints=checkpoints, **keep)
+
+
+def estimate_seconds(store: RunStore, plan: Plan) -> float | None:
+    """The wall time ``plan`` should take, from the diagnoses of runs of the same model
+    shape (preset, B, T, sketched layers) that finished: the median seconds per sketched
+    dW times ``plan.sketches``; None when there is none."""
+    config = RunConfig.from_dict(store.get_run(plan.run_id).config)
+    shape = (config.preset, config.rows, config.sketched_layers)
+    frame = store.diagnostics_frame()
+    frame = frame[(frame["status"] == "finished") & frame["started_at"].notna() & frame["finished_at"].notna()]
+    rates = []
+    runs = {}
+    for row in frame.itertuples():
+        if row.run_id not in runs:
+            try:
+                other = RunConfig.from_dict(store.get_run(int(row.run_id)).config)
+                runs[row.run_id] = (other.preset, other.rows, other.sketched_layers)
+            except (ConfigError, TypeError, ValueError):
+                runs[row.run_id] = None
+        settings = row.settings or {}
+        work = (len(settings.get("estimators", [])) * len(settings.get("ranks", [])) * len(settings.get("lams", []))
+                * int(settings.get("keys", 0)) * int(settings.get("batches", 0)))
+        if runs[row.run_id] == shape and work:
+            rates.append((row.finished_at - row.started_at).total_seconds() / work)
+    return float(pd.Series(rates).median()) * plan.sketches if rates else None
+
+
 def start(store: RunStore, plan: Plan) -> int:
     """Store the diagnostic row of ``plan`` (status ``queued``); its id."""
     return store.create_diagnostic(plan.run_id, plan.step, plan.settings)
@@ -225,21 +283,43 @@ def execute(
     *,
     owner: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> pd.DataFrame:
     """Claim the queued diagnostic ``diag_id``, compute ``plan``, store its rows and end it
     ``finished``; on an error, end it ``failed`` (the error's first line; a traceback
-    below it for an unexpected one) and raise it again."""
+    below it for an unexpected one) and raise it again. ``cancel`` set (here, or by
+    ``RunStore.request_cancel_diagnostic`` from any process, seen at the next heartbeat)
+    stops it after the current (batch, estimator, rank, λ): the rows of the work done are
+    stored and it ends ``cancelled``, saying how much was done."""
     owner = owner or liveness.current_owner()
     if not store.claim_diagnostic(diag_id, owner):
         raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
+    cancel = cancel if cancel is not None else threading.Event()
+    progress = [0, plan.work]
+
+    def beat() -> None:
+        store.set_diagnostic_status(diag_id, "running")
+        if store.diagnostic_cancel_requested(diag_id):
+            cancel.set()
+
+    def count(done: int, total: int) -> None:
+        progress[:] = [done, total]
+        if on_progress is not None:
+            on_progress(done, total)
+
     try:
-        with liveness.Heartbeat(lambda: store.set_diagnostic_status(diag_id, "running"),
-                                name=f"basis-diagnosis-{diag_id}"):
+        with liveness.Heartbeat(beat, name=f"basis-diagnosis-{diag_id}"):
             cfg, params, batches = load_inputs(store, plan)
             frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
-                             keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=on_progress)
+                             keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=count,
+                             should_stop=cancel.is_set)
         store.add_diagnostic_results(diag_id, frame.to_dict("records"))
-        store.set_diagnostic_status(diag_id, "finished")
+        if cancel.is_set() and progress[0] < progress[1]:
+            store.set_diagnostic_status(diag_id, "cancelled", error=(
+                f"cancelled after {progress[0]:,} of {progress[1]:,} (batch, estimator, rank, λ) steps; the results "
+                "pool the batches each setting finished (see its batches column)"))
+        else:
+            store.set_diagnostic_status(diag_id, "finished")
         return frame
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt)

@@ -244,6 +244,7 @@ class JobManager:
         self._last_busy = time.monotonic()
         self._env: dict | None = None
         self._diagnoses: dict[int, tuple[int, int]] = {}  # diagnosis id → progress, while it computes
+        self._diagnosis_stops: dict[int, threading.Event] = {}  # diagnosis id → its cancel event
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
         self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
@@ -288,19 +289,41 @@ class JobManager:
         from engine.runner import diagnosis
 
         plan = diagnosis.plan_diagnosis(self.store, run_id, checkpoints=self.checkpoint_root, **settings)
+        return self.start_diagnosis(plan)
+
+    def rerun_diagnosis(self, diag_id: int) -> int:
+        """Run stored diagnosis ``diag_id`` again with its settings, as a new diagnosis; its id."""
+        from engine.runner import diagnosis
+
+        return self.start_diagnosis(diagnosis.replan(self.store, diag_id, self.checkpoint_root))
+
+    def cancel_diagnosis(self, diag_id: int) -> bool:
+        """Stop a diagnosis (computed here or by any process): at once when queued, after
+        its current step when running; it keeps the results of the work done."""
+        event = self._diagnosis_stops.get(diag_id)
+        if event is not None:
+            event.set()
+        return self.store.request_cancel_diagnostic(diag_id)
+
+    def start_diagnosis(self, plan) -> int:
+        """Store and start ``plan`` (``engine.runner.diagnosis.Plan``) on a thread of its own; its id."""
+        from engine.runner import diagnosis
+
         diag_id = diagnosis.start(self.store, plan)
-        self._diagnoses[diag_id] = (0, plan.batches * len(plan.estimators) * len(plan.ranks) * len(plan.lams))
+        self._diagnoses[diag_id] = (0, plan.work)
+        stop = self._diagnosis_stops[diag_id] = threading.Event()
 
         def progress(done: int, total: int) -> None:
             self._diagnoses[diag_id] = (done, total)
 
         def job() -> None:
             try:
-                diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress)
+                diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress, cancel=stop)
             except Exception:  # noqa: BLE001 — recorded on the diagnosis by execute
                 log.warning("diagnosis %s failed", diag_id, exc_info=True)
             finally:
                 self._diagnoses.pop(diag_id, None)
+                self._diagnosis_stops.pop(diag_id, None)
 
         threading.Thread(target=job, name=f"basis-diagnosis-{diag_id}", daemon=True).start()
         return diag_id
@@ -358,6 +381,11 @@ class JobManager:
                     return False
                 self._idle.wait(remaining if remaining is not None else 1.0)
         return True
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``shutdown`` has been called."""
+        return self._closing.is_set()
 
     def shutdown(self, cancel_running: bool = False, timeout: float | None = 60.0) -> None:
         """Stop the workers: running runs are interrupted (checkpointed, resumable), or

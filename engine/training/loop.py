@@ -218,7 +218,7 @@ def train(
         last = _block_end(config, first, bool(probe_names), limit, last_saved if checkpoints is not None else None)
         batches = np.stack([sampler.next() for _ in range(first, last + 1)])
         probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
-        eval_now = last % config.eval_interval == 0 or last == config.steps
+        eval_now = last % config.effective_eval_interval == 0 or last == config.steps
         values: dict[str, float] = {}
         if probe_now:
             lap()
@@ -296,7 +296,7 @@ def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_sa
     before its step and is recorded after it, so a probe step is a block of its own)
     and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
     ``limit`` steps, a power of two."""
-    last = min(config.steps, first + limit - 1, -(-first // config.eval_interval) * config.eval_interval)
+    last = min(config.steps, first + limit - 1, -(-first // config.effective_eval_interval) * config.effective_eval_interval)
     if probing and config.probe_interval:
         if first % config.probe_interval == 0:  # its record follows this one step
             return first

@@ -116,7 +116,7 @@ def _time_steps(config: RunConfig, steps: int) -> StepTiming:
 
 def run_seconds(config: RunConfig, timing: StepTiming) -> float:
     """Estimated wall time of one run of ``config`` (see the module docstring)."""
-    evals = config.steps // config.eval_interval + 1
+    evals = config.steps // config.effective_eval_interval + 1
     probes = 0 if config.is_exact or not config.probe_interval else config.steps // config.probe_interval
     step_equivalents = config.steps + evals * config.effective_val_batches * EVAL_COST + probes * PROBE_COST
     return timing.startup_s + step_equivalents * timing.step_s

@@ -56,14 +56,14 @@ def test_line_figure_draws_one_line_per_trace_in_its_run_colour():
 
 
 def test_line_figure_band_log_axis_and_wall_time():
-    frame = _series("basis R=8 · mean of 3 seeds", R8, [10, 9, 8], std=0.5, dash="dash")
+    frame = _series("basis R=8 · mean of 3/3 seeds", R8, [10, 9, 8], std=0.5, dash="dash")
     fig = charts.line_figure(frame, x="wall_time", y_title="train loss (nats/token)", log_y=True)
     upper, lower, line = fig.data
     assert list(upper.y) == [10.5, 9.5, 8.5] and list(lower.y) == [9.5, 8.5, 7.5]
     assert lower.fill == "tonexty" and not upper.showlegend and not lower.showlegend
-    assert line.name == "basis R=8 · mean of 3 seeds" and line.showlegend is not False
+    assert line.name == "basis R=8 · mean of 3/3 seeds" and line.showlegend is not False
     assert lower.fillcolor.startswith("rgba(") and line.line.color == R8 and line.line.dash == "dash"
-    assert "mean of %{customdata} runs" in line.hovertemplate
+    assert "mean of %{customdata} seeds at this step" in line.hovertemplate
     assert fig.layout.xaxis.title.text == "wall time (s)" and fig.layout.yaxis.type == "log"
 
 
@@ -134,3 +134,27 @@ def test_wrap_breaks_long_labels_at_spaces():
 def test_bar_figures_on_empty_frames_say_so(builder):
     fig = builder(pd.DataFrame(columns=["trace", "bar", "color", "category", "quantity", "mib", "baseline_mib", "ratio"]))
     assert len(fig.data) == 0 and fig.layout.annotations[0].text.startswith("no ")
+
+
+def test_one_plain_text_helper_for_markdown_and_plotly():
+    from app.text import PLOTLY, plain
+
+    evil = "![q](http://127.0.0.2:9/x.png) <img src=http://127.0.0.2:9/y.png>"
+    shown = plain(evil)
+    assert shown.startswith("\\!\\[q\\]\\(") and "\\<img" in shown  # every special character escaped
+    assert shown.replace("\\", "") == evil  # the text itself, once the escapes are read
+    assert plain(evil, PLOTLY) == evil.replace("<", "&lt;").replace(">", "&gt;")
+    with pytest.raises(ValueError, match="medium"):
+        plain(evil, "html")
+
+
+def test_log_axis_labels_always_name_their_decade():
+    from app.estimators import log_ticks, power_text
+
+    assert [power_text(v) for v in (1e-3, 2e-3, 5e-2, 1.0, 30.0)] == ["10⁻³", "2×10⁻³", "5×10⁻²", "10⁰", "3×10¹"]
+    narrow, labels = log_ticks([0.021, 0.034, 0.09])  # less than a decade: Plotly would label minor ticks "2", "5"
+    assert len(narrow) >= 2 and all("10" in t for t in labels)
+    assert min(narrow) <= 0.021 and max(narrow) >= 0.09
+    wide, labels = log_ticks([1e-5, 3e-2, np.nan, 0.0, -1.0])  # non-positive values have no place on a log axis
+    assert wide == [10.0**k for k in range(-5, 0)] and labels[0] == "10⁻⁵"
+    assert log_ticks([np.nan]) == ([], [])

@@ -3,6 +3,7 @@ rank R at one step), the wall-time x axis of the cosine charts, chart downloads 
 sidebar's format, and the Table 3 downloads."""
 
 import base64
+import colorsys
 import dataclasses
 import io
 import json
@@ -14,7 +15,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import display
 from engine.analysis import charts, frames
-from engine.analysis.summary import MIB, summarize, table3
+from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
 from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
@@ -83,7 +84,52 @@ def test_a_method_has_one_colour_in_every_selection_and_sweep(tmp_path):
     assert b["basis R=1"] != b["basis R=8"]  # and ranks within an estimator
     assert a["exact"] == charts.EXACT_COLOR
     mem = frames.memory_frame(summarize(records.values(), metrics), frames.describe_runs(list(records.values())), pool_seeds=False)
-    assert set(mem.loc[mem["trace"].str.startswith("basis R=8"), "color"]) == {a["basis R=8"]}
+    shades = [a["basis R=8"], charts.seed_shade(a["basis R=8"], 1)]  # seeds 0 and 1, unpooled: shades of one hue
+    assert set(mem.loc[mem["trace"].str.startswith("basis R=8"), "color"]) == set(shades)
+    assert len({round(colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0], 2) for c in shades}) == 1
+    store.close()
+
+
+def test_two_sweeps_compared_are_told_apart_by_marker_dash_and_label(tmp_path):
+    """Two setups (lr 0.01 and 0.02), each exact and basis R=8 with two seeds: every
+    curve of a setup has that setup's marker, the two exact reference lines of the rank
+    figure differ in dash, legends and Table 3 rows name the differing field; unpooled,
+    the seeds of a method are shades of its colour."""
+    store = RunStore(f"sqlite:///{tmp_path / 'sweeps.db'}")
+    ids = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=8, seed=s, lr=lr))
+           for lr in (0.01, 0.02) for e in ("exact", "basis") for s in (0, 1)]
+    records = [store.get_run(i) for i in ids]
+    metrics = store.metrics(ids)
+    info = frames.describe_runs(records)
+    assert sorted(set(info["setup"])) == ["lr=0.01", "lr=0.02"]
+    symbols = info.groupby("setup")["symbol"].agg(set)
+    assert symbols.map(len).eq(1).all() and symbols["lr=0.01"] != symbols["lr=0.02"]
+
+    s = frames.series(metrics, info, "val_loss")
+    assert set(s["trace"]) == {f"{m} · mean of 2/2 seeds [lr={lr}]" for m in ("exact", "basis R=8") for lr in (0.01, 0.02)}
+    fig = charts.line_figure(s, y_title="loss")
+    lines = [t for t in fig.data if t.showlegend is not False]
+    by_setup = {}
+    for t in lines:
+        assert t.mode == "lines+markers"  # mixed setups: every curve shows its setup's marker
+        by_setup.setdefault(t.name.rsplit("[", 1)[1], set()).add(t.marker.symbol)
+    assert all(len(v) == 1 for v in by_setup.values()) and by_setup["lr=0.01]"] != by_setup["lr=0.02]"]
+
+    rank = frames.rank_frame(records, metrics, "val_loss")
+    exact = rank[rank["estimator"] == "exact"]
+    assert len(exact) == 2 and exact["dash"].nunique() == 2 and "solid" not in set(exact["dash"])
+    bands = [t for t in charts.rank_figure(rank, y_title="loss").data if t.showlegend is not False and t.mode == "lines"]
+    assert len({t.line.dash for t in bands}) == 2  # the two exact references differ
+    sketched = rank[rank["estimator"] != "exact"]
+    assert sketched["symbol"].nunique() == 2 and set(sketched["trace"]) == {"basis [lr=0.01]", "basis [lr=0.02]"}
+
+    shown = display_frame(table3(records, metrics))
+    assert shown.columns[0] == "setup" and sorted(set(shown["setup"])) == ["lr=0.01", "lr=0.02"]
+
+    unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
+    colours = unpooled.groupby("trace")["color"].first()
+    r8 = charts.method_color("basis", 8, 0.0)
+    assert colours["basis R=8 s0 [lr=0.01]"] == r8 and colours["basis R=8 s1 [lr=0.01]"] == charts.seed_shade(r8, 1) != r8
     store.close()
 
 
@@ -220,7 +266,7 @@ def test_compare_cosine_charts_follow_the_wall_time_axis(url, store):
     cos = _spec(at, "Mean cosine over sketched layers")
     assert cos["layout"]["xaxis"]["title"]["text"] == "wall time (s)"
     rows = store.metrics([ids[0]], names=["cos_mean"])
-    exact = next(t for t in cos["data"] if t["name"] == "exact · mean of 3 seeds")
+    exact = next(t for t in cos["data"] if t["name"] == "exact · mean of 3/3 seeds")
     np.testing.assert_allclose(exact["x"], rows["wall_time"])  # seconds, not steps
     at.toggle(key="compare.per_layer").set_value(True).run()
     layers = _spec(at, "Cosine per sketched layer")
@@ -283,7 +329,7 @@ def test_table3_downloads_and_a_neutralised_csv(url, store, served):
     labels = [d.label for d in at.get("download_button")]
     assert labels == ["Table 3 as markdown", "Table 3 as latex", "Table 3 as csv"]
     markdown = _text(served["basis-table3.md"])
-    assert markdown.startswith("| method") and "basis" in markdown
+    assert markdown.startswith("| setup") and "| preset=" in markdown and "basis" in markdown  # rows name their setup
     assert "\\begin{tabular}" in _text(served["basis-table3.tex"])
     csv = _text(served["basis-table3.csv"])
     table = pd.read_csv(io.StringIO(csv), dtype=str, keep_default_na=False)
@@ -305,3 +351,106 @@ def _number(text):
         return True
     except ValueError:
         return False
+
+
+# ----------------------------------------------------------------------------- the view in the URL, saved views
+
+
+def test_view_state_decodes_what_it_encodes_and_names_what_it_cannot_read():
+    from app import viewstate
+
+    view = viewstate.ViewState(runs=(5, 1, 2), sweep="20261122-101500-3fa9c1", tag="pilot", pool=False,
+                               x="wall_time", smoothing=0.6, log_y=True, group="lr", facet=True)
+    assert viewstate.decode(viewstate.encode(view)) == view
+    assert viewstate.encode(viewstate.DEFAULT) == {}
+    assert viewstate.decode({"runs": "1,2,5", "pool": "1"}) == viewstate.ViewState(runs=(1, 2, 5))
+    odd = viewstate.decode({"runs": "1,x,1", "pool": "maybe", "x": "time", "smooth": "2", "log": "1"})
+    assert odd.runs == (1,) and odd.pool and odd.x == "step" and odd.smoothing == 0 and odd.log_y
+    assert len(odd.problems) == 4 and "smooth='2'" in " ".join(odd.problems)
+    assert viewstate.link("http://h:1/compare", viewstate.ViewState(runs=(1, 2), pool=False)) == \
+        "http://h:1/compare?runs=1,2&pool=0"
+
+
+def _compare_at(query: dict):
+    at = app()
+    at.query_params.update(query)
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _controls(at) -> dict:
+    return {k: at.session_state[k] for k in ("compare.pick", "compare.pool", "compare.x", "compare.smoothing",
+                                             "compare.log_y", "compare.sweep", "compare.tag", "compare.group")}
+
+
+def test_a_compare_url_opens_exactly_its_view_and_the_controls_write_it_back(url, store):
+    from tests.support.runs import SWEEP_A, SWEEP_B, InSweep
+
+    a = [fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=r)) for r in (1, 8)]
+    b = [fake_run(InSweep(store, SWEEP_B), dataclasses.replace(TINY, rank=r, seed=1)) for r in (1, 8)]
+    at = _compare_at({"runs": f"{b[1]},{a[0]}", "pool": "0", "x": "wall_time", "smooth": "0.5", "log": "1"})
+    assert _controls(at) == {"compare.pick": [b[1], a[0]], "compare.pool": False, "compare.x": "wall_time",
+                             "compare.smoothing": 0.5, "compare.log_y": True, "compare.sweep": None,
+                             "compare.tag": None, "compare.group": "method"}
+    val = figures(at)["Validation loss"]
+    assert sorted(t["name"] for t in val["data"] if t.get("showlegend") is not False) == ["basis R=1 s0", "basis R=8 s1"]
+    assert val["layout"]["yaxis"]["type"] == "log"
+
+    at.toggle(key="compare.pool").set_value(True)
+    at.slider(key="compare.smoothing").set_value(0.2).run()
+    written = dict(at.query_params)
+    assert {k: (v[0] if isinstance(v, list) else v) for k, v in written.items()} == {
+        "runs": f"{b[1]},{a[0]}", "x": "wall_time", "smooth": "0.2", "log": "1"}  # pool=1 is the default
+    again = _compare_at({k: (v[0] if isinstance(v, list) else v) for k, v in written.items()})
+    assert _controls(again) == _controls(at)  # the link round-trips
+
+    by_sweep = _compare_at({"sweep": SWEEP_A})
+    assert by_sweep.session_state["compare.pick"] == a  # every run of the sweep…
+    later = fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=32))
+    by_sweep.run()
+    assert by_sweep.session_state["compare.pick"] == [*a, later]  # …including one it gains later
+    by_tag = _compare_at({"tag": "pilot", "runs": f"{a[1]},{b[0]}"})  # runs, narrowed to the tag
+    assert by_tag.session_state["compare.pick"] == [a[1]]
+    gone = _compare_at({"runs": f"{a[0]},999"})
+    assert gone.session_state["compare.pick"] == [a[0]] and any("999" in w.value for w in gone.warning)
+
+
+def test_a_view_is_saved_by_name_in_the_database_and_reopened(url, store):
+    ids = [fake_run(store, dataclasses.replace(TINY, rank=r)) for r in (1, 8, 32)]
+    at = _compare_at({"runs": f"{ids[0]},{ids[2]}", "log": "1"})
+    at.text_input(key="compare.save_name").input("two ranks, log").run()
+    at.button(key="share.save").click().run()
+    assert store.saved_views() == {"two ranks, log": {"runs": f"{ids[0]},{ids[2]}", "log": "1"}}
+    other = _compare_at({"runs": str(ids[1])})
+    assert other.session_state["compare.pick"] == [ids[1]] and not other.session_state["compare.log_y"]
+    other.selectbox(key="compare.saved").set_value("two ranks, log")
+    other.button(key="share.open").click().run()
+    assert other.session_state["compare.pick"] == [ids[0], ids[2]] and other.session_state["compare.log_y"]
+    assert {k: (v[0] if isinstance(v, list) else v) for k, v in other.query_params.items()} == {
+        "runs": f"{ids[0]},{ids[2]}", "log": "1"}
+
+
+def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
+    from tests.support.runs import SWEEP_A, InSweep
+
+    ids = [fake_run(InSweep(store, SWEEP_A, [tag]), dataclasses.replace(TINY, rank=8, lr=lr, seed=s))
+           for lr, tag in ((0.01, "low"), (0.02, "high")) for s in (0, 1)]
+    info = frames.describe_runs([store.get_run(i) for i in ids])
+    assert frames.group_choices(info)[:3] == ["tag", "sweep", "lr"]  # the field that varies comes first
+    by_lr = frames.grouped(info, "lr")
+    assert by_lr["color"].tolist() == [charts.group_color(0)] * 2 + [charts.group_color(1)] * 2
+    s = frames.series(store.metrics(ids), by_lr, "val_loss")
+    assert set(s["trace"]) == {f"basis R=8 · lr={lr} · mean of 2/2 seeds" for lr in (0.01, 0.02)}  # said once
+    by_tag = frames.group_values(info, "tag")
+    assert by_tag.tolist() == ["low", "low", "high", "high"]
+    assert list(frames.facets(info, "tag")) == ["tag=high", "tag=low"]
+
+    at = _compare_at({"runs": ",".join(map(str, ids)), "group": "tag"})
+    lines = [t for t in figures(at)["Validation loss"]["data"] if t.get("showlegend") is not False]
+    assert {t["line"]["color"] for t in lines} == {charts.group_color(0), charts.group_color(1)}
+    assert all(t["name"].startswith("basis R=8 · tag=") for t in lines)
+    at.toggle(key="compare.facet").set_value(True).run()
+    faceted = figures(at)["Validation loss, by tag"]
+    assert [a["text"] for a in faceted["layout"]["annotations"]] == ["tag=high", "tag=low"]
+    assert dict(at.query_params).get("facet") in ("1", ["1"]) and dict(at.query_params).get("group") in ("tag", ["tag"])

@@ -139,22 +139,22 @@ def _records(store, configs):
 def test_describe_runs_groups_seeds_and_names_setups(store):
     configs = [dataclasses.replace(TINY, estimator="exact", seed=s) for s in (0, 1)]
     configs += [dataclasses.replace(TINY, rank=8, seed=s) for s in (0, 1)]
-    configs += [dataclasses.replace(TINY, rank=8, steps=20)]
+    configs += [dataclasses.replace(TINY, rank=8, lr=0.02)]
     info = frames.describe_runs(_records(store, configs))
     assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
     assert info["group_id"].tolist() == [1, 1, 3, 3, 5]
     assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.method_color("basis", 8, 0.0)] * 3
-    assert info["setup"].tolist() == ["steps=40"] * 4 + ["steps=20"]
+    assert info["setup"].tolist() == ["lr=0.01"] * 4 + ["lr=0.02"]
     pooled = frames.trace_labels(info, pool_seeds=True)
-    assert pooled.tolist() == ["exact · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 · mean of 2 seeds [steps=40]"] * 2 + ["basis R=8 s0 [steps=20]"]
+    assert pooled.tolist() == ["exact · mean of 2/2 seeds [lr=0.01]"] * 2 + ["basis R=8 · mean of 2/2 seeds [lr=0.01]"] * 2 + ["basis R=8 s0 [lr=0.02]"]
     single = frames.trace_labels(info, pool_seeds=False)
-    assert single[1] == "exact s0 [steps=40]" and single[4] == "basis R=8 s1 [steps=40]"
+    assert single[1] == "exact s0 [lr=0.01]" and single[4] == "basis R=8 s1 [lr=0.01]"
 
 
 def test_trace_labels_disambiguate_equal_names(store):
     info = frames.describe_runs(_records(store, [TINY, TINY]))
     assert frames.trace_labels(info, pool_seeds=False).tolist() == ["basis R=32 s0 #1", "basis R=32 s0 #2"]
-    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2 runs"] * 2
+    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2/2 runs"] * 2
 
 
 # ----------------------------------------------------------------------------- smoothing and pooling
@@ -178,13 +178,44 @@ def test_thin_keeps_first_and_last():
     assert frames.thin(frame, 2000) is frame
 
 
+def test_pooling_with_a_queued_seed_and_one_cut_short_claims_only_seeds_with_data(store):
+    """basis R=16 has three seeds: seed 0 finished, seed 1 stopped at step 20 of 40,
+    seed 2 is still queued (no data). The legend says 2 of 3 seeds; the band is drawn
+    only at steps two seeds reached; a group whose only data is one seed has no band."""
+    r16 = dataclasses.replace(TINY, rank=16)
+    ids = [fake_run(store, dataclasses.replace(r16, seed=0)),
+           fake_run(store, dataclasses.replace(r16, seed=1), status="cancelled", steps_done=20),
+           fake_run(store, dataclasses.replace(r16, seed=2), status="queued", steps_done=0)]
+    metrics = store.metrics(ids)
+    metrics = metrics[metrics["run_id"] != ids[2]]  # the queued seed has written nothing
+    info = frames.describe_runs([store.get_run(i) for i in ids])
+    s = frames.series(metrics, info, "val_loss")
+    assert set(s["trace"]) == {"basis R=16 · mean of 2/3 seeds"}
+    assert s.loc[s["x"] <= 20, "n"].eq(2).all() and s.loc[s["x"] > 20, "n"].eq(1).all()
+    assert s.loc[s["x"] <= 20, "lo"].notna().all() and s.loc[s["x"] > 20, ["lo", "hi"]].isna().all().all()
+    fig = charts.line_figure(s, y_title="loss")
+    upper, lower, line = fig.data
+    assert max(upper.x) == 20 and max(lower.x) == 20 and max(line.x) == TINY.steps  # band only where k >= 2
+
+    alone = metrics[metrics["run_id"] == ids[0]]
+    s1 = frames.series(alone, info, "val_loss")
+    assert set(s1["trace"]) == {"basis R=16 · mean of 1/3 seeds"} and s1["lo"].isna().all()
+    assert [t.name for t in charts.line_figure(s1, y_title="loss").data] == ["basis R=16 · mean of 1/3 seeds"]  # no band
+
+
+def test_a_band_never_bridges_a_step_with_one_seed():
+    rows = pd.DataFrame({"x": range(6), "lo": [1, 1, np.nan, 1, 1, np.nan], "hi": [2, 2, np.nan, 2, 2, np.nan]})
+    assert [part["x"].tolist() for part in charts.band_segments(rows)] == [[0, 1], [3, 4]]
+    assert charts.band_segments(rows.assign(lo=np.nan)) == []
+
+
 def test_series_pools_seeds_into_mean_and_std(store):
     configs = [dataclasses.replace(TINY, seed=s) for s in (0, 1, 2)] + [dataclasses.replace(TINY, estimator="exact")]
     info = frames.describe_runs(_records(store, configs))
     metrics = store.metrics(info["run_id"].tolist())
     s = frames.series(metrics, info, "val_loss")
     assert list(s.columns) == frames.SERIES_COLUMNS
-    pooled = s[s["trace"] == "basis R=32 · mean of 3 seeds"]
+    pooled = s[s["trace"] == "basis R=32 · mean of 3/3 seeds"]
     raw = metrics[(metrics["name"] == "val_loss") & metrics["run_id"].isin([1, 2, 3])].pivot(index="step", columns="run_id", values="value")
     assert pooled["x"].tolist() == raw.index.tolist()
     np.testing.assert_allclose(pooled["y"], raw.mean(axis=1))
@@ -193,9 +224,10 @@ def test_series_pools_seeds_into_mean_and_std(store):
     exact = s[s["trace"] == "exact s0"]
     assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color"] == charts.EXACT_COLOR).all()
     unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
-    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # the method's colour, not the run's
-        "basis R=32 s0": charts.method_color("basis", 32, 0.0), "basis R=32 s1": charts.method_color("basis", 32, 0.0),
-        "basis R=32 s2": charts.method_color("basis", 32, 0.0), "exact s0": charts.EXACT_COLOR}
+    r32 = charts.method_color("basis", 32, 0.0)
+    assert unpooled.groupby("trace")["color"].first().to_dict() == {  # shades of the method's colour, one per seed
+        "basis R=32 s0": r32, "basis R=32 s1": charts.seed_shade(r32, 1),
+        "basis R=32 s2": charts.seed_shade(r32, 2), "exact s0": charts.EXACT_COLOR}
     assert unpooled["lo"].isna().all()
     by_wall = frames.series(metrics, info, "val_loss", x="wall_time", pool_seeds=False)
     assert by_wall["x"].max() == pytest.approx(0.5 + 0.01 * TINY.steps)
@@ -295,9 +327,9 @@ def test_summary_table_pairs_seeds_and_shows_the_papers_numbers(store):
 
 
 def test_summary_table_without_seeds_or_paper(store):
-    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, steps=20))]
+    ids = [fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, lr=0.02))]
     table = display_frame(run_table3(store, ids))
-    assert "paper val" not in table and table["setup"].tolist() == ["steps=20", "steps=40"]
+    assert "paper val" not in table and table["setup"].tolist() == ["lr=0.01", "lr=0.02"]
     assert table["Δ val vs exact"].tolist() == ["—", "—"] and table["95% CI"].tolist() == ["—", "—"]
     assert "±" not in table.loc[0, "val loss"]
 

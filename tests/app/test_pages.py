@@ -14,6 +14,7 @@ import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import state
+from app.text import plain
 from engine.config import RunConfig
 from engine.runner.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
@@ -103,6 +104,9 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
     got = pd.read_csv(io.BytesIO(downloads["basis-runs-wide.csv"]()))
     want = wide_frame(store, ids)
     assert list(got.columns) == list(want.columns) and len(got) == len(want)
+    assert got["B_seqs"].notna().all() and got["status"].eq("finished").all()  # the dashboard fills the shape
+    assert got.loc[got["estimator"] == "exact", "R_rows"].isna().all()
+    assert "wall_time_s" in at.get("download_button")[0].help.replace("\\", "")  # the column dictionary is its help
     np.testing.assert_allclose(got["val_loss"], want["val_loss"].astype(float))
 
 
@@ -118,6 +122,9 @@ def test_stop_then_delete_a_running_run(url, store):
     button(at, "Delete").click().run()
     assert "stop them first" in at.error[0].value
     button(at, "Stop").click().run()
+    assert any(f"#{run_id}" in m.value and "(running)" in m.value for m in at.markdown)  # names the run
+    assert store.get_run(run_id).status == "running"  # nothing happens before the confirmation
+    at.button(key="confirm.stop.ok").click().run()
     wait_for(lambda: store.get_run(run_id).status == "cancelled", timeout=120)
     at.run()
     assert at.dataframe[0].value["status"].tolist() == ["■ cancelled"]
@@ -165,26 +172,54 @@ def test_runs_buttons_open_compare_and_detail_and_the_picker_can_be_emptied(url,
 # ----------------------------------------------------------------------------- the launch form
 
 
-def test_bad_form_values_show_the_config_message(url, store):
+def _group(at, label):
+    return next(e for e in at.expander if e.label == label)
+
+
+def test_bad_form_values_show_the_config_message_under_the_fields_label_beside_it(url, store):
     at = page(app().run(), "launch")
     at.text_input(key="launch.lams").input("1.5").run()
-    assert "lam must be in [0, 1) (got 1.5)" in at.error[0].value
+    beside = plain("Shrink λ must be in [0, 1) (got 1.5)")
+    assert [e.value for e in _group(at, "Method").error] == [beside]  # in the field's group, under the field
+    assert any(beside in e.value for e in at.error[1:])  # and named in the preview
     assert not [b for b in at.button if b.label.startswith("Launch")]
     at.text_input(key="launch.lams").input("0")
     at.text_input(key="launch.seeds").input("zero").run()
-    assert "seeds: 'zero' is not a seed" in at.error[0].value
+    assert [e.value for e in _group(at, "Method").error] == [plain("Seeds: 'zero' is not a seed (integers >= 0: 0,1,2 or 0-4)")]
     at.text_input(key="launch.seeds").input("0")
     at.number_input(key="launch.steps").set_value(0).run()
-    assert "steps must be an integer >= 1 (got 0)" in at.error[0].value
+    assert [e.value for e in _group(at, "Training").error] == [plain("Steps must be an integer >= 1 (got 0)")]
     at.number_input(key="launch.steps").set_value(10)
     at.selectbox(key="launch.dataset").set_value("files").run()
-    assert "source 'files' needs path=" in at.error[0].value
+    assert plain("source 'files' needs path=") in at.error[0].value
     at.text_input(key="launch.path").input("/no/such/corpus.txt").run()
     assert not at.error  # a typed path is looked up only on request
     button(at, "Check data").click().run()
-    assert "no file matches path='/no/such/corpus.txt'" in at.error[0].value and not at.exception
+    assert plain("no file matches path='/no/such/corpus.txt'") in at.error[0].value and not at.exception
     at.selectbox(key="launch.dataset").set_value("classics").run()
     assert not at.error and button(at, "Launch")
+    assert store.list_runs() == []
+
+
+def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_warned(url, store):
+    at = page(app().run(), "launch")
+    at.text_input(key="launch.seeds").input("0-999").run()
+    assert "4,000 runs to launch" in [h.value for h in at.subheader]
+    assert any("4,000 runs is more than 100 in one launch" in w.value for w in at.warning)
+    launch = button(at, "Launch 4,000 runs")
+    assert launch.disabled
+    [confirm] = [c for c in at.checkbox if c.key == "launch.confirm_large"]
+    assert "estimated total time" in confirm.label
+    confirm.check().run()
+    assert not button(at, "Launch 4,000 runs").disabled
+    at.text_input(key="launch.seeds").input("0").run()
+    assert not button(at, "Launch").disabled and not [c for c in at.checkbox if c.key == "launch.confirm_large"]
+
+    at.number_input(key="launch.steps").set_value(30)
+    at.number_input(key="launch.eval_interval").set_value(50).run()
+    beside = plain("Eval interval 50 is more than the 30 steps: the run validates only at step 0 and at its last step")
+    assert beside in [w.value for w in _group(at, "Training").warning]
+    assert beside in [w.value for w in at.warning]  # also in the preview
     assert store.list_runs() == []
 
 
@@ -221,7 +256,7 @@ def test_compare_pools_seeds_and_draws_the_memory_breakdown(url, store):
     figs = figures(at)
     val = figs["Validation loss"]
     lines = [t for t in val["data"] if t.get("showlegend") is not False]
-    assert [t["name"] for t in lines] == ["exact · mean of 2 seeds", "basis R=8 · mean of 2 seeds"]
+    assert [t["name"] for t in lines] == ["exact · mean of 2/2 seeds", "basis R=8 · mean of 2/2 seeds"]
     assert sum(t.get("fill") == "tonexty" for t in val["data"]) == 2
     assert "Saved for backward, by category" in figs
     summary = at.dataframe[0].value
@@ -296,4 +331,4 @@ def test_fifty_runs_and_a_hundred_thousand_rows_render(url, store):
     assert len(at.dataframe[0].value) == 50
     page(at, "compare")
     lines = [t["name"] for t in figures(at)["Validation loss"]["data"] if t.get("showlegend") is not False]
-    assert lines == [f"{m} · mean of 10 runs" for m in ("exact", "basis R=1", "basis R=8", "basis R=16", "basis R=32")]
+    assert lines == [f"{m} · mean of 10/10 runs" for m in ("exact", "basis R=1", "basis R=8", "basis R=16", "basis R=32")]

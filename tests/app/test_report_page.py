@@ -8,8 +8,8 @@ import zipfile
 from app import state
 from engine.config import RunConfig, reproduction_sweep
 from engine.runner import reports
-from tests.app.test_logic import TINY, fake_run
-from tests.app.test_pages import app, button, downloads, page, store, url  # noqa: F401  (fixtures)
+from tests.support.pages import app, button, downloads, page, store, url  # noqa: F401  (fixtures)
+from tests.support.runs import TINY, fake_run
 
 HOSTILE = "![x](http://127.0.0.1:9/x.png) <b>bold</b>"
 

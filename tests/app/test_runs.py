@@ -22,24 +22,9 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, ROOT, playwright_and_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, ROOT, find_chromium, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
-from tests.support.runs import TINY, dead_pid, fake_run, wait_for
-
-SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
-
-
-class InSweep:
-    """A store whose new runs belong to one sweep with tags (what a launch records)."""
-
-    def __init__(self, store, sweep_id, tags=()):
-        self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
-
-    def create_run(self, **kwargs):
-        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
+from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, dead_pid, fake_run, wait_for
 
 
 def runs_table(at):
@@ -87,6 +72,24 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     assert runs_table(at)["id"].tolist() == a + b
     at.multiselect(key="runs.sweep").set_value([SWEEP_A]).run()
     assert runs_table(at)["id"].tolist() == a
+
+
+PHONE_TABLE_PX = 420 - 2 * 16  # a 420 px window less the page's side padding (the sidebar collapses)
+
+
+def test_whole_sweep_ids_and_tags_and_a_phone_keeps_id_name_status_progress(url, store):
+    fake_run(InSweep(store, SWEEP_A, ["pilot", "lr sweep", "ablation"]), TINY)
+    fake_run(InSweep(store, SWEEP_B), dataclasses.replace(TINY, rank=8))
+    at = app().run()
+    config = json.loads(at.dataframe[0].proto.columns)
+    order = list(at.dataframe[0].proto.column_order)
+    pinned = [c for c in order if config.get(c, {}).get("pinned")]
+    assert pinned == ["id", "name", "status", "progress"] == order[:4]  # pinned columns stay while the rest scroll
+    assert sum(config[c]["width"] for c in pinned) <= PHONE_TABLE_PX
+    longest_tags = sum(len(t) * tables.CHAR_PX + tables.CHIP_PAD_PX for t in ("pilot", "lr sweep", "ablation"))
+    assert config["sweep"]["width"] >= len(SWEEP_A) * tables.CHAR_PX + tables.CELL_PAD_PX  # the whole id
+    assert config["tags"]["width"] >= longest_tags
+    assert tables.text_width(["x" * 500]) == 260 and tables.text_width([None]) == 60  # bounded
 
 
 def test_progress_is_floored_to_a_whole_percent(store):
@@ -259,6 +262,29 @@ def test_run_detail_resumes_a_cancelled_run(url, store):
     wait_for(lambda: store.get_run(run_id).status == "finished", timeout=600)
 
 
+def test_run_detail_stops_a_run_only_after_a_confirmation_naming_it(url, store):
+    run_id = fake_run(store, TINY, status="running", steps_done=5)
+    other = fake_run(store, dataclasses.replace(TINY, rank=8), status="running", steps_done=5)
+    at = app().run()
+    at.session_state["detail.run"] = run_id
+    page(at, "detail")
+    button(at, "Stop this run").click().run()
+    assert [m.value for m in at.markdown if m.value.startswith("- #")] == [f"- #{run_id} basis R=32 s0 (running)"]
+    at.button(key="confirm.stop.cancel").click().run()
+    assert not store.cancel_requested(run_id)
+    button(at, "Stop this run").click().run()
+    at.button(key="confirm.stop.ok").click().run()
+    assert store.cancel_requested(run_id) and not store.cancel_requested(other)
+    assert f"Stop requested for \\#{run_id}\\." in toasts(at)
+
+
+def test_row_positions_map_to_run_ids_and_a_new_row_list_is_a_new_table():
+    assert tables.ids_at([14, 15, 20], [0, 2, 7]) == [14, 20]
+    assert tables.table_key("t", [14, 15]) == tables.table_key("t", [14, 15])
+    assert tables.table_key("t", [14, 15]) != tables.table_key("t", [15, 16])
+    assert tables.table_key("t", [14]) != tables.table_key("t", [15])  # the same one row, another run
+
+
 # ----------------------------------------------------------------------------- password gate, public start
 
 
@@ -372,6 +398,65 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
     finally:
         trap.shutdown()
     assert _Counter.hits == []
+
+
+TICK_ROW_0 = (12, 35 + 17)  # the row marker of the grid's first row, from its top left corner
+
+
+@pytest.mark.browser
+def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_cache):
+    """Filter to running, tick the only row (run A), Stop it through the confirmation that
+    names it; A leaves the filter and B starts, taking A's row: B is not ticked, and
+    nothing can be stopped by a second click."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    db = f"sqlite:///{tmp_path / 'tick.db'}"
+    store = RunStore(db)
+    a = fake_run(store, dataclasses.replace(TINY, steps=400), status="running", steps_done=10)
+    b = fake_run(store, dataclasses.replace(TINY, rank=8, steps=400), status="queued", steps_done=0)
+    fake_run(store, dataclasses.replace(TINY, rank=2))
+    env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
+    env.pop("BASIS_LAB_PASSWORD", None)
+    try:
+        with streamlit_server(env, tmp_path / "streamlit.log") as port, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.set_default_timeout(60_000)
+                page.goto(f"http://127.0.0.1:{port}/runs")
+                page.get_by_text("3 in all").wait_for()
+                page.locator('[data-testid="stMultiSelect"]').filter(has_text="Status").click()
+                page.get_by_role("option", name="running").click()
+                page.keyboard.press("Escape")
+                page.get_by_text("basis R=32 s0", exact=True).first.wait_for(state="attached")
+                page.get_by_text("Tick rows to").wait_for()
+                box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+                page.mouse.click(box["x"] + TICK_ROW_0[0], box["y"] + TICK_ROW_0[1])
+                page.get_by_text("1 selected", exact=True).wait_for()
+                page.get_by_role("button", name="Stop…").click()
+                dialog = page.get_by_role("dialog")
+                dialog.get_by_text(f"#{a} basis R=32 s0 (running)").wait_for()
+                assert store.get_run(a).status == "running" and not store.cancel_requested(a)
+                dialog.get_by_role("button", name=f"Stop #{a}").click()
+                dialog.wait_for(state="detached")
+                assert store.cancel_requested(a) and not store.cancel_requested(b)
+                store.set_status(a, "cancelled")  # what its worker does at the next step
+                store.set_status(b, "running")  # and the next run starts
+                store.heartbeat(b, 1)
+                page.get_by_text("basis R=8 s0", exact=True).first.wait_for(state="attached")  # B took the row
+                page.get_by_text("Tick rows to").wait_for()
+                assert page.get_by_text("1 selected", exact=True).count() == 0
+                assert page.get_by_role("button", name="Stop…").is_disabled()
+            finally:
+                browser.close()
+    finally:
+        assert not store.cancel_requested(b) and store.get_run(b).status == "running"
+        store.close()
 
 
 def test_the_runs_page_offers_a_backup_of_the_database(url, store):

@@ -79,3 +79,26 @@ def test_cancel_command_cancels_a_queued_run(db, capsys):
     run_id = store.create_run(name="queued", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     assert main(["cancel", "--db", db, str(run_id)]) == 0
     assert store.get_run(run_id).status == "cancelled"
+
+
+def test_a_large_launch_needs_yes_and_long_intervals_are_warned(db, capsys):
+    argv = ["sweep", "--db", db, "--preset", "tiny", "--ranks", "exact,1,8,32", "--seeds", "0-999", "--steps", "10",
+            "--eval-interval", "50", "--queue-only"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "warning: 4,000 runs is more than 100 in one launch" in err
+    assert "warning: --eval-interval 50 is more than the 10 steps" in err
+    assert "error: 4,000 runs to launch (estimated total unknown): pass --yes" in err
+    assert RunStore(db).list_runs() == []  # nothing queued
+    assert main([*argv[:-1], "--seeds", "0-1", "--queue-only"]) == 0  # 8 runs: no confirmation asked
+    assert len(RunStore(db).list_runs()) == 8
+
+
+def test_cli_and_form_share_the_schemas_eval_interval_default():
+    from app import form
+    from engine.config import EVALS_PER_RUN, RunConfig
+
+    assert RunConfig().eval_interval is None and form.DEFAULT_SWEEP.base.eval_interval is None
+    assert RunConfig(steps=2000).effective_eval_interval == 2000 // EVALS_PER_RUN
+    assert form.DEFAULT_SWEEP.base.effective_eval_interval == form.DEFAULT_SWEEP.base.steps // EVALS_PER_RUN
+    assert RunConfig(steps=5).effective_eval_interval == 1 and RunConfig(eval_interval=7).effective_eval_interval == 7

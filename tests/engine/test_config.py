@@ -9,12 +9,17 @@ import pytest
 from app import form
 from engine.cli import main as cli
 from engine.config import (
+    AFFECTS,
+    BOOKKEEPING,
     GROUPS,
+    MEASUREMENT,
+    TRAJECTORY,
     ConfigError,
     FrozenMap,
     RunConfig,
     Sweep,
     comparable_key,
+    differing_fields,
     from_flat,
     schema,
     seed_group_key,
@@ -28,7 +33,7 @@ def _schema_plus_a_field():
     return dataclasses.make_dataclass(
         "RunConfigPlus",
         [("warmup", int, dataclasses.field(default=0, metadata=spec(
-            "linear learning-rate warm-up", "training", "Warm-up", unit="steps", low=0)))],
+            "linear learning-rate warm-up", "training", "Warm-up", affects="trajectory", unit="steps", low=0)))],
         bases=(RunConfig,), frozen=True,
     )
 
@@ -117,10 +122,34 @@ def test_sweep_axes_default_to_the_base_and_names_prefix_every_run():
         Sweep(RunConfig(), ranks=())
 
 
+def test_every_field_declares_what_it_affects_and_identity_ignores_bookkeeping():
+    roles = {f.name: s.affects for f, s, _ in schema()}
+    assert set(roles.values()) == {TRAJECTORY, MEASUREMENT, BOOKKEEPING} and all(r in AFFECTS for r in roles.values())
+    assert {n for n, r in roles.items() if r == BOOKKEEPING} == {
+        "steps", "eval_interval", "probe_interval", "checkpoint_interval", "checkpoint_keep", "name"}
+    with pytest.raises(TypeError, match="affects"):
+        spec("a field that does not say", "training", "Undeclared")
+    with pytest.raises(ValueError, match="unknown affects"):
+        spec("a field", "training", "Odd", affects="mood")
+    a = RunConfig(preset="tiny", rank=8, seed=1, steps=60, eval_interval=25)
+    cut_short = a.replace(seed=2, steps=40, eval_interval=200, probe_interval=0, checkpoint_interval=5,
+                          checkpoint_keep=1, name="seed two")
+    assert comparable_key(a.to_dict()) == comparable_key(cut_short.to_dict())
+    assert seed_group_key(a.to_dict()) == seed_group_key(cut_short.to_dict())  # a missing seed, not a setup
+    assert differing_fields([a.to_dict(), cut_short.to_dict()]) == []
+    for name, value in (("lr", 0.02), ("val_batches", 2), ("remat", "full"), ("dataset_options", {"max_documents": 9})):
+        other = a.replace(**{name: value}).to_dict()
+        assert comparable_key(other) != comparable_key(a.to_dict()) and seed_group_key(other) != seed_group_key(a.to_dict())
+        assert differing_fields([a.to_dict(), other]) == [name]
+    raw = {"odd": 1, "steps": 5, "eval_interval": 1}  # not a RunConfig: raw fields, bookkeeping still ignored
+    assert comparable_key(raw) == comparable_key({**raw, "steps": 9, "eval_interval": 3})
+
+
 def test_what_runs_must_share_to_be_compared_and_seed_groups():
     a = RunConfig(preset="tiny", rank=8, seed=0)
     assert comparable_key(a.to_dict()) == comparable_key(a.replace(estimator="exact", rank=2, lam=0.01, seed=5, name="x").to_dict())
-    assert comparable_key(a.to_dict()) != comparable_key(a.replace(steps=7).to_dict())
+    assert comparable_key(a.to_dict()) != comparable_key(a.replace(lr=0.02).to_dict())
+    assert comparable_key(a.to_dict()) != comparable_key(a.replace(val_batches=3).to_dict())  # a measurement field
     assert seed_group_key(a.to_dict()) == seed_group_key(a.replace(seed=4).to_dict())
     assert seed_group_key(a.to_dict()) != seed_group_key(a.replace(rank=4).to_dict())
     exact = a.replace(estimator="exact")

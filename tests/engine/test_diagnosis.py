@@ -7,6 +7,7 @@ the module with checkpoints at steps 10 and 20.
 """
 
 import os
+import threading
 from pathlib import Path
 
 import jax
@@ -217,6 +218,7 @@ def test_frames_and_figures(trained, store):
     assert var.loc[("proj", 64), "value"] == 0 and np.isnan(var.loc[("proj", 64), "y"])
     fig = est.mse_figure(frame, "all", split=False)
     assert {t.name for t in fig.data} == {"basis", "proj"} and fig.layout.xaxis.type == "log"
+    assert fig.layout.yaxis.ticktext and all("10" in t for t in fig.layout.yaxis.ticktext)  # no bare "2", "5"
     split = est.mse_figure(frame, "block_0/mlp/fc", split=True)
     assert {t.xaxis for t in split.data} == {"x", "x2"}
     table = est.table_at(frame, "all", 1)
@@ -262,3 +264,63 @@ def test_estimators_page_shows_a_diagnosis_and_starts_one_in_the_background(trai
     finally:
         state._lab(url).close(cancel_running=True)
         state._lab.clear()
+
+
+# ----------------------------------------------------------------------------- cost, cancel, delete, run again
+
+
+def test_a_cancelled_diagnosis_keeps_its_partial_results_equal_to_the_batches_done(trained, store):
+    """Cancelled after 2 of 6 (batch, setting) steps: both settings have done batch 1,
+    and the stored rows are exactly a diagnosis of that one batch."""
+    _, _, run_id, config = trained
+    plan = diagnosis.plan_diagnosis(store, run_id, step=10, **{**SMALL, "batches": 3})
+    assert (plan.work, plan.sketches) == (6, 6 * 8)
+    assert plan.cost_text() == "2 estimators × 1 rank × 1 λ × 8 keys × 3 batches = 48 sketched dW per sketched layer"
+    diag_id = diagnosis.start(store, plan)
+    cancel = threading.Event()
+    frame = diagnosis.execute(store, diag_id, plan, cancel=cancel,
+                              on_progress=lambda done, total: cancel.set() if done == 2 else None)
+    row = store.diagnostics_frame(run_id).set_index("id").loc[diag_id]
+    assert row["status"] == "cancelled" and "after 2 of 6" in row["error"]
+    stored = store.diagnostic_results(diag_id)
+    assert len(stored) == len(frame) > 0 and set(stored["batches"]) == {1}
+    cfg, params, batches = diagnosis.load_inputs(store, plan)
+    one = diagnose(cfg, params, batches[:1], estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
+                   keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk)
+    _same(stored, one)
+
+
+def test_cli_cancels_a_diagnosis_another_process_computes_then_runs_it_again_and_deletes_it(trained, store, capsys):
+    from engine.runner.jobs import JobManager
+
+    url, _, run_id, _ = trained
+    manager = JobManager(store)
+    try:
+        diag_id = manager.diagnose(run_id, step=20, estimators=["basis"], ranks=[2], keys=8, batches=200, chunk=4)
+        wait_for(lambda: (manager.diagnosis_progress(diag_id) or (0, 0))[0] >= 1, 300)
+        assert main(["diagnose", "--db", url, "--cancel", str(diag_id)]) == 0
+        assert "cancel requested" in capsys.readouterr().out
+        wait_for(lambda: store.diagnostics_frame(run_id).set_index("id").loc[diag_id, "status"] == "cancelled", 120)
+    finally:
+        manager.shutdown()
+    kept = store.diagnostic_results(diag_id)
+    assert not kept.empty and 1 <= kept["batches"].max() < 200  # what it measured before it stopped
+    assert main(["diagnose", "--db", url, "--cancel", str(diag_id)]) == 0
+    assert "already ended" in capsys.readouterr().out
+
+    before = set(store.diagnostics_frame()["id"])
+    small = diagnosis.plan_diagnosis(store, run_id, step=10, **SMALL)
+    original = diagnosis.start(store, small)
+    diagnosis.execute(store, original, small)
+    assert main(["diagnose", "--db", url, "--rerun", str(original)]) == 0
+    captured = capsys.readouterr()
+    assert "cost: 2 estimators × 1 rank × 1 λ × 8 keys × 2 batches" in captured.err
+    [again] = set(store.diagnostics_frame()["id"]) - before - {original}
+    settings = store.diagnostics_frame().set_index("id")["settings"]
+    assert settings[again] == settings[original]
+    _same(store.diagnostic_results(again), store.diagnostic_results(original))  # same keys, same numbers
+
+    assert main(["diagnose", "--db", url, "--delete", str(again)]) == 0
+    assert again not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(again).empty
+    assert main(["diagnose", "--db", url, "--delete", str(again)]) == 2
+    assert "no diagnostic" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from engine.cli.main import main
 from engine.config import RunConfig
 from engine.runner import reports
 from storage import RunStore
-from tests.app.test_logic import fake_run
+from tests.support.runs import fake_run
 
 HOSTILE_TAG = '<img src="http://127.0.0.1:9/tag.png"> ![x](http://127.0.0.1:9/md.png)'
 BASE = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10, lam=0.01)
@@ -165,7 +165,7 @@ def test_the_html_is_one_file_with_plotly_inlined_once(written):
 
 @pytest.mark.browser
 def test_the_html_opens_offline_in_chromium_with_every_figure_drawn(written):
-    from tests.app.test_browser import CHROMIUM_ARGS, find_chromium
+    from tests.support.browser import CHROMIUM_ARGS, find_chromium
 
     try:
         from playwright.sync_api import sync_playwright

@@ -134,17 +134,36 @@ def _row(t, estimator, rank=None, **match):
     return rows.iloc[0]
 
 
+def test_a_seed_cut_short_is_a_missing_seed_of_its_setup_not_a_setup_of_its_own(store):
+    """Steps, eval and probe intervals and checkpoint fields are bookkeeping: runs that
+    differ only in them are one setup (one row per method), and the seed that stopped
+    at step 40 of 60 is missing at the setup's step 60, counted at its common step 40."""
+    ids = [
+        _run(store, dataclasses.replace(BASE, rank=8, seed=0, steps=60, eval_interval=20), {20: 7.0, 40: 6.5, 60: 6.0}),
+        _run(store, dataclasses.replace(BASE, rank=8, seed=1, steps=60, eval_interval=40), {40: 6.7}),
+        _run(store, dataclasses.replace(BASE, rank=8, seed=2, steps=40, eval_interval=20, probe_interval=0,
+                                        checkpoint_keep=1), {20: 7.1, 40: 6.6}),
+    ]
+    at_40 = run_table3(store, ids)
+    assert len(at_40) == 1 and at_40.iloc[0]["setup"] == ""
+    row = at_40.iloc[0]
+    assert (row["step"], row["seeds"], row["missing_seeds"]) == (40, 3, "")
+    assert row["val_loss_mean"] == pytest.approx(np.mean([6.5, 6.7, 6.6]))
+    at_60 = run_table3(store, ids, at_step=60).iloc[0]
+    assert (at_60["seeds"], at_60["missing_seeds"], at_60["val_loss_mean"]) == (1, "1, 2", pytest.approx(6.0))
+
+
 def test_table3_pools_seeds_within_a_config_only(store):
     ids = [
         _run(store, dataclasses.replace(BASE, estimator="exact", seed=0), {20: 6.0}, saved=1000.0),
         _run(store, dataclasses.replace(BASE, estimator="exact", seed=1), {20: 6.2}, saved=1000.0),
         _run(store, dataclasses.replace(BASE, rank=32, seed=0), {20: 6.1}, saved=500.0),
         _run(store, dataclasses.replace(BASE, rank=32, seed=1), {20: 6.5}, saved=500.0),
-        _run(store, dataclasses.replace(BASE, rank=32, seed=0, steps=40), {20: 9.0}),
+        _run(store, dataclasses.replace(BASE, rank=32, seed=0, lr=0.02), {20: 9.0}),
     ]
     t = run_table3(store, ids)
     assert list(t.columns) == TABLE3_COLUMNS and list(t.columns[:11]) == CSV_LEADING
-    assert len(t) == 3  # the 40-step run is a config of its own
+    assert len(t) == 3  # the run with another learning rate is a config of its own
     r32 = _row(t, "basis", 32, seeds=2)
     assert r32["val_loss_mean"] == pytest.approx(6.3) and r32["val_loss_std"] == pytest.approx(np.std([6.1, 6.5], ddof=1))
     assert r32["delta_val_mean"] == pytest.approx(np.mean([0.1, 0.3]))
@@ -160,7 +179,7 @@ def test_table3_pools_seeds_within_a_config_only(store):
     assert np.isnan(exact["delta_val_mean"]) and exact["mem_saved_ratio"] == pytest.approx(1.0)
     alone = _row(t, "basis", 32, seeds=1)
     assert alone["verdict"] == "no exact pair" and np.isnan(alone["delta_val_mean"]) and np.isnan(alone["val_loss_std"])
-    assert set(t["setup"]) == {"steps=20", "steps=40"}
+    assert set(t["setup"]) == {"lr=0.01", "lr=0.02"}
 
 
 def test_table3_does_not_pool_seeds_at_different_steps(store):

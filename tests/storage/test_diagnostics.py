@@ -49,3 +49,24 @@ def test_diagnostics_store_and_cascade(store):
     store.delete_run(run)  # the run's diagnostics and their results go with it
     assert store.diagnostics_frame()["id"].tolist() == [d2]
     assert store.diagnostic_results(d1).empty
+
+
+def test_a_diagnosis_is_cancelled_queued_or_flagged_running_and_deleted_with_its_rows(store):
+    run_id = new_run(store, "diagnosed")
+    queued = store.create_diagnostic(run_id, 0, {"keys": 4})
+    assert store.request_cancel_diagnostic(queued)
+    row = store.diagnostics_frame().set_index("id").loc[queued]
+    assert row["status"] == "cancelled" and "before it started" in row["error"]
+    running = store.create_diagnostic(run_id, 0, {"keys": 4})
+    assert store.claim_diagnostic(running, "here:1") and not store.diagnostic_cancel_requested(running)
+    assert store.request_cancel_diagnostic(running) and store.diagnostic_cancel_requested(running)
+    assert store.diagnostics_frame().set_index("id").loc[running, "status"] == "running"  # its process ends it
+    store.add_diagnostic_results(running, [{"layer": "all", "estimator": "basis", "rank": 1, "lam": 0.0, "mse": 1.0}])
+    with pytest.raises(StorageError, match="cancel it first"):
+        store.delete_diagnostic(running)
+    store.set_diagnostic_status(running, "cancelled")
+    assert not store.request_cancel_diagnostic(running)  # already ended
+    store.delete_diagnostic(running)
+    assert running not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(running).empty
+    with pytest.raises(StorageError, match="no diagnostic"):
+        store.delete_diagnostic(running)

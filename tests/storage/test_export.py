@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from storage import RunStore, StorageError, export_csv, long_frame, to_csv_bytes, wide_frame
-from storage.export import database_files, neutralize, write_file
+from storage.export import COLUMNS, database_files, neutralize, write_file
 from tests.support.runs import new_run
 
 
@@ -51,8 +51,9 @@ def test_export_long_round_trip(store, tmp_path):
     n = export_csv(store, path, [a, b], fmt="long")
     assert n == len(recorded)
     back = pd.read_csv(path)
-    assert list(back.columns) == ["run_id", "run_name", "estimator", "rank", "lam", "seed", "step", "wall_time",
-                                  "metric", "value"]
+    assert list(back.columns) == ["run_id", "run_name", "status", "sweep_id", "tags", "notes", "estimator", "rank",
+                                  "lam", "seed", "preset", "steps", "B_seqs", "T_tokens", "R_rows", "step",
+                                  "wall_time_s", "metric", "value"]
     assert len(back) == len(recorded)
     got = {(r.run_id, r.step, r.metric): r.value for r in back.itertuples()}
     assert got.keys() == recorded.keys()
@@ -72,7 +73,8 @@ def test_export_wide_round_trip(store, tmp_path):
     n = export_csv(store, path, [a, b], fmt="wide")
     back = pd.read_csv(path)
     assert n == len(back) == len({(rid, step) for rid, step, _ in recorded})
-    assert list(back.columns[:8]) == ["run_id", "run_name", "estimator", "rank", "lam", "seed", "preset", "steps"]
+    assert list(back.columns[:15]) == ["run_id", "run_name", "status", "sweep_id", "tags", "notes", "estimator", "rank",
+                                       "lam", "seed", "preset", "steps", "B_seqs", "T_tokens", "R_rows"]
     assert {"config.model.width", "config.model.depth", "config.lr", "config.layers", "config.note"} <= set(back.columns)
     assert back["config.model.width"].tolist() == [64] * 10 + [32] * 10
     assert back.loc[back.run_id == a, "config.layers"].iloc[0] == "[1, 2]"
@@ -82,7 +84,7 @@ def test_export_wide_round_trip(store, tmp_path):
     checked = 0
     for row in back.itertuples(index=False):
         row = row._asdict()
-        assert row["wall_time"] == pytest.approx(row["step"] * 0.123456789 + row["run_id"], rel=1e-15)
+        assert row["wall_time_s"] == pytest.approx(row["step"] * 0.123456789 + row["run_id"], rel=1e-15)
         for name in ("train_loss", "val_loss", "cos_mean"):
             key = (row["run_id"], row["step"], name)
             if key in recorded:
@@ -92,6 +94,47 @@ def test_export_wide_round_trip(store, tmp_path):
                 assert math.isnan(row[name])
     assert checked == len(recorded)
     assert to_csv_bytes(wide_frame(store, [a, b])) == path.read_bytes()
+
+
+def test_exports_explain_themselves_status_sweep_tags_notes_shape_and_no_rank_for_exact(store, tmp_path):
+    from engine.config import RunConfig, shape_columns
+
+    sketched = RunConfig(preset="tiny", rank=100_000, batch_size=2, seq_len=16)  # R clips to B·T = 32
+    exact = RunConfig(preset="tiny", estimator="exact")
+    ids = []
+    for config in (sketched, exact):
+        ids.append(store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+                                    rank=None if config.is_exact else config.effective_rank, lam=config.lam,
+                                    seed=config.seed, preset=config.preset, steps=config.steps,
+                                    sweep_id="20261122-101500-3fa9c1", tags=["pilot", "lr sweep"]))
+        store.add_metrics(ids[-1], [(0, 0.25, "val_loss", 10.0), (10, 1.5, "val_loss", 9.0)])
+    store.set_notes(ids[0], "=too high?")
+    store.set_status(ids[0], "running")
+    for fmt in ("long", "wide"):
+        path = tmp_path / f"{fmt}.csv"
+        export_csv(store, path, ids, fmt=fmt, shape=shape_columns)
+        back = pd.read_csv(path, keep_default_na=False).drop_duplicates("run_id").set_index("run_id")
+        s, e = back.loc[ids[0]], back.loc[ids[1]]
+        assert (s["status"], e["status"]) == ("running", "queued")
+        assert s["sweep_id"] == "20261122-101500-3fa9c1" and s["tags"] == "pilot, lr sweep"
+        assert s["notes"] == "'=too high?"  # neutralised
+        assert [str(s[c]) for c in ("B_seqs", "T_tokens", "R_rows", "rank")] == ["2", "16", "32", "32"]
+        preset = RunConfig(preset="tiny")
+        assert [str(e[c]) for c in ("B_seqs", "T_tokens")] == [str(preset.effective_batch_size),
+                                                                 str(preset.effective_seq_len)]
+        assert e["rank"] == "" and e["R_rows"] == ""  # exact runs carry no rank
+        if fmt == "wide":
+            assert e["config.rank"] == "" and str(s["config.rank"]) == "100000"  # stored as launched
+        assert "wall_time_s" in back.columns and "wall_time" not in back.columns
+    assert set(COLUMNS) >= {c for c in pd.read_csv(tmp_path / "long.csv").columns}
+
+
+def test_the_readme_column_dictionary_is_the_exports():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for column, text in COLUMNS.items():
+        assert f"| `{column}` | {text} |" in readme, column
 
 
 def test_export_rejects_unknown_format_and_unknown_run(store, tmp_path):

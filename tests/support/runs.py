@@ -1,6 +1,6 @@
 """Runs and waits the tests share: ``fake_run`` writes a run as a worker would (no
 training), ``new_run`` a bare queued row, ``dead_pid`` a pid no process holds,
-``wait_for`` polls a condition."""
+``wait_for`` polls a condition, ``InSweep`` makes the runs it writes belong to a sweep."""
 
 from __future__ import annotations
 
@@ -16,6 +16,20 @@ from storage import RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
 LAYERS = ("block_0/mlp/fc", "block_0/mlp/proj", "head")
+SWEEP_A, SWEEP_B = "20261122-101500-3fa9c1", "20261122-143012-b71e02"
+
+
+class InSweep:
+    """A store whose new runs belong to one sweep with tags (what a launch records)."""
+
+    def __init__(self, store, sweep_id, tags=()):
+        self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def create_run(self, **kwargs):
+        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
 
 
 def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
@@ -41,7 +55,7 @@ def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", fi
             rows += [(0, 0.5, f"mem_bytes/{cat}", share * saved), (0, 0.5, f"mem_bytes_exact/{cat}", share * saved_exact)]
     for step in range(1, done + 1):
         wall = 0.5 + 0.01 * step
-        if step % config.eval_interval == 0 or step == config.steps:
+        if step % config.effective_eval_interval == 0 or step == config.steps:
             v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
             rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
         if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:

@@ -1,0 +1,154 @@
+"""Compare's view as URL query parameters, so a view can be linked, bookmarked and saved.
+
+``/compare?runs=1,2,5&pool=1`` opens exactly that view. The parameters:
+
+========  =====================================================  ==============
+name      meaning                                                default
+========  =====================================================  ==============
+runs      run ids, comma separated                               (the filter's)
+sweep     only runs of this sweep id                             any
+tag       only runs carrying this tag                            any
+pool      1: seeds pooled into mean ± std, 0: one curve per run  1
+x         ``step`` or ``wall_time``                              step
+smooth    EMA weight in [0, 0.99]                                0
+log       1: logarithmic y axis                                  0
+group     colour or facet by this config field or tag            (method)
+facet     1: one panel per group value instead of colours        0
+========  =====================================================  ==============
+
+With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
+so a link keeps showing runs the sweep gains later. ``decode`` never fails: a value it
+cannot read is left at its default and named in ``ViewState.problems``. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping, Sequence
+
+X_AXES = ("step", "wall_time")
+MAX_SMOOTHING = 0.99
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """What Compare shows. ``runs`` None: every run the filters match."""
+
+    runs: tuple[int, ...] | None = None
+    sweep: str | None = None
+    tag: str | None = None
+    pool: bool = True
+    x: str = "step"
+    smoothing: float = 0.0
+    log_y: bool = False
+    group: str | None = None
+    facet: bool = False
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+    def with_runs(self, runs: Iterable[int] | None) -> "ViewState":
+        return replace(self, runs=None if runs is None else tuple(int(i) for i in runs))
+
+
+DEFAULT = ViewState()
+
+
+def _flag(value: str, name: str, problems: list[str], default: bool) -> bool:
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    problems.append(f"{name}={value!r} is not 0 or 1")
+    return default
+
+
+def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
+    """The view a URL query describes (``st.query_params`` as a dict)."""
+    q = {k: (v[-1] if isinstance(v, (list, tuple)) and v else v) for k, v in query.items()}
+    q = {k: str(v).strip() for k, v in q.items() if v is not None}
+    problems: list[str] = []
+    runs = None
+    if "runs" in q:
+        ids = []
+        for token in q["runs"].replace(" ", ",").split(","):
+            if not token:
+                continue
+            if token.isdigit():
+                ids.append(int(token))
+            else:
+                problems.append(f"runs: {token!r} is not a run id")
+        runs = tuple(dict.fromkeys(ids))
+    x = q.get("x", DEFAULT.x)
+    if x not in X_AXES:
+        problems.append(f"x={x!r} is not one of {', '.join(X_AXES)}")
+        x = DEFAULT.x
+    smoothing = DEFAULT.smoothing
+    if "smooth" in q:
+        try:
+            smoothing = float(q["smooth"])
+            if not (math.isfinite(smoothing) and 0.0 <= smoothing <= MAX_SMOOTHING):
+                raise ValueError
+        except ValueError:
+            problems.append(f"smooth={q['smooth']!r} is not a number in [0, {MAX_SMOOTHING}]")
+            smoothing = DEFAULT.smoothing
+    return ViewState(
+        runs=runs, sweep=q.get("sweep") or None, tag=q.get("tag") or None,
+        pool=_flag(q["pool"], "pool", problems, DEFAULT.pool) if "pool" in q else DEFAULT.pool,
+        x=x, smoothing=round(smoothing, 2),
+        log_y=_flag(q["log"], "log", problems, DEFAULT.log_y) if "log" in q else DEFAULT.log_y,
+        group=q.get("group") or None,
+        facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
+        problems=tuple(problems),
+    )
+
+
+def encode(view: ViewState) -> dict[str, str]:
+    """The URL query of ``view``: ``runs`` when set, the filters, and every other setting
+    that differs from its default (``decode(encode(v)) == v``)."""
+    out: dict[str, str] = {}
+    if view.runs is not None:
+        out["runs"] = ",".join(map(str, view.runs))
+    if view.sweep:
+        out["sweep"] = view.sweep
+    if view.tag:
+        out["tag"] = view.tag
+    if view.pool != DEFAULT.pool:
+        out["pool"] = "1" if view.pool else "0"
+    if view.x != DEFAULT.x:
+        out["x"] = view.x
+    if view.smoothing != DEFAULT.smoothing:
+        out["smooth"] = f"{view.smoothing:g}"
+    if view.log_y != DEFAULT.log_y:
+        out["log"] = "1" if view.log_y else "0"
+    if view.group:
+        out["group"] = view.group
+    if view.facet != DEFAULT.facet:
+        out["facet"] = "1" if view.facet else "0"
+    return out
+
+
+def matching(records: Iterable, sweep: str | None, tag: str | None) -> list[int]:
+    """Ids of the runs (``storage.RunRecord``) of ``sweep`` carrying ``tag`` (None: any), by id."""
+    return sorted(r.id for r in records if (sweep is None or r.sweep_id == sweep)
+                  and (tag is None or tag in (r.tags or [])))
+
+
+def chosen(view: ViewState, records: Iterable) -> tuple[list[int], list[int]]:
+    """(the run ids the view shows, in its order, among ``records``; the ids it names that
+    are not there, e.g. deleted). Without ``runs``: every run its filters match."""
+    records = list(records)
+    known = {r.id for r in records}
+    if view.runs is None:
+        if view.sweep is None and view.tag is None:
+            return [], []
+        return matching(records, view.sweep, view.tag), []
+    allowed = set(matching(records, view.sweep, view.tag))
+    return [i for i in view.runs if i in allowed], [i for i in view.runs if i not in known]
+
+
+def link(base: str, view: ViewState) -> str:
+    """The full URL of ``view`` on the Compare page at ``base`` (``http://host:port/compare``)."""
+    from urllib.parse import urlencode
+
+    query = urlencode(encode(view), safe=",")
+    return f"{base}?{query}" if query else base

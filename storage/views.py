@@ -1,0 +1,46 @@
+"""Saved Compare views: a name and the view's URL query (``RunStore.save_view``).
+
+A part of :class:`storage.store.RunStore`; it uses the store's ``_session``."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from sqlalchemy import delete, select
+
+from .errors import StorageError
+from .models import SavedView, utcnow
+from .records import _json_normal
+
+MAX_VIEW_NAME = 200
+
+
+class ViewsMixin:
+    """Named Compare views shared by everyone using the database."""
+
+    def save_view(self, name: str, state: Mapping[str, Any]) -> None:
+        """Store the view ``state`` (its URL query as a mapping of strings) under ``name``,
+        replacing a view of that name."""
+        name = (name or "").strip()
+        if not name or len(name) > MAX_VIEW_NAME:
+            raise ValueError(f"a view name must be 1 to {MAX_VIEW_NAME} characters (got {len(name)})")
+        state = _json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
+        now = utcnow()
+        with self._session(write=True) as s:
+            view = s.execute(select(SavedView).where(SavedView.name == name).with_for_update()).scalar()
+            if view is None:
+                s.add(SavedView(name=name, state=state, created_at=now, updated_at=now))
+            else:
+                view.state, view.updated_at = state, now
+
+    def saved_views(self) -> dict[str, dict[str, str]]:
+        """Every saved view, name → state, most recently saved first."""
+        with self._session() as s:
+            rows = s.execute(select(SavedView.name, SavedView.state).order_by(SavedView.updated_at.desc(),
+                                                                              SavedView.id.desc())).all()
+        return {name: dict(state or {}) for name, state in rows}
+
+    def delete_view(self, name: str) -> None:
+        with self._session(write=True) as s:
+            if s.execute(delete(SavedView.__table__).where(SavedView.__table__.c.name == name)).rowcount != 1:
+                raise StorageError(f"no saved view named {name!r}")

@@ -1,0 +1,117 @@
+"""No page lets user text reach the network: every page is loaded in a real Chromium with
+run names, notes, tags and errors that would fetch an image if they were rendered as
+markdown or HTML (``![q](http://127.0.0.2:9/x.png)``, ``<img src=…>``), and the browser's
+request log must hold requests to the Streamlit server only.
+
+The hostile text must be on the page (as text) for the check to mean anything: each
+visit waits for it first. The Compare visit includes a running run, whose live
+progress label carries its name; the Launch visit an error that quotes a typed path.
+"""
+
+import dataclasses
+import os
+import time
+
+import pytest
+
+from storage import RunStore
+from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.runs import TINY, fake_run
+
+HOST = "http://127.0.0.2:9"
+MARKDOWN_NAME = f"![q]({HOST}/x.png)"
+HTML_NAME = f"<img src={HOST}/y.png>"
+NOTES = f"see [notes]({HOST}/notes) ![n]({HOST}/n.png) <img src='{HOST}/tag.png'>"
+ERROR = f"diverged: ![e]({HOST}/e.png) <img src={HOST}/e2.png>"
+
+
+class _Tagged:
+    """A store whose new runs carry a hostile tag and sweep id."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def create_run(self, **kwargs):
+        return self.store.create_run(**kwargs, sweep_id=f"![s]({HOST}/sweep.png)", tags=[f"![t]({HOST}/t.png)"])
+
+
+def _outside(requests: list[str], port: int) -> list[str]:
+    """Requests to anywhere but the Streamlit server (data: and blob: URLs never leave)."""
+    own = (f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}")
+    return [u for u in requests if not u.startswith(own) and not u.startswith(("data:", "blob:"))]
+
+
+@pytest.mark.browser
+def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    db = f"sqlite:///{tmp_path / 'hostile.db'}"
+    store = RunStore(db)
+    tagged = _Tagged(store)
+    live = fake_run(tagged, dataclasses.replace(TINY, steps=400), status="running", steps_done=20)
+    failed = fake_run(tagged, dataclasses.replace(TINY, rank=8, steps=400), status="failed", steps_done=20, error=ERROR)
+    store.rename_run(live, MARKDOWN_NAME)
+    store.rename_run(failed, HTML_NAME)
+    store.set_notes(live, NOTES)
+    diag = store.create_diagnostic(failed, 0, {"estimators": ["basis"], "ranks": [1], "lams": [0.0]})
+    store.set_diagnostic_status(diag, "failed", error=ERROR)
+    env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
+    env.pop("BASIS_LAB_PASSWORD", None)
+    requests: list[str] = []
+    try:
+        with streamlit_server(env, tmp_path / "streamlit.log") as port, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(60_000)
+                page.on("request", lambda r: requests.append(r.url))
+                base = f"http://127.0.0.1:{port}"
+
+                def shows(text: str) -> None:
+                    page.get_by_text(text).first.wait_for(state="attached")
+
+                page.goto(f"{base}/runs")
+                shows("2 in all")
+                shows(MARKDOWN_NAME)
+                shows(HTML_NAME)
+
+                page.goto(f"{base}/compare")
+                page.get_by_role("heading", name="Compare").wait_for()
+                shows(f"#{live} {MARKDOWN_NAME}: running, step 20 of 400")  # the live progress label
+                shows("Validation loss")
+
+                for run_id, name in ((live, MARKDOWN_NAME), (failed, HTML_NAME)):
+                    page.goto(f"{base}/detail?run={run_id}")
+                    page.get_by_role("heading", name="Run detail").wait_for()
+                    shows(name)
+                shows(f"This run failed: {ERROR}")
+
+                page.goto(f"{base}/estimators")
+                page.get_by_role("heading", name="Estimators").wait_for()
+                shows(f"This diagnosis failed: {ERROR}")
+
+                page.goto(f"{base}/launch")
+                page.get_by_text("Launch a sweep", exact=True).wait_for()
+                page.locator('[data-testid="stSelectbox"]').filter(has_text="Dataset").click()
+                page.get_by_role("option", name="files").click()
+                path = page.get_by_label("Path or glob", exact=True)
+                path.fill(MARKDOWN_NAME)
+                path.press("Enter")
+                page.get_by_role("button", name="Check data").click()
+                shows(f"No file matches path='{MARKDOWN_NAME}'")  # an error quoting what was typed
+                time.sleep(2)  # let any image or prefetch the pages started arrive
+                assert page.locator('img[src*="127.0.0.2"]').count() == 0
+            finally:
+                browser.close()
+    finally:
+        store.close()
+    assert requests, "the request log is empty: the check saw nothing"
+    assert _outside(requests, port) == [], "\n".join(_outside(requests, port))
