@@ -11,6 +11,7 @@ Markdown renders (the ``markdown`` package), its figures are SVG files beside it
 
 import dataclasses
 import io
+import os
 import re
 from pathlib import Path
 
@@ -293,3 +294,7 @@ def test_an_existing_file_is_not_overwritten_without_force(written, tmp_path):
     assert target.read_text() == "mine"
     reports.write(built, target, force=True)
     assert target.read_text().startswith("<!DOCTYPE html>")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not private
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary file left behind
