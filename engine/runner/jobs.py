@@ -415,8 +415,7 @@ class JobManager:
         when the manager closes."""
         while True:
             try:
-                run_id = self._queue.get(timeout=PULL_POLL_S if self.pull else None)
-                return None if run_id is None else (run_id, False)
+                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
             except queue.Empty:
                 pass
             if self._closing.is_set() or self._interrupt.is_set():
