@@ -11,30 +11,14 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import state
 from app.text import plain
 from engine.config import RunConfig
 from engine.runner.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
-from tests.support.pages import app, button, figures, page, store, url  # noqa: F401  (fixtures)
+from tests.support.pages import app, button, downloads, figures, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run, wait_for
-
-
-@pytest.fixture
-def downloads(monkeypatch):
-    """File name → the bytes a click on that download button would fetch."""
-    files = {}
-    add = MediaFileManager.add_deferred
-
-    def spy(self, fn, mimetype, coordinates, file_name=None, **kwargs):
-        files[file_name] = fn
-        return add(self, fn, mimetype, coordinates, file_name=file_name, **kwargs)
-
-    monkeypatch.setattr(MediaFileManager, "add_deferred", spy)
-    return files
-
 
 # ----------------------------------------------------------------------------- the main flow
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from app import state
@@ -65,3 +66,17 @@ def figures(at: AppTest) -> dict[str, dict]:
 
 def button(at: AppTest, prefix: str):
     return next(b for b in at.button if b.label.startswith(prefix))
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """File name → the bytes a click on that download button would fetch."""
+    files = {}
+    add = MediaFileManager.add_deferred
+
+    def spy(self, fn, mimetype, coordinates, file_name=None, **kwargs):
+        files[file_name] = fn
+        return add(self, fn, mimetype, coordinates, file_name=file_name, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", spy)
+    return files
