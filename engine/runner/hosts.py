@@ -108,7 +108,8 @@ def _broadcast_text(text: str | None) -> str:
 def announce(run: dict | None) -> None:
     """Leader: tell the followers the next run to train (``uid``, ``config``,
     ``checkpoints``: the run's checkpoint directory, ``keep``, ``epoch``: the lease
-    whose folder the leader saves into), or None: stop."""
+    whose folder the leader saves into, ``recorded``: the newest checkpoint step the
+    database records, which bounds a resume), or None: stop."""
     if multi():
         _broadcast_text(json.dumps(run))
 
@@ -122,14 +123,14 @@ def follow() -> int:
     """Follower: train every run the leader announces, in lockstep with it, writing no
     database; return 0 when the leader announces the end."""
     from engine.config import ConfigError, RunConfig
-    from engine.training.checkpoints import CheckpointError, RunCheckpoints
+    from engine.training.checkpoints import CheckpointError, Recorded, RunCheckpoints
     from engine.training.loop import TrainingDiverged, train
 
     while (run := receive()) is not None:
         config = RunConfig.from_dict(run["config"])
         try:
             with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"], epoch=run.get("epoch")) as checkpoints:
-                for _ in train(config, checkpoints=checkpoints, resume=True):
+                for _ in train(config, checkpoints=Recorded(checkpoints, run.get("recorded")), resume=True):
                     pass
         except (TrainingDiverged, ConfigError, CheckpointError) as e:  # the leader records it
             print(f"follower: run {run['uid']} ended: {e}", file=sys.stderr)

@@ -59,7 +59,7 @@ from engine.runner import hosts, liveness
 from engine.runner.paths import checkpoint_root
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
-from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.checkpoints import CheckpointError, Recorded, RunCheckpoints, run_dir
 from engine.training.loop import Record, TrainingDiverged, train
 from storage import DatabaseBusyError, Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
 
@@ -168,24 +168,15 @@ def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
         return None
 
 
-class _Checkpoints:
+class _Checkpoints(Recorded):
     """A run's ``RunCheckpoints`` under its owner's lease: saves go to the lease's epoch
     folder and only while the lease holds, each saved step is recorded in the database
     (fenced), and a resume trusts only checkpoints at or before the recorded step."""
 
     def __init__(self, inner: RunCheckpoints, store: RunStore, writer: StoreWriter, run_id: int, epoch: int,
                  recorded: int | None):
-        self.inner, self.store, self.writer = inner, store, writer
-        self.run_id, self.epoch, self.recorded = run_id, epoch, recorded
-
-    def latest_step(self):
-        if self.recorded is None:
-            return None  # no lease holder ever recorded one: its metrics may not all be stored
-        steps = [s for s in self.inner.steps() if s <= self.recorded]
-        return steps[-1] if steps else None
-
-    def restore_latest_valid(self, target):
-        return self.inner.restore_latest_valid(target, max_step=self.recorded)
+        super().__init__(inner, recorded)
+        self.store, self.writer, self.run_id, self.epoch = store, writer, run_id, epoch
 
     def save(self, step, state, extra, *, final=False):
         lost = self.writer.lost(self.run_id, self.epoch)
@@ -415,7 +406,7 @@ class JobManager:
         when the manager closes."""
         while True:
             try:
-                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)
+                return self._queue.get(timeout=PULL_POLL_S if self.pull else None)  # an id, or None: close
             except queue.Empty:
                 pass
             if self._closing.is_set() or self._interrupt.is_set():
@@ -576,7 +567,7 @@ def execute(
         writer.call(run_id, store.set_device, run_id, device_kind(parallel.device_count(config)), epoch=epoch)
         # the followers of a multi-host run train it too; first, as opening checkpoints is collective there
         hosts.announce({"uid": run.uid, "config": run.config, "checkpoints": str(ckpt_dir),
-                        "keep": config.checkpoint_keep, "epoch": epoch})
+                        "keep": config.checkpoint_keep, "epoch": epoch, "recorded": run.checkpoint_step})
         ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
                             store, writer, run_id, epoch, run.checkpoint_step)
         for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,

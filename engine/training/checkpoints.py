@@ -293,22 +293,27 @@ class RunCheckpoints:
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
                     f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
-            if self.epoch is not None and jax.process_index() == 0:  # the leader alone prunes the shared folder
+            if self.epoch is not None:
                 self._prune_older_epochs()
 
     def _prune_older_epochs(self) -> None:
         """Delete the checkpoints of older epochs that are not among the newest ``keep``
-        of all (by step, then epoch), and the older epoch folders left without any."""
+        of all (by step, then epoch), and the older epoch folders left without any.
+        Every process calls it (listing opens orbax managers, which is collective under
+        ``jax.distributed``); process 0 alone deletes."""
         everything = self.checkpoints()
         kept = set(sorted(everything, reverse=True)[: self.keep])
-        for step, epoch in everything:
-            if epoch < self.epoch and (step, epoch) not in kept:
+        gone = {(step, epoch) for step, epoch in everything if epoch < self.epoch and (step, epoch) not in kept}
+        leader = jax.process_index() == 0
+        if leader:
+            for step, epoch in gone:
                 shutil.rmtree(self._folder_of(epoch) / str(step), ignore_errors=True)
-        left = {e for _, e in self.checkpoints()}
+        left = {e for s, e in everything if (s, e) not in gone}
         for epoch, folder in self._folders():
             if 0 <= epoch < self.epoch and epoch not in left:
                 self._readers.pop(folder, None)
-                shutil.rmtree(folder, ignore_errors=True)
+                if leader:
+                    shutil.rmtree(folder, ignore_errors=True)
 
     def _remove_unfinished_saves(self) -> None:
         """Delete the temporary directories of saves that never finished (a killed
@@ -437,6 +442,29 @@ class RunCheckpoints:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Recorded:
+    """A run's ``RunCheckpoints`` as its owner trusts them: a resume sees only steps at
+    or before ``recorded``, the newest step the database records (None: it records
+    none, so the run starts afresh). The runner's owner (``engine.runner.jobs``) and
+    the followers of a multi-host run (``engine.runner.hosts``) read through it alike,
+    so every process makes the same (collective) checkpoint calls."""
+
+    def __init__(self, inner: RunCheckpoints, recorded: int | None):
+        self.inner, self.recorded = inner, recorded
+
+    def latest_step(self) -> int | None:
+        if self.recorded is None:
+            return None  # no lease holder ever recorded one: its metrics may not all be stored
+        steps = [s for s in self.inner.steps() if s <= self.recorded]
+        return steps[-1] if steps else None
+
+    def restore_latest_valid(self, target):
+        return self.inner.restore_latest_valid(target, max_step=self.recorded)
+
+    def save(self, step: int, state, extra: dict, *, final: bool = False) -> None:
+        self.inner.save(step, state, extra, final=final)
 
 
 def _check_like(state, target) -> None:

@@ -253,7 +253,7 @@ def test_two_processes_joined_by_jax_distributed_train_as_one_with_four_devices(
             if p.poll() is None:
                 p.kill()
     assert not (tmp_path / "follower.db").exists()
-    assert sorted(p.name for p in (tmp_path / "ck").glob("run-*/*") if p.name.isdigit()) == ["2", "4"]
+    assert sorted(p.name for p in (tmp_path / "ck").glob("run-*/epoch-*/*") if p.name.isdigit()) == ["2", "4"]
     single = _engine([*RUN_FLAGS, "--db", str(tmp_path / "single.db")], 4,
                      BASIS_LAB_CHECKPOINTS=str(tmp_path / "ck-single"))
     out = single.communicate(timeout=1200)[0]
