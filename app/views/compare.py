@@ -291,7 +291,7 @@ def _view() -> None:
     for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
                                    (d3, "csv", "csv", "text/csv")):
         column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
-                               mime=mime, icon=":material/download:", key=f"compare.table3.{fmt}")
+                               mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
 
 
 all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)
