@@ -1,8 +1,11 @@
 """The package is installed (editable) into the environment: it imports from any folder,
-and the `basis-lab` console script is `python -m engine`."""
+and the `basis-lab` console script is `python -m engine`; the locks it installs from pin
+every package with hashes, and the runtime lock holds no test tools."""
 
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,3 +29,44 @@ def test_no_module_edits_sys_path():
     offenders = [p for p in [*ROOT.glob("app/**/*.py"), *ROOT.glob("engine/**/*.py"), *ROOT.glob("bench/*.py")]
                  if "sys.path.insert" in p.read_text() or "sys.path.append" in p.read_text()]
     assert offenders == []
+
+
+def _lock(name: str) -> dict[str, tuple[str, int]]:
+    """``package -> (version, number of hashes)`` of a pip-compile lock."""
+    pins: dict[str, tuple[str, int]] = {}
+    current = None
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("--hash=sha256:"):
+            version, hashes = pins[current]
+            pins[current] = (version, hashes + 1)
+        else:
+            assert re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!-]+ \\", line), f"{name}: not an exact pin: {line}"
+            current, version = line.removesuffix(" \\").split("==")
+            pins[_canonical(current)] = (version, 0)
+            current = _canonical(current)
+    return pins
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(spec: str) -> str:
+    return _canonical(re.match(r"[A-Za-z0-9._-]+", spec).group(0))
+
+
+def test_the_locks_pin_everything_with_hashes_and_keep_test_tools_out_of_the_runtime():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime, test = _lock("requirements.txt"), _lock("requirements-test.txt")
+    assert all(hashes > 0 for _, hashes in [*runtime.values(), *test.values()])
+    declared = {_requirement_name(d) for d in project["dependencies"]}
+    assert declared <= set(runtime) and {"tabulate", "filelock"} <= declared
+    assert "jaxlib" not in declared and "jaxlib" in runtime  # jax brings its own jaxlib
+    tools = {_requirement_name(d) for d in project["optional-dependencies"]["test"]}
+    assert {"pytest", "playwright", "ruff", "import-linter", "psycopg"} <= tools <= set(test)
+    assert not tools & set(runtime)
+    assert all(test[name][0] == version for name, (version, _) in runtime.items())  # one version of each
+    assert {_requirement_name(d) for d in project["optional-dependencies"]["cuda"]} == {"jax"}
