@@ -15,13 +15,13 @@ import streamlit as st
 from app import state
 from app.display import plain, plot
 from engine.analysis import report as rep
-from engine.runner import jobs, reports
+from engine.runner import liveness, reports
 from storage import StorageError
 
 lab = state.lab()
 store = lab.store
 st.title("Reports")
-jobs.check_stale(store)
+liveness.check_stale(store)
 
 
 def _markdown_zip(report: rep.Report, stem: str) -> bytes:

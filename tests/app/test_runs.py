@@ -59,7 +59,8 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     for col in ("id", "name", "sweep", "tags", "status", "progress", "estimator", "rank", "lam", "seed", "steps_text",
                 "worker", "train_loss", "val_loss", "mean_cos", "started", "duration_s", "notes"):
         assert col in shown
-    assert shown.index("notes") < shown.index("status")  # notes stay in view at 1,400 px
+    assert shown[:4] == ["id", "name", "status", "progress"]  # pinned: a 420 px window keeps them
+    assert shown.index("notes") < shown.index("sweep")  # notes stay in view at 1,400 px
 
     assert at.multiselect(key="runs.sweep").options == [SWEEP_B, SWEEP_A]
     at.multiselect(key="runs.sweep").set_value([SWEEP_B]).run()
