@@ -87,34 +87,14 @@ def _name(name: Any) -> str:
 class RunsMixin:
     """The run lifecycle and edits: create, status, heartbeat, notes, tags, cancel, read, rename, delete."""
 
-    def create_run(
-        self,
-        *,
-        name: str,
-        config: dict,
-        estimator: str,
-        rank: Optional[int],
-        lam: float,
-        seed: int,
-        preset: str,
-        steps: int,
-        versions: Optional[dict] = None,
-        git_commit: Optional[str] = None,
-        device: Optional[str] = None,
-        status: str = "queued",
-        sweep_id: Optional[str] = None,
-        tags: Optional[Iterable[str]] = None,
-        owner: Optional[str] = None,
-    ) -> int:
-        """Add a run (``queued`` by default). ``owner`` is the process that will train it
-        (``host:pid``); None leaves a queued run to any worker (``claim_next``).  A value
-        the schema cannot hold (see :mod:`storage.limits`) is a ValueError naming its field,
-        and nothing is written."""
-        return self.create_runs([dict(
-            name=name, config=config, estimator=estimator, rank=rank, lam=lam, seed=seed, preset=preset, steps=steps,
-            versions=versions, git_commit=git_commit, device=device, status=status, sweep_id=sweep_id, tags=tags,
-            owner=owner,
-        )])[0]
+    def create_run(self, **fields: Any) -> int:
+        """Add a run (``queued`` by default) from the fields :func:`_new_run` takes
+        (name, config, estimator, rank, lam, seed, preset, steps; optionally versions,
+        git_commit, device, status, sweep_id, tags, owner).  ``owner`` is the process that
+        will train it (``host:pid``); None leaves a queued run to any worker
+        (``claim_next``).  A value the schema cannot hold (see :mod:`storage.limits`) is a
+        ValueError naming its field, and nothing is written."""
+        return self.create_runs([fields])[0]
 
     def create_runs(self, runs: Sequence[Mapping[str, Any]]) -> list[int]:
         """Add many runs in one transaction, all of them or none (a sweep); each mapping
