@@ -21,10 +21,8 @@ that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness (``engine.runner.liveness``): a process that dies leaves ``running`` rows whose
-heartbeat stops; any reader (``liveness.check_stale``) marks them ``interrupted`` at once on the same host, where
-a dead pid is seen, and within ``STALE_AFTER_S`` (``$BASIS_LAB_STALE_AFTER_S``, default
-60 s) for an owner on another host. A live process on this host is never declared dead.
+Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; any
+reader marks them ``interrupted`` by the rule ``engine.runner.liveness`` states.
 
 Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
 which ``execute`` carries into every write of the run (metrics, heartbeats, status,
