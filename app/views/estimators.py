@@ -14,6 +14,21 @@ from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
 store = lab.store
+
+
+def _started(start, message) -> bool:
+    """Start a diagnosis (``start()`` returns its id), show it and say so with
+    ``message(id)``; False, with the error shown, when it cannot start."""
+    try:
+        new = start()
+    except (ConfigError, ValueError) as e:
+        st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
+        return False
+    st.session_state["estimators.diag"] = new
+    st.toast(message(new))
+    return True
+
+
 st.title("Estimators")
 st.caption("How far each estimator's d̂W is from the exact dW on a run's real training state: squared bias, "
            "variance and MSE over K sketch keys, relative to ‖dW‖², against the rank R.")
@@ -70,15 +85,9 @@ with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_char
                             "unknown (no finished diagnosis of this model yet)") + "."))
     start = st.button("Run diagnosis", icon=":material/play_arrow:", type="primary", disabled=plan is None,
                       key=f"estimators.start.{run_id}")
-    if start and plan is not None:
-        try:
-            new = lab.manager.start_diagnosis(plan)
-        except (ConfigError, ValueError) as e:
-            st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
-        else:
-            st.session_state["estimators.diag"] = new
-            st.toast(f"Diagnosis #{new} started in the background.")
-            diags = store.diagnostics_frame(run_id)
+    if start and plan is not None and _started(lambda: lab.manager.start_diagnosis(plan),
+                                               lambda new: f"Diagnosis #{new} started in the background."):
+        diags = store.diagnostics_frame(run_id)
 
 if diags.empty:
     st.info("No diagnosis of this run yet: start one above.")
@@ -100,13 +109,7 @@ if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="estima
     st.rerun()
 if actions.button("Run again", icon=":material/replay:", key="estimators.rerun",
                   help="A new diagnosis with this one's settings (state, estimators, ranks, λs, keys, batches)."):
-    try:
-        again = lab.manager.rerun_diagnosis(diag_id)
-    except (ConfigError, ValueError) as e:
-        st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
-    else:
-        st.session_state["estimators.diag"] = again
-        st.toast(f"Diagnosis #{again} started: #{diag_id} again.")
+    if _started(lambda: lab.manager.rerun_diagnosis(diag_id), lambda again: f"Diagnosis #{again} started: #{diag_id} again."):
         st.rerun()
 if actions.button("Delete diagnosis…", icon=":material/delete:", key="estimators.delete",
                   disabled=chosen_status == "running", help="Delete this diagnosis and its results (asks first)."):
