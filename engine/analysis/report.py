@@ -390,7 +390,7 @@ h1{font-size:1.7em}h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom
 table{border-collapse:collapse;margin:.6em 0;font-size:.88em}th,td{border:1px solid #ddd;padding:.25em .55em;text-align:left;
 vertical-align:top}th{background:#f4f4f4}figure{margin:1.2em 0}figcaption{color:#555;font-size:.9em;margin:.3em 0}
 .verdict-supported{color:#1a7f37;font-weight:600}.verdict-not-supported{color:#b42318;font-weight:600}
-.verdict-not-measured{color:#777}
+.verdict-inconclusive{color:#9a6700;font-weight:600}.verdict-not-measured{color:#777}
 """
 
 

@@ -36,7 +36,7 @@ def test_the_report_page_shows_a_stored_report_and_downloads_it(url, store, down
     assert not at.error
     assert [h.value for h in at.header][0].startswith("Sweep sw")
     claims = next(d.value for d in at.dataframe if list(d.value.columns) == ["claim", "verdict", "numbers"])
-    assert len(claims) == 5 and set(claims["verdict"]) <= {"supported", "not supported", "not measured"}
+    assert len(claims) == 5 and set(claims["verdict"]) <= {"supported", "inconclusive", "not supported", "not measured"}
     table3 = next(d.value for d in at.dataframe if "Δ val vs exact" in d.value.columns)
     assert list(table3["method"]) == ["exact", "basis", "basis"] and list(table3["rank"]) == ["—", "1", "8"]
     assert len(at.get("plotly_chart")) == 5

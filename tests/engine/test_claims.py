@@ -34,12 +34,13 @@ def memory_rows(mib_by_rank, exact_mib=2.0):
             for r, m in mib_by_rank.items()]
 
 
-def diagnoses(values):
-    """Pooled diagnosis rows: {(estimator, rank): (bias2, variance)}; MSE = bias² + variance."""
-    rows = [{"diagnosis_id": 1, "run_id": 1, "layer": "all", "estimator": e, "rank": r, "lam": 0.0, "bias2": b,
-             "variance": v, "mse": b + v} for (e, r), (b, v) in values.items()]
-    rows.append({"diagnosis_id": 1, "run_id": 1, "layer": "head", "estimator": "countsketch", "rank": 1, "lam": 0.0,
-                 "bias2": 0.0, "variance": 1e-9, "mse": 1e-9})  # a per-layer row: not what the rules read
+def diagnoses(values, keys=4096, diagnosis_id=1):
+    """Pooled diagnosis rows of one diagnosis over ``keys`` keys: {(estimator, rank): (bias2, variance)};
+    MSE = bias² + variance."""
+    rows = [{"diagnosis_id": diagnosis_id, "run_id": 1, "layer": "all", "estimator": e, "rank": r, "lam": 0.0,
+             "bias2": b, "variance": v, "mse": b + v, "keys": keys} for (e, r), (b, v) in values.items()]
+    rows.append({"diagnosis_id": diagnosis_id, "run_id": 1, "layer": "head", "estimator": "countsketch", "rank": 1,
+                 "lam": 0.0, "bias2": 0.0, "variance": 1e-9, "mse": 1e-9, "keys": keys})  # per layer: not read
     return pd.DataFrame(rows, columns=claims.DIAGNOSIS_COLUMNS)
 
 
@@ -59,45 +60,154 @@ def verdict(key, t3=None, diag=None, times=None):
 
 # --------------------------------------------------------------------------- (a)
 
-def test_a_supported_when_balanced_hashing_has_lower_variance_at_every_rank():
+def test_a_supported_when_balanced_hashing_has_a_significantly_lower_variance_at_every_rank():
     v = verdict("a", diag=diagnoses({("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.1),
                                      ("balanced", 8): (0, 0.5), ("countsketch", 8): (0, 0.6)}))
     assert v.verdict == SUPPORTED
-    assert "variance balanced vs countsketch: R=1 0.9 vs 1.1, R=8 0.5 vs 0.6" in v.evidence
+    # 0.9/1.1 · exp(±1.96 √(4/4095)): the interval of the log ratio is ±0.0613 wide
+    low, high = (0.9 / 1.1 * np.exp(s * 1.959964 * np.sqrt(4 / 4095)) for s in (-1, 1))
+    assert (f"variance balanced vs countsketch (1 diagnosis, 4096 keys): R=1 0.9 vs 1.1, ratio 0.818 "
+            f"[{low:.3g}, {high:.3g}] lower; R=8 0.5 vs 0.6, ratio 0.833") in v.evidence
 
 
-def test_a_not_supported_when_one_rank_is_not_lower():
-    v = verdict("a", diag=diagnoses({("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.1),
-                                     ("balanced", 8): (0, 0.6), ("countsketch", 8): (0, 0.6),
+def test_a_inconclusive_when_a_small_difference_rests_on_few_keys():
+    values = {("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.1)}
+    v = verdict("a", diag=diagnoses(values, keys=64))  # ratio 0.818, interval ×/÷ exp(1.96 √(4/63)) = 1.64
+    assert v.verdict == claims.INCONCLUSIVE and "within noise" in v.evidence
+    assert verdict("a", diag=diagnoses(values, keys=4096)).verdict == SUPPORTED  # the same ratio on 4096 keys
+
+
+def test_a_not_supported_when_one_rank_is_significantly_higher():
+    v = verdict("a", diag=diagnoses({("balanced", 1): (0, 0.5), ("countsketch", 1): (0, 1.1),
+                                     ("balanced", 8): (0, 0.7), ("countsketch", 8): (0, 0.6),
                                      ("basis", 1): (0.1, 0.5), ("scalars", 1): (0.1, 0.7)}))
-    assert v.verdict == NOT_SUPPORTED  # balanced = countsketch at R=8, although basis beats scalars
+    assert v.verdict == NOT_SUPPORTED  # balanced > countsketch at R=8, although basis beats scalars
+    assert "R=8 0.7 vs 0.6, ratio 1.17" in v.evidence and "higher" in v.evidence
+
+
+def test_a_within_noise_and_lower_groups_are_inconclusive_a_higher_one_is_not():
+    lower, within, higher = (0, 0.5), (0, 0.99), (0, 2.0)
+    base = {("countsketch", 1): (0, 1.0), ("countsketch", 8): (0, 1.0)}
+    assert verdict("a", diag=diagnoses({**base, ("balanced", 1): lower, ("balanced", 8): within})).verdict == \
+        claims.INCONCLUSIVE
+    assert verdict("a", diag=diagnoses({**base, ("balanced", 1): higher, ("balanced", 8): within})).verdict == \
+        NOT_SUPPORTED
 
 
 def test_a_not_measured_without_a_pair():
     assert verdict("a").verdict == NOT_MEASURED
     assert verdict("a", diag=diagnoses({("balanced", 1): (0, 0.9), ("countsketch", 8): (0, 1.1)})).verdict == NOT_MEASURED
+    assert verdict("a", diag=diagnoses({("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.1)}, keys=1)).verdict == \
+        NOT_MEASURED  # one key has no variance
 
 
-def test_a_reads_the_mean_over_diagnoses():
-    d = diagnoses({("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.0)})
-    second = d.assign(diagnosis_id=2)
-    second.loc[second["estimator"] == "balanced", "variance"] = 1.3  # mean 1.1 > 1.0
-    assert verdict("a", diag=pd.concat([d, second])).verdict == NOT_SUPPORTED
+def test_a_pools_the_diagnoses_that_hold_both_estimators_and_combines_their_keys():
+    values = {("balanced", 1): (0, 0.9), ("countsketch", 1): (0, 1.0)}
+    one = diagnoses(values, keys=1024)
+    assert verdict("a", diag=one).verdict == claims.INCONCLUSIVE  # 0.9 [0.8, 1.01] on 1023 degrees of freedom
+    four = pd.concat([diagnoses(values, keys=1024, diagnosis_id=i) for i in range(4)])
+    v = verdict("a", diag=four)  # the same variances on 4 · 1023: 0.9 [0.85, 0.96]
+    assert v.verdict == SUPPORTED and "(4 diagnoses, 1024 keys)" in v.evidence
+    alone = diagnoses({("balanced", 1): (0, 5.0)}, keys=1024, diagnosis_id=9)  # no countsketch in diagnosis 9
+    assert verdict("a", diag=pd.concat([four, alone])).evidence == v.evidence
+
+
+def test_pooled_variance_weights_by_degrees_of_freedom():
+    p = claims.pooled_variance([1.0, 3.0], [11, 31])  # weights 10, 30
+    assert p.value == pytest.approx((10 * 1 + 30 * 3) / 40)
+    assert p.log_var == pytest.approx(2 * (10 * 1 + 30 * 9) / (10 * 1 + 30 * 3) ** 2)  # 2/ν
+    assert claims.pooled_variance([2.0, 2.0], [11, 31]).log_var == pytest.approx(2 / 40)  # equal: ν = Σ (K_j − 1)
+    assert claims.pooled_variance([2.0], [64]).log_var == pytest.approx(2 / 63)
+
+
+def test_ratio_reads_its_interval_and_zeros():
+    r = claims.ratio(claims.Pooled(1.0, 0.01), claims.Pooled(2.0, 0.03))
+    half = claims.Z * np.sqrt(0.04)
+    assert (r.value, r.low, r.high) == pytest.approx((0.5, 0.5 * np.exp(-half), 0.5 * np.exp(half)))
+    assert r.reading == "lower" and claims.Z == pytest.approx(1.959964, abs=1e-6)
+    assert claims.ratio(claims.Pooled(2.0, 0.03), claims.Pooled(1.0, 0.01)).reading == "higher"
+    assert claims.ratio(claims.Pooled(1.0, 0.5), claims.Pooled(1.2, 0.5)).reading == "within noise"
+    assert claims.ratio(claims.Pooled(0.0, 0.0), claims.Pooled(1.0, 0.01)).reading == "lower"
+    assert claims.ratio(claims.Pooled(1.0, 0.01), claims.Pooled(0.0, 0.0)).reading == "higher"
+
+
+# --------------------------------------------------------------------------- the standard errors against simulation
+
+def _draws(rng, reps, keys, scales, bias):
+    """``reps`` × ``keys`` errors e ~ N(bias, Σ) in len(scales) dimensions, Σ = diag(scales²) rotated at random."""
+    q, _ = np.linalg.qr(rng.standard_normal((len(scales), len(scales))))
+    return bias + (rng.standard_normal((reps, keys, len(scales))) * scales) @ q.T
+
+
+def _moments(e):
+    """V, b², M of ``engine.analysis.diagnostics`` from errors (reps, K, d)."""
+    k = e.shape[1]
+    mean = e.mean(axis=1)
+    v = ((e - mean[:, None]) ** 2).sum(axis=(1, 2)) / (k - 1)
+    return v, (mean**2).sum(axis=1) - v / k, (e**2).sum(axis=2).mean(axis=1)
+
+
+@pytest.mark.parametrize("scales, exact", [([1.0, 0, 0, 0], True), ([1.0, 1.0, 0.5, 0.5], False)],
+                         ids=["rank-one-the-bound-is-attained", "rank-four-the-bound-is-conservative"])
+def test_the_95_percent_intervals_cover_the_true_ratios(scales, exact):
+    """Two estimators, two diagnoses each (64 and 32 keys), Gaussian errors of known Σ and bias: the
+    intervals of the pooled variance ratio and MSE ratio cover the true ratios 95 % of the time where
+    the bound is attained (rank-one Σ), at least that where it is not."""
+    rng, reps = np.random.default_rng(21), 2000
+    scales, keys = np.asarray(scales), (64, 32)
+    truth = {}  # estimator: per diagnosis (V, b², M) drawn, true tr Σ and ‖b‖²
+    for name, scale, bias in (("first", 1.0, 0.3), ("second", 1.6, 0.0)):
+        trace = [(scale * s * scales**2).sum() for s in (1.0, 2.0)]  # the diagnoses differ in Σ
+        drawn = [_moments(_draws(rng, reps, k, np.sqrt(scale * s) * scales, bias)) for k, s in zip(keys, (1.0, 2.0))]
+        truth[name] = (drawn, trace, len(scales) * bias**2)
+    covered = {"variance": 0, "mse": 0}
+    true_v, true_m = {}, {}
+    for name, (_, trace, b2) in truth.items():
+        w = np.asarray(keys) - 1
+        true_v[name] = float(np.sum(w * trace) / w.sum())
+        true_m[name] = float(np.sum(np.asarray(keys) * (np.asarray(trace) + b2)) / np.sum(keys))
+    for i in range(reps):
+        pooled = {}
+        for name, (drawn, _, _) in truth.items():
+            v, b2, m = (np.array([d[j][i] for d in drawn]) for j in range(3))
+            pooled[name] = (claims.pooled_variance(v, keys), claims.pooled_mse(m, b2, v, keys))
+        rv = claims.ratio(pooled["first"][0], pooled["second"][0])
+        rm = claims.ratio(pooled["first"][1], pooled["second"][1])
+        covered["variance"] += rv.low <= true_v["first"] / true_v["second"] <= rv.high
+        covered["mse"] += rm.low <= true_m["first"] / true_m["second"] <= rm.high
+    slack = 3 * np.sqrt(0.95 * 0.05 / reps)  # three binomial standard errors of a 95 % coverage
+    for what, n in covered.items():
+        assert n / reps >= 0.95 - slack, what
+        if exact and what == "variance":
+            assert n / reps <= 0.95 + slack, what
 
 
 # --------------------------------------------------------------------------- (b)
 
-def test_b_supported_when_scalars_add_less_bias_than_they_remove_variance():
+def test_b_supported_when_scalars_lower_the_variance_and_the_mse_is_not_higher():
     v = verdict("b", diag=diagnoses({("scalars", 8): (0.02, 0.5), ("countsketch", 8): (0.0, 0.6),
                                      ("basis", 64): (0.0, 0.0), ("balanced", 64): (0.0, 0.0)}))  # exact at R=B·T: left out
     assert v.verdict == SUPPORTED
-    assert "scalars vs countsketch: R=8 bias² 0.02 vs 0, variance 0.5 vs 0.6, MSE 0.52 vs 0.6" in v.evidence
+    assert v.evidence.startswith("scalars vs countsketch (1 diagnosis, 4096 keys): R=8 bias² 0.02 vs 0, "
+                                 "variance 0.5 vs 0.6 ratio 0.833 [")
+    assert "MSE 0.52 vs 0.6 ratio 0.867 [" in v.evidence and "basis vs balanced" not in v.evidence
 
 
-@pytest.mark.parametrize("scalars", [(0.2, 0.5), (0.0, 0.7)], ids=["more-bias-than-variance-removed", "higher-variance"])
+@pytest.mark.parametrize("scalars", [(0.3, 0.5), (0.0, 0.7)], ids=["mse-significantly-higher", "higher-variance"])
 def test_b_not_supported_when_the_trade_does_not_pay(scalars):
     v = verdict("b", diag=diagnoses({("scalars", 8): scalars, ("countsketch", 8): (0.0, 0.6)}))
     assert v.verdict == NOT_SUPPORTED
+
+
+def test_b_a_slightly_higher_mse_within_noise_does_not_contradict():
+    # variance 0.5 vs 0.6 is lower; MSE 0.61 vs 0.6 is within noise on 4096 keys
+    assert verdict("b", diag=diagnoses({("scalars", 8): (0.11, 0.5), ("countsketch", 8): (0.0, 0.6)})).verdict == \
+        SUPPORTED
+
+
+def test_b_inconclusive_when_the_variance_falls_within_noise():
+    v = verdict("b", diag=diagnoses({("scalars", 8): (0.0, 0.55), ("countsketch", 8): (0.0, 0.6)}, keys=64))
+    assert v.verdict == claims.INCONCLUSIVE
 
 
 def test_b_not_measured_without_a_pair():
