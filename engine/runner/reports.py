@@ -12,6 +12,8 @@ it is now.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -107,9 +109,11 @@ def diagnoses_of(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
 
 
 def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Report:
-    """The report of a selection, from the database as it is now."""
+    """The report of a selection, from the database as it is now; titled ``title``, else
+    by what it is (``_default_title``)."""
     records = select_runs(store, selection)
     ids = [r.id for r in records]
+    title = title or _default_title(records, selection)
     metrics = store.metrics(ids)
     return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
                      at_step=selection.get("at_step"), title=title)
@@ -150,13 +154,15 @@ def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
     if any(r.status in WAITING_STATUSES for r in sweep):
         return None
     selection = selection_of(sweep=run.sweep_id)
-    return save(store, build(store, selection, title=_sweep_title(sweep, run.sweep_id)))
+    return save(store, build(store, selection))
 
 
-def _sweep_title(records, sweep_id: str) -> str:
-    tags = sorted({t for r in records for t in r.tags})
-    what = "Reproduction of the paper" if REPRODUCE_TAG in tags else "Sweep"
-    return f"{what}: sweep {sweep_id}"
+def _default_title(records, selection: dict) -> str | None:
+    """A reproduction's sweep (its runs tagged ``REPRODUCE_TAG``) is titled as one; any
+    other selection (None) by its description (``report.describe_selection``)."""
+    if selection.get("sweep") and any(REPRODUCE_TAG in r.tags for r in records):
+        return f"Reproduction of the paper: sweep {selection['sweep']}"
+    return None
 
 
 def format_of(path: str | Path) -> str:
@@ -171,6 +177,19 @@ def format_of(path: str | Path) -> str:
 def figure_dir_name(path: str | Path) -> str:
     """``report-figures`` for ``report.md``: the folder of SVG figures beside the Markdown."""
     return f"{Path(path).stem}-figures"
+
+
+@contextlib.contextmanager
+def _quiet_browser():
+    """Hold back the browser driver's own log: it prints a traceback for a wire message it
+    then ignores, and a failure that matters reaches ``write`` as an exception."""
+    logger = logging.getLogger("choreographer")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[Path]:
@@ -188,7 +207,8 @@ def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[
         return [path]
     folder = path.parent / figure_dir_name(path)
     try:
-        figures = rep.write_figures(report, folder)
+        with _quiet_browser():
+            figures = rep.write_figures(report, folder)
     except Exception as e:  # noqa: BLE001 — kaleido or the browser it drives
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "

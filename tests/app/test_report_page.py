@@ -34,7 +34,7 @@ def test_the_report_page_shows_a_stored_report_and_downloads_it(url, store, down
     at.query_params["id"] = str(report_id)
     at = page(at.run(), "report")
     assert not at.error
-    assert [h.value for h in at.header][0].startswith("Sweep sw")
+    assert [h.value for h in at.header][0].replace("\\", "") == "Reproduction of the paper: sweep sw-page"  # tagged reproduce
     claims = next(d.value for d in at.dataframe if list(d.value.columns) == ["claim", "verdict", "numbers"])
     assert len(claims) == 5 and set(claims["verdict"]) <= {"supported", "inconclusive", "not supported", "not measured"}
     table3 = next(d.value for d in at.dataframe if "Δ val vs exact" in d.value.columns)
