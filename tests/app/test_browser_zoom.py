@@ -1,7 +1,9 @@
 """A live chart keeps what the reader did to it: in real Chromium, on the Compare page of
 two running runs that keep writing validation losses, zoom the validation-loss chart and
 hide a run by its legend entry, let the page refresh live at least twice (the new points
-drawn), and find the zoom and the hidden run as they were left.
+drawn), and find the zoom and the hidden run as they were left; they also outlast a full
+rerun (the sidebar's download format set to SVG), after which the chart's camera
+downloads an SVG. plotly.js comes from this server, once for the page.
 
 Plotly keeps a reader's zoom and legend choices across new data only when the same plot
 is updated in place (``Plotly.react`` with an unchanged ``layout.uirevision``); a chart
@@ -9,6 +11,7 @@ that is mounted afresh on every refresh forgets them.
 """
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -63,7 +66,7 @@ class Feeder(threading.Thread):
             while not self.halt.wait(self.period):
                 self.step += LIVE.eval_interval
                 for i, run_id in enumerate(self.run_ids):
-                    v = 6.0 + 4.8 * 0.999 ** self.step + 0.05 * i
+                    v = 6.0 + 4.8 * math.exp(-self.step / 10) - 1e-3 * (self.step - 200) + 0.01 * i
                     store.add_metrics(run_id, [(self.step, 1.0, "val_loss", v), (self.step, 1.0, "train_loss", v - 0.1)])
                     store.heartbeat(run_id, self.step)
         finally:
@@ -87,7 +90,9 @@ def test_a_live_refresh_keeps_the_zoom_and_the_hidden_runs(tmp_path, token_cache
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1100})
                 page.set_default_timeout(120_000)
-                page.goto(f"http://127.0.0.1:{port}/compare")
+                scripts = []
+                page.on("request", lambda r: r.resource_type == "script" and "plotly" in r.url and scripts.append(r.url))
+                page.goto(f"http://127.0.0.1:{port}/compare?runs={ids[0]},{ids[1]}")  # a link to these runs
                 first = wait_for(lambda: page.evaluate(CHART, TITLE), timeout=180, what="the validation-loss chart")
                 assert all(t["points"] == 21 for t in first["traces"]), first
                 page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
@@ -116,6 +121,16 @@ def test_a_live_refresh_keeps_the_zoom_and_the_hidden_runs(tmp_path, token_cache
                 time.sleep(1.0)
                 after = page.evaluate(CHART, TITLE)
                 page.screenshot(path=str(tmp_path / "compare-live.png"), full_page=True)
+
+                page.get_by_text("svg", exact=True).click()  # a full rerun of the page
+                time.sleep(3.0)
+                rerun = page.evaluate(CHART, TITLE)
+                chart = page.locator(".js-plotly-plot", has_text=TITLE).first
+                chart.hover()
+                with page.expect_download() as download:
+                    chart.locator("button[data-title='Download plot']").click()
+                filename = download.value.suggested_filename
+                image = open(download.value.path(), "rb").read()
             finally:
                 feeder.halt.set()
                 browser.close()
@@ -123,4 +138,8 @@ def test_a_live_refresh_keeps_the_zoom_and_the_hidden_runs(tmp_path, token_cache
     assert max(t["last"] for t in after["traces"]) > max(t["last"] for t in zoomed["traces"])
     assert after["autorange"] is False and after["xrange"] == pytest.approx(zoomed["xrange"]), (zoomed, after)
     assert [t["name"] for t in after["traces"] if t["visible"] == "legendonly"] == hidden, after
+    assert rerun["xrange"] == pytest.approx(zoomed["xrange"]), (zoomed, rerun)
+    assert [t["name"] for t in rerun["traces"] if t["visible"] == "legendonly"] == hidden, rerun
+    assert filename == "basis-lab-val.svg" and image.lstrip().startswith(b"<svg"), (filename, image[:100])
+    assert len(scripts) == 1 and "/_stcore/" in scripts[0], scripts  # served here, not from a CDN; loaded once
     print(f"screenshots: {tmp_path / 'compare.png'}, {tmp_path / 'compare-live.png'}")
