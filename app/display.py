@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
+import plotly
+import plotly.io as pio
 import streamlit as st
+from streamlit.components.v2.manifest_scanner import ComponentConfig, ComponentManifest
+from streamlit.runtime import Runtime
 
 from app.text import plain  # noqa: F401  (the one plain-text helper, re-exported for the pages)
 
@@ -19,6 +24,8 @@ STATUS_LABELS = {  # text symbols, not emoji: they render with any font
 WORKER_LABELS = {"active": "▶ active", "stopped": "■ stopped", "gone": "⚠ gone"}
 IMAGE_FORMATS = ("png", "svg")
 IMAGE_FORMAT = "display.image_format"  # the sidebar's choice of chart download format
+CHART = "basis_lab.chart"  # the live chart component (app/chart.js)
+PLOTLY_JS = ("basis_lab", "plotly")  # plotly.js is served as the assets of this component name
 
 
 def status_text(status: str) -> str:
@@ -41,10 +48,38 @@ def resume_text(checkpoint_steps: Mapping[int, int | None], moved: Sequence[int]
     return text + (f" Not resumable now: {', '.join(f'#{i}' for i in left)}." if left else "")
 
 
+_chart = st.components.v2.component(CHART, js=(Path(__file__).parent / "chart.js").read_text(), isolate_styles=False)
+
+
+def _plotly_js_url() -> str:
+    """Where this server serves the plotly.js of the installed ``plotly`` package
+    (``plotly/package_data/plotly.min.js``, the version the figures are built for).
+
+    The file is served as the assets of a component whose asset directory is that
+    package folder (Streamlit's ``/_stcore/bidi-components/<name>/<file>`` route, the
+    one an installed component's ``asset_dir`` gets), registered on first use: nothing
+    is copied and no CDN is asked. A page loads it once (about 1.5 MB gzipped), however
+    often it refreshes; a reload fetches it again (the route sends no cache validator)."""
+    name = ".".join(PLOTLY_JS)
+    manager = Runtime.instance().bidi_component_registry
+    if manager.get_component_path(name) is None:
+        manifest = ComponentManifest(name=PLOTLY_JS[0], version=plotly.__version__,
+                                     components=[ComponentConfig(name=PLOTLY_JS[1], asset_dir="package_data")])
+        manager.register_from_manifest(manifest, Path(plotly.__file__).parent)
+    base = st.get_option("server.baseUrlPath").strip("/")
+    return f"{'/' + base if base else ''}/_stcore/bidi-components/{name}/plotly.min.js"
+
+
 def plot(fig, key: str) -> None:
-    """A chart whose zoom survives live refreshes (stable key, ``uirevision``); its
-    toolbar's camera downloads it in the sidebar's format (PNG or SVG)."""
+    """A chart whose zoom and legend choices survive live refreshes: one component per
+    ``key`` (a stable identity, so the browser keeps one plot and updates it in place
+    with ``Plotly.react``, and ``layout.uirevision`` keeps what the reader did); its
+    toolbar's camera downloads it in the sidebar's format (PNG or SVG).
+
+    ``st.plotly_chart`` would not do: its identity includes the figure, so new data
+    mounts a fresh plot and loses the zoom. The component gets the figure as
+    ``st.plotly_chart`` would (``spec``: Plotly's JSON) and draws it in the same theme."""
     fmt = st.session_state.get(IMAGE_FORMAT, "png")
-    config = {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1,
-                                                              "filename": f"basis-lab-{key}"}}
-    st.plotly_chart(fig, width="stretch", config=config, key=key)
+    config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "sendChartToCloud"],
+              "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1, "filename": f"basis-lab-{key}"}}
+    _chart(key=f"plot.{key}", data={"spec": pio.to_json(fig, validate=False), "config": config, "plotly": _plotly_js_url()})

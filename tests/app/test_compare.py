@@ -6,7 +6,6 @@ import base64
 import colorsys
 import dataclasses
 import io
-import json
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
-from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, figures, page, plots, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import LAYERS, TINY, fake_run
 
 PAPER = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10)
@@ -280,12 +279,12 @@ def test_compare_cosine_charts_follow_the_wall_time_axis(url, store):
 def test_every_compare_chart_downloads_in_the_sidebars_format(url, store):
     ids = _lab(store)
     at = page(app(selected=ids).run(), "compare")
-    charts_on_page = at.get("plotly_chart")
+    charts_on_page = plots(at)
     assert len(charts_on_page) >= 5
-    assert {json.loads(c.proto.config)["toImageButtonOptions"]["format"] for c in charts_on_page} == {"png"}
+    assert {c["config"]["toImageButtonOptions"]["format"] for c in charts_on_page} == {"png"}
     at.radio(key=display.IMAGE_FORMAT).set_value("svg").run()
-    charts_on_page = at.get("plotly_chart")
-    configs = [json.loads(c.proto.config)["toImageButtonOptions"] for c in charts_on_page]
+    charts_on_page = plots(at)
+    configs = [c["config"]["toImageButtonOptions"] for c in charts_on_page]
     assert {c["format"] for c in configs} == {"svg"} and len(configs) >= 5
     assert all(c["filename"].startswith("basis-lab-") for c in configs)
 

@@ -7,7 +7,7 @@ import pandas as pd
 from app import form, tables
 from engine.config import RunConfig
 from storage import RunStore
-from tests.support.pages import app, page, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, page, plots, url  # noqa: F401 (fixtures)
 from tests.support.runs import TINY, fake_run
 
 
@@ -57,7 +57,7 @@ def test_runs_page_and_detail_show_devices(url):  # noqa: F811
         env = at.dataframe[1].value
         items = dict(zip(env["item"], env["value"]))
         assert items["devices"] == "4" and items["device"] == "cpu: cpu"
-        titles = [c.proto.spec for c in at.get("plotly_chart")]
+        titles = [c["spec"] for c in plots(at)]
         assert any("Activation memory per device" in t for t in titles)
     finally:
         store.close()

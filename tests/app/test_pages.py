@@ -17,7 +17,7 @@ from app.text import plain
 from engine.config import RunConfig
 from engine.runner.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
-from tests.support.pages import app, button, downloads, figures, page, store, url  # noqa: F401  (fixtures)
+from tests.support.pages import app, button, downloads, figures, page, plots, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run, wait_for
 
 # ----------------------------------------------------------------------------- the main flow
@@ -287,7 +287,7 @@ def test_detail_shows_the_error_config_and_environment(url, store):
     config, env = (d.value for d in at.dataframe)
     assert dict(zip(config["field"], config["value"]))["rank"] == "32"
     assert dict(zip(env["item"], env["value"]))["jax version"] == "0.10.2"
-    assert len(at.get("plotly_chart")) >= 4
+    assert len(plots(at)) >= 4
 
 
 def test_empty_states_point_to_launch(url):

@@ -8,7 +8,7 @@ import zipfile
 from app import state
 from engine.config import RunConfig, reproduction_sweep
 from engine.runner import reports
-from tests.support.pages import app, button, downloads, page, store, url  # noqa: F401  (fixtures)
+from tests.support.pages import app, button, downloads, page, plots, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run
 
 HOSTILE = "![x](http://127.0.0.1:9/x.png) <b>bold</b>"
@@ -39,7 +39,7 @@ def test_the_report_page_shows_a_stored_report_and_downloads_it(url, store, down
     assert len(claims) == 5 and set(claims["verdict"]) <= {"supported", "inconclusive", "not supported", "not measured"}
     table3 = next(d.value for d in at.dataframe if "Δ val vs exact" in d.value.columns)
     assert list(table3["method"]) == ["exact", "basis", "basis"] and list(table3["rank"]) == ["—", "1", "8"]
-    assert len(at.get("plotly_chart")) == 5
+    assert len(plots(at)) == 5
     assert all("http://127.0.0.1:9" not in m.value or "\\!\\[x\\]" in m.value for m in at.markdown)
 
     html = downloads["basis-lab-report-%d.html" % report_id]().decode()

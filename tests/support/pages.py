@@ -15,6 +15,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from app import state
+from app.display import CHART
 from storage import RunStore
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
@@ -50,11 +51,22 @@ def page(at: AppTest, name: str) -> AppTest:
     return at
 
 
+def plots(at: AppTest) -> list[dict]:
+    """The charts on the page (``app.display.plot``), in order: each its ``spec`` (the
+    figure as Plotly's JSON text, as ``st.plotly_chart`` sends it) and its Plotly ``config``."""
+    out = []
+    for element in at.get("bidi_component"):
+        if element.proto.component_name == CHART:
+            data = json.loads(element.proto.json)
+            out.append({"spec": data["spec"], "config": data["config"]})
+    return out
+
+
 def figures(at: AppTest) -> dict[str, dict]:
     """Plotly figures on the page by title, their arrays decoded."""
     out = {}
-    for chart in at.get("plotly_chart"):
-        spec = json.loads(chart.proto.spec)
+    for chart in plots(at):
+        spec = json.loads(chart["spec"])
         for trace in spec["data"]:
             for axis in ("x", "y"):
                 v = trace.get(axis)
