@@ -59,7 +59,7 @@ postgres:
 test: install-test browser postgres
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install
 	$(PY) bench/layer_speed.py
