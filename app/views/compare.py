@@ -78,6 +78,7 @@ def _picked() -> None:
 
 for name, key in _KEYS.items():  # a first visit: the defaults
     st.session_state.setdefault(key, NO_GROUP if name == "group" else getattr(viewstate.DEFAULT, name))
+hint = st.empty()  # a fixed slot: the charts below keep their place (and zoom) when the hint goes
 query = st.query_params.to_dict()
 if query and query != st.session_state.get(_URL):  # a link, a bookmark or a reload: show exactly that view
     _apply(viewstate.decode(query))
@@ -92,7 +93,7 @@ else:
     if not default:  # nothing selected yet: the latest sweep, the runs comparable to the newest
         newest = comparable_key(records[max(records)].config)
         default = [i for i in sorted(records) if comparable_key(records[i].config) == newest][-12:]
-        st.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
+        hint.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
     st.session_state["compare.pick"] = default
     state.set_selected(default)
 for note in st.session_state.pop("compare.notes", []):
@@ -115,7 +116,7 @@ if not ids:
     st.info("Pick one or more runs above (or tick them on the Runs page), or choose a sweep or a tag.")
     st.stop()
 
-c1, c2, c3, c4, c5 = st.columns([1.2, 2, 0.8, 1, 1.6])
+c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
 x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, key=_KEYS["x"],
              format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
 smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, key=_KEYS["smoothing"],
@@ -127,12 +128,11 @@ info_all = frames.describe_runs([records[i] for i in ids if i in records])
 group_options = [NO_GROUP, *frames.group_choices(info_all)]
 if st.session_state.get(_KEYS["group"]) not in group_options:
     st.session_state[_KEYS["group"]] = NO_GROUP
-g1, g2 = c5.columns([3, 2], vertical_alignment="bottom")
-group_by = g1.selectbox("Colour by", group_options, key=_KEYS["group"],
+group_by = c5.selectbox("Colour by", group_options, key=_KEYS["group"],
                         help="Colour the loss and cosine curves by a config field, a tag or the sweep instead of "
                              "by method (W&B's and Aim's group by).")
 group_by = None if group_by == NO_GROUP else group_by
-facet = g2.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
+facet = c6.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
                   help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
 
 view = _current()
