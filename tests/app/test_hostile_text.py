@@ -15,7 +15,7 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, choose, find_chromium, streamlit_server
 from tests.support.runs import TINY, fake_run
 
 HOST = "http://127.0.0.2:9"
@@ -100,8 +100,7 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
 
                 page.goto(f"{base}/launch")
                 page.get_by_text("Launch a sweep", exact=True).wait_for()
-                page.locator('[data-testid="stSelectbox"]').filter(has_text="Dataset").click()
-                page.get_by_role("option", name="files").click()
+                choose(page, "stSelectbox", "Dataset", "files")
                 path = page.get_by_label("Path or glob", exact=True)
                 path.fill(MARKDOWN_NAME)
                 path.press("Enter")

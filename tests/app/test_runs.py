@@ -22,7 +22,7 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, ROOT, find_chromium, playwright_and_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, ROOT, choose, find_chromium, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, dead_pid, fake_run, wait_for
 
@@ -404,6 +404,22 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
 TICK_ROW_0 = (12, 35 + 17)  # the row marker of the grid's first row, from its top left corner
 
 
+def _tick_first_row(page, attempts: int = 5) -> None:
+    """Tick the grid's first row. The grid is a canvas that may still be laying out when
+    it first shows, so a click that selects nothing is tried again (a click that did
+    select shows "1 selected")."""
+    selected = page.get_by_text("1 selected", exact=True)
+    for _ in range(attempts):
+        box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+        page.mouse.click(box["x"] + TICK_ROW_0[0], box["y"] + TICK_ROW_0[1])
+        try:
+            selected.wait_for(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 — playwright's TimeoutError: not ticked yet
+            continue
+    selected.wait_for()
+
+
 @pytest.mark.browser
 def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_cache):
     """Filter to running, tick the only row (run A), Stop it through the confirmation that
@@ -431,14 +447,11 @@ def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_ca
                 page.set_default_timeout(60_000)
                 page.goto(f"http://127.0.0.1:{port}/runs")
                 page.get_by_text("3 in all").wait_for()
-                page.locator('[data-testid="stMultiSelect"]').filter(has_text="Status").click()
-                page.get_by_role("option", name="running").click()
+                choose(page, "stMultiSelect", "Status", "running")
                 page.keyboard.press("Escape")
                 page.get_by_text("basis R=32 s0", exact=True).first.wait_for(state="attached")
                 page.get_by_text("Tick rows to").wait_for()
-                box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
-                page.mouse.click(box["x"] + TICK_ROW_0[0], box["y"] + TICK_ROW_0[1])
-                page.get_by_text("1 selected", exact=True).wait_for()
+                _tick_first_row(page)
                 page.get_by_role("button", name="Stop…").click()
                 dialog = page.get_by_role("dialog")
                 dialog.get_by_text(f"#{a} basis R=32 s0 (running)").wait_for()
@@ -453,10 +466,10 @@ def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_ca
                 page.get_by_text("Tick rows to").wait_for()
                 assert page.get_by_text("1 selected", exact=True).count() == 0
                 assert page.get_by_role("button", name="Stop…").is_disabled()
+                assert not store.cancel_requested(b) and store.get_run(b).status == "running"
             finally:
                 browser.close()
     finally:
-        assert not store.cancel_requested(b) and store.get_run(b).status == "running"
         store.close()
 
 

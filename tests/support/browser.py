@@ -88,3 +88,18 @@ def streamlit_server(env: dict, log_path: Path):
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+def choose(page, testid: str, label: str, option: str, attempts: int = 4) -> None:
+    """Open the ``testid`` widget (``stSelectbox``, ``stMultiSelect``) labelled ``label``
+    and pick ``option``. A click that lands while the page is still re-rendering opens
+    nothing, so the opening click is tried again until the option shows."""
+    wanted = page.get_by_role("option", name=option)
+    for _ in range(attempts):
+        page.locator(f'[data-testid="{testid}"]').filter(has_text=label).click()
+        try:
+            wanted.wait_for(timeout=10_000)
+            break
+        except Exception:  # noqa: BLE001 — playwright's TimeoutError: the list did not open
+            page.keyboard.press("Escape")
+    wanted.click()
