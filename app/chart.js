@@ -97,13 +97,14 @@ const FULLSCREEN_ICON = {
 
 // The buttons are the same objects on every call, and the config handed to Plotly never
 // changes: a changed config makes Plotly.react plot afresh and lose the zoom. So the
-// camera is this one, which reads the download options (the sidebar's format) when clicked.
+// camera is this one, which reads the download options (the sidebar's format) when clicked,
+// and one full-screen button both enters and leaves full screen.
 function buttons(Plotly, gd, box) {
   gd.basisLabButtons ??= {
     download: {name: "Download plot", title: "Download plot", icon: Plotly.Icons.camera,
                click: () => Plotly.downloadImage(gd, gd.basisLab.config.toImageButtonOptions || {})},
-    open: {name: "Fullscreen", title: "Fullscreen", icon: FULLSCREEN_ICON, click: () => box.requestFullscreen()},
-    close: {name: "Close fullscreen", title: "Close fullscreen", icon: FULLSCREEN_ICON, click: () => document.exitFullscreen()},
+    screen: {name: "Fullscreen", title: "Full screen (again to leave)", icon: FULLSCREEN_ICON,
+             click: () => (document.fullscreenElement === box ? document.exitFullscreen() : box.requestFullscreen())},
   };
   return gd.basisLabButtons;
 }
@@ -112,11 +113,11 @@ function draw(Plotly, gd, box) {
   const {spec, config} = gd.basisLab;
   const full = document.fullscreenElement === box;
   const layout = full ? {...spec.layout, height: window.innerHeight} : spec.layout;
-  const {download, open, close} = buttons(Plotly, gd, box);
+  const {download, screen} = buttons(Plotly, gd, box);
   const {toImageButtonOptions, ...rest} = config;
   return Plotly.react(gd, spec.data, layout, {
     ...rest, modeBarButtonsToRemove: [...(rest.modeBarButtonsToRemove || []), "toImage"],
-    modeBarButtonsToAdd: [download, full ? close : open],
+    modeBarButtonsToAdd: [download, screen],
   });
 }
 
@@ -146,8 +147,12 @@ export default async function ({data, parentElement}) {
     parentElement.style.background = "var(--st-background-color)";
     parentElement.addEventListener("fullscreenchange", () => draw(Plotly, gd, parentElement));
   }
+  // Streamlit keeps the newest call's cleanup, but runs an older call's as soon as that call
+  // resolves after a newer one began: only the newest call's may purge the shared plot.
   return () => {
-    gd.basisLabResize.disconnect();
+    if (gd.basisLab.spec !== spec) return;
+    gd.basisLabResize?.disconnect();
+    gd.basisLabResize = null;
     Plotly.purge(gd);
   };
 }

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import plotly
+import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 from streamlit.components.v2.manifest_scanner import ComponentConfig, ComponentManifest
@@ -70,6 +74,25 @@ def _plotly_js_url() -> str:
     return f"{'/' + base if base else ''}/_stcore/bidi-components/{name}/plotly.min.js"
 
 
+def _keep_what_the_reader_did(fig) -> go.Figure:
+    """A copy of ``fig`` whose Plotly UI state is tied to meaning, not position: each
+    trace's ``uid`` comes from its name (a digest, as a uid must be a plain token;
+    numbered when a name repeats, as a band's edges do), so a run hidden from the legend
+    stays hidden when runs are added before it; ``uirevision`` is the title and what each
+    axis shows (title and scale), so a zoom survives new data but not a switch of the x
+    axis to wall time or of y to a log scale."""
+    fig = go.Figure(fig)
+    seen: Counter = Counter()
+    for trace in fig.data:
+        name = str(trace.name or trace.legendgroup or "")
+        trace.uid = f"{hashlib.sha1(name.encode()).hexdigest()[:12]}-{seen[name]}"
+        seen[name] += 1
+    layout = fig.layout.to_plotly_json()
+    axes = sorted((k, str((v.get("title") or {}).get("text")), str(v.get("type")))
+                  for k, v in layout.items() if k.startswith(("xaxis", "yaxis")))
+    return fig.update_layout(uirevision=json.dumps([str((layout.get("title") or {}).get("text")), axes]))
+
+
 def plot(fig, key: str) -> None:
     """A chart whose zoom and legend choices survive live refreshes: one component per
     ``key`` (a stable identity, so the browser keeps one plot and updates it in place
@@ -80,6 +103,10 @@ def plot(fig, key: str) -> None:
     mounts a fresh plot and loses the zoom. The component gets the figure as
     ``st.plotly_chart`` would (``spec``: Plotly's JSON) and draws it in the same theme."""
     fmt = st.session_state.get(IMAGE_FORMAT, "png")
+    fig = _keep_what_the_reader_did(fig)
     config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "sendChartToCloud"],
               "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1, "filename": f"basis-lab-{key}"}}
+    if not Runtime.exists():  # a script run without a server (bare mode): nothing serves plotly.js
+        st.plotly_chart(fig, width="stretch", config=config, key=key)
+        return
     _chart(key=f"plot.{key}", data={"spec": pio.to_json(fig, validate=False), "config": config, "plotly": _plotly_js_url()})

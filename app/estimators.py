@@ -161,7 +161,7 @@ def mse_figure(results: pd.DataFrame, layer: str, *, split: bool, title: str | N
     fig.update_layout(
         title=title, height=height, margin=dict(l=70, r=20, t=70 if title or split else 20, b=50),
         legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0, title_text="estimator"),
-        hovermode="closest", template="plotly_white", uirevision=f"estimators-{split}",
+        hovermode="closest", template="plotly_white",
     )
     if not labels or frames[quantities[0]]["y"].isna().all():
         fig.add_annotation(text="nothing to draw for this layer", showarrow=False, xref="paper", yref="paper",

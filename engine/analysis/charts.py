@@ -116,7 +116,7 @@ def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
         # the legend sits under the title and pushes the plot down, clear of axis titles and tick labels
         legend=dict(orientation="h", yref="container", yanchor="top", y=1 - (44 if title else 8) / height, xanchor="left", x=0,
                     tracegroupgap=0, font=dict(size=12)),
-        hovermode="closest", template="plotly_white", uirevision=title or "chart",
+        hovermode="closest", template="plotly_white",
     )
     fig.update_xaxes(automargin=True)
     return fig

@@ -483,13 +483,23 @@ def _figure_title(fig: go.Figure) -> str:
 def write_figures(report: Report, directory: Path, width: int = 1000) -> list[Path]:
     """Write every figure as SVG into ``directory`` (created), with Plotly's static
     export (kaleido, which drives a local Chrome or Chromium; nothing is fetched). One
-    browser session draws them all."""
+    browser session draws them all. The driver can drop a figure without an error (it
+    logs a garbled message from the browser and goes on), so the files are checked: the
+    missing ones are drawn once more, and a figure still missing is a RuntimeError."""
     directory.mkdir(parents=True, exist_ok=True)
-    names = list(report.figures)
-    paths = [directory / f"{n}.{FIGURE_FORMAT}" for n in names]
-    if names:
-        pio.write_images([report.figures[n] for n in names], paths, format=FIGURE_FORMAT, width=width)
-    return paths
+    paths = {n: directory / f"{n}.{FIGURE_FORMAT}" for n in report.figures}
+    for p in paths.values():  # a file left from an earlier build must not pass for a new one
+        p.unlink(missing_ok=True)
+    for _ in range(2):
+        missing = [n for n, p in paths.items() if not p.is_file() or p.stat().st_size == 0]
+        if not missing:
+            break
+        pio.write_images([report.figures[n] for n in missing], [paths[n] for n in missing],
+                         format=FIGURE_FORMAT, width=width)
+    missing = [n for n, p in paths.items() if not p.is_file() or p.stat().st_size == 0]
+    if missing:
+        raise RuntimeError(f"the browser did not draw {', '.join(missing)}")
+    return list(paths.values())
 
 
 __all__ = ["Block", "Report", "build", "describe_selection", "figure_files", "md_text", "to_html", "to_markdown",

@@ -404,19 +404,24 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
 TICK_ROW_0 = (12, 35 + 17)  # the row marker of the grid's first row, from its top left corner
 
 
-def _tick_first_row(page, attempts: int = 5) -> None:
+def _tick_first_row(page, attempts: int = 4) -> None:
     """Tick the grid's first row. The grid is a canvas that may still be laying out when
-    it first shows, so a click that selects nothing is tried again (a click that did
-    select shows "1 selected")."""
+    it first shows, so a click can select nothing; it is tried again only once the app is
+    idle (no rerun under way) and still shows no selection, so a slow rerun of a click
+    that did tick is never answered by a second, un-ticking click."""
     selected = page.get_by_text("1 selected", exact=True)
+    running = page.locator('[data-testid="stStatusWidget"]')
     for _ in range(attempts):
         box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
         page.mouse.click(box["x"] + TICK_ROW_0[0], box["y"] + TICK_ROW_0[1])
         try:
-            selected.wait_for(timeout=10_000)
+            selected.wait_for(timeout=20_000)
             return
-        except Exception:  # noqa: BLE001 — playwright's TimeoutError: not ticked yet
-            continue
+        except Exception:  # noqa: BLE001 — playwright's TimeoutError: no selection shown yet
+            running.wait_for(state="hidden", timeout=60_000)
+            page.wait_for_timeout(1_000)
+            if selected.count():
+                return
     selected.wait_for()
 
 

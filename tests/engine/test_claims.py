@@ -120,6 +120,28 @@ def test_pooled_variance_weights_by_degrees_of_freedom():
     assert claims.pooled_variance([2.0], [64]).log_var == pytest.approx(2 / 63)
 
 
+def test_pooled_mse_weights_by_keys_with_the_bias_term():
+    p = claims.pooled_mse([2.0, 5.0], [1.0, -0.5], [1.0, 4.0], [10, 30])  # a negative b² estimate counts as 0
+    value = (10 * 2.0 + 30 * 5.0) / 40
+    var = (10 * (2 * 1.0 + 4 * 1.0 * 1.0) + 30 * (2 * 16.0)) / 40**2
+    assert p.value == pytest.approx(value) and p.log_var == pytest.approx(var / value**2)
+
+
+def test_the_mse_variance_is_exact_when_the_bias_lies_along_a_rank_one_covariance():
+    """e ~ N(β u, σ² u uᵀ): ‖e‖² = (β + σ z)², so Var ‖e‖² = 2σ⁴ + 4β²σ² = 2V² + 4b²V exactly
+    and Var M = (2V² + 4b²V)/K: the empirical variance of M over 4,000 draws of K = 64 keys
+    matches it within 12 % (the sample variance's own SE is about 2.2 %, kurtosis included
+    under 5 %); dropping the bias term would miss by a factor 9, doubling the SE by 4."""
+    rng = np.random.default_rng(7)
+    reps, keys, sigma, beta = 4000, 64, 0.5, 1.0
+    u = np.array([0.6, 0.8, 0.0])
+    e = (beta + sigma * rng.standard_normal((reps, keys)))[..., None] * u
+    m = (e**2).sum(-1).mean(1)
+    v, b2 = sigma**2, beta**2
+    p = claims.pooled_mse([m.mean()], [b2], [v], [keys])
+    assert np.var(m, ddof=1) == pytest.approx(p.log_var * p.value**2, rel=0.12)
+
+
 def test_ratio_reads_its_interval_and_zeros():
     r = claims.ratio(claims.Pooled(1.0, 0.01), claims.Pooled(2.0, 0.03))
     half = claims.Z * np.sqrt(0.04)
