@@ -90,13 +90,13 @@ def _view() -> None:
             st.error(plain(f"This run cannot be cloned: {e}"))
         else:
             st.switch_page("views/launch.py")
-    m = st.columns(6)
-    m[0].metric(f"steps done (of {run.steps:,})" if run.steps else "steps done", f"{run.steps_done:,}")
-    m[1].metric("val loss", f"{row.val_loss:.4f}" if pd.notna(row.val_loss) else "—")
-    m[2].metric("train loss", f"{row.train_loss:.4f}" if pd.notna(row.train_loss) else "—")
-    m[3].metric("mean cos", f"{row.cos_mean:.3f}" if pd.notna(row.cos_mean) else "—")
-    m[4].metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—")
-    m[5].metric("wall time", format_seconds(row.wall_s))
+    m = st.container(horizontal=True, gap="large")  # each figure as wide as it needs ("5 min 03 s" was cut), wrapping when narrow
+    m.metric(f"steps done (of {run.steps:,})" if run.steps else "steps done", f"{run.steps_done:,}", width="content")
+    m.metric("val loss", f"{row.val_loss:.4f}" if pd.notna(row.val_loss) else "—", width="content")
+    m.metric("train loss", f"{row.train_loss:.4f}" if pd.notna(row.train_loss) else "—", width="content")
+    m.metric("mean cos", f"{row.cos_mean:.3f}" if pd.notna(row.cos_mean) else "—", width="content")
+    m.metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—", width="content")
+    m.metric("wall time", format_seconds(row.wall_s), width="content")
     if run.error:
         first = run.error.splitlines()[0].removeprefix(f"{run.status}: ")  # "interrupted: interrupted: …" once
         st.error(plain(f"This run {run.status}: {first}"))

@@ -234,8 +234,9 @@ with form_col:
         shown = [w for w in ws if not w.sources or dataset in w.sources]
         flagged = any(w.name in notes for w in shown)
         with st.expander(GROUPS[group], expanded=flagged or group in ("method", "model", "training", "data")):
-            columns = st.columns(3)
             for i, w in enumerate(shown):
+                if i % 3 == 0:  # a row of columns per three fields: a narrow screen stacks them in reading order
+                    columns = st.columns(3)
                 _draw(w, columns[i % 3])
                 for kind, text in notes.get(w.name, []):  # the field's own error or warning, under it
                     getattr(columns[i % 3], kind)(plain(text), icon=":material/error:" if kind == "error" else

@@ -78,12 +78,25 @@ def _value_text(value) -> str:
 
 def group_values(info: pd.DataFrame, by: str) -> pd.Series:
     """Each run's value (text) of ``by``: a config field, ``tag`` (its tags joined, or
-    ``no tag``) or ``sweep`` (its sweep id, or ``no sweep``); indexed like ``info``."""
+    ``no tag``) or ``sweep`` (its sweep id, or ``no sweep``); indexed like ``info``. An
+    exact run's ``rank`` and ``lam`` are ``—``: they do not apply to it."""
     if by == GROUP_BY_TAG:
         return info["tags"].map(lambda ts: ", ".join(ts) if ts else "no tag")
     if by == GROUP_BY_SWEEP:
         return info["sweep"].map(lambda v: v or "no sweep")
-    return info["config"].map(lambda c: _value_text(c.get(by)))
+    values = info["config"].map(lambda c: _value_text(c.get(by)))
+    if by in ("rank", "lam"):  # exact backprop has neither (its stored config keeps the form's value)
+        exact = info["config"].map(lambda c: c.get("estimator") == "exact" or c.get("sketched_layers") == "none")
+        values = values.where(~exact, "—")
+    return values
+
+
+def _value_order(text: str):
+    """Numbers in numeric order (rank 8 before 16), then other values, then ``—``."""
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (2 if text == "—" else 1, 0.0, text)
 
 
 def grouped(info: pd.DataFrame, by: str | None) -> pd.DataFrame:
@@ -93,7 +106,7 @@ def grouped(info: pd.DataFrame, by: str | None) -> pd.DataFrame:
     if not by:
         return info
     values = group_values(info, by)
-    order = {v: i for i, v in enumerate(sorted(set(values)))}
+    order = {v: i for i, v in enumerate(sorted(set(values), key=_value_order))}
     out = info.copy()
     out["group"] = out["group"] + "|" + values
     out["color"] = values.map(lambda v: group_color(order[v]))
@@ -110,9 +123,9 @@ def grouped(info: pd.DataFrame, by: str | None) -> pd.DataFrame:
 
 def facets(info: pd.DataFrame, by: str) -> dict[str, pd.DataFrame]:
     """``info`` split by the value of ``by``, one part per value in sorted order (the
-    panels of a faceted chart, each titled ``by=value``)."""
+    panels of a faceted chart, each titled ``by=value``; numbers in numeric order)."""
     values = group_values(info, by)
-    return {f"{by}={v}": info[values == v] for v in sorted(set(values))}
+    return {f"{by}={v}": info[values == v] for v in sorted(set(values), key=_value_order)}
 
 
 def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Series:

@@ -92,7 +92,7 @@ class Report:
         out = [Block("heading", self.title, level=1),
                Block("text", text=f"{describe_selection(self.selection)}: {len(self.run_ids)} runs, compared at step "
                                f"{at}. Built {self.created_at} by BASIS Lab from the runs stored in its database; "
-                               "rebuild it at any time with `python -m engine report` or on the Report page.")]
+                               "rebuild it at any time on the Report page or with python -m engine report.")]
         out += [Block("heading", "Setup")]
         for section, rows in self.setup.items():
             out.append(Block("table", section, frame=pd.DataFrame(rows, columns=["item", "value"]), level=3))

@@ -453,3 +453,14 @@ def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
     faceted = figures(at)["Validation loss, by tag"]
     assert [a["text"] for a in faceted["layout"]["annotations"]] == ["tag=high", "tag=low"]
     assert dict(at.query_params).get("facet") in ("1", ["1"]) and dict(at.query_params).get("group") in ("tag", ["tag"])
+
+
+def test_colour_by_rank_leaves_exact_runs_out_and_orders_ranks_as_numbers(url, store):
+    ids = [fake_run(store, dataclasses.replace(TINY, rank=r)) for r in (16, 8, 1)]
+    exact = fake_run(store, dataclasses.replace(TINY, estimator="exact", rank=16))  # the form's rank, unused
+    info = frames.describe_runs([store.get_run(i) for i in [*ids, exact]])
+    assert frames.group_values(info, "rank").tolist() == ["16", "8", "1", "—"]
+    assert list(frames.facets(info, "rank")) == ["rank=1", "rank=8", "rank=16", "rank=—"]
+    colours = frames.grouped(info, "rank").set_index("run_id")["color"]
+    assert colours[exact] != colours[ids[0]]  # exact is not drawn as a rank-16 curve
+    assert [colours[i] for i in (ids[2], ids[1], ids[0])] == [charts.group_color(k) for k in range(3)]
