@@ -129,16 +129,10 @@ def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def wrap(label: str, width: int = 14) -> str:
-    """``label`` broken at spaces into lines of at most ``width`` characters (``<br>``),
-    for bar-axis categories; a longer word stays whole."""
-    lines: list[str] = []
-    for word in plain(label, PLOTLY).split(" "):
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return "<br>".join(lines)
+def _bar_height(bars: int, minimum: int) -> int:
+    """Height of a horizontal bar chart: room for each bar's label and its group, and
+    for the title and legend above."""
+    return max(minimum, 130 + 34 * bars)
 
 
 def _no_data(fig: go.Figure, message: str) -> go.Figure:
@@ -241,42 +235,47 @@ def panels_figure(
     return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 
-def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
-    """Grouped bars from a ``frames.memory_frame``: one panel per quantity (saved for
-    backward, peak, XLA temp), for each curve a bar in its colour beside a grey bar
-    for the exact baseline of its config, the ratio to that baseline written on the
-    coloured bar as run ÷ exact (``0.994×``). Bars are in MiB; bar labels are wrapped (:func:`wrap`)."""
+def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 300) -> go.Figure:
+    """Grouped horizontal bars from a ``frames.memory_frame``: one panel per quantity
+    (saved for backward, peak, XLA temp) side by side, sharing one axis of runs (each
+    named once, whole, top to bottom in the frame's order); for each curve a bar in its
+    colour beside a grey bar for the exact baseline of its config, the ratio to that
+    baseline written after the coloured bar as run ÷ exact (``0.994×``). Bars are in MiB."""
     if frame.empty:
         return _layout(_no_data(go.Figure(), "no memory figures recorded"), title, height)
     quantities = list(dict.fromkeys(frame["quantity"]))
-    fig = make_subplots(rows=1, cols=len(quantities), subplot_titles=quantities, horizontal_spacing=0.08)
+    fig = make_subplots(rows=1, cols=len(quantities), subplot_titles=quantities, horizontal_spacing=0.05,
+                        shared_yaxes=True)
     for i, quantity in enumerate(quantities, start=1):
         q = frame[frame["quantity"] == quantity]
         has_base = q["baseline_mib"].notna()
-        labels = [wrap(t) for t in q["trace"]]
+        labels = [plain(t, PLOTLY) for t in q["trace"]]
         fig.add_trace(go.Bar(
-            x=labels, y=q["mib"], name="run (run ÷ exact on top)", showlegend=i == 1, legendgroup="run",
-            marker=dict(color=list(q["color"])),
+            y=labels, x=q["mib"], orientation="h", name="run (run ÷ exact after it)", showlegend=i == 1,
+            legendgroup="run", marker=dict(color=list(q["color"])),
             text=[f"{r:.3f}×" if pd.notna(r) else "" for r in q["ratio"]], textposition="outside",
-            textfont=dict(size=12), cliponaxis=False, constraintext="none", zorder=1,  # its ratio drawn over the grey bar
-            customdata=q["ratio"], hovertemplate="<b>%{x}</b><br>%{y:,.3f} MiB, run ÷ exact %{customdata:.3f}×<extra></extra>",
+            textfont=dict(size=12), cliponaxis=False, constraintext="none",
+            customdata=q["ratio"], hovertemplate="<b>%{y}</b><br>%{x:,.3f} MiB, run ÷ exact %{customdata:.3f}×<extra></extra>",
         ), row=1, col=i)
         fig.add_trace(go.Bar(
-            x=[label for label, b in zip(labels, has_base) if b], y=q["baseline_mib"][has_base], name="exact baseline of its config",
-            showlegend=i == 1, legendgroup="baseline", marker=dict(color=BASELINE_COLOR),
-            hovertemplate="<b>%{x}</b><br>exact baseline %{y:,.3f} MiB<extra></extra>",
+            y=[label for label, b in zip(labels, has_base) if b], x=q["baseline_mib"][has_base], orientation="h",
+            name="exact baseline of its config", showlegend=i == 1, legendgroup="baseline",
+            marker=dict(color=BASELINE_COLOR), hovertemplate="<b>%{y}</b><br>exact baseline %{x:,.3f} MiB<extra></extra>",
         ), row=1, col=i)
         top = max(q["mib"].max(), q["baseline_mib"].max() if has_base.any() else 0)
-        fig.update_yaxes(title_text="MiB", range=[0, 1.18 * top if top > 0 else 1], row=1, col=i)
+        fig.update_xaxes(title_text="MiB", range=[0, 1.3 * top if top > 0 else 1], row=1, col=i)
     fig.update_layout(barmode="group")
-    fig.update_xaxes(tickangle=0)
-    return _clear_subplot_titles(_layout(fig, title, height))
+    fig.update_yaxes(autorange="reversed")  # the frame's first run on top
+    rows = frame["trace"].nunique()
+    return _clear_subplot_titles(_layout(fig, title, _bar_height(2 * rows, height)))
 
 
-def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
-    """Stacked bars from a ``frames.breakdown_frame``: one bar per run and one per its
-    exact baseline (labels wrapped), stacked by category in fixed category colours, in MiB."""
+def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: int = 300) -> go.Figure:
+    """Stacked horizontal bars from a ``frames.breakdown_frame``: one bar per run and one
+    per its exact baseline (each named whole, top to bottom in the frame's order),
+    stacked by category in fixed category colours, in MiB."""
     fig = go.Figure()
+    bars: list[str] = []
     if frame.empty:
         _no_data(fig, "no per-category memory recorded")
     else:
@@ -284,13 +283,14 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
         for category in dict.fromkeys(frame["category"]):
             part = frame[frame["category"] == category].set_index("bar").reindex(bars)
             fig.add_trace(go.Bar(
-                x=[wrap(b) for b in bars], y=part["mib"], name=category, marker=dict(color=CATEGORY_COLORS.get(category, "#999")),
-                hovertemplate=f"<b>%{{x}}</b><br>{category}: %{{y:,.3f}} MiB<extra></extra>",
+                y=[plain(b, PLOTLY) for b in bars], x=part["mib"], orientation="h", name=category,
+                marker=dict(color=CATEGORY_COLORS.get(category, "#999")),
+                hovertemplate=f"<b>%{{y}}</b><br>{category}: %{{x:,.3f}} MiB<extra></extra>",
             ))
         fig.update_layout(barmode="stack")
-        fig.update_xaxes(tickangle=0)
-    fig.update_yaxes(title_text="saved for backward (MiB)")
-    return _layout(fig, title, height)
+        fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="saved for backward (MiB)")
+    return _layout(fig, title, _bar_height(len(bars), height))
 
 
 def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:

@@ -222,7 +222,7 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         "setup": t["setup"],
         "method": t["estimator"],
         "rank": [_num(r, "d") for r in t["rank"]],
-        "λ": [_num(v, "g") for v in t["lam"]],
+        "λ": ["—" if e == "exact" else _num(v, "g") for e, v in zip(t["estimator"], t["lam"])],  # exact shrinks nothing
         "seeds": t["seeds"],
         "step": [_num(v, "d") for v in t["step"]],
         "val loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["val_loss_mean"], t["val_loss_std"])],

@@ -99,15 +99,17 @@ def test_memory_figure_bars_against_the_grey_baseline_with_the_ratio_written():
     fig = charts.memory_figure(frame)
     assert [a.text for a in fig.layout.annotations] == ["Saved for backward", "Peak device memory"]
     run, base, run2, base2 = fig.data
-    assert list(run.y) == [12.0, 6.0] and list(run.text) == ["1.000×", "0.500×"]
-    assert list(run.x) == ["exact s0", "basis R=8 s0"]
+    assert {t.orientation for t in fig.data} == {"h"}  # whole labels on the axis of runs, readable at any width
+    assert list(run.x) == [12.0, 6.0] and list(run.text) == ["1.000×", "0.500×"]
+    assert list(run.y) == ["exact s0", "basis R=8 s0"]
     assert list(run.marker.color) == [EXACT, R8]
-    assert run.name == "run (run ÷ exact on top)"
-    assert base.marker.color == charts.BASELINE_COLOR and list(base.y) == [12.0, 12.0]
-    assert list(base2.x) == ["exact s0"]  # no baseline bar where the baseline is unknown
+    assert run.name == "run (run ÷ exact after it)"
+    assert base.marker.color == charts.BASELINE_COLOR and list(base.x) == [12.0, 12.0]
+    assert list(base2.y) == ["exact s0"]  # no baseline bar where the baseline is unknown
     assert list(run2.text) == ["1.000×", ""]
-    assert fig.layout.yaxis.title.text == "MiB" and fig.layout.yaxis2.title.text == "MiB"
-    assert fig.layout.barmode == "group"
+    assert fig.layout.xaxis.title.text == "MiB" and fig.layout.xaxis2.title.text == "MiB"
+    assert fig.layout.xaxis.range[1] >= 1.2 * 12.0  # room for the ratio after the longest bar
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.barmode == "group"
 
 
 def test_breakdown_figure_stacks_categories_in_fixed_colours():
@@ -119,16 +121,12 @@ def test_breakdown_figure_stacks_categories_in_fixed_colours():
     fig = charts.breakdown_figure(frame)
     assert fig.layout.barmode == "stack"
     assert [t.name for t in fig.data] == ["sketched_inputs", "loss_logits"]
-    assert list(fig.data[0].x) == ["R=8", "R=8 · exact"] and list(fig.data[0].y) == [1.0, 4.0]
+    assert list(fig.data[0].y) == ["R=8", "R=8 · exact"] and list(fig.data[0].x) == [1.0, 4.0]
+    assert fig.data[0].orientation == "h" and fig.layout.yaxis.autorange == "reversed"
     assert fig.data[1].marker.color == charts.CATEGORY_COLORS["loss_logits"]
-    assert fig.layout.yaxis.title.text == "saved for backward (MiB)"
+    assert fig.layout.xaxis.title.text == "saved for backward (MiB)"
 
 
-
-def test_wrap_breaks_long_labels_at_spaces():
-    assert charts.wrap("basis R=32 λ=0.01 s0") == "basis R=32<br>λ=0.01 s0"
-    assert charts.wrap("exact s0") == "exact s0"
-    assert charts.wrap("averyveryverylongword x", width=5) == "averyveryverylongword<br>x"
 
 @pytest.mark.parametrize("builder", [charts.memory_figure, charts.breakdown_figure])
 def test_bar_figures_on_empty_frames_say_so(builder):
