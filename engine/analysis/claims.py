@@ -328,10 +328,10 @@ CLAIMS = (
     Claim("a", "Balanced hashing lowers the variance of the dW estimate.",
           "(a) is supported when, in the stored estimator diagnoses (all sketched layers pooled; the diagnoses that "
           "hold both estimators of a pair pooled, their keys combined), balanced hashing has a significantly lower dW "
-          "variance than uniform hashing at every rank and λ measured with both, for each pair measured (balanced vs "
-          f"countsketch; basis vs scalars): the {100 * CONFIDENCE:g} % interval of the variance ratio, "
+          "variance than uniform hashing at every rank and λ measured with both (ranks where both are exact are left out), for each pair "
+          f"measured (balanced vs countsketch; basis vs scalars): the {100 * CONFIDENCE:g} % interval of the variance ratio, "
           f"V₁/V₂ · exp(± {Z:.2f} √(2/ν₁ + 2/ν₂)) with ν = K − 1 for one diagnosis of K keys and "
-          "ν = (Σ (K_j − 1) V_j)² / Σ (K_j − 1) V_j² for several (the Gaussian approximation of a sample variance, "
+          "ν = (Σ (Kⱼ − 1) Vⱼ)² / Σ (Kⱼ − 1) Vⱼ² for several (the Gaussian approximation of a sample variance, "
           "conservative: Var V ≤ 2V²/(K − 1)), lies below 1; not supported when "
           "at some rank it lies above 1; inconclusive when neither (some interval holds 1, none lies above it); not "
           "measured when no diagnosis holds such a pair.", _hashing),
