@@ -79,4 +79,7 @@ def test_chart_legends_show_html_in_run_names_as_text():
     fig = charts.line_figure(frame, y_title="loss")
     names = [t.name for t in fig.data if t.name]
     assert names and all("<a" not in n and "&lt;a href" in n for n in names)
-    assert "<a" not in charts.wrap(name) and "<br>" not in charts.wrap("short")
+    bars = charts.memory_figure(pd.DataFrame({"trace": [name], "color": ["#404040"], "quantity": ["Saved for backward"],
+                                              "mib": [1.0], "baseline_mib": [2.0], "ratio": [0.5]}))
+    labels = [y for t in bars.data for y in t.y]
+    assert labels and all("<a" not in y and "&lt;a href" in y for y in labels)  # bar labels too
