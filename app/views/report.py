@@ -18,6 +18,7 @@ from engine.analysis import report as rep
 from engine.runner import liveness, reports
 from storage import StorageError
 
+WRAPPED_COLUMNS = 3  # a table this narrow holds text (item · value, claim · verdict · numbers)
 lab = state.lab()
 store = lab.store
 st.title("Reports")
@@ -99,7 +100,11 @@ def _show(report: rep.Report) -> None:
             st.markdown(f"**{plain(b.title)}**")
             if b.text:
                 st.caption(plain(b.text))
-            st.dataframe(b.frame, hide_index=True, width="stretch")
+            if len(b.frame.columns) <= WRAPPED_COLUMNS:  # text tables (setup, claims): cells wrap, as in the HTML
+                shown = b.frame.map(lambda v: plain(str(v))).rename(columns=lambda c: plain(str(c)))
+                st.table(shown, hide_index=True)
+            else:  # wide tables of numbers (Table 3, diagnoses) scroll sideways
+                st.dataframe(b.frame, hide_index=True, width="stretch")
         elif b.kind == "figure":
             plot(report.figures[b.name], f"report.{b.name}")
             st.caption(plain(b.text))

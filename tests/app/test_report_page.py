@@ -35,7 +35,7 @@ def test_the_report_page_shows_a_stored_report_and_downloads_it(url, store, down
     at = page(at.run(), "report")
     assert not at.error
     assert [h.value for h in at.header][0].replace("\\", "") == "Reproduction of the paper: sweep sw-page"  # tagged reproduce
-    claims = next(d.value for d in at.dataframe if list(d.value.columns) == ["claim", "verdict", "numbers"])
+    claims = next(d.value for d in at.table if list(d.value.columns) == ["claim", "verdict", "numbers"])  # wraps
     assert len(claims) == 5 and set(claims["verdict"]) <= {"supported", "inconclusive", "not supported", "not measured"}
     table3 = next(d.value for d in at.dataframe if "Δ val vs exact" in d.value.columns)
     assert list(table3["method"]) == ["exact", "basis", "basis"] and list(table3["rank"]) == ["—", "1", "8"]

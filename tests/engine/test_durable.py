@@ -58,20 +58,20 @@ def _val_losses(store: RunStore, run_id: int) -> dict[int, float]:
 @pytest.mark.slow
 def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     url, ckpt_root = lab
-    args = [*TINY, "--steps", "300", "--checkpoint-interval", "20", "--estimator", "basis", "--rank", "8"]
+    args = [*TINY, "--steps", "160", "--checkpoint-interval", "20", "--estimator", "basis", "--rank", "8"]
     proc = _cli("run", *args)
     store = RunStore(url)
     run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
-    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 100, what="a checkpoint at step 100")
+    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 60, what="a checkpoint at step 60")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
-    assert store.get_run(run_id).steps_done < 300
+    assert store.get_run(run_id).steps_done < 160
     assert main(["list"]) == 0  # the dead owner is seen on read
     assert store.get_run(run_id).status == "interrupted"
 
     assert main(["resume", str(run_id)]) == 0
     resumed = store.get_run(run_id)
-    assert resumed.status == "finished" and resumed.steps_done == 300
+    assert resumed.status == "finished" and resumed.steps_done == 160
     assert "resumed from the checkpoint at step" in resumed.notes
 
     assert main(["run", *args, "--name", "straight"]) == 0
@@ -104,7 +104,7 @@ def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
 @pytest.mark.slow
 def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
     url, _ = lab
-    proc = _cli("sweep", *TINY, "--steps", "200", "--ranks", "2,4,8", "--checkpoint-interval", "20")
+    proc = _cli("sweep", *TINY, "--steps", "100", "--ranks", "2,4,8", "--checkpoint-interval", "20")
     store = RunStore(url)
     wait_for(lambda: len(store.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.list_runs()),
               what="the sweep to start")
@@ -116,7 +116,7 @@ def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
     assert [r.status for r in runs] == ["finished"] * 3
     for r in runs:
         steps = sorted(_val_losses(store, r.id))
-        assert steps == [0, *range(20, 201, 20)]
+        assert steps == [0, *range(20, 101, 20)]
 
 
 @pytest.mark.slow

@@ -61,7 +61,7 @@ def test_two_workers_race_on_sqlite(tmp_path):
 @pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_its_run_resumes_from_its_checkpoint(db_url, tmp_path):
     store = RunStore(db_url)
-    long = QUICK.replace(steps=300, eval_interval=20, checkpoint_interval=20)
+    long = QUICK.replace(steps=160, eval_interval=20, checkpoint_interval=20)
     run_id = jobs.queue_runs(store, [long])[0]
     ckpt = tmp_path / "shared-ckpt"
     first = _worker(db_url, ckpt, "--max-runs", "1")
@@ -76,14 +76,14 @@ def test_a_killed_worker_is_replaced_and_its_run_resumes_from_its_checkpoint(db_
     run = store.get_run(run_id)
     assert run.status == "finished" and run.owner.endswith(f":{second.pid}")
     assert "resumed from the checkpoint at step" in run.notes
-    assert _steps(store, run_id) == [0, *range(20, 301, 20)]
+    assert _steps(store, run_id) == [0, *range(20, 161, 20)]
 
 
 @pytest.mark.slow
 def test_without_the_checkpoints_a_replacement_restarts_from_zero_and_says_why(tmp_path):
     url = f"sqlite:///{tmp_path / 'lab.db'}"
     store = RunStore(url)
-    run_id = jobs.queue_runs(store, [QUICK.replace(steps=200, eval_interval=20, checkpoint_interval=20)])[0]
+    run_id = jobs.queue_runs(store, [QUICK.replace(steps=120, eval_interval=20, checkpoint_interval=20)])[0]
     first = _worker(url, tmp_path / "machine-a")
     wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 40, what="a checkpoint at step 40")
     first.send_signal(signal.SIGKILL)
@@ -93,7 +93,7 @@ def test_without_the_checkpoints_a_replacement_restarts_from_zero_and_says_why(t
     assert second.returncode == 0, out
     run = store.get_run(run_id)
     assert run.status == "finished" and "restarted from step 0" in run.notes
-    assert _steps(store, run_id) == [0, *range(20, 201, 20)]
+    assert _steps(store, run_id) == [0, *range(20, 121, 20)]
 
 
 @pytest.mark.slow
