@@ -411,8 +411,13 @@ def _tick_first_row(page, attempts: int = 4) -> None:
     that did tick is never answered by a second, un-ticking click."""
     selected = page.get_by_text("1 selected", exact=True)
     running = page.locator('[data-testid="stStatusWidget"]')
+    grid = page.locator('[data-testid="stDataFrame"]').first
     for _ in range(attempts):
-        box = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+        running.wait_for(state="hidden", timeout=60_000)
+        grid.wait_for(state="visible")
+        box = grid.bounding_box()
+        if box is None:  # re-rendered between the two calls
+            continue
         page.mouse.click(box["x"] + TICK_ROW_0[0], box["y"] + TICK_ROW_0[1])
         try:
             selected.wait_for(timeout=20_000)

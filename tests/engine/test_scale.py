@@ -25,7 +25,7 @@ Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unl
 
 def run_check(name: str, *args, devices: int = 4, timeout: float = 1500) -> dict:
     """Run ``scale_checks.NAME(*args)`` in a process with ``devices`` forced CPU devices."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
            "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-m", "tests.support.scale_checks", name, *map(json.dumps, args)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -214,7 +214,7 @@ RUN_FLAGS = ["run", "--preset", "tiny", "--batch-size", "4", "--devices", "0", "
 
 
 def _engine(args, devices: int, **env) -> subprocess.Popen:
-    full = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
+    full = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
             "JAX_PLATFORMS": "cpu", **env}
     return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
