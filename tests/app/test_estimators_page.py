@@ -11,7 +11,7 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run
 
@@ -65,13 +65,7 @@ def test_cancel_on_the_page_asks_the_running_diagnosis_to_stop(url, store):
 
 @pytest.mark.browser
 def test_enter_in_a_diagnosis_field_starts_nothing_in_a_real_browser(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
     db = f"sqlite:///{tmp_path / 'enter.db'}"
     store = RunStore(db)
     fake_run(store, TINY)

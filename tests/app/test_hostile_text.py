@@ -15,7 +15,7 @@ import time
 import pytest
 
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, choose, find_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, choose, playwright_and_chromium, streamlit_server
 from tests.support.runs import TINY, fake_run
 
 HOST = "http://127.0.0.2:9"
@@ -46,13 +46,7 @@ def _outside(requests: list[str], port: int) -> list[str]:
 
 @pytest.mark.browser
 def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
     db = f"sqlite:///{tmp_path / 'hostile.db'}"
     store = RunStore(db)
     tagged = _Tagged(store)

@@ -22,7 +22,7 @@ import pytest
 from app import display, form, state, tables
 from engine.runner import liveness
 from storage import RunStore
-from tests.support.browser import CHROMIUM_ARGS, ROOT, choose, find_chromium, playwright_and_chromium, streamlit_server
+from tests.support.browser import CHROMIUM_ARGS, ROOT, choose, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, dead_pid, fake_run, wait_for
 
@@ -435,13 +435,7 @@ def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_ca
     """Filter to running, tick the only row (run A), Stop it through the confirmation that
     names it; A leaves the filter and B starts, taking A's row: B is not ticked, and
     nothing can be stopped by a second click."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
     db = f"sqlite:///{tmp_path / 'tick.db'}"
     store = RunStore(db)
     a = fake_run(store, dataclasses.replace(TINY, steps=400), status="running", steps_done=10)

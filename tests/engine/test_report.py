@@ -172,15 +172,9 @@ def test_the_html_is_one_file_with_plotly_inlined_once(written):
 
 @pytest.mark.browser
 def test_the_html_opens_offline_in_chromium_with_every_figure_drawn(written):
-    from tests.support.browser import CHROMIUM_ARGS, find_chromium
+    from tests.support.browser import CHROMIUM_ARGS, playwright_and_chromium
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("Playwright for Python is not installed (pip install playwright)")
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no Chromium: scripts/install_browser.sh needs root and apt-get to install Debian's chromium")
+    sync_playwright, chromium = playwright_and_chromium()
     built, paths = written
     attempted = []
 
