@@ -12,6 +12,7 @@ from engine.analysis.summary import (
     MISSING,
     PAPER_TABLE3,
     REFERENCE,
+    paper_note,
     TABLE3_COLUMNS,
     common_step,
     render,
@@ -20,7 +21,7 @@ from engine.analysis.summary import (
 )
 from engine.cli import main as cli
 from engine.config import RunConfig
-from engine.core.stats import BETTER, ONE_SEED, WITHIN_NOISE, WORSE, paired_delta
+from engine.core.stats import BETTER, EQUIVALENT, INCONCLUSIVE, ONE_SEED, WORSE, paired_delta
 from engine.runner.queries import run_summary, run_table3, table3_text
 from storage import RunStore
 
@@ -63,7 +64,10 @@ def test_paired_delta_matches_scipy_on_random_pairs(n):
     assert d.std == pytest.approx(np.std(method - exact, ddof=1), rel=1e-12)
     assert (d.ci_low, d.ci_high) == pytest.approx((ref.low, ref.high), rel=1e-10)
     assert (d.ci_low, d.ci_high) == pytest.approx((low, high), rel=1e-10)
-    expected = BETTER if ref.high < 0 else WORSE if ref.low > 0 else WITHIN_NOISE
+    eq = stats.ttest_rel(method, exact).confidence_interval(0.90)
+    assert (d.ci90_low, d.ci90_high) == pytest.approx((eq.low, eq.high), rel=1e-10)
+    inside = -d.margin < eq.low and eq.high < d.margin
+    expected = EQUIVALENT if inside else BETTER if ref.high < 0 else WORSE if ref.low > 0 else INCONCLUSIVE
     assert d.verdict == expected
 
 
@@ -73,11 +77,12 @@ def test_paired_delta_verdicts_and_edge_cases():
     assert math.isnan(one.std) and math.isnan(one.ci_low) and math.isnan(one.ci_high)  # never a zero std
     two = paired_delta([0.1, 0.3])  # t_{0.975,1} = 12.706: a wide interval
     half = stats.t.ppf(0.975, 1) * np.std([0.1, 0.3], ddof=1) / math.sqrt(2)
-    assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == WITHIN_NOISE
+    assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == INCONCLUSIVE
     # all-equal differences: std 0, the interval is the point; the verdict follows the sign
     same = paired_delta([-0.05, -0.05, -0.05])
     assert same.std == 0 and same.ci_low == same.ci_high == pytest.approx(-0.05) and same.verdict == BETTER
-    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == WITHIN_NOISE
+    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == EQUIVALENT
+    assert paired_delta([0.01] * 3).verdict == EQUIVALENT and paired_delta([0.01] * 3, margin=0.005).verdict == WORSE
     assert paired_delta([-1.0, -1.1, -0.9]).verdict == BETTER and paired_delta([1.0, 1.1, 0.9]).verdict == WORSE
     assert paired_delta([np.nan, 0.2]).n == 1
     none = paired_delta([])
@@ -170,12 +175,14 @@ def test_table3_pools_seeds_within_a_config_only(store):
     assert r32["delta_val_std"] == pytest.approx(np.std([0.1, 0.3], ddof=1)) and r32["paired_seeds"] == 2
     ci = stats.ttest_rel([6.1, 6.5], [6.0, 6.2]).confidence_interval(0.95)
     assert (r32["delta_val_ci95_low"], r32["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high))
-    assert r32["verdict"] == WITHIN_NOISE
+    assert r32["verdict"] == INCONCLUSIVE  # holds 0, reaches past ±0.02
+    assert r32["delta_val_by_seed"] == "s0 +0.1000, s1 +0.3000" and r32["margin"] == 0.02
     assert r32["mem_saved_ratio"] == pytest.approx(0.5)  # run ÷ exact
-    assert r32["paper_val_loss"] == PAPER_TABLE3[32]
+    note = paper_note(t)  # the paper's figures beside the table, labelled, not in its rows
+    assert "paper_val_loss" not in t and f"basis R=32 {PAPER_TABLE3[32]:.3f}" in note and "one run per method" in note
     assert r32["train_loss_mean"] == pytest.approx(6.8) and r32["missing_seeds"] == ""
     exact = _row(t, "exact")
-    assert exact["paper_val_loss"] == PAPER_TABLE3[None] and exact["verdict"] == REFERENCE
+    assert exact["verdict"] == REFERENCE and exact["delta_val_by_seed"] == ""
     assert np.isnan(exact["delta_val_mean"]) and exact["mem_saved_ratio"] == pytest.approx(1.0)
     alone = _row(t, "basis", 32, seeds=1)
     assert alone["verdict"] == "no exact pair" and np.isnan(alone["delta_val_mean"]) and np.isnan(alone["val_loss_std"])
@@ -271,12 +278,12 @@ def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monke
     ci = stats.ttest_rel(d, np.zeros(3)).confidence_interval(0.95)
     assert r8["seeds"] == 3 and r8["step"] == 20 and r8["delta_val_mean"] == pytest.approx(d.mean(), rel=1e-12)
     assert (r8["delta_val_ci95_low"], r8["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
-    assert r8["verdict"] == ("worse" if ci.low > 0 else "within noise")
+    assert r8["verdict"] == ("worse" if ci.low > 0 else "inconclusive")
     assert r8["mem_saved_ratio"] == pytest.approx(0.25)
     exact_ids = [r.id for r in store.list_runs() if r.estimator == "exact"]
     assert cli.main(["summary", "--runs", *map(str, exact_ids), "--at-step", "10", "--format", "markdown"]) == 0
     md = capsys.readouterr().out
-    assert "basis" not in md and "| exact" in md
+    assert "| basis" not in md and "| exact" in md
     out_file = tmp_path / "t3.tex"
     assert cli.main(["summary", "--format", "latex", "--out", str(out_file)]) == 0
     assert "\\begin{tabular}" in out_file.read_text()
