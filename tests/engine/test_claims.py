@@ -1,6 +1,8 @@
 """The claims rules (``engine.analysis.claims``) on fixed tables: one case per verdict per claim."""
 
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,9 +10,9 @@ from scipy import stats
 
 from engine.analysis import claims
 from engine.analysis.claims import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
-from engine.analysis.frames import RUN_TIME_COLUMNS
+from engine.analysis.frames import RUN_TIME_COLUMNS, run_time_frame, shared_runs
 from engine.analysis.summary import TABLE3_COLUMNS
-from engine.core.stats import PRIOR_DELTA_SD, paired_delta, seeds_needed, tost_power
+from engine.core.stats import PRIOR_DELTA_SD, paired_delta, seeds_needed, slope, slope_power, slope_runs_needed, tost_power
 
 MIB = 2**20
 
@@ -383,3 +385,53 @@ def test_every_claim_has_a_sentence_a_rule_naming_its_thresholds_and_a_verdict()
     assert "deterministic" in verdicts[3].power and verdicts[2].power and verdicts[4].power
     frame = claims.verdict_frame(verdicts)
     assert list(frame.columns) == ["claim", "verdict", "numbers"] and len(frame) == 5
+
+
+# --------------------------------------------------------------------------- (e) by simulation
+
+def test_e_slope_interval_covers_the_true_slope_and_its_power_is_the_simulated_rate():
+    """Per-run step times 20 + 0.05·R + N(0, 1) ms at R 1, 8, 32, 64, 2 runs each: the slope's
+    95 % interval covers 0.05 in ≥ 93 % of 1000 replicates, and the share of replicates whose
+    interval excludes 0 is ``slope_power`` within 3 binomial SE."""
+    rng = np.random.default_rng(26)
+    x = np.repeat(RANKS, 2).astype(float)
+    fits = [slope(x, 20 + 0.05 * x + rng.normal(0, 1.0, len(x))) for _ in range(1000)]
+    assert np.mean([f.low <= 0.05 <= f.high for f in fits]) >= 0.93
+    found = np.mean([f.low > 0 for f in fits])  # a one-sided share of the two-sided test: the other side is ~0
+    power = slope_power(RANKS, 2, 1.0, 0.05)
+    assert abs(found - power) <= 3 * math.sqrt(power * (1 - power) / 1000), (found, power)
+    need = slope_runs_needed(RANKS, 1.0, 0.05)
+    assert slope_power(RANKS, need, 1.0, 0.05) >= 0.8 > slope_power(RANKS, need - 1, 1.0, 0.05)
+
+
+def test_shared_runs_are_those_that_overlapped_another_on_one_machine():
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    t0 = datetime.now(timezone.utc) - timedelta(days=1)
+
+    def run(i, start, end, owner="lab-a:11"):
+        return SimpleNamespace(id=i, owner=owner, worker_id=None, started_at=t0 + timedelta(minutes=start),
+                               finished_at=None if end is None else t0 + timedelta(minutes=end))
+
+    records = [run(1, 0, 10), run(2, 5, 15, owner="lab-a:12"),  # one host, overlapping: both shared
+               run(3, 20, 30), run(4, 30, 40),                   # back to back: alone
+               run(5, 50, 60, owner="lab-b:1"), run(6, 50, 60, owner="lab-c:1"),  # two machines: alone
+               run(7, 70, None), SimpleNamespace(id=8, owner=None, worker_id=None, started_at=None, finished_at=None)]
+    assert shared_runs(records) == {1, 2}
+    assert shared_runs([*records, run(9, 75, 76)]) == {1, 2, 7, 9}  # a run still going overlaps what starts after it
+
+
+def test_run_time_frame_reads_each_runs_windows(tmp_path):
+    from storage import RunStore
+    from tests.support.runs import TINY, fake_run
+
+    store = RunStore(f"sqlite:///{tmp_path / 't.db'}")
+    ids = [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "rank": r, "seed": 0})) for r in (4, 16)]
+    ids.append(fake_run(store, TINY.__class__(**{**TINY.to_dict(), "estimator": "exact", "seed": 0})))
+    records = store.list_runs()
+    frame = run_time_frame(records, store.metrics(ids))
+    assert list(frame.columns) == RUN_TIME_COLUMNS and sorted(frame["run_id"]) == sorted(ids)
+    rows = TINY.effective_batch_size * TINY.effective_seq_len
+    assert np.allclose(frame["ms"], 1000.0 * rows / 1000.0) and (frame["windows"] == 4).all()  # 1000 tokens/s
+    assert not frame["shared"].any()  # written one after another
