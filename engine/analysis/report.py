@@ -39,8 +39,8 @@ from tabulate import tabulate
 
 from engine.analysis import charts, claims, frames
 from engine.analysis.summary import TABLE3_COLUMNS, display_frame, paper_note, table3
-from engine.core.stats import MARGIN, check_margin
 from engine.config import GROUPS, method_label, schema, stored
+from engine.core.stats import MARGIN, check_margin
 from engine.training.timing import format_seconds
 
 REPORT_VERSION = 1

@@ -12,7 +12,15 @@ from engine.analysis import claims
 from engine.analysis.claims import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
 from engine.analysis.frames import RUN_TIME_COLUMNS, run_time_frame, shared_runs
 from engine.analysis.summary import TABLE3_COLUMNS
-from engine.core.stats import PRIOR_DELTA_SD, paired_delta, seeds_needed, slope, slope_power, slope_runs_needed, tost_power
+from engine.core.stats import (
+    PRIOR_DELTA_SD,
+    paired_delta,
+    seeds_needed,
+    slope,
+    slope_power,
+    slope_runs_needed,
+    tost_power,
+)
 
 MIB = 2**20
 

@@ -12,9 +12,9 @@ from engine.analysis.summary import (
     MISSING,
     PAPER_TABLE3,
     REFERENCE,
-    paper_note,
     TABLE3_COLUMNS,
     common_step,
+    paper_note,
     render,
     summarize,
     table3,
@@ -441,3 +441,14 @@ def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_equivalent(store):
     row = _row(t, "basis", rows)
     assert row["paired_seeds"] == 3 and row["step"] == 3
     assert abs(row["delta_val_mean"]) < 1e-3 and row["verdict"] == EQUIVALENT, row.to_dict()
+
+
+def test_tost_power_at_many_seeds_and_at_the_margin():
+    """Large n: the χ² mass is a narrow peak the integral must find (1,000 seeds once read 0 %).
+    At a true Δ of exactly δ the test's size is α = 5 % once the SD is well estimated."""
+    assert tost_power(1000, PRIOR_DELTA_SD, 0.02) > 0.999
+    assert tost_power(10_000, 0.3, 0.02) > tost_power(2_000, 0.3, 0.02) > tost_power(500, 0.3, 0.02)
+    assert tost_power(200, PRIOR_DELTA_SD, 0.02, true_delta=0.02) == pytest.approx(0.05, abs=0.002)
+    assert tost_power(1, 0.01, 0.02) == 0.0 and tost_power(3, 0.0, 0.02) == 1.0
+    with pytest.raises(ValueError, match="margin must be a number of nats > 0"):
+        tost_power(3, 0.01, 0.0)
