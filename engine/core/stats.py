@@ -220,20 +220,25 @@ class Slope(NamedTuple):
 
 
 def slope(x, y, confidence: float = CONFIDENCE) -> Slope:
-    """The least-squares slope of ``y`` on ``x`` and its t-intervals (n − 2 degrees of
-    freedom); NaN intervals with fewer than 3 points or a single x."""
+    """The least-squares slope b = Σ (x − x̄)(y − ȳ) / Σ (x − x̄)² of ``y`` on ``x`` and its
+    t-intervals b ± t_{n−2} · σ̂ / √Σ (x − x̄)², σ̂² = Σ residual² / (n − 2) (``scipy.stats.linregress``'s
+    standard error; zero when the points lie on a line, the interval then the point). NaN
+    intervals with fewer than 3 points; NaN everything with a single x."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     n = len(x)
     if n < 2 or np.ptp(x) == 0:
         return Slope(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, n)
-    fit = stats.linregress(x, y)
+    dx = x - x.mean()
+    sxx = float(np.sum(dx**2))
+    b = float(np.sum(dx * (y - y.mean())) / sxx)
+    a = float(y.mean() - b * x.mean())
     if n < 3:
-        return Slope(float(fit.slope), math.nan, math.nan, math.nan, math.nan, float(fit.intercept), math.nan, n)
-    resid = y - (fit.intercept + fit.slope * x)
-    sd = float(math.sqrt(np.sum(resid**2) / (n - 2)))
-    low, high = _interval(float(fit.slope), float(fit.stderr), n - 1, confidence)  # n − 2 degrees of freedom
-    low90, high90 = _interval(float(fit.slope), float(fit.stderr), n - 1, 1 - 2 * EQUIVALENCE_ALPHA)
-    return Slope(float(fit.slope), low, high, low90, high90, float(fit.intercept), sd, n)
+        return Slope(b, math.nan, math.nan, math.nan, math.nan, a, math.nan, n)
+    sd = float(math.sqrt(np.sum((y - a - b * x) ** 2) / (n - 2)))
+    se = sd / math.sqrt(sxx)
+    low, high = _interval(b, se, n - 1, confidence)  # _interval takes n and uses n − 1: here n − 2 degrees of freedom
+    low90, high90 = _interval(b, se, n - 1, 1 - 2 * EQUIVALENCE_ALPHA)
+    return Slope(b, low, high, low90, high90, a, sd, n)
 
 
 def slope_power(xs, runs: int, residual_sd: float, true_slope: float, confidence: float = CONFIDENCE) -> float:

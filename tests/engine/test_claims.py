@@ -443,3 +443,16 @@ def test_run_time_frame_reads_each_runs_windows(tmp_path):
     rows = TINY.effective_batch_size * TINY.effective_seq_len
     assert np.allclose(frame["ms"], 1000.0 * rows / 1000.0) and (frame["windows"] == 4).all()  # 1000 tokens/s
     assert not frame["shared"].any()  # written one after another
+
+
+def test_slope_matches_linregress_and_a_perfect_line_has_a_point_interval():
+    rng = np.random.default_rng(5)
+    x = np.repeat(RANKS, 3).astype(float)
+    y = 3 + 0.2 * x + rng.normal(0, 0.5, len(x))
+    fit, ref = slope(x, y), stats.linregress(x, y)
+    half = stats.t.ppf(0.975, len(x) - 2) * ref.stderr
+    assert (fit.slope, fit.intercept) == pytest.approx((ref.slope, ref.intercept), rel=1e-12)
+    assert (fit.low, fit.high) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-12)
+    flat = slope(x, np.full(len(x), 64.0))  # every run timed the same (linregress gives no error here)
+    assert (flat.slope, flat.low, flat.high, flat.low90, flat.high90, flat.residual_sd) == (0, 0, 0, 0, 0, 0)
+    assert np.isnan(slope([1.0, 64.0], [20.0, 30.0]).low) and np.isnan(slope([8.0] * 3, [1.0, 2.0, 3.0]).slope)
