@@ -129,6 +129,22 @@ def test_a_stored_and_rebuilt_report_holds_the_summary_numbers(lab, tmp_path, ca
     store.close()
 
 
+def test_a_report_judges_against_the_margin_it_is_built_with_and_keeps_it(lab, capsys):
+    url, ids, sweep = lab
+    assert main(["report", "--db", url, "--runs", *map(str, ids), "--margin", "0.05"]) == 0
+    report_id = int(re.search(r"stored as report (\d+)", capsys.readouterr().err).group(1))
+    store = RunStore(url)
+    built = reports.load(store, report_id)
+    r32 = built.table3[(built.table3["estimator"] == "basis") & (built.table3["rank"] == 32)].iloc[0]
+    assert built.selection["margin"] == 0.05 and r32["margin"] == 0.05
+    assert r32["verdict"] == "equivalent" and -0.05 < r32["delta_val_ci90_low"] < r32["delta_val_ci90_high"] < 0.05
+    assert {v.key: v.verdict for v in built.verdicts}["c"] == "supported"
+    assert "δ = 0.05 nats" in rep.to_markdown(built, "f")
+    _, again = reports.rebuild(store, report_id)  # rebuilt from its selection: the same margin
+    assert (again.table3["margin"] == 0.05).all()
+    store.close()
+
+
 def test_every_verdict_has_its_html_class():
     assert all(f".verdict-{v.replace(' ', '-')}{{" in rep.STYLE for v in claims.VERDICTS)
 
@@ -280,6 +296,8 @@ def test_the_job_manager_stores_the_report_of_a_reproduce_sweep_it_trains(tmp_pa
     (["--id", "999"], "no report 999"),
     (["--rebuild"], "--rebuild needs --id"),
     (["--at-step", "-1"], "--at-step must be >= 0"),
+    (["--margin", "0"], "--margin: the equivalence margin must be a number of nats > 0"),
+    (["--id", "1", "--margin", "0.05"], "--margin builds a new report"),
 ])
 def test_bad_report_requests_exit_2_and_write_nothing(lab, tmp_path, capsys, argv, message, monkeypatch):
     url, _, _ = lab
