@@ -663,7 +663,8 @@ def _report(args) -> int:
         report_id = reports.save(store, built)
         print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)
     for v in built.verdicts:
-        print(f"({v.key}) {v.verdict}: {v.sentence}", file=sys.stderr)
+        print(f"({v.key}) {v.verdict}: {v.sentence}" + (f"\n    to decide it: {v.power}" if v.power else ""),
+              file=sys.stderr)
     if args.out:
         written = reports.write(built, args.out, force=args.force)
         extra = f" and {len(written) - 1} figure(s) in {written[1].parent}" if len(written) > 1 else ""

@@ -132,7 +132,9 @@ def test_a_stored_and_rebuilt_report_holds_the_summary_numbers(lab, tmp_path, ca
 def test_a_report_judges_against_the_margin_it_is_built_with_and_keeps_it(lab, capsys):
     url, ids, sweep = lab
     assert main(["report", "--db", url, "--runs", *map(str, ids), "--margin", "0.05"]) == 0
-    report_id = int(re.search(r"stored as report (\d+)", capsys.readouterr().err).group(1))
+    err = capsys.readouterr().err
+    report_id = int(re.search(r"stored as report (\d+)", err).group(1))
+    assert "(c) supported: BASIS at R = 32 matches exact backprop.\n    to decide it: basis R=32" in err
     store = RunStore(url)
     built = reports.load(store, report_id)
     r32 = built.table3[(built.table3["estimator"] == "basis") & (built.table3["rank"] == 32)].iloc[0]
