@@ -72,7 +72,6 @@ from scipy import stats
 from engine.core.stats import (
     CONFIDENCE,
     EQUIVALENCE_ALPHA,
-    EQUIVALENT,
     MARGIN,
     POWER,
     PRIOR_DELTA_SD,
@@ -298,7 +297,7 @@ def _matches_exact(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd
             results.append((NOT_MEASURED, f"{name}: {r.paired_seeds} paired seed(s), no interval"))
             continue
         low, high = r.delta_val_ci90_low, r.delta_val_ci90_high
-        if r.verdict == EQUIVALENT:
+        if -margin < low and high < margin:  # Table 3's "equivalent" (``paired_delta``), at this margin
             verdict = SUPPORTED
         elif low > margin or high < -margin:
             verdict = NOT_SUPPORTED
