@@ -17,8 +17,9 @@ from engine.config import (
     parse_seeds,
     reproduction_sweep,
 )
+from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.presets import PRESETS
-from engine.runner import estimates
+from engine.runner import estimates, queries
 from engine.training import timing
 from engine.training.inputs import check_data
 from storage import StorageError
@@ -100,6 +101,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
             st.rerun()
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
+    _seed_plan(lab, configs)
     confirmed = True
     if n > LARGE_LAUNCH:
         eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
@@ -142,6 +144,18 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
         st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
 
 
+def _seed_plan(lab: state.Lab, configs: list) -> None:
+    """Say, before anything starts, when the grid's seeds cannot decide whether a method matches
+    exact backprop (``engine.runner.queries.seed_plan``, at the default margin)."""
+    try:
+        plan = queries.seed_plan(lab.store, configs)
+    except StorageError:
+        return
+    if plan is not None:  # advice, not a fault: a smoke test need not decide anything
+        st.info(plain(f"Seeds: {plan}. Table 3 and the report judge Δ val against ±{MARGIN:g} nats unless told "
+                      "another margin."), icon=":material/query_stats:")
+
+
 def _reproduce(lab: state.Lab) -> None:
     """The paper's grid (``engine.config.reproduce``, the same as ``python -m engine reproduce``)
     in one action: its size and estimated time shown before the button queues it."""
@@ -166,6 +180,7 @@ def _reproduce(lab: state.Lab) -> None:
         estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
         st.markdown(f"**{len(configs)} runs**, {int(steps):,} steps each. Estimated time "
                     f"**{plain(estimate.text())}**, {state.MAX_CONCURRENT} at a time here.")
+        _seed_plan(lab, configs)
         if not estimate.known and st.button("Measure step time", icon=":material/timer:", key="reproduce.measure",
                                             help="Compiles the train step of each of the grid's models and times a few steps."):
             with st.spinner("Compiling and timing the train step…"):

@@ -15,6 +15,7 @@ import streamlit as st
 from app import state
 from app.display import plain, plot
 from engine.analysis import report as rep
+from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.runner import liveness, reports
 from storage import StorageError
 
@@ -69,10 +70,16 @@ def _build_form() -> None:
             selection = dict(runs=chosen) if chosen else None
         at_step = st.number_input("At step (empty: the latest step all runs of a config reached)", min_value=0,
                                   value=None, step=100, key="report.at_step")
+        margin = st.number_input("Equivalence margin δ (nats)", min_value=0.001, max_value=10.0, value=MARGIN,
+                                 step=0.005, format="%.3f", key="report.margin",
+                                 help="Table 3 and claim (c) read 'equivalent' when the 90 % interval of a paired Δ "
+                                      f"val lies inside ±δ. Default {MARGIN:g} nats: no more than exact backprop's "
+                                      "own seed-to-seed SD in this lab's CPU reproductions.")
         if st.button("Build report", icon=":material/summarize:", type="primary", disabled=selection is None,
                      key="report.build"):
             with st.spinner("Building the report…"):
-                built = reports.build(store, reports.selection_of(**selection, at_step=None if at_step is None else int(at_step)))
+                built = reports.build(store, reports.selection_of(**selection, at_step=None if at_step is None else int(at_step),
+                                                                  margin=None if margin == MARGIN else float(margin)))
                 report_id = reports.save(store, built)
             st.query_params["id"] = str(report_id)
             st.session_state["report.pick"] = report_id

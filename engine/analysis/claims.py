@@ -10,7 +10,14 @@ and a pure function of three tables that returns a verdict with the numbers behi
   relative to ‖dW‖², ``engine.analysis.diagnostics``, and the number of sketch keys K
   behind them);
 * ``step_times``: the mean train-step time per method (``STEP_TIME_COLUMNS``,
-  ``engine.analysis.frames.step_time_frame``).
+  ``engine.analysis.frames.step_time_frame``);
+
+and, for the claims that name them in ``Claim.options``, ``timings`` (each run's own
+step times and whether it shared its machine, ``engine.analysis.frames.run_time_frame``)
+and ``margin`` (δ, the equivalence margin of a Δ val, ``engine.core.stats.MARGIN``).
+
+A verdict also says what would decide it (``Verdict.power``): the seeds (or runs) that
+reach 80 % power at the spread observed (a stated prior when nothing is observed).
 
 A verdict is ``supported``, ``inconclusive``, ``not supported`` or ``not measured``.
 Where a claim is checked on several groups (each λ and setup, each estimator pair and
@@ -62,7 +69,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from engine.core.stats import CONFIDENCE, WITHIN_NOISE
+from engine.core.stats import (
+    CONFIDENCE,
+    EQUIVALENCE_ALPHA,
+    MARGIN,
+    POWER,
+    PRIOR_DELTA_SD,
+    WITHIN_NOISE,
+    seeds_needed,
+    slope,
+    slope_runs_needed,
+    tost_power,
+)
 
 SUPPORTED, INCONCLUSIVE, NOT_SUPPORTED, NOT_MEASURED = "supported", "inconclusive", "not supported", "not measured"
 VERDICTS = (SUPPORTED, INCONCLUSIVE, NOT_SUPPORTED, NOT_MEASURED)
@@ -71,9 +89,9 @@ LOWERING = {LOWER: SUPPORTED, WITHIN_NOISE: INCONCLUSIVE, HIGHER: NOT_SUPPORTED}
 Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))  # the two-sided normal quantile of CONFIDENCE
 
 MATCH_RANK = 32  # claim (c): the rank said to match exact backprop
-MATCH_DELTA = 0.02  # claim (c): |Δ val loss| below this many nats/token is a match
+MATCH_DELTA = MARGIN  # claim (c): the default δ; a Δ val whose 90 % interval lies inside ±δ is a match
 MEMORY_FALL = 0.01  # claim (d): the smallest R saves at least this share of exact's bytes less than the largest R
-TIME_FALL = 0.05  # claim (e): the smallest R's step is at least this much faster than the largest R's
+TIME_FALL = 0.05  # claim (e): a fall in step time across the ranks below this share of the largest R's is none
 CLAIM_ESTIMATOR = "basis"  # claims (c)–(e) are about BASIS
 POOLED_LAYER = "all"  # the diagnosis row that pools every sketched layer
 HASHING_PAIRS = (("balanced", "countsketch"), ("basis", "scalars"))  # (balanced hashing, uniform hashing), same scalars
@@ -90,8 +108,13 @@ class Claim:
 
     key: str
     sentence: str
-    rule: str
-    judge: Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame], tuple[str, str]]
+    rule: str | Callable[[float], str]  # a callable takes the margin δ
+    judge: Callable[..., tuple[str, str]]  # (table3, diagnoses, step_times, **options) -> (verdict, evidence)
+    options: tuple[str, ...] = ()  # keyword arguments of ``judge`` beyond the three tables (``timings``, ``margin``)
+    plan: Callable[..., str] | None = None  # (table3, diagnoses, step_times, **options) -> what would decide it
+
+    def rule_text(self, margin: float = MARGIN) -> str:
+        return self.rule(margin) if callable(self.rule) else self.rule
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,7 @@ class Verdict:
     verdict: str
     evidence: str
     rule: str
+    power: str = ""  # the seeds (or keys, runs) that would decide it at the observed spread
 
 
 def _combine(results: list[tuple[str, str]]) -> tuple[str, str]:
@@ -255,20 +279,57 @@ def _scalars(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataF
 # --------------------------------------------------------------------------- (c): Table 3
 
 
-def _matches_exact(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame) -> tuple[str, str]:
-    rows = table3[(table3["estimator"] == CLAIM_ESTIMATOR) & (table3["rank"] == MATCH_RANK)] if len(table3) else table3
+def _match_rows(table3: pd.DataFrame) -> pd.DataFrame:
+    if not len(table3):
+        return table3
+    return table3[(table3["estimator"] == CLAIM_ESTIMATOR) & (table3["rank"] == MATCH_RANK)]
+
+
+def _matches_exact(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame, *,
+                   margin: float = MATCH_DELTA) -> tuple[str, str]:
+    """Each basis R = MATCH_RANK row of Table 3 (λ, setup) by its equivalence test against ±margin
+    (``engine.core.stats.paired_delta``): supported when "equivalent", not supported when the
+    90 % interval lies wholly beyond +δ or −δ (a one-sided 5 % test that |Δ| > δ), else inconclusive."""
     results = []
-    for r in rows.itertuples():
+    for r in _match_rows(table3).itertuples():
         name = _group_name(f"{r.estimator} R={MATCH_RANK}", r.lam, r.setup)
-        if r.paired_seeds < 2 or pd.isna(r.delta_val_ci95_low):
+        if r.paired_seeds < 2 or pd.isna(r.delta_val_ci90_low):
             results.append((NOT_MEASURED, f"{name}: {r.paired_seeds} paired seed(s), no interval"))
             continue
-        includes_zero = r.delta_val_ci95_low <= 0 <= r.delta_val_ci95_high
-        small = abs(r.delta_val_mean) < MATCH_DELTA
-        results.append((SUPPORTED if includes_zero and small else NOT_SUPPORTED,
-                        f"{name}: Δ {r.delta_val_mean:+.4f} [{r.delta_val_ci95_low:+.4f}, {r.delta_val_ci95_high:+.4f}] "
-                        f"over {r.paired_seeds} seeds at step {r.step}"))
+        low, high = r.delta_val_ci90_low, r.delta_val_ci90_high
+        if -margin < low and high < margin:  # Table 3's "equivalent" (``paired_delta``), at this margin
+            verdict = SUPPORTED
+        elif low > margin or high < -margin:
+            verdict = NOT_SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        results.append((verdict, f"{name}: Δ {r.delta_val_mean:+.4f}, 90 % [{low:+.4f}, {high:+.4f}] vs ±{margin:g} "
+                                 f"(TOST p = {r.tost_p:.2g}), 95 % [{r.delta_val_ci95_low:+.4f}, "
+                                 f"{r.delta_val_ci95_high:+.4f}]; per seed {r.delta_val_by_seed}; "
+                                 f"{r.paired_seeds} seeds at step {r.step}"))
     return _combine(results)
+
+
+def _match_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame, *,
+                margin: float = MATCH_DELTA) -> str:
+    """The seeds TOST needs for 80 % power at the observed SD of Δ (each R = MATCH_RANK row
+    with ≥ 2 paired seeds), else at ``PRIOR_DELTA_SD``."""
+    parts = []
+    for r in _match_rows(table3).itertuples():
+        if r.paired_seeds >= 2 and pd.notna(r.delta_val_std):
+            name = _group_name(f"{r.estimator} R={MATCH_RANK}", r.lam, r.setup)
+            parts.append(_seed_plan(name, int(r.paired_seeds), float(r.delta_val_std), "observed", margin))
+    if not parts:
+        parts.append(_seed_plan(f"{CLAIM_ESTIMATOR} R={MATCH_RANK}", 0, PRIOR_DELTA_SD, "prior", margin))
+    return "; ".join(parts)
+
+
+def _seed_plan(name: str, seeds: int, sd: float, source: str, margin: float) -> str:
+    need = seeds_needed(sd, margin)
+    have = f"{seeds} seeds give {tost_power(seeds, sd, margin):.0%}; " if seeds else ""
+    want = f"{need} seeds give {POWER:.0%}" if need else f"no practical seed count reaches {POWER:.0%}"
+    return (f"{name}: at the {source} Δ SD {sd:.3g}, a method that truly matches reads equivalent within ±{margin:g} "
+            f"with probability: {have}{want}")
 
 
 # --------------------------------------------------------------------------- (d), (e): trends in R
@@ -304,24 +365,71 @@ def _memory(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFr
     return _combine(results)
 
 
-def _step_time(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame) -> tuple[str, str]:
+def _timed_groups(timings: pd.DataFrame | None):
+    """Per (λ, setup) of CLAIM_ESTIMATOR: (name, all its timed runs, those that trained alone)."""
+    if timings is None or timings.empty:
+        return []
+    for name, g in _by_group(timings, "ms"):
+        yield name, g, g[~g["shared"].astype(bool)]
+
+
+def _step_time(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame, *,
+               timings: pd.DataFrame | None = None) -> tuple[str, str]:
+    """Per (λ, setup): the least-squares slope of each lone run's median step time on R, and
+    the change it gives across the ranks, C = b·(R_max − R_min), against ±TIME_FALL of the
+    largest R's mean time (the rule in ``CLAIMS``)."""
     results = []
-    exact = step_times[step_times["estimator"] == "exact"]["mean"] if step_times is not None and len(step_times) else pd.Series(dtype=float)
-    for name, g in _by_group(step_times, "mean"):
-        if g["rank"].nunique() < 2:
-            results.append((NOT_MEASURED, f"{name}: one rank"))
+    groups = list(_timed_groups(timings))
+    if not groups:
+        return NOT_MEASURED, "no run has per-window step times"
+    for name, g, alone in groups:
+        left = len(g) - len(alone)
+        left_text = (f"{left} of {len(g)} runs left out: they trained while another run used the same machine"
+                     if left else "")
+        if alone["rank"].nunique() < 2 or len(alone) < 3:
+            why = left_text or f"{len(alone)} run(s) at {alone['rank'].nunique()} rank(s)"
+            results.append((NOT_MEASURED, f"{name}: {why}; the slope needs 3 runs timed alone at 2 ranks or more"))
             continue
-        ms = g["mean"].to_numpy(float)
-        fall = 1 - ms[0] / ms[-1]
-        # equal times have no rank order (ρ undefined: not a fall)
-        rho = float(stats.spearmanr(g["rank"].to_numpy(float), ms).statistic) if np.ptp(ms) > 0 else math.nan
-        ok = bool(fall >= TIME_FALL and rho > 0)
-        parts = ", ".join(f"R={int(r)} {m:.2f}" for r, m in zip(g["rank"], ms))
-        exact_text = f"; exact {exact.mean():.2f}" if len(exact) else ""
-        results.append((SUPPORTED if ok else NOT_SUPPORTED,
-                        f"{name}: ms per step {parts}{exact_text}; smallest R {100 * fall:.1f} % faster than the "
-                        f"largest, Spearman ρ(R, time) = {rho:+.2f}"))
+        ranks, ms = alone["rank"].to_numpy(float), alone["ms"].to_numpy(float)
+        fit = slope(ranks, ms)
+        span = float(ranks.max() - ranks.min())
+        top = float(ms[ranks == ranks.max()].mean())
+        band = TIME_FALL * top
+        change = (fit.slope * span, fit.low * span, fit.high * span, fit.low90 * span, fit.high90 * span)
+        if -band < change[3] and change[4] < band:
+            verdict = NOT_SUPPORTED  # no material change: the 90 % interval lies within ±TIME_FALL
+        elif change[1] > 0:
+            verdict = SUPPORTED
+        elif change[2] < 0:
+            verdict = NOT_SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        per_rank = ", ".join(f"R={int(r)} {x['ms'].mean():.2f} ({len(x)} run{'s' if len(x) > 1 else ''}, windows "
+                             f"{x['ms_low'].min():.1f}–{x['ms_high'].max():.1f})" for r, x in alone.groupby("rank"))
+        results.append((verdict, f"{name}: ms per step {per_rank}; slope {fit.slope:+.3g} ms per unit R "
+                                 f"[{fit.low:+.3g}, {fit.high:+.3g}], so R={int(ranks.min())}→{int(ranks.max())} adds "
+                                 f"{change[0]:+.2f} ms [{change[1]:+.2f}, {change[2]:+.2f}] (90 % [{change[3]:+.2f}, "
+                                 f"{change[4]:+.2f}] vs ±{band:.2f}, {100 * TIME_FALL:g} % of R={int(ranks.max())}'s)"
+                                 + (f"; {left_text}" if left_text else "")))
     return _combine(results)
+
+
+def _time_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame, *,
+               timings: pd.DataFrame | None = None) -> str:
+    """Runs per rank that find a TIME_FALL change across the ranks (80 % power, 5 % two-sided)
+    at the residual SD of the slope fit."""
+    parts = []
+    for name, g, alone in _timed_groups(timings):
+        if alone["rank"].nunique() < 2 or len(alone) < 3:
+            parts.append(f"{name}: time each rank alone (one run at a time on a machine), 2 or more runs per rank")
+            continue
+        ranks, ms = alone["rank"].to_numpy(float), alone["ms"].to_numpy(float)
+        fit = slope(ranks, ms)
+        detect = TIME_FALL * float(ms[ranks == ranks.max()].mean()) / float(ranks.max() - ranks.min())
+        need = slope_runs_needed(ranks, fit.residual_sd, detect)
+        parts.append(f"{name}: at the observed residual SD {fit.residual_sd:.3g} ms, {need} run(s) per rank timed "
+                     f"alone find a {100 * TIME_FALL:g} % change with {POWER:.0%} power")
+    return "; ".join(parts) or "time each rank alone (one run at a time on a machine), 2 or more runs per rank"
 
 
 CLAIMS = (
@@ -345,32 +453,50 @@ CLAIMS = (
           "balanced; ranks where the estimator without scalars is exact are left out); not supported when at some "
           "rank its variance or MSE is significantly higher; inconclusive otherwise (some variance ratio within "
           "noise); not measured when no diagnosis holds such a pair.", _scalars),
-    Claim("c", f"BASIS at R = {MATCH_RANK} matches exact backprop.",
-          f"(c) is supported when the 95 % interval of Δ (validation loss of basis at R = {MATCH_RANK} minus exact, "
-          f"paired over seeds, Table 3) includes 0 and |Δ| < {MATCH_DELTA}; not supported when the interval "
-          f"excludes 0 or |Δ| ≥ {MATCH_DELTA}; not measured without a basis R = {MATCH_RANK} row with at least two "
-          "paired seeds.", _matches_exact),
+    Claim("c", f"BASIS at R = {MATCH_RANK} matches exact backprop.", lambda margin: (
+          f"(c) is an equivalence claim, tested by two one-sided t-tests (TOST, each at "
+          f"{100 * EQUIVALENCE_ALPHA:g} %) on Δ, the validation loss of basis at R = {MATCH_RANK} minus exact paired "
+          f"over seeds (Table 3): supported when the 90 % interval of Δ lies inside ±δ, δ = {margin:g} nats; not "
+          "supported when it lies wholly above +δ or wholly below −δ (|Δ| > δ at 5 %); inconclusive otherwise (more "
+          f"seeds decide: see the seeds needed); not measured without a basis R = {MATCH_RANK} row with at least two "
+          f"paired seeds. The default δ, {MATCH_DELTA:g} nats (set with --margin), is no more than exact backprop's "
+          "own seed-to-seed SD of validation loss in this lab's CPU reproductions (0.01–0.026 nats): a difference "
+          "inside ±δ is one that reseeding exact backprop makes."),
+          _matches_exact, options=("margin",), plan=_match_plan),
     Claim("d", "Activation memory falls with R: the fewer rows a sketch keeps, the fewer bytes the backward pass holds.",
           f"(d) is supported when, for basis (each λ and setup), the bytes saved for backward never decrease as R "
           f"grows over the ranks measured, the smallest R saves at least {100 * MEMORY_FALL:g} % of exact's bytes "
           "less than the largest R, and less than exact; not supported otherwise; not measured with fewer than two "
-          "ranks.", _memory),
+          "ranks.", _memory,
+          plan=lambda *_: "deterministic: the compiled step's bytes do not depend on the seed; one run per rank "
+                          "decides it"),
     Claim("e", "Step time falls with R: a smaller sketch makes a faster train step.",
-          f"(e) is supported when, for basis (each λ and setup), the mean train-step time at the smallest R is at "
-          f"least {100 * TIME_FALL:g} % below that at the largest R and the Spearman rank correlation of step time "
-          "with R is positive; not supported otherwise; not measured with fewer than two ranks timed.", _step_time),
+          "(e) is supported when, for basis (each λ and setup), over the runs that trained alone (a run that "
+          "overlapped another on the same machine times the sharing, not the method, and is left out), the "
+          "least-squares slope b of each run's median step time (over its evaluation windows, train steps only) on "
+          "R gives a change across the ranks, b·(R_max − R_min), whose 95 % t-interval (n − 2 degrees of freedom) "
+          f"lies above 0; not supported when its 90 % interval lies within ±{100 * TIME_FALL:g} % of the largest "
+          "R's step time (no material change) or its 95 % interval lies below 0; inconclusive otherwise; not "
+          "measured with fewer than 3 runs timed alone at 2 ranks or more.", _step_time, options=("timings",),
+          plan=_time_plan),
 )
 
 
 def judge(table3: pd.DataFrame, diagnoses: pd.DataFrame | None = None,
-          step_times: pd.DataFrame | None = None) -> list[Verdict]:
-    """The verdict of every claim in ``CLAIMS`` on the given tables (module docstring)."""
+          step_times: pd.DataFrame | None = None, *, timings: pd.DataFrame | None = None,
+          margin: float = MATCH_DELTA) -> list[Verdict]:
+    """The verdict of every claim in ``CLAIMS`` on the given tables (module docstring), with
+    what would decide it; ``timings``: ``frames.run_time_frame`` (None: (e) is not measured);
+    ``margin``: δ of claim (c)."""
     diagnoses = pd.DataFrame(columns=DIAGNOSIS_COLUMNS) if diagnoses is None else diagnoses
     step_times = pd.DataFrame(columns=STEP_TIME_COLUMNS) if step_times is None else step_times
+    context = {"timings": timings, "margin": margin}
     out = []
     for c in CLAIMS:
-        verdict, evidence = c.judge(table3, diagnoses, step_times)
-        out.append(Verdict(c.key, c.sentence, verdict, evidence, c.rule))
+        options = {k: context[k] for k in c.options}
+        verdict, evidence = c.judge(table3, diagnoses, step_times, **options)
+        power = c.plan(table3, diagnoses, step_times, **options) if c.plan is not None else ""
+        out.append(Verdict(c.key, c.sentence, verdict, evidence, c.rule_text(margin), power))
     return out
 
 

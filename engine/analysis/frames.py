@@ -412,6 +412,68 @@ def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) 
     return _per_method(records, metrics, at_step, values)
 
 
+RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "windows", "ms", "ms_low", "ms_high",
+                    "shared"]
+
+
+def _host(record) -> str:
+    """The machine a run trained on: the host of its ``hostname:pid`` owner (or worker id);
+    "" when it names none (such runs count as one machine)."""
+    owner = getattr(record, "owner", None) or (getattr(record, "worker_id", None) or "").rsplit(":", 1)[0]
+    return owner.rsplit(":", 1)[0] if owner else ""
+
+
+def shared_runs(records) -> set[int]:
+    """The ids of runs that trained while another of ``records`` trained on the same
+    machine (their [started_at, finished_at] intervals overlap; a run still going ends
+    now): their step times measure the sharing, not the method."""
+    spans = []
+    for r in records:
+        start = getattr(r, "started_at", None)
+        if start is None:
+            continue
+        end = getattr(r, "finished_at", None) or pd.Timestamp.now(tz="UTC").to_pydatetime()
+        start, end = pd.Timestamp(start), pd.Timestamp(end)
+        if start.tzinfo is None:
+            start, end = start.tz_localize("UTC"), (end.tz_localize("UTC") if end.tzinfo is None else end)
+        elif end.tzinfo is None:
+            end = end.tz_localize("UTC")
+        spans.append((r.id, _host(r), start, end))
+    shared = set()
+    for i, (a, host_a, start_a, end_a) in enumerate(spans):
+        for b, host_b, start_b, end_b in spans[i + 1:]:
+            if host_a == host_b and start_a < end_b and start_b < end_a:
+                shared.update((a, b))
+    return shared
+
+
+def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+    """Each run's own train-step times, for the runs Table 3 counts at its step
+    (``RUN_TIME_COLUMNS``): over its evaluation windows up to that step, each window's
+    1000 · B·T / tokens/s (train steps only), their count, median ``ms`` and range
+    ``ms_low``–``ms_high``; ``shared`` when it trained at the same time as another of
+    ``records`` on the same machine (``shared_runs``)."""
+    records = list(records)
+    rows_of = {r.id: stored(r.config).rows for r in records if stored(r.config) is not None}
+    tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows_of)) & (metrics["value"] > 0)]
+    tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
+    shared = shared_runs(records)
+    by_id = {r.id: r for r in records}
+    table = table3(records, metrics, at_step)
+    out = []
+    for row in table[table["seeds"] > 0].itertuples():
+        for run_id in (int(i) for i in str(row.run_ids).split(", ")):
+            if run_id not in rows_of:
+                continue
+            ms = 1000.0 * rows_of[run_id] / tps.loc[(tps["run_id"] == run_id) & (tps["step"] <= int(row.step)), "value"]
+            if ms.empty:
+                continue
+            out.append({"run_id": run_id, "estimator": row.estimator, "rank": row.rank, "lam": row.lam,
+                        "setup": row.setup, "seed": by_id[run_id].seed, "windows": len(ms), "ms": float(ms.median()),
+                        "ms_low": float(ms.min()), "ms_high": float(ms.max()), "shared": run_id in shared})
+    return pd.DataFrame(out, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64", "windows": "int64", "shared": bool})
+
+
 def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values) -> pd.DataFrame:
     """One ``RANK_COLUMNS`` row per Table 3 row with seeds: ``values(step)`` (a Series by
     run id) over the runs the row counts, their mean and std (see :func:`rank_frame`)."""

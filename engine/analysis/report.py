@@ -4,7 +4,9 @@ no Streamlit (``engine.runner.reports`` reads the database and stores the result
 ``build`` turns run records, their metric rows and any estimator diagnoses into a
 ``Report``: the setup (config by field group, data, device, package versions, git
 commit, wall time), the paper's Table 3 (``summary.table3``: paired Δ vs exact, its
-95 % t-interval and verdict), the claims table (``claims.judge``, with its rules), the
+95 % t-interval, its equivalence test against ±δ and verdict; the paper's own figures as a
+labelled note), the claims table (``claims.judge``, with its rules and the seeds that would
+decide each claim), the
 figures (loss against R with seed error bars and the exact band, validation curves
 with seed bands, dW cosine, activation memory and step time against R; the builders
 of ``frames`` and ``charts``, the dashboard's own) and the diagnosis tables.
@@ -36,8 +38,9 @@ import plotly.io as pio
 from tabulate import tabulate
 
 from engine.analysis import charts, claims, frames
-from engine.analysis.summary import TABLE3_COLUMNS, display_frame, table3
+from engine.analysis.summary import TABLE3_COLUMNS, display_frame, paper_note, table3
 from engine.config import GROUPS, method_label, schema, stored
+from engine.core.stats import MARGIN, check_margin
 from engine.training.timing import format_seconds
 
 REPORT_VERSION = 1
@@ -98,17 +101,18 @@ class Report:
             out.append(Block("table", section, frame=pd.DataFrame(rows, columns=["item", "value"]), level=3))
         out += [Block("heading", "Table 3: validation loss and the paired difference to exact backprop"),
                 Block("table", "Table 3", frame=display_frame(self.table3) if len(self.table3) else _empty("no runs"),
-                      text="Each method's seeds are read at one step (the latest all its group reached, or the step "
-                           "asked for). Δ val vs exact is the mean over seeds of val(method, s) − val(exact, s), the "
-                           "same seed meaning the same initial parameters and batches; 95 % CI its t-interval; the "
-                           "verdict reads the interval: better / worse when it lies below / above 0, else within "
-                           "noise. saved ÷ exact: bytes kept for the backward pass, run ÷ exact. paper val: the "
-                           "paper's Table 3 (50,000 steps).")]
+                      text=table3_caption(self.table3))]
+        note = paper_note(self.table3) if len(self.table3) else None
+        if note:
+            out.append(Block("text", text="Note: " + note))
         out += [Block("heading", "Claims of the paper"),
                 Block("table", "Claims", frame=claims.verdict_frame(self.verdicts),
                       text="Each claim with the verdict the stored data support, by the rules below, and the numbers "
                            "behind it."),
                 Block("list", "Rules", items=tuple(v.rule for v in self.verdicts))]
+        plans = tuple(f"({v.key}) {v.power}" for v in self.verdicts if v.power)
+        if plans:
+            out.append(Block("list", f"What would decide each claim ({claims.POWER:.0%} power)", items=plans))
         out += [Block("heading", "Figures")]
         out += [Block("figure", name=name, text=self.captions.get(name, "")) for name in self.figures]
         if len(self.step_times):
@@ -153,7 +157,7 @@ class Report:
         return cls(
             title=d["title"], created_at=d["created_at"], selection=d["selection"], run_ids=d["run_ids"],
             at_step=d["at_step"], setup={k: [tuple(r) for r in v] for k, v in d["setup"].items()},
-            table3=_frame_from(d["table3"]), step_times=_frame_from(d["step_times"]),
+            table3=_with_columns(_frame_from(d["table3"]), TABLE3_COLUMNS), step_times=_frame_from(d["step_times"]),
             diagnoses=_frame_from(d["diagnoses"]), verdicts=[claims.Verdict(**v) for v in d["verdicts"]],
             figures={k: pio.from_json(json.dumps(f), skip_invalid=True) for k, f in d["figures"].items()},
             captions=d.get("captions", {}), notes=d.get("notes", []),
@@ -173,20 +177,41 @@ def describe_selection(selection: dict) -> str:
     return "All runs"
 
 
+def table3_caption(table: pd.DataFrame) -> str:
+    """What Table 3's columns and verdicts mean, with its margin δ and why that δ, and exact's
+    observed seed-to-seed SD beside it."""
+    margins = sorted({float(m) for m in table["margin"].dropna()}) if len(table) else []
+    delta = " / ".join(f"{m:g}" for m in margins) or f"{MARGIN:g}"
+    exact_sd = table.loc[table["estimator"] == "exact", "val_loss_std"].dropna() if len(table) else pd.Series()
+    observed = (f" Here exact's seed SD is {' / '.join(f'{v:.4f}' for v in exact_sd)} nats." if len(exact_sd) else "")
+    return ("Each method's seeds are read at one step (the latest all its group reached, or the step asked for). Δ val "
+            "vs exact is the mean over seeds of val(method, s) − val(exact, s), the same seed meaning the same initial "
+            "parameters and batches; Δ per seed lists each. 95 % CI: its t-interval. 90 % CI: the interval of the "
+            f"equivalence test (two one-sided t-tests at 5 %) against the margin δ = {delta} nats. Verdict: equivalent "
+            "when the 90 % interval lies inside ±δ (any difference is below the margin, even a significant one); "
+            "else better / worse when the 95 % interval lies below / above 0; else inconclusive (more seeds decide). "
+            f"δ defaults to {MARGIN:g} nats (--margin sets it): no more than exact backprop's own seed-to-seed SD of "
+            f"validation loss in this lab's CPU reproductions (0.01–0.026 nats).{observed} saved ÷ exact: bytes kept "
+            "for the backward pass, run ÷ exact.")
+
+
 def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame | None = None,
           selection: dict | None = None, at_step: int | None = None, title: str | None = None,
-          created_at: datetime | None = None) -> Report:
+          created_at: datetime | None = None, margin: float | None = None) -> Report:
     """The report of ``records`` (``storage.RunRecord``) from their metric rows (the columns
     of ``RunStore.metrics``) and diagnosis rows (``claims.DIAGNOSIS_COLUMNS`` plus
     ``step`` and ``cos_mean``; None: none stored); every number read at ``at_step``, or
-    per config group at the latest step all its runs reached (``summary.table3``)."""
+    per config group at the latest step all its runs reached (``summary.table3``); Δ val
+    judged against ±``margin`` nats (None: the selection's ``margin``, else ``MARGIN``)."""
     records = sorted(records, key=lambda r: r.id)
     selection = dict(selection or {})
+    margin = check_margin(margin if margin is not None else selection.get("margin", MARGIN))
     created = (created_at or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    t3 = table3(records, metrics, at_step)
+    t3 = table3(records, metrics, at_step, margin=margin)
     steps = frames.step_time_frame(records, metrics, at_step)
     diag = _diagnoses(diagnoses)
-    verdicts = claims.judge(t3, diag, steps[claims.STEP_TIME_COLUMNS])
+    verdicts = claims.judge(t3, diag, steps[claims.STEP_TIME_COLUMNS],
+                            timings=frames.run_time_frame(records, metrics, at_step), margin=margin)
     figures, captions = _figures(records, metrics, at_step, steps)
     notes = []
     unfinished = [r for r in records if r.status != "finished"]
@@ -362,6 +387,15 @@ def _cell(value):
 def _frame_json(frame: pd.DataFrame) -> dict:
     return {"columns": list(frame.columns), "dtypes": [str(t) for t in frame.dtypes],
             "data": [[_cell(v) for v in row] for row in frame.itertuples(index=False, name=None)]}
+
+
+def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``frame`` with every one of ``columns`` (a report stored before a column existed: NaN,
+    or "" for the text of ``delta_val_by_seed``), so an older report still renders."""
+    for column in columns:
+        if column not in frame:
+            frame[column] = "" if column == "delta_val_by_seed" else np.nan
+    return frame
 
 
 def _frame_from(d: dict) -> pd.DataFrame:

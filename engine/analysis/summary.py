@@ -17,7 +17,13 @@ latest step at which every run of the group that has validated at all has a
 validation loss (so a live sweep reads at the step its slowest run has reached).
 Δ vs exact is the paired difference over seeds, d_s = val(method, s) − val(exact, s),
 over the seeds where both reached S; ``engine.core.stats.paired_delta`` gives its mean,
-std, 95 % t-interval and verdict. Memory ratios are run ÷ exact everywhere.
+std, 95 % t-interval, the 90 % interval of its equivalence test (TOST) against ±δ
+(``margin``, default ``engine.core.stats.MARGIN``) and the verdict: equivalent, better,
+worse or inconclusive. Memory ratios are run ÷ exact everywhere.
+
+The paper's own Table 3 (``PAPER_TABLE3``) is not a row of this table: it comes from
+50,000 steps on FineWeb-edu, one run per method, and no run of the lab is comparable with
+it; ``paper_note`` states it beside the table when the paper preset is shown.
 
 Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
 ``RunStore.metrics`` return them); ``engine.runner.queries`` reads them from a store.
@@ -31,12 +37,14 @@ from tabulate import tabulate
 
 from engine.config import comparable_key, differing_fields
 from engine.core.choices import SUMMARY_FORMATS
-from engine.core.stats import paired_delta
+from engine.core.stats import MARGIN, check_margin, paired_delta
 
 MIB = 2**20
 
-# Table 3 of the paper: final validation loss after 50,000 steps at the paper preset.
+# Table 3 of the paper: final validation loss after 50,000 steps on FineWeb-edu, one run per
+# method (exact: None), at the paper preset.
 PAPER_TABLE3 = {None: 6.616, 64: 6.573, 32: 6.575, 16: 6.675, 8: 6.762, 1: 7.221}
+PAPER_SETTING = "50,000 steps on FineWeb-edu, one run per method"
 
 EVAL_METRICS = ("train_loss", "val_loss", "tokens_per_s")
 PROBE_METRICS = ("cos_mean",)
@@ -49,7 +57,8 @@ TABLE3_COLUMNS = [
     "delta_val_mean", "delta_val_ci95_low", "delta_val_ci95_high", "verdict",
     "delta_val_std", "paired_seeds", "train_loss_mean", "train_loss_std", "cos_mean",
     "mem_saved_bytes_mean", "mem_saved_bytes_exact_mean", "mem_saved_ratio",
-    "missing_seeds", "paper_val_loss", "preset", "setup", "run_ids",
+    "missing_seeds", "preset", "setup", "run_ids",
+    "delta_val_ci90_low", "delta_val_ci90_high", "tost_p", "margin", "delta_val_by_seed",
 ]
 REFERENCE, MISSING = "reference", "missing"
 TEXT_FORMATS = tuple(f for f in SUMMARY_FORMATS if f != "csv")  # ``render``'s; CSV is an export
@@ -129,20 +138,30 @@ def _setups(configs: dict[str, dict]) -> dict[str, str]:
     return {g: ", ".join(f"{k}={c.get(k)}" for k in varying) for g, c in configs.items()}
 
 
-def _paper_value(preset, estimator, rank) -> float:
-    if preset != "paper" or estimator not in ("exact", "basis"):
-        return np.nan
-    return PAPER_TABLE3.get(None if estimator == "exact" else (int(rank) if pd.notna(rank) else None), np.nan)
+def paper_note(table: pd.DataFrame) -> str | None:
+    """The paper's Table 3 as a labelled note, when ``table`` holds paper-preset rows
+    (None otherwise): its setting, and why its numbers are not compared with the rows."""
+    if table.empty or not (table["preset"] == "paper").any():
+        return None
+    values = "; ".join(("exact" if r is None else f"basis R={r}") + f" {v:.3f}"
+                       for r, v in sorted(PAPER_TABLE3.items(), key=lambda kv: -1 if kv[0] is None else kv[0]))
+    return (f"The paper's Table 3 ({PAPER_SETTING}), final validation loss: {values}. It is not compared with the "
+            "rows above: other data, another length, and no seed spread to test against.")
+
+
+def _by_seed_text(deltas: pd.Series) -> str:
+    """``s0 +0.0012, s1 −0.0003``: each paired seed's Δ, by seed."""
+    return ", ".join(f"s{int(s)} {v:+.4f}" for s, v in deltas.sort_index().items())
 
 
 def _seeds_text(seeds) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
 
 
-def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: float = MARGIN) -> pd.DataFrame:
     """The paper's Table 3: one row per method (estimator, rank, λ) of each comparable
-    config group, every row of a group read at the same step (module docstring).
-    Columns ``TABLE3_COLUMNS``:
+    config group, every row of a group read at the same step (module docstring), Δ judged
+    against the equivalence margin ±``margin`` nats. Columns ``TABLE3_COLUMNS``:
 
     * ``seeds``: seeds with a validation loss at ``step`` (the latest run of a seed
       counts once); ``missing_seeds``: the method's seeds that have not reached it;
@@ -151,13 +170,15 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
     * ``delta_val_*``, ``verdict``, ``paired_seeds``: ``paired_delta`` of
       val(method, s) − val(exact, s) over the ``paired_seeds`` seeds both reached; the
       exact row has NaN deltas and verdict "reference", a row without seeds "missing";
+      ``delta_val_ci90_low/high``, ``tost_p``, ``margin``: the equivalence test against
+      ±margin; ``delta_val_by_seed``: each paired seed's Δ (``s0 +0.0012, s1 …``);
     * ``mem_saved_bytes_mean``, ``mem_saved_bytes_exact_mean``, ``mem_saved_ratio``:
       saved-for-backward bytes and their ratio run ÷ exact (mean over seeds);
-    * ``paper_val_loss``: the paper's Table 3 value (paper preset, exact and basis);
     * ``preset``, ``setup`` (the config fields in which the groups differ),
       ``run_ids`` (the runs counted).
 
     Ordered by setup, exact first, then estimator, rank and λ."""
+    margin = check_margin(margin)
     records = list(records)
     if not records:
         return pd.DataFrame(columns=TABLE3_COLUMNS)
@@ -179,12 +200,14 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
         exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
         for (estimator, rank, lam), method in s.groupby("method", sort=False):
             done = reached[reached["method"] == (estimator, rank, lam)]
+            deltas = pd.Series(dtype=float)
             if done.empty:
-                delta = paired_delta([])._replace(verdict=MISSING)
+                delta = paired_delta([], margin)._replace(verdict=MISSING)
             elif estimator == "exact":
-                delta = paired_delta([])._replace(verdict=REFERENCE)
+                delta = paired_delta([], margin)._replace(verdict=REFERENCE)
             else:
-                delta = paired_delta((done.set_index("seed")["val_loss"] - exact_val).dropna())
+                deltas = (done.set_index("seed")["val_loss"] - exact_val).dropna()
+                delta = paired_delta(deltas, margin)
             rows.append({
                 "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
                 "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
@@ -196,9 +219,10 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.Dat
                 "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
                 "mem_saved_ratio": done["saved_ratio"].mean(),
                 "missing_seeds": _seeds_text(set(method["seed"]) - set(done["seed"])),
-                "paper_val_loss": _paper_value(members[0].preset, estimator, rank),
                 "preset": members[0].preset, "setup": setups[key],
                 "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
+                "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
+                "tost_p": delta.tost_p, "margin": margin, "delta_val_by_seed": _by_seed_text(deltas),
             })
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
     out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
@@ -213,10 +237,15 @@ def _num(value, spec: str) -> str:
     return "—" if value is None or pd.isna(value) else format(value, spec)
 
 
+def _ci90_heading(table: pd.DataFrame) -> str:
+    margins = sorted({float(m) for m in table["margin"].dropna()})
+    return "90% CI" + (f" vs ±{margins[0]:g}" if len(margins) == 1 else "")
+
+
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:
     """``table3`` as text for people: ``mean ± std``, the interval as ``[low, high]``,
     ``—`` for what is unknown; ``setup`` (first, so a row says which setup it is) only
-    when the groups differ, ``paper val`` only when a row has one."""
+    when the groups differ. The equivalence interval is headed by its margin."""
     t = table
     out = pd.DataFrame({
         "setup": t["setup"],
@@ -228,16 +257,16 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         "val loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["val_loss_mean"], t["val_loss_std"])],
         "Δ val vs exact": [_num(m, "+.4f") for m in t["delta_val_mean"]],
         "95% CI": ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(t["delta_val_ci95_low"], t["delta_val_ci95_high"])],
+        _ci90_heading(t): ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
+                           for lo, hi in zip(t["delta_val_ci90_low"], t["delta_val_ci90_high"])],
         "verdict": t["verdict"],
+        "Δ per seed": [v or "—" for v in t["delta_val_by_seed"]],
         "train loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["train_loss_mean"], t["train_loss_std"])],
         "cos": [_num(c, ".3f") for c in t["cos_mean"]],
         "saved MiB": [_num(b / MIB if pd.notna(b) else b, ".3f") for b in t["mem_saved_bytes_mean"]],
         "saved ÷ exact": [_num(r, ".4f") for r in t["mem_saved_ratio"]],
         "missing seeds": [m or "—" for m in t["missing_seeds"]],
-        "paper val": [_num(p, ".3f") for p in t["paper_val_loss"]],
     })
-    if not t["paper_val_loss"].notna().any():
-        out = out.drop(columns="paper val")
     if (t["setup"] == "").all():
         out = out.drop(columns="setup")
     return out
@@ -245,16 +274,19 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 def render(table: pd.DataFrame, fmt: str = "table") -> str:
     """``table3`` as text for people: ``table`` (aligned plain text), ``markdown`` or
-    ``latex`` (``TEXT_FORMATS``)."""
+    ``latex`` (``TEXT_FORMATS``), followed by ``paper_note`` when it has one."""
     if fmt not in TEXT_FORMATS:
         raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(TEXT_FORMATS)}")
     if table.empty:
         return "no runs to summarise\n"
     shown = display_frame(table)
+    note = paper_note(table)
     if fmt == "table":
-        return shown.to_string(index=False) + "\n"
+        return shown.to_string(index=False) + "\n" + (f"\nNote: {note}\n" if note else "")
     if fmt == "markdown":
         # tabulate itself: pandas' to_markdown asks for tabulate >= 0.9
-        return tabulate(shown.astype(str).values.tolist(), headers=list(shown.columns), tablefmt="pipe", disable_numparse=True) + "\n"
+        text = tabulate(shown.astype(str).values.tolist(), headers=list(shown.columns), tablefmt="pipe",
+                        disable_numparse=True) + "\n"
+        return text + (f"\n*Note: {note}*\n" if note else "")
     styler = shown.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1])
+    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1]) + (f"% Note: {note}\n" if note else "")

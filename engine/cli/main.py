@@ -38,6 +38,7 @@ from engine.config import (
     shape_columns,
     sweep_from_flat,
 )
+from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.choices import SUMMARY_FORMATS
 
 EXIT_BAD_INPUT = 2
@@ -140,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
     reproduce.add_argument("--queue-only", action="store_true",
                            help="queue the runs for `python -m engine worker` processes instead of training them here")
+    reproduce.add_argument("--margin", type=float, default=MARGIN, metavar="NATS",
+                           help=f"equivalence margin δ of a Δ val loss vs exact (default: {MARGIN:g}): the seeds are "
+                                "checked for the power to decide it before anything starts")
     reproduce.add_argument("--no-measure", action="store_true",
                            help="do not compile and time a step of models the lab has no finished run of (the estimate "
                                 "is then unknown)")
@@ -175,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
     summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
+    summary.add_argument("--margin", type=float, default=MARGIN, metavar="NATS",
+                         help=f"equivalence margin δ: a Δ val loss whose 90%% interval lies inside ±δ reads "
+                              f"'equivalent' (default: {MARGIN:g})")
     summary.add_argument("--out", help="file to write instead of stdout")
     summary.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     backup = sub.add_parser("backup", parents=[db], help="a consistent copy of the database, while runs keep writing",
@@ -196,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     chosen.add_argument("--id", type=int, help="a stored report (`--list` shows them): write it as it was built")
     report.add_argument("--at-step", type=int, help="read every run at this step (default: per config, the latest step "
                                                     "all its runs reached)")
+    report.add_argument("--margin", type=float, metavar="NATS",
+                        help=f"equivalence margin δ of Table 3 and claim (c) (default: {MARGIN:g}; a stored "
+                             "report rebuilt with --rebuild keeps its own)")
     report.add_argument("--out", help="file to write: report.html or report.md")
     report.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
     report.add_argument("--rebuild", action="store_true", help="with --id: build that report again from the database")
@@ -385,19 +395,32 @@ def _train(args, configs: list[RunConfig]) -> int:
     return _foreground(args, store, start)
 
 
+def _margin(value) -> float:
+    from engine.core.stats import check_margin
+
+    try:
+        return check_margin(value)
+    except ValueError as e:
+        raise CliError(f"--margin: {e}") from None
+
+
 def _reproduce(args) -> int:
     from engine.runner.estimates import grid_estimate
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.runner.queries import seed_plan
     from engine.training.inputs import check_data
 
     if args.steps < 1:
         raise CliError(f"--steps must be >= 1 (got {args.steps})")
     if args.concurrent < 1:
         raise CliError(f"--concurrent must be >= 1 (got {args.concurrent})")
+    margin = _margin(args.margin)
     sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
     configs = sweep.expand()
     store = _open_store(args.db)
     check_data(configs)
+    if (plan := seed_plan(store, configs, margin)) is not None:
+        print(f"warning: {plan} (--seeds)", file=sys.stderr)
     seeds = ", ".join(map(str, sweep.seeds))
     print(f"the paper's grid: {len(configs)} runs (exact and basis R={','.join(map(str, sweep.ranks))}, "
           f"λ={sweep.lams[0]:g}; seeds {seeds}), {args.steps:,} steps each, tagged {', '.join(sweep.tags)}",
@@ -580,9 +603,10 @@ def _summary(args) -> int:
 
     if args.at_step is not None and args.at_step < 0:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
+    margin = _margin(args.margin)
     store = _open_store(args.db, create=False)
     ids = store.resolve_runs(args.runs) if args.runs else None
-    text = table3_text(run_table3(store, ids, at_step=args.at_step), args.format)
+    text = table3_text(run_table3(store, ids, at_step=args.at_step, margin=margin), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)
         print(f"wrote the summary to {args.out} ({args.format})", file=sys.stderr)
@@ -618,9 +642,12 @@ def _report(args) -> int:
         return 0
     if args.out:
         reports.format_of(args.out)  # a bad suffix fails before anything is built
+    margin = None if args.margin is None else _margin(args.margin)
     if args.id is not None:
         if args.at_step is not None:
             raise CliError("--at-step builds a new report; with --id the stored report keeps its own step")
+        if margin is not None:
+            raise CliError("--margin builds a new report; with --id the stored report keeps its own margin")
         if args.rebuild:
             report_id, built = reports.rebuild(store, args.id)
             print(f"rebuilt report {report_id} from the database", file=sys.stderr)
@@ -631,12 +658,13 @@ def _report(args) -> int:
             raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
         runs = store.resolve_runs(args.runs) if args.runs else None
         tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
-        selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step)
+        selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step, margin=margin)
         built = reports.build(store, selection)
         report_id = reports.save(store, built)
         print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)
     for v in built.verdicts:
-        print(f"({v.key}) {v.verdict}: {v.sentence}", file=sys.stderr)
+        print(f"({v.key}) {v.verdict}: {v.sentence}" + (f"\n    to decide it: {v.power}" if v.power else ""),
+              file=sys.stderr)
     if args.out:
         written = reports.write(built, args.out, force=args.force)
         extra = f" and {len(written) - 1} figure(s) in {written[1].parent}" if len(written) > 1 else ""

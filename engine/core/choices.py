@@ -19,3 +19,5 @@ OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
 DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sketched layer's dW
 SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text
+# δ, nats/token: the default equivalence margin of a Δ val loss vs exact (engine.core.stats, where it is argued)
+EQUIVALENCE_MARGIN = 0.02

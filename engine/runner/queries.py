@@ -7,7 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.analysis.summary import SUMMARY_METRICS, render, summarize, table3
+from engine.config import comparable_key
 from engine.core.choices import SUMMARY_FORMATS
+from engine.core.stats import MARGIN, PRIOR_DELTA_SD, plan_text
 from storage import RunStore
 from storage.export import neutralize
 
@@ -24,9 +26,44 @@ def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.Data
     return summarize(*read_runs(store, run_ids), at_step)
 
 
-def run_table3(store: RunStore, run_ids=None, at_step: int | None = None) -> pd.DataFrame:
-    """``table3`` of the given runs (None: all), read from ``store``."""
-    return table3(*read_runs(store, run_ids), at_step)
+def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin: float = MARGIN) -> pd.DataFrame:
+    """``table3`` of the given runs (None: all), read from ``store``, Δ judged against ±``margin``."""
+    return table3(*read_runs(store, run_ids), at_step, margin=margin)
+
+
+def expected_delta_sd(store: RunStore, configs) -> tuple[float, str]:
+    """The seed-to-seed SD of a paired Δ val to expect for ``configs`` (``RunConfig``s): pooled
+    over the Table 3 rows with two or more paired seeds among the stored finished runs of the
+    same comparable configs, s² = Σ (n−1) s_i² / Σ (n−1); else ``PRIOR_DELTA_SD``. Also where it
+    came from, in words."""
+    keys = {comparable_key(c.to_dict()) for c in configs}
+    records = [r for r in store.list_runs() if r.status == "finished" and comparable_key(r.config) in keys]
+    if records:
+        t = table3(records, store.metrics([r.id for r in records], names=list(SUMMARY_METRICS)))
+        rows = t[(t["estimator"] != "exact") & (t["paired_seeds"] >= 2) & t["delta_val_std"].notna()]
+        if len(rows):
+            df = rows["paired_seeds"] - 1
+            sd = float(((df * rows["delta_val_std"] ** 2).sum() / df.sum()) ** 0.5)
+            return sd, f"observed over {len(records)} finished runs of this setup"
+    return PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions"
+
+
+def seed_plan(store: RunStore, configs, margin: float = MARGIN) -> str | None:
+    """When ``configs`` (a grid with exact backprop and sketched methods) has too few seeds per
+    method to decide equivalence within ±``margin`` at the expected spread
+    (``expected_delta_sd``), what they can decide and the seeds that would (``plan_text``);
+    else None (enough seeds, or nothing to compare with exact)."""
+    configs = list(configs)
+    exact = {c.seed for c in configs if c.is_exact}
+    methods: dict[tuple, set] = {}
+    for c in configs:
+        if not c.is_exact:
+            methods.setdefault((c.estimator, c.rank, c.lam), set()).add(c.seed)
+    if not exact or not methods:
+        return None
+    seeds = min(len(s & exact) for s in methods.values())
+    sd, source = expected_delta_sd(store, configs)
+    return plan_text(seeds, sd, margin, source)
 
 
 def table3_text(table: pd.DataFrame, fmt: str = "table") -> str:

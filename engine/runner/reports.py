@@ -24,6 +24,7 @@ import pandas as pd
 from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
+from engine.core.stats import check_margin
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 
 AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
@@ -36,8 +37,10 @@ class ReportError(ValueError):
 
 
 def selection_of(*, sweep: str | None = None, tags: Sequence[str] | None = None,
-                 runs: Sequence[int] | None = None, at_step: int | None = None) -> dict:
-    """The stored form of a selection: at most one of ``sweep``, ``tags``, ``runs``."""
+                 runs: Sequence[int] | None = None, at_step: int | None = None, margin: float | None = None) -> dict:
+    """The stored form of a selection: at most one of ``sweep``, ``tags``, ``runs``; with
+    ``margin``, the equivalence margin δ its Table 3 and claim (c) use (kept when it is rebuilt;
+    the report's key does not change with it: the same runs judged anew replace their report)."""
     given = [k for k, v in (("sweep", sweep), ("tags", tags), ("runs", runs)) if v]
     if len(given) > 1:
         raise ReportError(f"choose the runs one way: --{given[0]} or --{given[1]}, not both")
@@ -52,6 +55,11 @@ def selection_of(*, sweep: str | None = None, tags: Sequence[str] | None = None,
         if at_step < 0:
             raise ReportError(f"--at-step must be >= 0 (got {at_step})")
         selection["at_step"] = int(at_step)
+    if margin is not None:
+        try:
+            selection["margin"] = check_margin(margin)
+        except ValueError as e:
+            raise ReportError(f"--margin: {e}") from None
     return selection
 
 

@@ -250,6 +250,12 @@ def test_compare_draws_the_central_figure_for_each_quantity(url, store):
     basis = next(t for t in fig["data"] if t["name"] == "basis")
     assert _array(basis["customdata"])[:, 1].tolist() == [3, 2]  # R=8 seed 2 never reached step 40
     assert at.dataframe[0].value["step"].tolist() == ["40"] * 5
+    summary = at.dataframe[0].value
+    assert "90% CI vs ±0.02" in summary and "Δ per seed" in summary and "paper val" not in summary
+    at.number_input(key="compare.margin").set_value(10.0).run()  # δ: a margin wider than any Δ here
+    summary = at.dataframe[0].value
+    judged = summary[summary["90% CI vs ±10"] != "—"]
+    assert len(judged) and set(judged["verdict"]) == {"equivalent"}
     for quantity in ("cos_mean", "mem_saved_bytes"):
         at.radio(key="compare.rank_quantity").set_value(quantity).run()
         assert not at.exception

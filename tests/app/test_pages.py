@@ -190,6 +190,8 @@ def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_
     at.text_input(key="launch.seeds").input("0-999").run()
     assert "4,000 runs to launch" in [h.value for h in at.subheader]
     assert any("4,000 runs is more than 100 in one launch" in w.value for w in at.warning)
+    advice = [i.value for i in at.info if "cannot decide" in i.value]
+    assert len(advice) == 1 and "3 seeds" in advice[0]  # the reproduction's 3 seeds only: 1,000 seeds decide
     launch = button(at, "Launch 4,000 runs")
     assert launch.disabled
     [confirm] = [c for c in at.checkbox if c.key == "launch.confirm_large"]
@@ -198,6 +200,9 @@ def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_
     assert not button(at, "Launch 4,000 runs").disabled
     at.text_input(key="launch.seeds").input("0").run()
     assert not button(at, "Launch").disabled and not [c for c in at.checkbox if c.key == "launch.confirm_large"]
+    # one seed cannot decide whether a method matches exact: said before anything starts (advice, not a block)
+    assert any(i.value.startswith(plain("Seeds: 1 seed cannot decide whether a method matches exact backprop"))
+               for i in at.info)
 
     at.number_input(key="launch.steps").set_value(30)
     at.number_input(key="launch.eval_interval").set_value(50).run()

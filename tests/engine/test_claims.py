@@ -1,13 +1,26 @@
 """The claims rules (``engine.analysis.claims``) on fixed tables: one case per verdict per claim."""
 
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from engine.analysis import claims
-from engine.analysis.claims import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from engine.analysis.claims import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
+from engine.analysis.frames import RUN_TIME_COLUMNS, run_time_frame, shared_runs
 from engine.analysis.summary import TABLE3_COLUMNS
+from engine.core.stats import (
+    PRIOR_DELTA_SD,
+    paired_delta,
+    seeds_needed,
+    slope,
+    slope_power,
+    slope_runs_needed,
+    tost_power,
+)
 
 MIB = 2**20
 
@@ -52,10 +65,30 @@ def step_times(ms_by_rank, exact=None):
     return pd.DataFrame(rows, columns=claims.STEP_TIME_COLUMNS)
 
 
-def verdict(key, t3=None, diag=None, times=None):
+def verdict(key, t3=None, diag=None, times=None, timings=None, margin=claims.MATCH_DELTA):
     t3 = table3([]) if t3 is None else t3
-    out = {v.key: v for v in claims.judge(t3, diag, times)}
+    out = {v.key: v for v in claims.judge(t3, diag, times, timings=timings, margin=margin)}
     return out[key]
+
+
+def seeds_row(rank, deltas, lam=0.01, margin=claims.MATCH_DELTA):
+    """A Table 3 row of basis at ``rank`` from per-seed Δ (``paired_delta`` fills its statistics)."""
+    d = paired_delta(deltas, margin)
+    return {"estimator": "basis", "rank": rank, "lam": lam, "delta_val_mean": d.mean, "delta_val_std": d.std,
+            "delta_val_ci95_low": d.ci_low, "delta_val_ci95_high": d.ci_high, "delta_val_ci90_low": d.ci90_low,
+            "delta_val_ci90_high": d.ci90_high, "tost_p": d.tost_p, "margin": margin, "verdict": d.verdict,
+            "paired_seeds": d.n, "delta_val_by_seed": ", ".join(f"s{i} {v:+.4f}" for i, v in enumerate(deltas))}
+
+
+def run_times(ms_by_rank, shared=(), lam=0.01):
+    """A ``frames.run_time_frame``: {rank: [median ms of each run]}; run ids in ``shared`` overlapped another."""
+    rows, run_id = [], 0
+    for rank, values in ms_by_rank.items():
+        for seed, ms in enumerate(values):
+            run_id += 1
+            rows.append({"run_id": run_id, "estimator": "basis", "rank": rank, "lam": lam, "setup": "", "seed": seed,
+                         "windows": 4, "ms": ms, "ms_low": ms - 1, "ms_high": ms + 1, "shared": run_id in shared})
+    return pd.DataFrame(rows, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64"})
 
 
 # --------------------------------------------------------------------------- (a)
@@ -238,26 +271,53 @@ def test_b_not_measured_without_a_pair():
 
 # --------------------------------------------------------------------------- (c)
 
-def test_c_supported_when_the_interval_holds_zero_and_the_gap_is_small():
-    v = verdict("c", table3([delta_row(32, 0.005, -0.01, 0.02), delta_row(8, 0.5, 0.4, 0.6)]))
+def test_c_supported_when_the_90_percent_interval_lies_inside_the_margin():
+    v = verdict("c", table3([seeds_row(32, [0.002, -0.003, 0.001, 0.0]), seeds_row(8, [0.5, 0.4, 0.6])]))
     assert v.verdict == SUPPORTED
-    assert v.evidence == "basis R=32 λ=0.01: Δ +0.0050 [-0.0100, +0.0200] over 3 seeds at step 1000"
+    d = paired_delta([0.002, -0.003, 0.001, 0.0])
+    assert v.evidence.startswith(f"basis R=32 λ=0.01: Δ +0.0000, 90 % [{d.ci90_low:+.4f}, {d.ci90_high:+.4f}] vs ±0.02")
+    assert "per seed s0 +0.0020, s1 -0.0030, s2 +0.0010, s3 +0.0000; 4 seeds at step 1000" in v.evidence
 
 
-@pytest.mark.parametrize("mean, low, high", [(0.122, 0.084, 0.159), (0.03, -0.05, 0.11), (-0.025, -0.04, -0.01)],
-                         ids=["interval-above-zero", "gap-too-large", "better-but-not-a-match"])
-def test_c_not_supported_when_the_interval_excludes_zero_or_the_gap_is_large(mean, low, high):
-    assert verdict("c", table3([delta_row(32, mean, low, high)])).verdict == NOT_SUPPORTED
+@pytest.mark.parametrize("deltas", [[0.10, 0.12, 0.14], [-0.10, -0.12, -0.14]], ids=["worse", "better"])
+def test_c_not_supported_when_the_difference_is_significantly_beyond_the_margin(deltas):
+    assert verdict("c", table3([seeds_row(32, deltas)])).verdict == NOT_SUPPORTED
+
+
+@pytest.mark.parametrize("deltas", [[0.01, -0.03], [0.01, -0.03, 0.04], [0.015, 0.025, 0.02, 0.018]],
+                         ids=["two-noisy-seeds", "three-noisy-seeds", "near-the-margin"])
+def test_c_inconclusive_when_the_interval_straddles_the_margin(deltas):
+    """The old rule said "supported" for noise: fewer noisy seeds must never make a match likelier."""
+    assert verdict("c", table3([seeds_row(32, deltas)])).verdict == INCONCLUSIVE
+
+
+def test_c_reads_the_margin_it_is_given():
+    deltas = [0.030, 0.031, 0.029]
+    assert verdict("c", table3([seeds_row(32, deltas)])).verdict == NOT_SUPPORTED
+    v = verdict("c", table3([seeds_row(32, deltas, margin=0.05)]), margin=0.05)
+    assert v.verdict == SUPPORTED and "vs ±0.05" in v.evidence and "δ = 0.05 nats" in v.rule
 
 
 def test_c_not_measured_with_one_seed_or_no_row():
-    assert verdict("c", table3([delta_row(32, 0.0, np.nan, np.nan, seeds=1)])).verdict == NOT_MEASURED
-    assert verdict("c", table3([delta_row(16, 0.0, -0.1, 0.1)])).verdict == NOT_MEASURED
+    assert verdict("c", table3([seeds_row(32, [0.0])])).verdict == NOT_MEASURED
+    assert verdict("c", table3([seeds_row(16, [0.0, 0.01, -0.01])])).verdict == NOT_MEASURED
 
 
 def test_c_every_lambda_must_match():
-    rows = [delta_row(32, 0.0, -0.01, 0.01), {**delta_row(32, 0.1, 0.05, 0.15), "lam": 0.0}]
+    rows = [seeds_row(32, [0.001, -0.001, 0.0]), seeds_row(32, [0.1, 0.12, 0.11], lam=0.0)]
     assert verdict("c", table3(rows)).verdict == NOT_SUPPORTED
+
+
+def test_c_says_how_many_seeds_decide_it_at_the_observed_spread_or_the_prior():
+    deltas = [0.01, -0.01, 0.015, -0.005]
+    sd = float(np.std(deltas, ddof=1))
+    v = verdict("c", table3([seeds_row(32, deltas)]))
+    need = seeds_needed(sd, 0.02)
+    assert tost_power(need, sd, 0.02) >= 0.8 > tost_power(need - 1, sd, 0.02)
+    assert f"observed Δ SD {sd:.3g}" in v.power and f"4 seeds give {tost_power(4, sd, 0.02):.0%}" in v.power
+    assert f"{need} seeds give 80%" in v.power
+    prior = verdict("c").power
+    assert f"prior Δ SD {PRIOR_DELTA_SD:.3g}" in prior and f"{seeds_needed(PRIOR_DELTA_SD, 0.02)} seeds give 80%" in prior
 
 
 # --------------------------------------------------------------------------- (d)
@@ -281,21 +341,44 @@ def test_d_not_measured_with_one_rank():
 
 # --------------------------------------------------------------------------- (e)
 
-def test_e_supported_when_small_sketches_step_faster():
-    v = verdict("e", times=step_times({1: 21.3, 8: 22.0, 32: 25.4, 64: 26.0}, exact=24.0))
+RANKS = (1, 8, 32, 64)
+
+
+def test_e_supported_when_the_slope_interval_lies_above_zero():
+    noise = [-0.2, 0.0, 0.2]
+    times = run_times({r: [20 + 0.1 * r + e for e in noise] for r in RANKS})
+    v = verdict("e", timings=times)
     assert v.verdict == SUPPORTED
-    assert "R=1 21.30" in v.evidence and "exact 24.00" in v.evidence and "18.1 % faster" in v.evidence
-    assert "ρ(R, time) = +1.00" in v.evidence
+    x = np.repeat(RANKS, 3).astype(float)
+    y = times["ms"].to_numpy()
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, len(x) - 2) * fit.stderr
+    assert f"slope {fit.slope:+.3g} ms per unit R [{fit.slope - half:+.3g}, {fit.slope + half:+.3g}]" in v.evidence
+    assert f"adds {fit.slope * 63:+.2f} ms" in v.evidence and "R=1 20.10 (3 runs, windows 18.9–21.3)" in v.evidence
+    assert "run(s) per rank timed alone find a 5 % change" in v.power
 
 
-@pytest.mark.parametrize("ms", [{1: 25.0, 64: 25.5}, {1: 30.0, 8: 20.0, 64: 25.0}, {1: 26.0, 64: 25.0}],
-                         ids=["within-5-percent", "rank-order-wrong", "slower"])
+@pytest.mark.parametrize("ms", [{r: [25.0 + 0.001 * r + e for e in (-0.05, 0.0, 0.05)] for r in RANKS},
+                                {r: [30.0 - 0.1 * r + e for e in (-0.2, 0.0, 0.2)] for r in RANKS}],
+                         ids=["flat-within-5-percent", "slower-at-small-r"])
 def test_e_not_supported(ms):
-    assert verdict("e", times=step_times(ms)).verdict == NOT_SUPPORTED
+    assert verdict("e", timings=run_times(ms)).verdict == NOT_SUPPORTED
 
 
-def test_e_not_measured_without_two_timed_ranks():
-    assert verdict("e", times=step_times({32: 25.0}, exact=24.0)).verdict == NOT_MEASURED
+def test_e_inconclusive_when_the_timings_are_too_noisy():
+    ms = {1: [20.0, 35.0], 64: [22.0, 40.0]}
+    assert verdict("e", timings=run_times(ms)).verdict == INCONCLUSIVE
+
+
+def test_e_not_measured_when_runs_shared_a_machine_or_too_few_are_timed():
+    ms = {r: [20 + 0.1 * r, 20.2 + 0.1 * r] for r in RANKS}
+    shared = run_times(ms, shared=set(range(1, 9)))
+    v = verdict("e", timings=shared)
+    assert v.verdict == NOT_MEASURED and "8 of 8 runs left out: they trained while another run" in v.evidence
+    partly = verdict("e", timings=run_times(ms, shared={1, 2}))  # R=1's runs overlapped: the rest still decide
+    assert partly.verdict == SUPPORTED and "2 of 8 runs left out" in partly.evidence
+    assert verdict("e", timings=run_times({1: [20.0], 64: [30.0]})).verdict == NOT_MEASURED
+    assert verdict("e", timings=run_times({32: [20.0, 21.0, 22.0]})).verdict == NOT_MEASURED
     assert verdict("e").verdict == NOT_MEASURED
 
 
@@ -306,6 +389,70 @@ def test_every_claim_has_a_sentence_a_rule_naming_its_thresholds_and_a_verdict()
     assert [v.key for v in verdicts] == ["a", "b", "c", "d", "e"]
     assert all(v.verdict in claims.VERDICTS and v.sentence and v.rule.startswith(f"({v.key})") for v in verdicts)
     rules = {v.key: v.rule for v in verdicts}
-    assert "|Δ| < 0.02" in rules["c"] and "R = 32" in rules["c"] and "1 %" in rules["d"] and "5 %" in rules["e"]
+    assert "±δ, δ = 0.02 nats" in rules["c"] and "R = 32" in rules["c"] and "1 %" in rules["d"] and "5 %" in rules["e"]
+    assert "deterministic" in verdicts[3].power and verdicts[2].power and verdicts[4].power
     frame = claims.verdict_frame(verdicts)
     assert list(frame.columns) == ["claim", "verdict", "numbers"] and len(frame) == 5
+
+
+# --------------------------------------------------------------------------- (e) by simulation
+
+def test_e_slope_interval_covers_the_true_slope_and_its_power_is_the_simulated_rate():
+    """Per-run step times 20 + 0.05·R + N(0, 1) ms at R 1, 8, 32, 64, 2 runs each: the slope's
+    95 % interval covers 0.05 in ≥ 93 % of 1000 replicates, and the share of replicates whose
+    interval excludes 0 is ``slope_power`` within 3 binomial SE."""
+    rng = np.random.default_rng(26)
+    x = np.repeat(RANKS, 2).astype(float)
+    fits = [slope(x, 20 + 0.05 * x + rng.normal(0, 1.0, len(x))) for _ in range(1000)]
+    assert np.mean([f.low <= 0.05 <= f.high for f in fits]) >= 0.93
+    found = np.mean([f.low > 0 for f in fits])  # a one-sided share of the two-sided test: the other side is ~0
+    power = slope_power(RANKS, 2, 1.0, 0.05)
+    assert abs(found - power) <= 3 * math.sqrt(power * (1 - power) / 1000), (found, power)
+    need = slope_runs_needed(RANKS, 1.0, 0.05)
+    assert slope_power(RANKS, need, 1.0, 0.05) >= 0.8 > slope_power(RANKS, need - 1, 1.0, 0.05)
+
+
+def test_shared_runs_are_those_that_overlapped_another_on_one_machine():
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    t0 = datetime.now(timezone.utc) - timedelta(days=1)
+
+    def run(i, start, end, owner="lab-a:11"):
+        return SimpleNamespace(id=i, owner=owner, worker_id=None, started_at=t0 + timedelta(minutes=start),
+                               finished_at=None if end is None else t0 + timedelta(minutes=end))
+
+    records = [run(1, 0, 10), run(2, 5, 15, owner="lab-a:12"),  # one host, overlapping: both shared
+               run(3, 20, 30), run(4, 30, 40),                   # back to back: alone
+               run(5, 50, 60, owner="lab-b:1"), run(6, 50, 60, owner="lab-c:1"),  # two machines: alone
+               run(7, 70, None), SimpleNamespace(id=8, owner=None, worker_id=None, started_at=None, finished_at=None)]
+    assert shared_runs(records) == {1, 2}
+    assert shared_runs([*records, run(9, 75, 76)]) == {1, 2, 7, 9}  # a run still going overlaps what starts after it
+
+
+def test_run_time_frame_reads_each_runs_windows(tmp_path):
+    from storage import RunStore
+    from tests.support.runs import TINY, fake_run
+
+    store = RunStore(f"sqlite:///{tmp_path / 't.db'}")
+    ids = [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "rank": r, "seed": 0})) for r in (4, 16)]
+    ids.append(fake_run(store, TINY.__class__(**{**TINY.to_dict(), "estimator": "exact", "seed": 0})))
+    records = store.list_runs()
+    frame = run_time_frame(records, store.metrics(ids))
+    assert list(frame.columns) == RUN_TIME_COLUMNS and sorted(frame["run_id"]) == sorted(ids)
+    rows = TINY.effective_batch_size * TINY.effective_seq_len
+    assert np.allclose(frame["ms"], 1000.0 * rows / 1000.0) and (frame["windows"] == 4).all()  # 1000 tokens/s
+    assert not frame["shared"].any()  # written one after another
+
+
+def test_slope_matches_linregress_and_a_perfect_line_has_a_point_interval():
+    rng = np.random.default_rng(5)
+    x = np.repeat(RANKS, 3).astype(float)
+    y = 3 + 0.2 * x + rng.normal(0, 0.5, len(x))
+    fit, ref = slope(x, y), stats.linregress(x, y)
+    half = stats.t.ppf(0.975, len(x) - 2) * ref.stderr
+    assert (fit.slope, fit.intercept) == pytest.approx((ref.slope, ref.intercept), rel=1e-12)
+    assert (fit.low, fit.high) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-12)
+    flat = slope(x, np.full(len(x), 64.0))  # every run timed the same (linregress gives no error here)
+    assert (flat.slope, flat.low, flat.high, flat.low90, flat.high90, flat.residual_sd) == (0, 0, 0, 0, 0, 0)
+    assert np.isnan(slope([1.0, 64.0], [20.0, 30.0]).low) and np.isnan(slope([8.0] * 3, [1.0, 2.0, 3.0]).slope)

@@ -34,6 +34,9 @@ def test_queue_only_queues_exactly_the_grid_for_workers(db, capsys):
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "the paper's grid: 12 runs" in captured.err and "estimated time (by one worker): unknown" in captured.err
+    # two seeds cannot decide claim (c) at the prior spread: said before anything is queued
+    warning = "warning: 2 seeds cannot decide whether a method matches exact backprop within ±0.02 nats"
+    assert warning in captured.err and captured.err.index(warning) < captured.err.index("estimated time")
     runs = RunStore(db).list_runs()
     want = reproduction_sweep(40, (0, 1)).expand()
     assert [RunConfig.from_dict(r.config) for r in runs] == want  # the same configs, in order, nothing more
@@ -48,6 +51,7 @@ def test_queue_only_queues_exactly_the_grid_for_workers(db, capsys):
     (["--steps", "0"], "--steps must be >= 1"),
     (["--seeds", "x"], "seeds: 'x' is not a seed"),
     (["--concurrent", "0"], "--concurrent must be >= 1"),
+    (["--margin", "-1"], "--margin: the equivalence margin must be a number of nats > 0"),
 ])
 def test_bad_reproduce_flags_write_nothing(db, capsys, argv, message):
     assert main(["reproduce", "--db", db, "--queue-only", "--no-measure", *argv]) == 2

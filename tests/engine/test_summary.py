@@ -14,13 +14,25 @@ from engine.analysis.summary import (
     REFERENCE,
     TABLE3_COLUMNS,
     common_step,
+    paper_note,
     render,
     summarize,
     table3,
 )
 from engine.cli import main as cli
 from engine.config import RunConfig
-from engine.core.stats import BETTER, ONE_SEED, WITHIN_NOISE, WORSE, paired_delta
+from engine.core.stats import (
+    BETTER,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    ONE_SEED,
+    POWER,
+    PRIOR_DELTA_SD,
+    WORSE,
+    paired_delta,
+    seeds_needed,
+    tost_power,
+)
 from engine.runner.queries import run_summary, run_table3, table3_text
 from storage import RunStore
 
@@ -63,7 +75,10 @@ def test_paired_delta_matches_scipy_on_random_pairs(n):
     assert d.std == pytest.approx(np.std(method - exact, ddof=1), rel=1e-12)
     assert (d.ci_low, d.ci_high) == pytest.approx((ref.low, ref.high), rel=1e-10)
     assert (d.ci_low, d.ci_high) == pytest.approx((low, high), rel=1e-10)
-    expected = BETTER if ref.high < 0 else WORSE if ref.low > 0 else WITHIN_NOISE
+    eq = stats.ttest_rel(method, exact).confidence_interval(0.90)
+    assert (d.ci90_low, d.ci90_high) == pytest.approx((eq.low, eq.high), rel=1e-10)
+    inside = -d.margin < eq.low and eq.high < d.margin
+    expected = EQUIVALENT if inside else BETTER if ref.high < 0 else WORSE if ref.low > 0 else INCONCLUSIVE
     assert d.verdict == expected
 
 
@@ -73,11 +88,12 @@ def test_paired_delta_verdicts_and_edge_cases():
     assert math.isnan(one.std) and math.isnan(one.ci_low) and math.isnan(one.ci_high)  # never a zero std
     two = paired_delta([0.1, 0.3])  # t_{0.975,1} = 12.706: a wide interval
     half = stats.t.ppf(0.975, 1) * np.std([0.1, 0.3], ddof=1) / math.sqrt(2)
-    assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == WITHIN_NOISE
+    assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == INCONCLUSIVE
     # all-equal differences: std 0, the interval is the point; the verdict follows the sign
     same = paired_delta([-0.05, -0.05, -0.05])
     assert same.std == 0 and same.ci_low == same.ci_high == pytest.approx(-0.05) and same.verdict == BETTER
-    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == WITHIN_NOISE
+    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == EQUIVALENT
+    assert paired_delta([0.01] * 3).verdict == EQUIVALENT and paired_delta([0.01] * 3, margin=0.005).verdict == WORSE
     assert paired_delta([-1.0, -1.1, -0.9]).verdict == BETTER and paired_delta([1.0, 1.1, 0.9]).verdict == WORSE
     assert paired_delta([np.nan, 0.2]).n == 1
     none = paired_delta([])
@@ -170,12 +186,14 @@ def test_table3_pools_seeds_within_a_config_only(store):
     assert r32["delta_val_std"] == pytest.approx(np.std([0.1, 0.3], ddof=1)) and r32["paired_seeds"] == 2
     ci = stats.ttest_rel([6.1, 6.5], [6.0, 6.2]).confidence_interval(0.95)
     assert (r32["delta_val_ci95_low"], r32["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high))
-    assert r32["verdict"] == WITHIN_NOISE
+    assert r32["verdict"] == INCONCLUSIVE  # holds 0, reaches past ±0.02
+    assert r32["delta_val_by_seed"] == "s0 +0.1000, s1 +0.3000" and r32["margin"] == 0.02
     assert r32["mem_saved_ratio"] == pytest.approx(0.5)  # run ÷ exact
-    assert r32["paper_val_loss"] == PAPER_TABLE3[32]
+    note = paper_note(t)  # the paper's figures beside the table, labelled, not in its rows
+    assert "paper_val_loss" not in t and f"basis R=32 {PAPER_TABLE3[32]:.3f}" in note and "one run per method" in note
     assert r32["train_loss_mean"] == pytest.approx(6.8) and r32["missing_seeds"] == ""
     exact = _row(t, "exact")
-    assert exact["paper_val_loss"] == PAPER_TABLE3[None] and exact["verdict"] == REFERENCE
+    assert exact["verdict"] == REFERENCE and exact["delta_val_by_seed"] == ""
     assert np.isnan(exact["delta_val_mean"]) and exact["mem_saved_ratio"] == pytest.approx(1.0)
     alone = _row(t, "basis", 32, seeds=1)
     assert alone["verdict"] == "no exact pair" and np.isnan(alone["delta_val_mean"]) and np.isnan(alone["val_loss_std"])
@@ -271,12 +289,12 @@ def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monke
     ci = stats.ttest_rel(d, np.zeros(3)).confidence_interval(0.95)
     assert r8["seeds"] == 3 and r8["step"] == 20 and r8["delta_val_mean"] == pytest.approx(d.mean(), rel=1e-12)
     assert (r8["delta_val_ci95_low"], r8["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
-    assert r8["verdict"] == ("worse" if ci.low > 0 else "within noise")
+    assert r8["verdict"] == ("worse" if ci.low > 0 else "inconclusive")
     assert r8["mem_saved_ratio"] == pytest.approx(0.25)
     exact_ids = [r.id for r in store.list_runs() if r.estimator == "exact"]
     assert cli.main(["summary", "--runs", *map(str, exact_ids), "--at-step", "10", "--format", "markdown"]) == 0
     md = capsys.readouterr().out
-    assert "basis" not in md and "| exact" in md
+    assert "| basis" not in md and "| exact" in md
     out_file = tmp_path / "t3.tex"
     assert cli.main(["summary", "--format", "latex", "--out", str(out_file)]) == 0
     assert "\\begin{tabular}" in out_file.read_text()
@@ -297,3 +315,140 @@ def test_table3_pairs_with_exact_whatever_its_lambda_and_keeps_lambdas_apart(sto
     assert len(t) == 3 and _row(t, "exact")["lam"] == 0.5 and _row(t, "exact")["verdict"] == REFERENCE
     assert _row(t, "basis", 8, lam=0.01)["delta_val_mean"] == pytest.approx(0.25)
     assert _row(t, "basis", 8, lam=0.0)["delta_val_mean"] == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------- equivalence, coverage and power
+
+SIM = np.random.default_rng(20261125)
+REPLICATES = 1000  # binomial SE of a rate near 0.8: 0.013; the tolerances below are 3 SE
+
+
+def test_tost_matches_statsmodels_ttost_paired():
+    weightstats = pytest.importorskip("statsmodels.stats.weightstats",
+                                      reason="statsmodels is not installed (the test lock adds it)")
+    rng = np.random.default_rng(3)
+    for n, shift in ((3, 0.0), (5, 0.01), (8, 0.03), (12, -0.015)):
+        exact = rng.normal(6.6, 0.05, n)
+        method = exact + rng.normal(shift, 0.02, n)
+        ours = paired_delta(method - exact, margin=0.02)
+        p, _, _ = weightstats.ttost_paired(method, exact, -0.02, 0.02)
+        assert ours.tost_p == pytest.approx(p, rel=1e-9)
+        assert (ours.verdict == EQUIVALENT) == (p < 0.05)
+
+
+def test_tost_p_is_the_larger_one_sided_p_and_equivalence_is_the_90_percent_interval():
+    d = np.array([0.004, -0.002, 0.009, 0.001, 0.003])
+    r = paired_delta(d, margin=0.01)
+    lower = stats.ttest_1samp(d, -0.01, alternative="greater").pvalue
+    upper = stats.ttest_1samp(d, 0.01, alternative="less").pvalue
+    assert r.tost_p == pytest.approx(max(lower, upper), rel=1e-12)
+    eq = stats.ttest_1samp(d, 0.0).confidence_interval(0.90)
+    assert (r.ci90_low, r.ci90_high) == pytest.approx((eq.low, eq.high), rel=1e-12)
+    assert (r.verdict == EQUIVALENT) == (-0.01 < eq.low and eq.high < 0.01) == (r.tost_p < 0.05)
+
+
+def test_a_negligible_significant_difference_reads_equivalent():
+    """R = B·T at λ 0.01: dW is exact × 0.9801 and Table 3 read 'worse, +0.0019 [+0.0008, +0.0031]'."""
+    d = paired_delta([0.0016, 0.0019, 0.0022])
+    assert d.ci_low > 0 and d.verdict == EQUIVALENT
+    assert paired_delta([0.0016, 0.0019, 0.0022], margin=0.001).verdict == "worse"
+
+
+def test_tost_power_is_the_simulated_rate_and_the_power_rule_decides_both_ways():
+    """At the seeds ``seeds_needed`` asks for, TOST reads equivalent for a true Δ of 0 in at least
+    80 % − 0.04 of the replicates (and within 0.04 of ``tost_power``), and for a true Δ of 2δ in
+    at most 5 % (its level bounds it even at Δ = δ)."""
+    margin = 0.02
+    for sd in (0.01, PRIOR_DELTA_SD):
+        n = seeds_needed(sd, margin)
+        assert tost_power(n, sd, margin) >= POWER > tost_power(n - 1, sd, margin)
+        reps = REPLICATES if n < 10 else 400
+        zero = np.mean([paired_delta(SIM.normal(0.0, sd, n), margin).verdict == EQUIVALENT for _ in range(reps)])
+        far = np.mean([paired_delta(SIM.normal(2 * margin, sd, n), margin).verdict == EQUIVALENT for _ in range(reps)])
+        edge = np.mean([paired_delta(SIM.normal(margin, sd, n), margin).verdict == EQUIVALENT for _ in range(reps)])
+        tol = 3 * math.sqrt(0.8 * 0.2 / reps)
+        assert zero >= POWER - tol and abs(zero - tost_power(n, sd, margin)) <= tol, (sd, n, zero)
+        assert far <= 0.05 and edge <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps), (sd, n, far, edge)
+        assert tost_power(n, sd, margin, true_delta=2 * margin) < 0.01
+
+
+def test_each_interval_of_table3_covers_the_true_delta():
+    """The 95 % interval covers the true Δ in ≥ 93 % of 1000 replicates (expected 95 %), and the
+    90 % equivalence interval in 90 % ± 3 SE, at 3 and 8 seeds."""
+    for n in (3, 8):
+        truth, sd = 0.013, 0.02
+        rows = [paired_delta(SIM.normal(truth, sd, n)) for _ in range(REPLICATES)]
+        cover95 = np.mean([r.ci_low <= truth <= r.ci_high for r in rows])
+        cover90 = np.mean([r.ci90_low <= truth <= r.ci90_high for r in rows])
+        assert cover95 >= 0.93, (n, cover95)
+        assert abs(cover90 - 0.90) <= 3 * math.sqrt(0.9 * 0.1 / REPLICATES), (n, cover90)
+
+
+def test_seed_plan_warns_before_a_launch_that_cannot_decide(store):
+    from engine.config import reproduction_sweep
+    from engine.runner.queries import expected_delta_sd, seed_plan
+
+    few = reproduction_sweep(20, (0, 1, 2)).expand()
+    plan = seed_plan(store, few)
+    need = seeds_needed(PRIOR_DELTA_SD, 0.02)
+    assert plan.startswith("3 seeds cannot decide") and f"{need} seeds reach 80%" in plan and "prior" in plan
+    assert seed_plan(store, reproduction_sweep(20, range(need)).expand()) is None
+    assert "1 seed cannot" in seed_plan(store, reproduction_sweep(20, (0,)).expand())
+    assert seed_plan(store, [c for c in few if c.is_exact]) is None  # nothing to compare
+    # finished runs of the same setup: their observed spread replaces the prior
+    config = dataclasses.replace(few[0], steps=20)
+    for seed, d in enumerate((0.001, -0.001, 0.0)):
+        _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
+        _run(store, dataclasses.replace(config, estimator="basis", rank=32, seed=seed), {20: 6.0 + d})
+    for r in store.list_runs():
+        store.set_status(r.id, "running")
+        store.set_status(r.id, "finished")
+    sd, source = expected_delta_sd(store, few)
+    assert sd == pytest.approx(0.001) and "observed over 6 finished runs" in source
+    assert seed_plan(store, few) is None  # 3 seeds decide at SD 0.001
+
+
+def test_cli_summary_margin_judges_table3(store, capsys, monkeypatch):
+    monkeypatch.setenv("BASIS_LAB_DB_URL", store.url)
+    for seed, d in enumerate((0.030, 0.031, 0.029)):
+        _run(store, dataclasses.replace(BASE, estimator="exact", seed=seed), {20: 6.0})
+        _run(store, dataclasses.replace(BASE, rank=32, seed=seed), {20: 6.0 + d})
+    assert cli.main(["summary", "--format", "csv"]) == 0
+    assert pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))["verdict"].tolist() == ["reference", "worse"]
+    assert cli.main(["summary", "--format", "csv", "--margin", "0.05"]) == 0
+    back = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
+    assert back["verdict"].tolist() == ["reference", "equivalent"] and (back["margin"] == 0.05).all()
+    assert cli.main(["summary", "--margin", "0"]) == 2
+    assert "--margin: the equivalence margin must be a number of nats > 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_equivalent(store):
+    """Exact and BASIS at R = B·T (balanced hashing is then a signed permutation and the scalars
+    are 1) with λ = 0 compute the same dW up to rounding: over 3 seeds Table 3 reads "equivalent"."""
+    from engine.training.loop import train
+
+    base = RunConfig(preset="tiny", steps=3, eval_interval=3, probe_interval=0, val_batches=1, lam=0.0)
+    rows = base.effective_batch_size * base.effective_seq_len
+    for seed in (0, 1, 2):
+        for config in (dataclasses.replace(base, estimator="exact", seed=seed),
+                       dataclasses.replace(base, estimator="basis", rank=rows, seed=seed)):
+            run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+                                      rank=None if config.is_exact else config.rank, lam=config.lam, seed=seed,
+                                      preset=config.preset, steps=config.steps)
+            store.add_metrics(run_id, [(r.step, r.wall_time, k, v) for r in train(config) for k, v in r.values.items()])
+    t = run_table3(store)
+    row = _row(t, "basis", rows)
+    assert row["paired_seeds"] == 3 and row["step"] == 3
+    assert abs(row["delta_val_mean"]) < 1e-3 and row["verdict"] == EQUIVALENT, row.to_dict()
+
+
+def test_tost_power_at_many_seeds_and_at_the_margin():
+    """Large n: the χ² mass is a narrow peak the integral must find (1,000 seeds once read 0 %).
+    At a true Δ of exactly δ the test's size is α = 5 % once the SD is well estimated."""
+    assert tost_power(1000, PRIOR_DELTA_SD, 0.02) > 0.999
+    assert tost_power(10_000, 0.3, 0.02) > tost_power(2_000, 0.3, 0.02) > tost_power(500, 0.3, 0.02)
+    assert tost_power(200, PRIOR_DELTA_SD, 0.02, true_delta=0.02) == pytest.approx(0.05, abs=0.002)
+    assert tost_power(1, 0.01, 0.02) == 0.0 and tost_power(3, 0.0, 0.02) == 1.0
+    with pytest.raises(ValueError, match="margin must be a number of nats > 0"):
+        tost_power(3, 0.01, 0.0)
