@@ -428,12 +428,16 @@ def _reproduce(args) -> int:
 
 
 def _tags(args) -> tuple[str, ...]:
-    from storage.limits import TAG_MAX
+    from storage.limits import TAG_MAX, check_utf8
 
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
         if len(t) > TAG_MAX:
             raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
+        try:
+            check_utf8("--tags", t)
+        except ValueError as e:
+            raise CliError(str(e)) from None
     return tags
 
 
