@@ -181,3 +181,24 @@ def test_a_full_sqlite_disk_is_database_full_error_and_writes_nothing(tmp_path):
         store.add_metrics(rid, rows)
     assert not isinstance(info.value, DatabaseBusyError) and "\n" not in str(info.value)
     assert len(store.metrics([rid])) == 0
+
+
+def test_a_sqlite_file_that_cannot_be_opened_for_now_is_unreachable(tmp_path):
+    """SQLite's "unable to open database file" (its folder gone for a while: an unmounted
+    disk, a network share dropping) is a transient DatabaseUnreachableError, as a lost
+    PostgreSQL connection is."""
+    from storage import DatabaseUnreachableError
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    store = RunStore(sqlite_url(folder, "lab.db"))
+    rid = new_run(store, "a")
+    store.engine.dispose()  # no connection left open: the next write opens the file anew
+    folder.rename(tmp_path / "away")
+    try:
+        with pytest.raises(DatabaseUnreachableError, match="cannot be reached.*try again"):
+            store.heartbeat(rid, 1)
+    finally:
+        (tmp_path / "away").rename(folder)
+    store.heartbeat(rid, 1)
+    assert store.get_run(rid).steps_done == 1
