@@ -24,6 +24,13 @@ from step 0 and its notes say why.
 Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; any
 reader marks them ``interrupted`` by the rule ``engine.runner.liveness`` states.
 
+Faults: a database that cannot be reached (PostgreSQL restarting) is waited for, the
+run's writes buffered (``StoreWriter``). A full disk, the database's or the checkpoints',
+ends the run ``interrupted`` with one line, ``disk full: free space on PATH and run
+`python -m engine resume N```. Should the database refuse even that end (its disk still
+full), or a run crash its thread, the manager keeps trying to store the end at every beat
+of its heartbeat: a live process never holds the lease of a run it no longer trains.
+
 Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
 which ``execute`` carries into every write of the run (metrics, heartbeats, status,
 notes, checkpoint step) and into the checkpoint folder (``epoch-<E>``). An owner that
