@@ -19,7 +19,7 @@ from .db import (
     resolve_url,
     schema_revision,
 )
-from .errors import LeaseLostError
+from .errors import DatabaseFullError, DatabaseUnreachableError, LeaseLostError
 from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
@@ -46,6 +46,8 @@ __all__ = [
     "DEFAULT_DB_PATH",
     "DIAGNOSTIC_RESULT_COLUMNS",
     "DatabaseBusyError",
+    "DatabaseFullError",
+    "DatabaseUnreachableError",
     "Diagnostic",
     "DiagnosticResult",
     "ENDED_STATUSES",

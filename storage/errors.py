@@ -21,24 +21,81 @@ class StorageError(RuntimeError):
 
 class DatabaseBusyError(StorageError):
     """A transient failure: the database is locked or busy (SQLite), a lock wait timed out,
-    a serialization failure or deadlock, or the connection dropped (PostgreSQL).  Nothing of
-    the failed transaction was stored; retrying it later can succeed."""
+    a serialization failure or deadlock (PostgreSQL), or the database cannot be reached
+    (:class:`DatabaseUnreachableError`).  Nothing of the failed transaction was stored;
+    retrying it later can succeed."""
+
+
+class DatabaseUnreachableError(DatabaseBusyError):
+    """The connection to the database was lost or cannot be made now: the PostgreSQL server
+    restarts, shuts down, is starting up or cannot be reached (connection refused, its socket
+    gone, the network down); SQLite's file cannot be opened or read now (its disk unmounted).
+    Transient like a busy database: retried, it succeeds once the database is back."""
+
+
+class DatabaseFullError(StorageError):
+    """The database's disk is full (SQLite ``database or disk is full``, PostgreSQL
+    ``disk_full``).  Nothing of the failed transaction was stored; writes succeed again once
+    space is freed.  ``reason``: the database's own words."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
 
 
 # SQLSTATEs that mean "try again": serialization failure, deadlock, lock not available,
-# statement timeout / query cancelled, admin shutdown, cannot connect now, connection errors.
-_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"}
+# statement timeout / query cancelled.
+_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03", "57014"}
+# ... and that mean the server went away: admin shutdown, crash shutdown, cannot connect now,
+# too many connections (with class 08: connection exceptions).
+_GONE_SQLSTATES = {"57P01", "57P02", "57P03", "53300"}
+_DISK_FULL_SQLSTATE = "53100"
+# SQLite primary result codes (``sqlite3.Error.sqlite_errorcode & 0xff``): the file cannot be
+# opened or read now (SQLITE_CANTOPEN, SQLITE_IOERR), the disk is full (SQLITE_FULL).
+_SQLITE_CANTOPEN, _SQLITE_IOERR, _SQLITE_FULL = 14, 10, 13
+# A server that refused a new connection for a reason that passes (libpq's FATAL messages).
+_PASSING_REFUSALS = ("starting up", "shutting down", "in recovery mode", "not yet accepting connections",
+                     "too many clients", "remaining connection slots", "terminating connection")
 
 
-def _is_busy(error: exc.SQLAlchemyError) -> bool:
+def _is_unreachable(error: exc.SQLAlchemyError) -> bool:
+    """Whether ``error`` says the connection to the database was lost or cannot be made now."""
     if getattr(error, "connection_invalidated", False) or isinstance(error, exc.DisconnectionError):
         return True
     orig = getattr(error, "orig", None)
     state = getattr(orig, "sqlstate", None) or ""
-    if state in _TRANSIENT_SQLSTATES or state.startswith("08"):
+    if state in _GONE_SQLSTATES or state.startswith("08"):
+        return True
+    if not isinstance(error, exc.OperationalError):
+        return False
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_CANTOPEN, _SQLITE_IOERR)
+    if type(orig).__module__.startswith("psycopg") and not state:
+        # libpq failed to connect or lost the connection: no SQLSTATE, as no server answered
+        # ("connection refused", "No such file or directory", "server closed the connection
+        # unexpectedly"); a server that answered FATAL refused for good (no such role or
+        # database, a wrong password) unless it was starting up or shutting down.
+        text = str(orig)
+        return "FATAL:" not in text or any(reason in text for reason in _PASSING_REFUSALS)
+    return False
+
+
+def _is_busy(error: exc.SQLAlchemyError) -> bool:
+    orig = getattr(error, "orig", None)
+    state = getattr(orig, "sqlstate", None) or ""
+    if state in _TRANSIENT_SQLSTATES:
         return True
     text = str(orig or error).lower()
     return isinstance(error, exc.OperationalError) and ("database is locked" in text or "database is busy" in text)
+
+
+def _is_disk_full(error: exc.SQLAlchemyError) -> bool:
+    orig = getattr(error, "orig", None)
+    if getattr(orig, "sqlstate", None) == _DISK_FULL_SQLSTATE:
+        return True
+    code = getattr(orig, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == _SQLITE_FULL) or "database or disk is full" in str(orig or error)
 
 
 _TABLE = re.compile(r'^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.IGNORECASE)
@@ -117,8 +174,15 @@ def storage_error(error: exc.SQLAlchemyError, what: str, hint: str = "") -> Stor
             name = field.rsplit(".", 1)[-1]
             return StorageError(f"{what}: the database refused the value of {field} ({reason}); "
                                 f"fix the {name} and try again")
+    if _is_unreachable(error):
+        return DatabaseUnreachableError(f"{what}: the database cannot be reached ({reason}); nothing was written: "
+                                        "check that its server is running (or its disk is mounted) and try again, "
+                                        f"or {FIX_HINT}")
     if _is_busy(error):
         return DatabaseBusyError(f"{what}: the database is busy ({reason}); nothing was written, try again")
+    if _is_disk_full(error):
+        return DatabaseFullError(f"{what}: the database's disk is full ({reason}); nothing was written: free space "
+                                 "on it and try again", reason)
     if "readonly database" in reason or "read-only" in reason.lower():
         return StorageError(f"{what}: the database is read-only ({reason}); make the file and its directory "
                             f"writable or {FIX_HINT}")

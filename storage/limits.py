@@ -7,11 +7,16 @@ the integers the database stores.  ``models.py`` sizes its columns from these,
 - ``NOTES_MAX`` characters for a run's notes (``runs.notes`` is unbounded text; notes that
   a run appends to itself keep their newest ``NOTES_MAX`` characters),
 - ``TAG_MAX`` characters for one tag (``runs.tags`` is a JSON list),
+- text that UTF-8 can encode (``check_utf8``): a string holding a lone surrogate (a byte
+  that was not UTF-8 where it came from, e.g. a command-line argument the locale could not
+  decode, ``$'x\\xfe'``) is refused, as no database column, CSV or page could hold it,
 - integers in ``[INT_MIN, INT_MAX]``: every integer column that a run's settings reach
   (seed, steps, steps done, rank, checkpoint step, metric step) is 64-bit (``BIGINT``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 NAME_MAX = 200
 NOTES_MAX = 10_000
@@ -20,9 +25,31 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 def check_text(field: str, value: str, limit: int) -> str:
-    """``value`` if it has at most ``limit`` characters, else ValueError naming ``field``."""
+    """``value`` if it has at most ``limit`` characters and is UTF-8 text (``check_utf8``),
+    else ValueError naming ``field``."""
     if len(value) > limit:
         raise ValueError(f"{field} is {len(value):,} characters long; the most is {limit:,}: shorten it")
+    return check_utf8(field, value)
+
+
+def check_utf8(field: str, value: Any) -> Any:
+    """``value`` if every string in it (a string, or the keys and values of nested dicts and
+    lists) can be stored as UTF-8, else a one-line ValueError naming ``field`` and where the
+    bad byte is (the message itself is ASCII-safe)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            shown = ascii(value[max(0, e.start - 10):e.start + 10])
+            raise ValueError(f"{field} is not UTF-8 text: character {e.start + 1} ({shown}) is a byte that "
+                             "could not be decoded; retype it in UTF-8") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_utf8(field, key)
+            check_utf8(f"{field}[{key!a}]" if isinstance(key, str) else field, item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_utf8(field, item)
     return value
 
 
@@ -31,3 +58,10 @@ def check_int(field: str, value: int) -> int:
     if not INT_MIN <= value <= INT_MAX:
         raise ValueError(f"{field} = {value} does not fit the database (a 64-bit integer, at most {INT_MAX:,})")
     return value
+
+
+def as_utf8(text: str) -> str:
+    """``text`` with every character UTF-8 cannot encode written as its escape (``\\udcfe``):
+    for text the program writes itself (an error, a note quoting a path), which must be
+    stored rather than refused."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .db import json_dumps
 from .errors import RunNotFoundError
-from .limits import TAG_MAX
+from .limits import TAG_MAX, check_utf8
 from .models import Run, Worker
 
 RUN_STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
@@ -140,9 +140,10 @@ def _ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
 def _json_normal(value: Any, what: str) -> Any:
     """``value`` as JSON gives it back (tuples -> lists, numpy scalars -> numbers)."""
     try:
-        return json.loads(json_dumps(value))
+        normal = json.loads(json_dumps(value))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{what} must be JSON serialisable: {e}") from e
+    return check_utf8(what, normal)
 
 
 def _tags(tags: Optional[Iterable[str]]) -> list[str]:
@@ -156,6 +157,7 @@ def _tags(tags: Optional[Iterable[str]]) -> list[str]:
     for t in out:
         if len(t) > TAG_MAX:
             raise ValueError(f"tags: {t[:20]!r}… is {len(t)} characters long; the most is {TAG_MAX}: shorten it")
+        check_utf8("tags", t)
     return list(dict.fromkeys(out))
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import defer
 
 from .errors import StorageError
+from .limits import check_utf8
 from .models import Report, new_uid, utcnow
 from .records import _json_normal
 
@@ -57,7 +58,7 @@ class ReportsMixin:
         """Store a report; its id. With ``key``, the report stored under that key (if any)
         is replaced in place, keeping its id, so rebuilding a sweep's report does not pile
         up copies (two processes saving one key at once leave one row)."""
-        title = str(title).strip()[:REPORT_TITLE_MAX] or "report"
+        title = check_utf8("report title", str(title).strip()[:REPORT_TITLE_MAX] or "report")
         if not isinstance(content, str) or not content:
             raise ValueError("a report's content must be non-empty text (the report as JSON)")
         values = dict(title=title, content=content, run_ids=[int(i) for i in run_ids],

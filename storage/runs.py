@@ -11,7 +11,7 @@ from sqlalchemy import delete, select, update
 
 from .errors import RunNotFoundError, StorageError
 from .lease import hold, refused
-from .limits import NAME_MAX, NOTES_MAX, check_int, check_text
+from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_utf8
 from .models import Metric, Run, new_uid, utcnow
 from .records import (
     ENDED_STATUSES,
@@ -47,6 +47,7 @@ def _new_run(
     versions = _json_normal(dict(versions or {}), "run versions")
     if sweep_id is not None and not (0 < len(str(sweep_id)) <= 64):
         raise ValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
+    check_utf8("sweep id", sweep_id)
     now = utcnow()
     return Run(
         uid=new_uid(),
@@ -125,7 +126,7 @@ class RunsMixin:
         if status in ENDED_STATUSES:
             values["finished_at"] = now
         if error is not None:
-            values["error"] = str(error)
+            values["error"] = as_utf8(str(error))
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
             run = s.get(Run, run_id)
@@ -165,7 +166,8 @@ class RunsMixin:
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
             run = s.get(Run, run_id)
-            notes = f"{run.notes}\n{text}" if run.notes else str(text)
+            text = as_utf8(str(text))
+            notes = f"{run.notes}\n{text}" if run.notes else text
             run.notes = notes if len(notes) <= NOTES_MAX else "…" + notes[len(notes) - NOTES_MAX + 1:]
 
     def set_checkpoint_step(self, run_id: int, step: Optional[int], *, epoch: Optional[int] = None) -> None:

@@ -370,6 +370,10 @@ def _foreground(args, store, start_runs) -> int:
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
     if ids:
         _print_summary(store, ids)
+    for run_id in ids:  # stopped by a fault (a full disk), not by a signal: the one line that says what to do
+        outcome = manager.outcomes.get(run_id)
+        if outcome is not None and outcome.status == "interrupted" and signals.received is None:
+            print(f"run {run_id} interrupted: {(outcome.error or '').splitlines()[0]}", file=sys.stderr)
     statuses = {store.get_run(i).status for i in ids}
     return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)
 
@@ -451,12 +455,16 @@ def _reproduce(args) -> int:
 
 
 def _tags(args) -> tuple[str, ...]:
-    from storage.limits import TAG_MAX
+    from storage.limits import TAG_MAX, check_utf8
 
     tags = tuple(dict.fromkeys(t.strip() for t in (getattr(args, "tags", None) or "").split(",") if t.strip()))
     for t in tags:
         if len(t) > TAG_MAX:
             raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
+        try:
+            check_utf8("--tags", t)
+        except ValueError as e:
+            raise CliError(str(e)) from None
     return tags
 
 

@@ -49,7 +49,7 @@ from engine.core.choices import (
     SOURCES,
 )
 from engine.core.presets import PRESETS, GPTConfig
-from storage.limits import INT_MAX, NAME_MAX
+from storage.limits import INT_MAX, NAME_MAX, check_text
 
 GROUPS = {  # group → what the Launch page and --help call it
     "method": "Method",
@@ -536,8 +536,10 @@ def _check(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None
     elif kind is str:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{name} must be a non-empty text (got {value!r})")
-        if s.max_len is not None and len(value) > s.max_len:
-            raise ConfigError(f"{name} is {len(value):,} characters long; the most is {s.max_len:,}: shorten it")
+        try:
+            check_text(name, value, INT_MAX if s.max_len is None else s.max_len)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 @functools.cache

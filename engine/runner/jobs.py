@@ -24,6 +24,13 @@ from step 0 and its notes say why.
 Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; any
 reader marks them ``interrupted`` by the rule ``engine.runner.liveness`` states.
 
+Faults: a database that cannot be reached (PostgreSQL restarting) is waited for, the
+run's writes buffered (``StoreWriter``). A full disk, the database's or the checkpoints',
+ends the run ``interrupted`` with one line, ``disk full: free space on PATH and run
+`python -m engine resume N```. Should the database refuse even that end (its disk still
+full), or a run crash its thread, the manager keeps trying to store the end at every beat
+of its heartbeat: a live process never holds the lease of a run it no longer trains.
+
 Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
 which ``execute`` carries into every write of the run (metrics, heartbeats, status,
 notes, checkpoint step) and into the checkpoint folder (``epoch-<E>``). An owner that
@@ -47,7 +54,7 @@ import traceback
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import jax
 
@@ -57,9 +64,17 @@ from engine.runner import hosts, liveness
 from engine.runner.paths import checkpoint_root
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
-from engine.training.checkpoints import CheckpointError, Recorded, RunCheckpoints, run_dir
+from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, Recorded, RunCheckpoints, run_dir
 from engine.training.loop import Record, TrainingDiverged, train
-from storage import DatabaseBusyError, Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
+from storage import (
+    DatabaseBusyError,
+    DatabaseFullError,
+    Lease,
+    LeaseLostError,
+    RunNotFoundError,
+    RunStore,
+    StorageError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +236,8 @@ class JobManager:
         self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
         self.lost: set[int] = set()  # runs whose lease another claim took while this process trained them
+        self.outcomes: dict[int, Outcome] = {}  # run id → how its last training here ended
+        self._unreleased: dict[int, tuple[int, Outcome]] = {}  # run id → (lease, end) the database refused so far
         self._claiming = 0  # threads between reserving a run slot and holding the claimed run
         self._queue: queue.Queue[int | Lease | None] = queue.Queue()
         self._events: dict[int, threading.Event] = {}  # run id → its stop event
@@ -391,6 +408,7 @@ class JobManager:
         for w in self._workers:
             w.join(timeout)
         self.writer.flush(timeout)
+        self._release()
         try:
             self.store.end_worker(self.worker_id)
         except StorageError:
@@ -463,22 +481,59 @@ class JobManager:
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
-        status, error = execute(
-            self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event, interrupted=self._interrupt,
-            checkpoints=self.checkpoint_root,
-            on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
-            on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
-        )
-        if status == LOST:
+        try:
+            outcome = execute(
+                self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
+                interrupted=self._interrupt, checkpoints=self.checkpoint_root,
+                on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
+                on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
+            )
+        except Exception as e:  # noqa: BLE001 — never keep a lease on a run this process no longer trains
+            log.exception("run %s crashed the worker", run_id)
+            outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
+                                             f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False)
+        self.outcomes[run_id] = outcome
+        if outcome.status == LOST:
             with self._lock:
                 self.lost.add(run_id)
             return
-        log.info("run %s %s%s", run_id, status, f": {error.splitlines()[0]}" if error else "")
+        line = f"run {run_id} {outcome.status}" + (f": {outcome.error.splitlines()[0]}" if outcome.error else "")
+        (log.warning if outcome.status in ("failed", "interrupted") else log.info)("%s", line)
+        if not outcome.released:
+            with self._lock:
+                self._unreleased[run_id] = (epoch, outcome)
+            self._release()
+            return
         if not self._interrupt.is_set():
             report_if_sweep_ended(self.store, run_id)
 
+    def _release(self) -> None:
+        """Store the end of every run whose end the database refused so far (its disk was
+        full, it crashed): until then the run reads ``running`` under this live process,
+        which no reader would ever mark interrupted. Tried at every beat of the manager."""
+        with self._lock:
+            waiting = dict(self._unreleased)
+        for run_id, (epoch, outcome) in waiting.items():
+            try:
+                self.store.set_status(run_id, outcome.status, error=outcome.error, epoch=epoch)
+            except (LeaseLostError, RunNotFoundError):
+                pass  # another claim took it, or it was deleted: not ours to release any more
+            except StorageError as e:
+                log.debug("run %s: its end is not stored yet (%s)", run_id, e)
+                continue
+            with self._lock:
+                self._unreleased.pop(run_id, None)
+
+    def unreleased(self) -> set[int]:
+        """Runs whose end this process could not store yet (see ``_release``)."""
+        with self._lock:
+            return set(self._unreleased)
+
     def _beat(self) -> None:
-        """The worker's sign of life, and its queued runs' (so no reader releases them)."""
+        """The worker's sign of life, and its queued runs' (so no reader releases them);
+        the ends of runs not stored yet are tried again."""
+        if self._unreleased:
+            self._release()
         with self._lock:
             current = next(iter(self._current.values()), None)
             queued = sorted(self._pending - set(self._current.values()))
@@ -502,10 +557,16 @@ def execute(
     checkpoints: Path,
     on_step: Callable[[int, float | None], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
-) -> tuple[str, str | None]:
-    """Train the claimed run ``run_id`` to its end under the lease ``epoch``; return
-    (status, error) as written, or (``LOST``, the reason) when another claim took the run:
-    then nothing more was written to it, not even a checkpoint."""
+) -> Outcome:
+    """Train the claimed run ``run_id`` to its end under the lease ``epoch``; return its
+    ``Outcome``: (status, error) as written, or (``LOST``, the reason) when another claim
+    took the run: then nothing more was written to it, not even a checkpoint.
+
+    A database that cannot be reached is waited for (the writer retries). A full disk, of
+    the database or of the checkpoints, ends the run ``interrupted`` with the one-line reason
+    ``disk full: … resume N``; should the database refuse even that status, the outcome
+    says it is not ``released`` (the caller writes it later)."""
+    writer.forget(run_id)  # a failure of an earlier training of this run is not this one's
     run = store.get_run(run_id)
     steps_done = [run.steps_done]
     notes: list[str] = []
@@ -578,9 +639,12 @@ def execute(
                 on_record(record)
         if lease_lost():
             raise lost[0]
-        if interrupted.is_set():
+        failure = writer.failure(run_id)
+        if failure is not None:
+            status, error = _ended_by(failure, run_id, store)
+        elif interrupted.is_set():
             status, error = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint"
-        elif stop.is_set() or writer.failure(run_id) is not None:
+        elif stop.is_set():
             status, error = "cancelled", None
         else:
             status, error = "finished", None
@@ -588,21 +652,58 @@ def execute(
         lost[:] = [e]
     except TrainingDiverged as e:
         status, error = "failed", str(e)
+    except CheckpointDiskFull as e:
+        status, error = "interrupted", disk_full(run_id, e.path, str(e))
     except (ConfigError, CheckpointError) as e:
         status, error = "failed", str(e)
     except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
         status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
         heartbeat.stop()
+    released = threading.Event()
     if not lost:
         if notes:
-            writer.call(run_id, store.append_notes, run_id, "; ".join(notes), epoch=epoch)
+            writer.final(run_id, store.append_notes, run_id, "; ".join(notes), epoch=epoch)
         writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch)
-        writer.call(run_id, store.set_status, run_id, status, error=error, epoch=epoch)
+
+        def end() -> None:
+            store.set_status(run_id, status, error=error, epoch=epoch)
+            released.set()
+
+        writer.final(run_id, end)
         writer.flush()
         lease_lost()  # the final writes themselves may find the lease gone
     if lost:  # what it still queued under this lease is dropped by the writer, not written
         message = str(lost[0])
         log.warning("%s", message)
-        return LOST, message
-    return status, error
+        return Outcome(LOST, message)
+    return Outcome(status, error, released.is_set())
+
+
+class Outcome(NamedTuple):
+    """How ``execute`` left a run: its ``status`` and ``error``, and whether that status is
+    stored (``released``: False when the database refused it, e.g. its disk is full, so
+    the run still reads ``running`` under this lease)."""
+
+    status: str
+    error: str | None
+    released: bool = True
+
+
+def disk_full(run_id: int, where, detail: str) -> str:
+    """The one-line reason of a run stopped by a full disk, naming the disk and the resume."""
+    return (f"disk full: free space on {where} and run `python -m engine resume {run_id}` "
+            f"(it continues from its last checkpoint); {detail}")
+
+
+def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None]:
+    """(status, error) of a run whose writes the database refused for good: ``interrupted``
+    (resumable) when its disk is full, ``cancelled`` when the run was deleted, else ``failed``."""
+    if isinstance(failure, DatabaseFullError):
+        url = store.engine.url
+        where = (Path(url.database).parent if url.get_backend_name() == "sqlite" and url.database
+                 else f"the disk of the database server ({store.url})")
+        return "interrupted", disk_full(run_id, where, f"the database refused a write: {failure.reason}")
+    if isinstance(failure, RunNotFoundError):
+        return "cancelled", None
+    return "failed", f"the database refused a write of the run: {failure}"

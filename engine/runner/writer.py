@@ -7,14 +7,18 @@ background thread, in order: a write that finds the database busy
 (``storage.DatabaseBusyError``) is retried with exponential backoff (``BACKOFF_S``
 up to ``MAX_BACKOFF_S``) for as long as the process lives. The queue is bounded
 (``MAX_PENDING`` writes): when it is full the training thread waits, so memory stays
-bounded and nothing is dropped. Heartbeats are coalesced: only the newest pending one
-of a run is written.
+bounded and nothing is dropped. A database that cannot be reached (the PostgreSQL server
+restarts or is down, a lost connection: ``storage.DatabaseUnreachableError``, a kind of
+busy) is waited for the same way, the writes buffered meanwhile. Heartbeats are coalesced:
+only the newest pending one of a run is written.
 
 A write is a callable and its arguments (``writer.call(run_id, store.set_status, run_id,
 "finished")``), run as given on the writer's thread.
 
-A write that fails for good (the run was deleted meanwhile, the disk is read-only) is
-not retried: ``failure(run_id)`` returns it, and the trainer stops that run. An owner's
+A write that fails for good (the run was deleted meanwhile, the disk is full or read-only) is
+not retried: ``failure(run_id)`` returns it, and the trainer stops that run. The run's
+later writes are dropped, as they would leave a hole in its history, except those queued
+with ``final`` (its end: notes and status), which are still tried. An owner's
 write refused because another claim took the run's lease (``storage.LeaseLostError``)
 is not an error of the database: ``lost(run_id, epoch)`` returns it, and every later
 write of that run under that epoch is dropped unwritten.
@@ -40,10 +44,10 @@ MAX_BACKOFF_S = 5.0
 class _Write:
     """One queued write: ``fn(*args, **kwargs)``, on behalf of ``run_id`` (None: no run)."""
 
-    __slots__ = ("run_id", "fn", "args", "kwargs")
+    __slots__ = ("run_id", "fn", "args", "kwargs", "final")
 
-    def __init__(self, run_id: int | None, fn: Callable[..., Any], args: tuple, kwargs: dict):
-        self.run_id, self.fn, self.args, self.kwargs = run_id, fn, args, kwargs
+    def __init__(self, run_id: int | None, fn: Callable[..., Any], args: tuple, kwargs: dict, final: bool = False):
+        self.run_id, self.fn, self.args, self.kwargs, self.final = run_id, fn, args, kwargs, final
 
     def __call__(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
@@ -75,6 +79,11 @@ class StoreWriter:
         """Queue ``fn(*args, **kwargs)`` (a ``RunStore`` method) on behalf of ``run_id``;
         blocks while the queue is full."""
         self._put(_Write(run_id, fn, args, kwargs))
+
+    def final(self, run_id: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue a write of the run's end (its notes, its status): tried even after an
+        earlier write of ``run_id`` failed for good."""
+        self._put(_Write(run_id, fn, args, kwargs, final=True))
 
     def metrics(self, run_id: int, rows: list, **kwargs: Any) -> None:
         if rows:
@@ -113,6 +122,12 @@ class StoreWriter:
         with self._lock:
             return self._failures.get(run_id)
 
+    def forget(self, run_id: int) -> None:
+        """Clear the failure of ``run_id`` (its next training starts afresh); call it when
+        no write of the run's last training is queued any more."""
+        with self._lock:
+            self._failures.pop(run_id, None)
+
     def lost(self, run_id: int, epoch: int) -> LeaseLostError | None:
         """The refusal of a write of ``run_id`` under lease ``epoch``, if another claim took it."""
         with self._lock:
@@ -139,6 +154,8 @@ class StoreWriter:
         run_id, epoch = write.run_id, write.kwargs.get("epoch")
         if epoch is not None and self.lost(run_id, epoch) is not None:
             return  # the lease is gone: nothing more is written under it
+        if run_id is not None and not write.final and self.failure(run_id) is not None:
+            return  # written after a lost write, it would leave a hole in the run's history
         while True:
             try:
                 write()
@@ -148,9 +165,9 @@ class StoreWriter:
                 with self._lock:
                     self._lost[run_id] = e
                 return
-            except DatabaseBusyError as e:
+            except DatabaseBusyError as e:  # a lost connection too: waited for as long as the process lives
                 self.retries += 1
-                log.warning("database busy (%s); retrying %s in %.2f s", e, write, delay)
+                log.warning("%s; retrying %s in %.2f s", e, write, delay)
                 self._sleep(delay)
                 delay = min(2 * delay, MAX_BACKOFF_S)
             except StorageError as e:

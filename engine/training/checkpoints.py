@@ -49,7 +49,12 @@ is written (``AtomicRenameTemporaryPath``, its default on a local or mounted
 filesystem), so a process killed mid-save leaves only a temporary directory,
 which ``steps()`` never lists. (The rename is atomic for a dying process; orbax
 does not fsync the parent directory, so a power cut may lose the newest one.)
-The first ``save`` of a ``RunCheckpoints`` deletes such leftovers; reading never does.
+The owner of a lease deletes such leftovers when it opens the run's checkpoints (a
+``RunCheckpoints`` with an ``epoch``), in its own epoch's folder and in every older one
+(their owners are gone: a newer lease was taken), before it trains, so a resume after a
+full disk starts with that space back; otherwise it is done at the first ``save``.
+Reading never deletes them. A save that fails (a full disk: ``CheckpointDiskFull``)
+deletes its own.
 
 Proof of contents
 -----------------
@@ -71,6 +76,7 @@ epoch E also deletes the checkpoints of older epochs that are not among the newe
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -100,6 +106,28 @@ _EPOCH_DIR = re.compile(r"epoch-(\d+)")
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be written or read; the message names the fix."""
+
+
+class CheckpointDiskFull(CheckpointError):
+    """A checkpoint cannot be written because the disk (or the user's quota) under ``path``
+    is full; nothing of it was kept."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.path = path
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what caused it) says the disk or the quota is full."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(s in str(error) for s in ("No space left on device", "Disk quota exceeded", "ENOSPC")):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def run_dir(root: str | os.PathLike, run: int | str) -> Path:
@@ -202,6 +230,9 @@ class RunCheckpoints:
                 f"cannot open the checkpoints of {self.name} at {self.directory} ({_brief(e)}): "
                 f"fix the path or its permissions, or set {ENV_DIR}"
             ) from None
+        if epoch is not None:
+            self._remove_unfinished_saves()
+            self._cleaned = True
 
     def _step_is_final(self, step: int) -> bool:
         try:
@@ -289,6 +320,11 @@ class RunCheckpoints:
                 self._manager.wait_until_finished()
             except Exception as e:  # orbax/tensorstore raise many types for a full or read-only disk
                 self._final.steps.discard(step)
+                self._remove_unfinished_saves(step)
+                if _disk_full(e):
+                    raise CheckpointDiskFull(
+                        f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir}: the disk is "
+                        f"full ({_brief(e)})", self.write_dir) from None
                 raise CheckpointError(
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
                     f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
@@ -315,14 +351,22 @@ class RunCheckpoints:
                 if leader:
                     shutil.rmtree(folder, ignore_errors=True)
 
-    def _remove_unfinished_saves(self) -> None:
+    def _remove_unfinished_saves(self, step: int | None = None) -> None:
         """Delete the temporary directories of saves that never finished (a killed
-        process). Done by the writer at its first save only, so opening a run to
+        process, a full disk): of ``step`` in this epoch's folder (a save of this writer
+        that just failed), else of every step there and in the folders of older epochs,
+        whose owners lost their lease to this one. Done by the writer only (when the
+        owner of a lease opens, at a first save, when a save fails), so opening a run to
         read never removes another process's save in progress."""
         if jax.process_index() != 0:  # under jax.distributed the leader alone tidies the shared directory
             return
-        for path in self.write_dir.glob(f"*{_TMP_SUFFIX}*"):
-            shutil.rmtree(path)
+        if step is not None or self.epoch is None:
+            folders = [self.write_dir]
+        else:
+            folders = [folder for epoch, folder in self._folders() if epoch <= self.epoch]
+        for folder in folders:
+            for path in folder.glob(f"*{_TMP_SUFFIX}*" if step is None else f"{step}{_TMP_SUFFIX}*"):
+                shutil.rmtree(path, ignore_errors=True)
 
     # ------------------------------------------------------------------ reading
 

@@ -102,3 +102,48 @@ def test_cli_and_form_share_the_schemas_eval_interval_default():
     assert RunConfig(steps=2000).effective_eval_interval == 2000 // EVALS_PER_RUN
     assert form.DEFAULT_SWEEP.base.effective_eval_interval == form.DEFAULT_SWEEP.base.steps // EVALS_PER_RUN
     assert RunConfig(steps=5).effective_eval_interval == 1 and RunConfig(eval_interval=7).effective_eval_interval == 7
+
+
+BAD_BYTE = b"x\xfe"  # not UTF-8: Python decodes it as the lone surrogate '\udcfe' (surrogateescape)
+
+
+@pytest.mark.parametrize("flags", [[b"--tags", b"ok," + BAD_BYTE], [b"--name", BAD_BYTE]],
+                         ids=["tags", "name"])
+def test_text_that_is_not_utf8_is_refused_at_the_door_in_one_line(db, tmp_path, flags):
+    """`--tags $'x\\xfe'` once stored made every later `export` fail ("surrogates not allowed")."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}
+    for how in ([b"--queue-only"], []):
+        done = subprocess.run([sys.executable.encode(), b"-m", b"engine", b"run", b"--db", db.encode(), b"--preset",
+                               b"tiny", b"--steps", b"2", b"--eval-interval", b"2", b"--probe-interval", b"0",
+                               *how, *flags], cwd=root, env=env, capture_output=True)
+        err = done.stderr.decode()
+        assert done.returncode == 2, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "is not UTF-8 text" in err and "\\udcfe" in err, err
+    assert not Path(db.removeprefix("sqlite:///")).exists() or RunStore(db).list_runs() == []
+
+
+def test_every_door_of_stored_text_refuses_what_utf8_cannot_hold_and_export_works(db, tmp_path):
+    store = RunStore(db)
+    run_id = store.create_run(name="r", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=2)
+    bad = BAD_BYTE.decode("utf-8", "surrogateescape")
+    for write in (lambda: store.set_tags(run_id, [bad]), lambda: store.rename_run(run_id, bad),
+                  lambda: store.set_notes(run_id, bad), lambda: store.save_view(bad, {}),
+                  lambda: store.save_view("v", {"runs": bad}),
+                  lambda: store.create_run(name="s", config={"data_path": bad}, estimator="basis", rank=4, lam=0.0,
+                                           seed=0, preset="tiny", steps=2),
+                  lambda: store.save_report(title=bad, content="{}", run_ids=[run_id], selection={})):
+        with pytest.raises(ValueError, match="is not UTF-8 text"):
+            write()
+    store.add_metrics(run_id, [(0, 0.0, "val_loss", 10.5)])
+    store.append_notes(run_id, f"a path {bad}")  # what the program writes itself is kept, escaped
+    store.set_status(run_id, "failed", error=f"cannot read {bad}")
+    assert store.get_run(run_id).error == "cannot read x\\udcfe"
+    assert main(["export", "--db", db, "--out", str(tmp_path / "all.csv")]) == 0
+    assert "a path x\\udcfe" in (tmp_path / "all.csv").read_text(encoding="utf-8")

@@ -135,3 +135,37 @@ def test_a_full_queue_makes_the_producer_wait_instead_of_dropping(store, slept, 
     store.gate.set()
     assert done.wait(60) and writer.flush(60)
     assert [c[1][1][0][0] for c in store.calls if c[0] == "add_metrics"] == [0, 1, 2, 3]
+
+
+def test_after_a_write_lost_for_good_only_the_runs_final_writes_are_tried(writer, store, slept):
+    """A write after a lost one would leave a hole in the run's history: it is dropped; the
+    run's end (``final``) is still tried, and ``forget`` starts the run's next training afresh."""
+    writer.metrics(6, [(1, 0.0, "loss", 2.0)])
+    writer.call(6, store.delete_run, 6)  # refused for good
+    writer.metrics(6, [(2, 0.0, "loss", 1.0)])
+    writer.heartbeat(6, 2)
+    writer.final(6, store.set_status, 6, "interrupted")
+    writer.metrics(7, [(2, 0.0, "loss", 1.0)])  # another run goes on
+    assert writer.flush(60)
+    assert [(c[0], c[1][0]) for c in store.calls] == [("add_metrics", 6), ("set_status", 6), ("add_metrics", 7)]
+    assert str(writer.failure(6)) == "run 6 does not exist"
+    writer.forget(6)
+    writer.metrics(6, [(3, 0.0, "loss", 0.5)])
+    assert writer.flush(60) and store.calls[-1][0] == "add_metrics" and writer.failure(6) is None
+
+
+def test_a_lost_connection_is_waited_for_like_a_busy_database(writer, store, slept):
+    from storage import DatabaseUnreachableError
+
+    calls = []
+
+    def flaky(run_id):
+        calls.append(run_id)
+        if len(calls) <= 30:  # 30 tries, about two minutes of backoff: a server restarting
+            raise DatabaseUnreachableError("the database cannot be reached (connection refused)")
+
+    writer.call(8, flaky, 8)
+    writer.metrics(8, [(1, 0.0, "loss", 2.0)])
+    assert writer.flush(60)
+    assert len(calls) == 31 and writer.failure(8) is None and store.calls[-1][0] == "add_metrics"
+    assert sum(slept) > 100

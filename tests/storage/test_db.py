@@ -134,3 +134,71 @@ def test_a_held_lock_raises_database_busy_error(db_url, monkeypatch):
     assert st.get_run(rid).steps_done == 5
     st.close()
     holder.close()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_server_that_is_down_is_unreachable_and_a_refusal_is_not(pg_cluster, pg_url):
+    """A server gone (restarting, its socket absent) is a transient DatabaseUnreachableError,
+    a kind of busy that the runner retries; a server that refuses (no such role) is not."""
+    from storage import DatabaseUnreachableError
+
+    store = RunStore(pg_url)
+    rid = new_run(store, "a")
+    pg_cluster.stop_server()
+    try:
+        with pytest.raises(DatabaseUnreachableError, match="cannot be reached.*try again") as info:
+            store.heartbeat(rid, 1)
+        assert isinstance(info.value, DatabaseBusyError) and "\n" not in str(info.value)
+        with pytest.raises(DatabaseUnreachableError):
+            RunStore(pg_url)
+    finally:
+        pg_cluster.start_server()
+    store.heartbeat(rid, 2)  # the same store works again once the server is back
+    assert store.get_run(rid).steps_done == 2
+    with pytest.raises(StorageError) as info:
+        RunStore(pg_url.replace("basislab@", "nosuchrole@"))
+    assert not isinstance(info.value, DatabaseBusyError)
+    store.close()
+
+
+def test_a_full_sqlite_disk_is_database_full_error_and_writes_nothing(tmp_path):
+    """SQLite's "database or disk is full" (here: the file may not grow past its size)."""
+    from sqlalchemy import event
+
+    from storage import DatabaseFullError
+
+    store = RunStore(sqlite_url(tmp_path, "lab.db"))
+    rid = new_run(store, "a")
+
+    @event.listens_for(store.engine, "connect")
+    def _no_room(dbapi_conn, _record):
+        pages = dbapi_conn.execute("PRAGMA page_count").fetchone()[0]
+        dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    store.engine.dispose()
+    rows = [(step, 0.0, f"metric_{i}", 1.0) for step in range(50) for i in range(40)]
+    with pytest.raises(DatabaseFullError, match="disk is full.*free space") as info:
+        store.add_metrics(rid, rows)
+    assert not isinstance(info.value, DatabaseBusyError) and "\n" not in str(info.value)
+    assert len(store.metrics([rid])) == 0
+
+
+def test_a_sqlite_file_that_cannot_be_opened_for_now_is_unreachable(tmp_path):
+    """SQLite's "unable to open database file" (its folder gone for a while: an unmounted
+    disk, a network share dropping) is a transient DatabaseUnreachableError, as a lost
+    PostgreSQL connection is."""
+    from storage import DatabaseUnreachableError
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    store = RunStore(sqlite_url(folder, "lab.db"))
+    rid = new_run(store, "a")
+    store.engine.dispose()  # no connection left open: the next write opens the file anew
+    folder.rename(tmp_path / "away")
+    try:
+        with pytest.raises(DatabaseUnreachableError, match="cannot be reached.*try again"):
+            store.heartbeat(rid, 1)
+    finally:
+        (tmp_path / "away").rename(folder)
+    store.heartbeat(rid, 1)
+    assert store.get_run(rid).steps_done == 1

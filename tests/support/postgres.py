@@ -66,11 +66,22 @@ class ThrowawayPostgres:
             with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
                 f.write(f"\nlisten_addresses = ''\nunix_socket_directories = '{self.dir}'\nport = {self.port}\n"
                         "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n")
-            self._run([pg_ctl, "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w", "-t", "60", "start"])
+            self.start_server()
         except (OSError, subprocess.CalledProcessError) as e:
             detail = getattr(e, "stderr", b"") or b""
             self.skip_reason = f"PostgreSQL test cluster did not start: {e} {detail.decode(errors='replace')[-300:]}"
             self.stop()
+
+    def start_server(self):
+        """Start the server (again) on its port and socket; returns once it accepts connections."""
+        self._run([self.pg_ctl, "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w", "-t", "60", "start"])
+
+    def stop_server(self):
+        """Stop the server as ``pg_ctl restart`` does (``-m fast``): every connection is cut,
+        what was committed is kept (``-m immediate`` would lose the newest commits, as this
+        cluster commits without waiting for its log), and its socket is gone until
+        ``start_server``."""
+        self._run([self.pg_ctl, "-D", self.data, "-m", "fast", "-w", "-t", "60", "stop"])
 
     def _run(self, cmd):
         subprocess.run([*self.prefix, *cmd], check=True, capture_output=True, cwd=self.dir)
