@@ -425,3 +425,20 @@ def test_the_html_template_is_package_data_and_renders_from_a_zipped_install(tmp
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) > 1_000_000  # plotly.js inlined
+
+
+def test_every_text_of_the_html_is_escaped_by_the_template():
+    hostile = '</title><script>alert(1)</script><img src="http://127.0.0.1:9/x.png">'
+    report = rep.Report.from_json(OLD_REPORT.read_text())
+    plain = _Page()
+    plain.feed(rep.to_html(report))
+    report.title = report.created_at = hostile
+    report.notes = [hostile]
+    report.captions = {k: hostile for k in report.captions}
+    report.setup = {hostile: [(hostile, hostile)]}
+    report.table3.loc[0, "missing_seeds"] = hostile
+    page = _Page()
+    page.feed(rep.to_html(report))
+    assert page.tags.count("script") == plain.tags.count("script") and "img" not in page.tags
+    shown = [t for t in page.texts if hostile in t]
+    assert len(shown) >= 1 + 1 + 1 + 5 + 3 + 1  # title, heading, note, 5 captions, section + its row, the cell
