@@ -442,3 +442,13 @@ def test_every_text_of_the_html_is_escaped_by_the_template():
     assert page.tags.count("script") == plain.tags.count("script") and "img" not in page.tags
     shown = [t for t in page.texts if hostile in t]
     assert len(shown) >= 1 + 1 + 1 + 5 + 3 + 1  # title, heading, note, 5 captions, section + its row, the cell
+
+
+def test_a_stored_report_with_a_damaged_frame_is_a_one_line_error_naming_the_rebuild(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'damaged.db'}")
+    content = json.loads(rep.Report.from_json(OLD_REPORT.read_text()).to_json())
+    content["table3"]["data"] = content["table3"]["data"][:40]  # a cut Arrow stream
+    report_id = store.save_report(title="cut", content=json.dumps(content), run_ids=[], selection={"runs": [1]})
+    with pytest.raises(reports.ReportError, match=rf"report {report_id} cannot be read .*--id {report_id} --rebuild"):
+        reports.load(store, report_id)
+    store.close()
