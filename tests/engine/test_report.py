@@ -11,8 +11,14 @@ Markdown renders (the ``markdown`` package), its figures are SVG files beside it
 
 import dataclasses
 import io
+import json
 import os
 import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
 
 import markdown
@@ -22,6 +28,7 @@ import pytest
 
 from engine.analysis import claims
 from engine.analysis import report as rep
+from engine.analysis.report.stored import decode_frame, encode_frame
 from engine.analysis.summary import TABLE3_COLUMNS
 from engine.cli.main import main
 from engine.config import RunConfig
@@ -190,7 +197,29 @@ def test_the_html_is_one_file_with_plotly_inlined_once(written):
     assert text.count("Plotly.newPlot(") == len(built.figures) == 5
     assert len(re.findall(r"\* plotly\.js v\d", text)) == 1  # the library's banner: inlined once
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
-    assert HOSTILE_TAG not in text and "&lt;img src=&quot;http://127.0.0.1:9/tag.png&quot;&gt;" in text
+    assert HOSTILE_TAG not in text
+    page = _Page()
+    page.feed(text)
+    assert "img" not in page.tags and any(HOSTILE_TAG in t for t in page.texts)  # the tag shows as text
+
+
+class _Page(HTMLParser):
+    """The elements of an HTML page and its text outside scripts and styles, entities decoded."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.texts, self._raw = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self._raw = tag if tag in ("script", "style") else None
+
+    def handle_endtag(self, tag):
+        self._raw = None
+
+    def handle_data(self, data):
+        if self._raw is None:
+            self.texts.append(data)
 
 
 @pytest.mark.browser
@@ -221,12 +250,16 @@ def test_the_html_opens_offline_in_chromium_with_every_figure_drawn(written):
                 id: gd.id, svg: gd.querySelectorAll('svg.main-svg').length,
                 traces: (gd._fullData || []).length, title: gd.layout.title && gd.layout.title.text}))""")
             tables = page.evaluate("document.querySelectorAll('table').length")
+            page.set_viewport_size({"width": 420, "height": 900})  # a phone: wide tables scroll in their box
+            page.wait_for_timeout(500)
+            overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         finally:
             browser.close()
     assert attempted == []
     assert sorted(d["id"] for d in drawn) == sorted(f"figure-{n}" for n in built.figures)
     assert all(d["svg"] >= 1 and d["traces"] >= 1 for d in drawn), drawn
     assert tables >= 5
+    assert overflow <= 0, f"the page is {overflow} px wider than a 420 px window"
 
 
 def test_the_markdown_renders_with_svg_figures_beside_it(written):
@@ -323,3 +356,99 @@ def test_an_existing_file_is_not_overwritten_without_force(written, tmp_path):
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not private
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]  # no temporary file left behind
+
+
+# ----------------------------------------------------------------------------- the stored form and the package
+
+OLD_REPORT = Path(__file__).parent / "data" / "report_v1.json"  # stored by format 1 (frames as JSON rows)
+
+
+def test_a_report_stored_in_the_first_format_still_opens_and_shows_what_it_held():
+    text = OLD_REPORT.read_text()
+    raw = json.loads(text)
+    assert raw["version"] == 1 and "format" not in raw["table3"]
+    old = rep.Report.from_json(text)
+    # every stored cell reads back: numbers exact, NaN where null, text as text
+    for name in ("table3", "step_times", "diagnoses"):
+        frame, stored = getattr(old, name), raw[name]
+        assert list(frame.columns) == stored["columns"] and len(frame) == len(stored["data"]) > 0
+        for i, column in enumerate(stored["columns"]):
+            cells = [row[i] for row in stored["data"]]
+            got = [None if pd.isna(v) else v for v in frame[column]]
+            assert got == cells, (name, column)
+    assert str(old.table3["rank"].dtype) == "Int64" and old.table3["val_loss_mean"].dtype == np.float64
+    assert {v.key: v.verdict for v in old.verdicts} == {"a": "supported", "b": "supported", "c": "inconclusive",
+                                                        "d": "supported", "e": "not supported"}
+    # it renders as a fresh one does, and stored again it is written in the new format and reads back equal
+    page = rep.to_html(old)
+    assert page.count("Plotly.newPlot(") == 5 and "[+0.4794, +0.5043]" in page and HOSTILE_TAG not in page
+    assert "| basis    | 8      | 0.01 | 2       | 40     | 6.1553 ± 0.0085 | +0.0623 " in rep.to_markdown(old, "f")
+    again = json.loads(old.to_json())
+    assert again["version"] == rep.REPORT_VERSION == 2 and again["table3"]["format"] == "arrow-ipc-base64"
+    back = rep.Report.from_json(old.to_json())
+    for name in ("table3", "step_times", "diagnoses"):
+        pd.testing.assert_frame_equal(getattr(back, name), getattr(old, name))
+
+
+def test_frames_are_stored_as_arrow_with_their_dtypes_and_missing_values():
+    frame = pd.DataFrame({"estimator": pd.array(["exact", "basis", None], dtype="str"),
+                          "rank": pd.array([pd.NA, 8, 32], dtype="Int64"), "seeds": np.array([2, 2, 1]),
+                          "val": [6.0, np.nan, 1 / 3], "flag": [True, False, True]})
+    stored = encode_frame(frame)
+    assert stored["format"] == "arrow-ipc-base64" and set(stored) == {"format", "data"}
+    back = decode_frame(json.loads(json.dumps(stored)))
+    pd.testing.assert_frame_equal(back, frame)
+    assert back["val"].iloc[2] == 1 / 3 and back["rank"].isna().tolist() == [True, False, False]
+    empty = decode_frame(encode_frame(pd.DataFrame(columns=["a", "b"])))
+    assert list(empty.columns) == ["a", "b"] and len(empty) == 0
+    with pytest.raises(ValueError, match="frame format 'csv'"):
+        decode_frame({"format": "csv", "data": ""})
+
+
+def test_the_html_template_is_package_data_and_renders_from_a_zipped_install(tmp_path):
+    """Only what the wheel would hold (the modules and pyproject's package data) in a zip on
+    the path: the report renders from it, template and style included."""
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = root / "engine" / "analysis" / "report" / "templates"
+    data = [p for pattern in globs["engine.analysis.report"] for p in templates.parent.glob(pattern)]
+    assert sorted(data) == sorted(templates.iterdir()) and data
+    archive = tmp_path / "installed.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for p in [*root.glob("engine/**/*.py"), *data]:
+            z.write(p, p.relative_to(root).as_posix())
+    code = ("import sys, engine.analysis.report as rep; assert rep.__file__.startswith(sys.argv[1]), rep.__file__; "
+            "r = rep.Report.from_json(open(sys.argv[2]).read()); page = rep.to_html(r); "
+            "assert 'overflow-x:auto' in page and '<h2>Claims of the paper</h2>' in page; print(len(page))")
+    env = {**os.environ, "PYTHONPATH": str(archive)}
+    out = subprocess.run([sys.executable, "-c", code, str(archive), str(OLD_REPORT)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 1_000_000  # plotly.js inlined
+
+
+def test_every_text_of_the_html_is_escaped_by_the_template():
+    hostile = '</title><script>alert(1)</script><img src="http://127.0.0.1:9/x.png">'
+    report = rep.Report.from_json(OLD_REPORT.read_text())
+    plain = _Page()
+    plain.feed(rep.to_html(report))
+    report.title = report.created_at = hostile
+    report.notes = [hostile]
+    report.captions = {k: hostile for k in report.captions}
+    report.setup = {hostile: [(hostile, hostile)]}
+    report.table3.loc[0, "missing_seeds"] = hostile
+    page = _Page()
+    page.feed(rep.to_html(report))
+    assert page.tags.count("script") == plain.tags.count("script") and "img" not in page.tags
+    shown = [t for t in page.texts if hostile in t]
+    assert len(shown) >= 1 + 1 + 1 + 5 + 3 + 1  # title, heading, note, 5 captions, section + its row, the cell
+
+
+def test_a_stored_report_with_a_damaged_frame_is_a_one_line_error_naming_the_rebuild(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'damaged.db'}")
+    content = json.loads(rep.Report.from_json(OLD_REPORT.read_text()).to_json())
+    content["table3"]["data"] = content["table3"]["data"][:40]  # a cut Arrow stream
+    report_id = store.save_report(title="cut", content=json.dumps(content), run_ids=[], selection={"runs": [1]})
+    with pytest.raises(reports.ReportError, match=rf"report {report_id} cannot be read .*--id {report_id} --rebuild"):
+        reports.load(store, report_id)
+    store.close()

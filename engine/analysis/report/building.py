@@ -1,0 +1,164 @@
+"""Building a report from run records and their metric rows alone: no database, no
+Streamlit (``engine.runner.reports`` reads the database and stores the result).
+
+``build`` gathers the setup (config by field group, data, device, package versions, git
+commit, wall time), the paper's Table 3 (``summary.table3``: paired Δ vs exact, its 95 %
+t-interval, its equivalence test against ±δ and verdict; the paper's own figures as a
+labelled note), the claims (``claims.judge``, with their rules and the seeds that would
+decide each claim), the figures (loss against R with seed error bars and the exact band,
+validation curves with seed bands, dW cosine, activation memory and step time against R;
+the builders of ``frames`` and ``charts``, the dashboard's own) and the diagnosis rows.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.analysis import charts, claims, frames
+from engine.analysis.report.model import Report, describe_selection
+from engine.analysis.summary import table3
+from engine.config import GROUPS, method_label, schema, stored
+from engine.core.stats import MARGIN, check_margin
+from engine.training.timing import format_seconds
+
+
+def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame | None = None,
+          selection: dict | None = None, at_step: int | None = None, title: str | None = None,
+          created_at: datetime | None = None, margin: float | None = None) -> Report:
+    """The report of ``records`` (``storage.RunRecord``) from their metric rows (the columns
+    of ``RunStore.metrics``) and diagnosis rows (``claims.DIAGNOSIS_COLUMNS`` plus
+    ``step`` and ``cos_mean``; None: none stored); every number read at ``at_step``, or
+    per config group at the latest step all its runs reached (``summary.table3``); Δ val
+    judged against ±``margin`` nats (None: the selection's ``margin``, else ``MARGIN``)."""
+    records = sorted(records, key=lambda r: r.id)
+    selection = dict(selection or {})
+    margin = check_margin(margin if margin is not None else selection.get("margin", MARGIN))
+    created = (created_at or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    t3 = table3(records, metrics, at_step, margin=margin)
+    steps = frames.step_time_frame(records, metrics, at_step)
+    diag = _diagnoses(diagnoses)
+    verdicts = claims.judge(t3, diag, steps[claims.STEP_TIME_COLUMNS],
+                            timings=frames.run_time_frame(records, metrics, at_step), margin=margin)
+    figures, captions = _figures(records, metrics, at_step, steps)
+    notes = []
+    unfinished = [r for r in records if r.status != "finished"]
+    if unfinished:
+        notes.append(f"{len(unfinished)} of {len(records)} runs had not finished when this report was built: "
+                     + ", ".join(f"#{r.id} {r.status}" for r in unfinished[:20]) + ("…" if len(unfinished) > 20 else ""))
+    if len(t3) and (t3["missing_seeds"] != "").any():
+        notes.append("Some methods miss seeds at the compared step (Table 3's 'missing seeds').")
+    return Report(title=title or describe_selection(selection), created_at=created, selection=selection,
+                  run_ids=[r.id for r in records], at_step=at_step, setup=_setup(records, metrics),
+                  table3=t3, step_times=steps, diagnoses=diag, verdicts=verdicts, figures=figures,
+                  captions=captions, notes=notes)
+
+
+def _figures(records, metrics, at_step, steps) -> tuple[dict[str, go.Figure], dict[str, str]]:
+    figures, captions = {}, {}
+    info = frames.describe_runs(records)
+
+    def add(name, fig, caption):
+        figures[name], captions[name] = fig, caption
+
+    loss = frames.rank_frame(records, metrics, "val_loss", at_step)
+    add("loss_vs_rank", charts.rank_figure(loss, y_title="validation loss (nats/token)",
+                                           title="Validation loss against the rank R"),
+        "Validation loss at the compared step against R (log axis): the mean over seeds with ± 1 std error bars; "
+        "exact backprop as a band (mean ± std) across the ranks.")
+    curves = frames.series(metrics, info, "val_loss", pool_seeds=True)
+    add("validation", charts.line_figure(curves, y_title="validation loss (nats/token)",
+                                         title="Validation loss (mean over seeds, ± 1 std band)", height=440),
+        "Validation curves of every method: the mean over its seeds at each evaluation, with a ± 1 std band.")
+    cosine = frames.rank_frame(records, metrics, "cos_mean", at_step)
+    if len(cosine[cosine["estimator"] != "exact"]):
+        add("cosine", charts.rank_figure(cosine, y_title="mean cosine of sketched dW to exact dW",
+                                         title="dW cosine against R"),
+            "Mean cosine of each sketched layer's dW to the exact dW on the same batch (the last probe at or before "
+            "the compared step), mean ± std over seeds.")
+    memory = frames.rank_frame(records, metrics, "mem_saved_bytes", at_step)
+    add("memory", charts.rank_figure(memory, y_title="saved for backward (MiB)", title="Activation memory against R"),
+        "Bytes the compiled train step keeps for the backward pass, in MiB, against R; exact backprop as a band.")
+    add("step_time", charts.rank_figure(steps, y_title="train step (ms)", title="Time per train step against R"),
+        "Milliseconds per train step against R, mean ± std over seeds; exact backprop as a band.")
+    return figures, captions
+
+
+def _diagnoses(diagnoses: pd.DataFrame | None) -> pd.DataFrame:
+    columns = [*claims.DIAGNOSIS_COLUMNS, "step", "cos_mean"]
+    if diagnoses is None or diagnoses.empty:
+        return pd.DataFrame(columns=columns)
+    d = diagnoses[diagnoses["layer"] == claims.POOLED_LAYER]
+    return d[columns].sort_values(["diagnosis_id", "estimator", "lam", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _setup(records, metrics: pd.DataFrame) -> dict[str, list[tuple[str, str]]]:
+    """The runs, their config by field group (the schema's groups), data and environment."""
+    setup: dict[str, list[tuple[str, str]]] = {}
+    if not records:
+        return {"Runs": [("runs", "none")]}
+    statuses = pd.Series([r.status for r in records]).value_counts()
+    wall = metrics.groupby("run_id")["wall_time"].max() if len(metrics) else pd.Series(dtype=float)
+    started = [r.started_at for r in records if r.started_at]
+    finished = [r.finished_at for r in records if r.finished_at]
+    methods = list(dict.fromkeys(method_label(r.estimator, r.rank, r.lam) for r in records))
+    runs = [
+        ("runs", f"{len(records)} ({', '.join(f'{n} {s}' for s, n in statuses.items())})"),
+        ("methods", ", ".join(methods)),
+        ("seeds", ", ".join(map(str, sorted({r.seed for r in records if r.seed is not None})))),
+        ("sweeps", ", ".join(sorted({r.sweep_id for r in records if r.sweep_id})) or "—"),
+        ("tags", ", ".join(sorted({t for r in records for t in r.tags})) or "—"),
+        ("wall time", f"{format_seconds(float(wall.sum()))} of training summed over runs"
+                      + (f"; {format_seconds((max(finished) - min(started)).total_seconds())} from the first start to "
+                         "the last finish" if started and finished else "")),
+        ("first started", _time(min(started)) if started else "—"),
+        ("last finished", _time(max(finished)) if finished else "—"),
+    ]
+    setup["Runs"] = runs
+    configs = [r.config for r in records]
+    for group, title in GROUPS.items():
+        rows = []
+        for f, spec, _ in schema():
+            if spec.group != group or spec.swept or f.name == "name":
+                continue
+            values = list(dict.fromkeys(json.dumps(c.get(f.name), sort_keys=True, default=str) for c in configs))
+            shown = [_config_text(json.loads(v), spec.none) for v in values]
+            rows.append((spec.label, shown[0] if len(shown) == 1 else "varies: " + " / ".join(shown)))
+        if group == "data":
+            rows.append(("tokens per step (B·T)", _varies(_rows(c) for c in configs)))
+        setup[title] = rows
+    versions: dict[str, set] = {}
+    for r in records:
+        for k, v in (r.versions or {}).items():
+            versions.setdefault(k, set()).add(str(v))
+    env = [("device", _varies(r.device for r in records)),
+           ("git commit", _varies(r.git_commit for r in records))]
+    env += [(f"{k} version", " / ".join(sorted(v))) for k, v in sorted(versions.items(), key=lambda kv: kv[0].lower())]
+    setup["Environment"] = env
+    return setup
+
+
+def _rows(config: dict) -> str:
+    run = stored(config)
+    return str(run.rows) if run is not None else "—"
+
+
+def _varies(values) -> str:
+    shown = list(dict.fromkeys("—" if v is None else str(v) for v in values))
+    return shown[0] if len(shown) == 1 else "varies: " + " / ".join(shown)
+
+
+def _config_text(value: Any, none: str | None = None) -> str:
+    if value is None:
+        return f"default ({none})" if none else "default"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "—"
+    return str(value)
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
