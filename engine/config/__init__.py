@@ -28,6 +28,7 @@ from engine.config.run import (
     GROUPS,
     MEASUREMENT,
     MIN_EVAL_TOKENS,
+    SEED_END,
     TRAJECTORY,
     ConfigError,
     DataOption,
