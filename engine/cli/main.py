@@ -32,6 +32,7 @@ from engine.config import (
     default_of,
     from_flat,
     launch_warnings,
+    needs_confirmation,
     parse_seeds,
     reproduction_sweep,
     schema,
@@ -138,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--seeds", default=",".join(map(str, REPRODUCE_SEEDS)), metavar="LIST",
                            help=f"comma list or range of seeds (default: {','.join(map(str, REPRODUCE_SEEDS))})")
     reproduce.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    reproduce.add_argument("--yes", action="store_true",
+                           help=f"launch even when that is more than {LARGE_LAUNCH} runs (asked for otherwise)")
     reproduce.add_argument("--queue-only", action="store_true",
                            help="queue the runs for `python -m engine worker` processes instead of training them here")
     reproduce.add_argument("--no-measure", action="store_true",
@@ -244,10 +247,16 @@ def _grid(args) -> list[RunConfig]:
     for w in warnings:
         text = w.text if w.field is None else w.text.replace(w.field, "--" + w.field.replace("_", "-"), 1)
         print(f"warning: {text}", file=sys.stderr)
-    if any(w.field is None for w in warnings) and not args.yes:
-        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
-                       "launch them, or fewer --seeds/--ranks")
+    _confirmed(args, configs, "fewer --seeds/--ranks")
     return configs
+
+
+def _confirmed(args, configs: list[RunConfig], fewer: str) -> None:
+    """The one launch rule (``needs_confirmation``, the Launch form's too): more than
+    ``LARGE_LAUNCH`` runs are launched only with ``--yes``; otherwise nothing is queued."""
+    if needs_confirmation(len(configs)) and not args.yes:
+        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
+                       f"launch them, or {fewer}")
 
 
 def _total_time(url, configs: list[RunConfig]) -> str:
@@ -396,6 +405,7 @@ def _reproduce(args) -> int:
         raise CliError(f"--concurrent must be >= 1 (got {args.concurrent})")
     sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
     configs = sweep.expand()
+    _confirmed(args, configs, "fewer --seeds")
     store = _open_store(args.db)
     check_data(configs)
     seeds = ", ".join(map(str, sweep.seeds))

@@ -56,6 +56,7 @@ from engine.config.sweep import (
     Sweep,
     from_flat,
     launch_warnings,
+    needs_confirmation,
     parse_estimators,
     parse_lams,
     parse_ranks,
