@@ -628,21 +628,28 @@ def _report(args) -> int:
         return 0
     if args.out:
         reports.format_of(args.out)  # a bad suffix fails before anything is built
+
+    def checked(report):
+        """``report`` once ``--out`` may be written (its figure folder too): else nothing is stored."""
+        if args.out:
+            reports.check_output(report, args.out, force=args.force)
+        return report
+
     if args.id is not None:
         if args.at_step is not None:
             raise CliError("--at-step builds a new report; with --id the stored report keeps its own step")
         if args.rebuild:
-            report_id, built = reports.rebuild(store, args.id)
+            report_id, built = reports.rebuild(store, args.id, check=checked)
             print(f"rebuilt report {report_id} from the database", file=sys.stderr)
         else:
-            report_id, built = args.id, reports.load(store, args.id)
+            report_id, built = args.id, checked(reports.load(store, args.id))
     else:
         if args.rebuild:
             raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
         runs = store.resolve_runs(args.runs) if args.runs else None
         tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
         selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step)
-        built = reports.build(store, selection)
+        built = checked(reports.build(store, selection))
         report_id = reports.save(store, built)
         print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)
     for v in built.verdicts:
