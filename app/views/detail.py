@@ -66,7 +66,7 @@ def _view() -> None:
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
     for r in store.list_reports(run_id=run_id)[:3]:
-        st.page_link("views/report.py", label=f"Report: {r.title}", icon=":material/summarize:",
+        st.page_link("views/report.py", label=plain(f"Report: {r.title}"), icon=":material/summarize:",
                      query_params={"id": str(r.id)})
     if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
         st.page_link("views/report.py", label="Build a report of its sweep", icon=":material/add_chart:",

@@ -5,6 +5,7 @@ parameters), for the CLI's messages, every error and the dashboard's sidebar."""
 import pytest
 
 from engine.cli.main import main
+from engine.core.text import WORD_JOINER
 from storage import masked_url
 from tests.support.pages import app
 
@@ -33,6 +34,6 @@ def test_cli_errors_never_print_a_password(capsys, url):
 def test_the_sidebar_shows_the_database_url_masked(monkeypatch):
     monkeypatch.setenv("BASIS_LAB_DB_URL", SECRET_URL)
     at = app().run()
-    shown = [c.value.replace("\\", "") for c in at.sidebar.caption] + [e.value.replace("\\", "") for e in at.error]
+    shown = [t.value.replace("\\", "").replace(WORD_JOINER, "") for t in [*at.sidebar.caption, *at.error]]
     assert f"Database: {masked_url(SECRET_URL)}" in shown, shown
     assert not any("SECRET" in text for text in shown), shown
