@@ -1,4 +1,5 @@
-"""Confirmations for the actions that stop compute or lose data: Stop and Delete.
+"""Confirmations for the actions that stop compute or lose data: Stop and Delete; and
+the tick a launch of many runs needs (``large_launch``).
 
 Each dialog is opened with run *ids* (``state.set_dialog(("stop", ids))``), reads
 those runs again from the database, names them (id, name as plain text, status) and
@@ -15,7 +16,17 @@ import streamlit as st
 
 from app import state
 from app.display import plain
+from engine.config import LARGE_LAUNCH, needs_confirmation
 from storage import ACTIVE_STATUSES
+
+
+def large_launch(n: int, eta: str, key: str) -> bool:
+    """Whether a launch of ``n`` runs may go: the CLI's rule (``needs_confirmation``: more
+    than ``LARGE_LAUNCH`` runs need ``--yes``) as a tick, unticked until the user ticks it."""
+    if not needs_confirmation(n):
+        return True
+    return st.checkbox(f"Yes, launch all {n:,} runs (estimated total time {eta})", key=key, value=False,
+                       help=f"More than {LARGE_LAUNCH} runs in one launch: check the seeds and ranks first.")
 
 
 def close(message: str | None = None) -> None:

@@ -4,17 +4,77 @@ The typed password is compared with ``hmac.compare_digest`` (constant time). A
 correct entry unlocks this browser session only; "Lock" locks it again. Without the
 variable the dashboard is open, which is what ``make run`` (bound to localhost) wants;
 the Procfile's public start refuses to run without one (see README).
+
+Guessing is slowed per client (``Throttle``): after ``FREE_TRIES`` wrong passwords in a
+row a client (its IP address, as the server sees it; this browser session where the
+server does not know it) must wait 1 s, then 2 s, 4 s … (at most ``MAX_WAIT_S``) before
+its next try is even checked; a right password clears its count. Twenty guesses take
+over ten minutes instead of seconds. A new tab or session of the same address does not
+start afresh.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import os
+import threading
+import time
+from typing import Callable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 ENV_PASSWORD = "BASIS_LAB_PASSWORD"
 _UNLOCKED = "gate.unlocked"
+FREE_TRIES = 3  # wrong passwords in a row a client may type before it has to wait
+MAX_WAIT_S = 300.0
+_MAX_CLIENTS = 10_000  # entries kept before clients that may try again are forgotten
+
+
+def wait_after(failures: int) -> float:
+    """Seconds a client waits after ``failures`` wrong passwords in a row:
+    0 below ``FREE_TRIES``, then 2^(failures − FREE_TRIES), at most ``MAX_WAIT_S``."""
+    return 0.0 if failures < FREE_TRIES else min(2.0 ** (failures - FREE_TRIES), MAX_WAIT_S)
+
+
+class Throttle:
+    """Wrong passwords per client, for the whole server process (every session)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._clients: dict[str, tuple[int, float]] = {}  # client → (failures in a row, may try again at)
+
+    def wait(self, client: str) -> float:
+        """Seconds before ``client`` may try again (0: now)."""
+        with self._lock:
+            _, until = self._clients.get(client, (0, 0.0))
+            return max(0.0, until - self.clock())
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = self.clock()
+            if len(self._clients) >= _MAX_CLIENTS:  # forget those free to try (their next wait restarts at 0)
+                self._clients = {c: v for c, v in self._clients.items() if v[1] > now}
+            failures = self._clients.get(client, (0, 0.0))[0] + 1
+            self._clients[client] = (failures, now + wait_after(failures))
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._clients.pop(client, None)
+
+
+THROTTLE = Throttle()
+
+
+def client() -> str:
+    """Who is typing: the connection's IP address, else this browser session."""
+    ip = getattr(st.context, "ip_address", None)
+    if ip:
+        return f"ip:{ip}"
+    ctx = get_script_run_ctx()
+    return f"session:{ctx.session_id if ctx else ''}"
 
 
 def password() -> str | None:
@@ -37,10 +97,18 @@ def unlocked() -> bool:
         typed = st.text_input("Password", type="password", help=f"Set by {ENV_PASSWORD} where the dashboard runs.")
         go = st.form_submit_button("Unlock", type="primary")
     if go:
+        who = client()
+        wait = THROTTLE.wait(who)
+        if wait > 0:  # not even checked: a right guess now would tell a guesser it is right
+            st.error(f"Too many wrong passwords: try again in {math.ceil(wait)} s.")
+            return False
         if check(typed, expected):
+            THROTTLE.succeeded(who)
             st.session_state[_UNLOCKED] = True
             st.rerun()
-        st.error("Wrong password.")
+        THROTTLE.failed(who)
+        wait = THROTTLE.wait(who)
+        st.error("Wrong password." + (f" Try again in {math.ceil(wait)} s." if wait > 0 else ""))
     return False
 
 

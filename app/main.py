@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import display, gate, state
-from storage import StorageError
+from storage import StorageError, masked_url
 
 # a local icon: a Material icon as page_icon is fetched from fonts.gstatic.com by every browser
 st.set_page_config(page_title="BASIS Lab", page_icon=str(Path(__file__).with_name("icon.png")), layout="wide")
@@ -40,7 +40,7 @@ with st.sidebar:
     st.toggle("Pause live updates", key=state.PAUSED, help="Stop the charts and tables from refreshing while you read them.")
     st.radio("Chart downloads", display.IMAGE_FORMATS, horizontal=True, key=display.IMAGE_FORMAT,
              help="The format of the camera button in every chart's toolbar.")
-    st.caption(display.plain(f"Database: {state.db_url()}"), help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
+    st.caption(display.plain(f"Database: {masked_url(state.db_url())}"), help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
     gate.logout_button()
 
 state.keep_widget_state("launch.")

@@ -16,6 +16,7 @@ from .db import (
     ensure_schema,
     head_revision,
     make_engine,
+    masked_url,
     resolve_url,
     schema_revision,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "head_revision",
     "long_frame",
     "make_engine",
+    "masked_url",
     "resolve_url",
     "schema_revision",
     "to_csv_bytes",

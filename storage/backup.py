@@ -140,9 +140,11 @@ def _pg_dump(url, target: Path) -> None:
                            "client tools (Debian/Ubuntu: apt install postgresql-client; macOS: brew install libpq) "
                            "of the server's major version or newer")
     env = dict(os.environ)
-    if url.password:
-        env["PGPASSWORD"] = url.password  # not on the command line, where any user could read it
-    libpq = url.set(drivername="postgresql", password=None)
+    in_query = url.query.get("password")  # ?password= is libpq's too: kept off the command line the same way
+    password = url.password or (in_query[-1] if isinstance(in_query, tuple) and in_query else in_query)
+    if password:
+        env["PGPASSWORD"] = password  # not on the command line, where any user could read it
+    libpq = url.set(drivername="postgresql", password=None).difference_update_query(["password"])
     cmd = [tool, "--format=custom", "--no-owner", f"--file={target}",
            f"--dbname={libpq.render_as_string(hide_password=False)}"]
     try:

@@ -48,6 +48,8 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
+import urllib.parse
 import zlib
 from typing import Any, Optional
 
@@ -77,6 +79,7 @@ __all__ = [
     "StorageError",
     "DatabaseBusyError",
     "resolve_url",
+    "masked_url",
     "make_engine",
     "ensure_schema",
     "head_revision",
@@ -111,11 +114,25 @@ def resolve_url(url: Optional[str] = None) -> str:
     return raw
 
 
-def _safe(url: Any) -> str:
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)  # query keys whose values are secrets
+_USERINFO = re.compile(r"(://[^/?#]*?:)[^/?#]*(@)")  # ://user:PASSWORD@ (up to the last @ of the authority)
+_SECRET_PARAM = re.compile(r"([?&;][^=&;#]*(?:pass|pwd|secret|token)[^=&;#]*=)[^&;#]*", re.IGNORECASE)
+
+
+def masked_url(url: Any) -> str:
+    """``url`` (a string or SQLAlchemy URL) as it may be shown or printed: the password of
+    ``user:password@`` and the value of every query parameter named like a secret
+    (``?password=``, ``sslpassword``, ``token`` …) replaced by ``***``. The one masking
+    of database URLs: the CLI, the dashboard and every error message use it. A URL
+    SQLAlchemy cannot parse is masked by pattern, so its secrets never show either."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # malformed: show nothing that might be a password
-        return "<malformed URL>"
+        u = url if isinstance(url, sqlalchemy.engine.URL) else make_url(str(url))
+    except Exception:  # malformed: mask by pattern what might be a secret
+        return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***\2", str(url)))
+    base = u.set(query={}).render_as_string(hide_password=True)
+    pairs = [(k, "***" if _SECRET_KEY.search(k) else v) for k, vs in u.query.items()
+             for v in ((vs,) if isinstance(vs, str) else vs)]
+    return f"{base}?{urllib.parse.urlencode(pairs, safe='*/:,')}" if pairs else base
 
 
 def _is_memory(database: Optional[str]) -> bool:
@@ -214,9 +231,9 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
     resolved = resolve_url(url)
     try:
         u = make_url(resolved)
-    except exc.ArgumentError as e:
+    except (exc.ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
         raise StorageError(
-            f"malformed database URL {resolved!r}; {FIX_HINT} with a URL like "
+            f"malformed database URL {masked_url(resolved)!r}; {FIX_HINT} with a URL like "
             "sqlite:////abs/path/lab.db or postgresql+psycopg://user:pw@host/db"
         ) from e
     kwargs: dict[str, Any] = {"json_serializer": json_dumps}
@@ -236,7 +253,7 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
         engine = sqlalchemy.create_engine(u, **kwargs)
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as e:
         raise StorageError(
-            f"cannot use database URL {_safe(u)} ({e}); install its driver "
+            f"cannot use database URL {masked_url(u)} ({e}); install its driver "
             f'(PostgreSQL: pip install "psycopg[binary]") or {FIX_HINT}'
         ) from e
     if is_sqlite:
@@ -245,7 +262,7 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
         ensure_schema(engine)
     except exc.SQLAlchemyError as e:
         engine.dispose()
-        raise storage_error(e, f"cannot open database {_safe(u)}", FIX_HINT) from e
+        raise storage_error(e, f"cannot open database {masked_url(u)}", FIX_HINT) from e
     except BaseException:
         engine.dispose()
         raise
@@ -298,14 +315,14 @@ def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> 
             known = False
         if not known:
             raise StorageError(
-                f"database {_safe(engine.url)} has schema revision {revision!r}, newer than this BASIS Lab "
+                f"database {masked_url(engine.url)} has schema revision {revision!r}, newer than this BASIS Lab "
                 f"(newest known {head_revision()!r}); upgrade BASIS Lab or {FIX_HINT}"
             )
         return
     legacy = _legacy_version(conn)
     if legacy is not None and legacy > 1:
         raise StorageError(
-            f"database {_safe(engine.url)} has schema version {legacy}, newer than this BASIS Lab (1); "
+            f"database {masked_url(engine.url)} has schema version {legacy}, newer than this BASIS Lab (1); "
             f"upgrade BASIS Lab or {FIX_HINT}"
         )
 
@@ -326,7 +343,7 @@ def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
         raise
     except Exception as e:  # rolled back by the enclosing transaction
         raise StorageError(
-            f"upgrading database {_safe(engine.url)} from schema revision {revision or 'none'} to {head} failed "
+            f"upgrading database {masked_url(engine.url)} from schema revision {revision or 'none'} to {head} failed "
             f"({e}); the database was left unchanged; report this bug or {FIX_HINT}"
         ) from e
 

@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 from sqlalchemy import Engine, exc
 from sqlalchemy.orm import Session
 
-from .db import ensure_schema, make_engine, storage_error, write_engine
+from .db import ensure_schema, make_engine, masked_url, storage_error, write_engine
 from .diagnostics import DiagnosticsMixin
 from .errors import RunNotFoundError  # noqa: F401
 from .frames import FramesMixin
@@ -65,7 +65,7 @@ class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMix
             try:
                 ensure_schema(engine)
             except exc.SQLAlchemyError as e:
-                raise storage_error(e, f"cannot open database {engine.url.render_as_string(hide_password=True)}") from e
+                raise storage_error(e, f"cannot open database {masked_url(engine.url)}") from e
         self._engine = engine
         self._write = write_engine(engine)
         self._pg = engine.dialect.name == "postgresql"
@@ -76,7 +76,7 @@ class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMix
 
     @property
     def url(self) -> str:
-        return self._engine.url.render_as_string(hide_password=True)
+        return masked_url(self._engine.url)
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r})"

@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import confirm, form, state, tables
+from app import confirm, form, state, tables, viewstate
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -31,8 +31,10 @@ if not records:
 
 wanted = state.take_detail()  # set by the Runs page's Details button
 if wanted is None and "detail.pick" not in st.session_state:
-    wanted = st.query_params.get("run")  # a link to ?run=ID
-if wanted is not None and str(wanted).isdigit() and int(wanted) in records:
+    wanted, problem = viewstate.url_id(st.query_params.to_dict(), "run", records)  # a link to ?run=ID
+    if problem:
+        st.warning(plain(f"The link's {problem}; showing another run."), icon=":material/link_off:")
+if wanted is not None and wanted in records:
     st.session_state["detail.pick"] = int(wanted)
 elif st.session_state.get("detail.pick") not in records:
     picked = [i for i in state.selected() if i in records]
@@ -64,7 +66,7 @@ def _view() -> None:
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
     for r in store.list_reports(run_id=run_id)[:3]:
-        st.page_link("views/report.py", label=f"Report: {r.title}", icon=":material/summarize:",
+        st.page_link("views/report.py", label=plain(f"Report: {r.title}"), icon=":material/summarize:",
                      query_params={"id": str(r.id)})
     if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
         st.page_link("views/report.py", label="Build a report of its sweep", icon=":material/add_chart:",

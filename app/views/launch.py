@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import form, state
+from app import confirm, form, state
 from app.display import plain
 from engine import data
 from engine.config import (
@@ -102,11 +102,8 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
     _seed_plan(lab, configs)
-    confirmed = True
-    if n > LARGE_LAUNCH:
-        eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
-        confirmed = st.checkbox(f"Yes, launch all {n:,} runs (estimated total time {eta})", key="launch.confirm_large",
-                                value=False)
+    eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
+    confirmed = confirm.large_launch(n, eta, "launch.confirm_large")
     tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation",
                          help="Comma list; every run of this launch gets them (filter by them on Runs).")
     queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only",
@@ -188,7 +185,10 @@ def _reproduce(lab: state.Lab) -> None:
             st.rerun()
         queue_only = st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only",
                                help="Leave the runs to `python -m engine worker` processes instead of training them here.")
-        if st.button("Reproduce the paper", icon=":material/play_circle:", type="primary", key="reproduce.go"):
+        confirmed = confirm.large_launch(len(configs), plain(estimate.text()), "launch.reproduce.confirm_large")
+        if st.button("Reproduce the paper", icon=":material/play_circle:", type="primary", key="reproduce.go",
+                     disabled=not confirmed,
+                     help=None if confirmed else f"More than {LARGE_LAUNCH} runs: tick the confirmation above first."):
             try:
                 with st.spinner("Loading the data…"):
                     check_data(configs)

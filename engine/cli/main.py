@@ -32,6 +32,7 @@ from engine.config import (
     default_of,
     from_flat,
     launch_warnings,
+    needs_confirmation,
     parse_seeds,
     reproduction_sweep,
     schema,
@@ -139,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--seeds", default=",".join(map(str, REPRODUCE_SEEDS)), metavar="LIST",
                            help=f"comma list or range of seeds (default: {','.join(map(str, REPRODUCE_SEEDS))})")
     reproduce.add_argument("--concurrent", type=int, default=1, help="runs trained at once (default: 1)")
+    reproduce.add_argument("--yes", action="store_true",
+                           help=f"launch even when that is more than {LARGE_LAUNCH} runs (asked for otherwise)")
     reproduce.add_argument("--queue-only", action="store_true",
                            help="queue the runs for `python -m engine worker` processes instead of training them here")
     reproduce.add_argument("--margin", type=float, default=MARGIN, metavar="NATS",
@@ -254,10 +257,16 @@ def _grid(args) -> list[RunConfig]:
     for w in warnings:
         text = w.text if w.field is None else w.text.replace(w.field, "--" + w.field.replace("_", "-"), 1)
         print(f"warning: {text}", file=sys.stderr)
-    if any(w.field is None for w in warnings) and not args.yes:
-        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
-                       "launch them, or fewer --seeds/--ranks")
+    _confirmed(args, configs, "fewer --seeds/--ranks")
     return configs
+
+
+def _confirmed(args, configs: list[RunConfig], fewer: str) -> None:
+    """The one launch rule (``needs_confirmation``, the Launch form's too): more than
+    ``LARGE_LAUNCH`` runs are launched only with ``--yes``; otherwise nothing is queued."""
+    if needs_confirmation(len(configs)) and not args.yes:
+        raise CliError(f"{len(configs):,} runs to launch (estimated total {_total_time(args.db, configs)}): pass --yes to "
+                       f"launch them, or {fewer}")
 
 
 def _total_time(url, configs: list[RunConfig]) -> str:
@@ -421,6 +430,7 @@ def _reproduce(args) -> int:
     margin = _margin(args.margin)
     sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
     configs = sweep.expand()
+    _confirmed(args, configs, "fewer --seeds")
     store = _open_store(args.db)
     check_data(configs)
     if (plan := seed_plan(store, configs, margin)) is not None:
@@ -651,23 +661,30 @@ def _report(args) -> int:
     if args.out:
         reports.format_of(args.out)  # a bad suffix fails before anything is built
     margin = None if args.margin is None else _margin(args.margin)
+
+    def checked(report):
+        """``report`` once ``--out`` may be written (its figure folder too): else nothing is stored."""
+        if args.out:
+            reports.check_output(report, args.out, force=args.force)
+        return report
+
     if args.id is not None:
         if args.at_step is not None:
             raise CliError("--at-step builds a new report; with --id the stored report keeps its own step")
         if margin is not None:
             raise CliError("--margin builds a new report; with --id the stored report keeps its own margin")
         if args.rebuild:
-            report_id, built = reports.rebuild(store, args.id)
+            report_id, built = reports.rebuild(store, args.id, check=checked)
             print(f"rebuilt report {report_id} from the database", file=sys.stderr)
         else:
-            report_id, built = args.id, reports.load(store, args.id)
+            report_id, built = args.id, checked(reports.load(store, args.id))
     else:
         if args.rebuild:
             raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
         runs = store.resolve_runs(args.runs) if args.runs else None
         tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
         selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step, margin=margin)
-        built = reports.build(store, selection)
+        built = checked(reports.build(store, selection))
         report_id = reports.save(store, built)
         print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)
     for v in built.verdicts:

@@ -69,6 +69,10 @@ AFFECTS = {  # what a field's value can change → what that means for comparing
 EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+# Seeds are 32-bit: 0 <= seed < SEED_END. ``jax.random.key(seed)`` (with 64-bit mode off, as
+# here) keeps only the low 32 bits of a larger seed, so seed 2**32 + 5 would train exactly
+# seed 5's run while being stored (BIGINT) and shown as another seed.
+SEED_END = 2**32
 # default fused-head chunk (rows) per backend: on the 2-core CPU the fastest at every
 # preset (bench/throughput.py). On an H200 (bench/gpu.py --explore, B·T 16384, d 256):
 # the head's value+grad at chunks 1024/2048/4096/8192 takes, against logits then
@@ -209,7 +213,7 @@ class RunConfig:
         "shrink λ: both sketches scaled by (1 − λ), dW by (1 − λ)²; the paper's code used 0.01", "method", "Shrink λ", affects=TRAJECTORY,
         low=0.0, high=1.0, swept=True, step=0.01, fmt="%.3f"))
     seed: int = field(default=0, metadata=spec(
-        "seed of the initial parameters, the batches and the sketches", "method", "Seed", affects=TRAJECTORY, low=0, high=2**32,
+        "seed of the initial parameters, the batches and the sketches", "method", "Seed", affects=TRAJECTORY, low=0, high=SEED_END,
         swept=True))
     sketched_layers: str = field(default="mlp+head", metadata=spec(
         "which dense layers are sketched (mlp+head: the paper's code)", "method", "Sketched layers", affects=TRAJECTORY,

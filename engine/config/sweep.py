@@ -235,6 +235,12 @@ def to_flat(config: RunConfig) -> dict[str, Any]:
 LARGE_LAUNCH = 100  # a launch of more runs than this is confirmed first (form: a tick; CLI: --yes)
 
 
+def needs_confirmation(n_runs: int) -> bool:
+    """The one rule for every launch (``sweep``, ``reproduce``, the Launch form and its
+    "Reproduce the paper"): more than ``LARGE_LAUNCH`` runs are launched only once confirmed."""
+    return n_runs > LARGE_LAUNCH
+
+
 @dataclass(frozen=True)
 class LaunchWarning:
     """Something about a launch worth a second look: ``field`` is the run field it is
@@ -250,7 +256,7 @@ def launch_warnings(configs) -> list[LaunchWarning]:
     than the run (it validates only at step 0 and its last step, or never probes)."""
     configs = list(configs)
     out = []
-    if len(configs) > LARGE_LAUNCH:
+    if needs_confirmation(len(configs)):
         out.append(LaunchWarning(None, f"{len(configs):,} runs is more than {LARGE_LAUNCH} in one launch: check the seeds "
                                        "and ranks"))
     for name, what in (("eval_interval", "validates only at step 0 and at its last step"),

@@ -40,7 +40,7 @@ import pandas as pd
 
 from engine import data
 from engine.analysis.diagnostics import COLUMNS, diagnose
-from engine.config import ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
+from engine.config import SEED_END, ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
 from engine.core import checks
 from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
@@ -179,7 +179,7 @@ def plan_diagnosis(
     _whole("keys", keys, 2)
     _whole("batches", batches, 1, MAX_BATCHES)
     _whole("chunk", chunk, 1)
-    _whole("seed", seed, 0, 2**32 - 1)
+    _whole("seed", seed, 0, SEED_END - 1)
 
     directory = _run_dir(store, run, checkpoints)
     ckpt = _open(directory, config, run_id)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -144,10 +146,14 @@ def load(store: RunStore, report_id: int) -> rep.Report:
                           f"(`python -m engine report --id {report_id} --rebuild`)") from None
 
 
-def rebuild(store: RunStore, report_id: int) -> tuple[int, rep.Report]:
-    """Build a stored report again from its selection and store it; (its id, the report)."""
+def rebuild(store: RunStore, report_id: int, check: Callable[[rep.Report], None] | None = None) -> tuple[int, rep.Report]:
+    """Build a stored report again from its selection and store it; (its id, the report).
+    ``check`` (e.g. ``check_output`` of where it will be written) sees the new report
+    first: when it raises, nothing is stored."""
     record = store.get_report(report_id)
     report = build(store, record.selection, title=record.title)
+    if check is not None:
+        check(report)
     return save(store, report), report
 
 
@@ -200,30 +206,95 @@ def _quiet_browser():
         logger.setLevel(level)
 
 
-def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[Path]:
-    """Write ``report`` to ``path`` (.html: one file; .md: the Markdown file and its
-    figures in ``figure_dir_name(path)`` beside it); the paths written. Refuses to
-    overwrite without ``force``; a failure leaves no half-written report file."""
+def _link_refusal(path: Path) -> ReportError:
+    return ReportError(f"{path} is a symbolic link; a report is never written through a link: remove it or "
+                       "choose another path")
+
+
+def check_output(report: rep.Report, path: str | Path, *, force: bool = False) -> None:
+    """``ReportError`` unless ``write(report, path, force=force)`` may write, checked before
+    anything is written or stored: a .html or .md name in an existing directory, not a
+    symbolic link, not there yet unless ``force``; for Markdown its figure folder too
+    (``figure_dir_name``): not a link, a folder when it exists, and none of the report's
+    figure files in it (``<name>.svg``) a link, nor there yet unless ``force``."""
     path = Path(path).expanduser()
     fmt = format_of(path)
+    if path.is_symlink():
+        raise _link_refusal(path)
     if path.exists() and not force:
         raise ReportError(f"{path} already exists; pass --force to overwrite it, or choose another path")
     if not path.absolute().parent.is_dir():
         raise ReportError(f"cannot write {path}: its directory does not exist; create it or choose another path")
     if fmt == "html":
+        return
+    folder = path.parent / figure_dir_name(path)
+    if folder.is_symlink():
+        raise _link_refusal(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ReportError(f"{folder} is not a folder, and the figures go there; move it away or choose another path")
+    files = [folder / f for f in rep.figure_files(report, ".").values()]
+    links = [f for f in files if f.is_symlink()]
+    if links:
+        raise _link_refusal(links[0])
+    there = [f.name for f in files if f.exists()]
+    if there and not force:
+        raise ReportError(f"{folder} already holds {', '.join(there)}; pass --force to overwrite them, or choose "
+                          "another path")
+
+
+def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[Path]:
+    """Write ``report`` to ``path`` (.html: one file; .md: the Markdown file and its
+    figures in ``figure_dir_name(path)`` beside it); the paths written. Refuses what
+    ``check_output`` refuses (an existing file without ``force``, any symbolic link); a
+    failure leaves no half-written report file. The figures are drawn into a private
+    folder and moved into place through the figure folder opened with ``O_NOFOLLOW``,
+    so nothing is written through a link even if one appears meanwhile."""
+    path = Path(path).expanduser()
+    check_output(report, path, force=force)
+    if format_of(path) == "html":
         _atomic_write(path, rep.to_html(report))
         return [path]
     folder = path.parent / figure_dir_name(path)
-    try:
-        with _quiet_browser():
-            figures = rep.write_figures(report, folder)
-    except Exception as e:  # noqa: BLE001 — kaleido or the browser it drives
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "
-                          "Chromium (scripts/install_browser.sh, or `kaleido_get_chrome`), or write the report as "
-                          ".html instead") from None
+    figures = _write_figures(report, folder, force)
     _atomic_write(path, rep.to_markdown(report, figure_dir_name(path)))
     return [path, *figures]
+
+
+def _write_figures(report: rep.Report, folder: Path, force: bool) -> list[Path]:
+    """The report's SVG figures in ``folder`` (created), never through a link."""
+    try:
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        if folder.is_symlink():
+            raise _link_refusal(folder) from None
+        raise ReportError(f"cannot use the figure folder {folder} ({e.strerror or e}); choose another path") from None
+    drawn_in = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        try:
+            with _quiet_browser():
+                drawn = rep.write_figures(report, drawn_in)
+        except Exception as e:  # noqa: BLE001 — kaleido or the browser it drives
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "
+                              "Chromium (scripts/install_browser.sh, or `kaleido_get_chrome`), or write the report as "
+                              ".html instead") from None
+        for p in drawn:
+            try:
+                if force:
+                    with contextlib.suppress(FileNotFoundError):
+                        if stat.S_ISLNK(os.stat(p.name, dir_fd=fd, follow_symlinks=False).st_mode):
+                            raise _link_refusal(folder / p.name)
+                    os.replace(p, p.name, dst_dir_fd=fd)  # replaces a file, never follows a name
+                else:
+                    os.link(p, p.name, dst_dir_fd=fd, follow_symlinks=False)  # fails if the name is taken
+            except FileExistsError:
+                raise ReportError(f"{folder / p.name} already exists; pass --force to overwrite it, or choose "
+                                  "another path") from None
+        return [folder / p.name for p in drawn]
+    finally:
+        os.close(fd)
+        shutil.rmtree(drawn_in, ignore_errors=True)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -240,5 +311,5 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "diagnoses_of", "figure_dir_name", "format_of",
-           "load", "rebuild", "report_if_sweep_ended", "report_key", "save", "select_runs", "selection_of", "write"]
+__all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "check_output", "diagnoses_of", "figure_dir_name",
+           "format_of", "load", "rebuild", "report_if_sweep_ended", "report_key", "save", "select_runs", "selection_of", "write"]

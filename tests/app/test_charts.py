@@ -136,11 +136,13 @@ def test_bar_figures_on_empty_frames_say_so(builder):
 
 def test_one_plain_text_helper_for_markdown_and_plotly():
     from app.text import PLOTLY, plain
+    from engine.core.text import WORD_JOINER
 
     evil = "![q](http://127.0.0.2:9/x.png) <img src=http://127.0.0.2:9/y.png>"
     shown = plain(evil)
     assert shown.startswith("\\!\\[q\\]\\(") and "\\<img" in shown  # every special character escaped
-    assert shown.replace("\\", "") == evil  # the text itself, once the escapes are read
+    assert shown.replace("\\", "").replace(WORD_JOINER, "") == evil  # the text itself, once the escapes are read
+    assert "://" not in shown.replace("\\", "")  # no autolink: a joiner stands in each
     assert plain(evil, PLOTLY) == evil.replace("<", "&lt;").replace(">", "&gt;")
     with pytest.raises(ValueError, match="medium"):
         plain(evil, "html")

@@ -1,19 +1,26 @@
-"""No page lets user text reach the network: every page is loaded in a real Chromium with
-run names, notes, tags and errors that would fetch an image if they were rendered as
-markdown or HTML (``![q](http://127.0.0.2:9/x.png)``, ``<img src=…>``), and the browser's
-request log must hold requests to the Streamlit server only.
+"""No page lets user text reach the network: every page (Runs, Compare, Run detail,
+Estimators, Report, Launch) is loaded in a real Chromium with run names, notes, tags, a
+sweep id, errors and a stored report whose title holds a tag, each of which would fetch
+an image if it were rendered as markdown or HTML (``![q](http://127.0.0.2:9/x.png)``,
+``<img src=…>``). Every request to another host is aborted by route interception and
+recorded: none may be attempted. After each page no element built from stored text
+(an ``<img>`` or a link to that host) may exist.
 
 The hostile text must be on the page (as text) for the check to mean anything: each
 visit waits for it first. The Compare visit includes a running run, whose live
-progress label carries its name; the Launch visit an error that quotes a typed path.
+progress label carries its name; Run detail the link to a report titled by a hostile
+tag (an ``st.page_link`` label is markdown); the Launch visit an error that quotes a typed path.
 """
 
 import dataclasses
 import os
+import re
 import time
 
 import pytest
 
+from engine.core.text import WORD_JOINER
+from engine.runner import reports
 from storage import RunStore
 from tests.support.browser import CHROMIUM_ARGS, choose, playwright_and_chromium, streamlit_server
 from tests.support.runs import TINY, fake_run
@@ -23,6 +30,10 @@ MARKDOWN_NAME = f"![q]({HOST}/x.png)"
 HTML_NAME = f"<img src={HOST}/y.png>"
 NOTES = f"see [notes]({HOST}/notes) ![n]({HOST}/n.png) <img src='{HOST}/tag.png'>"
 ERROR = f"diverged: ![e]({HOST}/e.png) <img src={HOST}/e2.png>"
+
+
+TAG = f"![t]({HOST}/t.png)"
+FOREIGN = '[src*="//127.0.0.2"], [href*="//127.0.0.2"], [srcset*="//127.0.0.2"]'  # a link of our own may carry it encoded
 
 
 class _Tagged:
@@ -35,7 +46,14 @@ class _Tagged:
         return getattr(self.store, name)
 
     def create_run(self, **kwargs):
-        return self.store.create_run(**kwargs, sweep_id=f"![s]({HOST}/sweep.png)", tags=[f"![t]({HOST}/t.png)"])
+        return self.store.create_run(**kwargs, sweep_id=f"![s]({HOST}/sweep.png)", tags=[TAG])
+
+
+def _as_shown(text: str) -> re.Pattern:
+    """``text`` as a page shows it: as typed, where markdown text may carry the invisible
+    joiner that breaks an autolink (``engine.core.text.unlinked``); tables show it bare."""
+    j = f"{WORD_JOINER}?"
+    return re.compile("".join((j if c == "." else "") + re.escape(c) + (j if c in ":@" else "") for c in text), re.IGNORECASE)
 
 
 def _outside(requests: list[str], port: int) -> list[str]:
@@ -57,9 +75,13 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
     store.set_notes(live, NOTES)
     diag = store.create_diagnostic(failed, 0, {"estimators": ["basis"], "ranks": [1], "lams": [0.0]})
     store.set_diagnostic_status(diag, "failed", error=ERROR)
+    report = reports.build(store, reports.selection_of(tags=[TAG]))
+    reports.save(store, report)
+    assert TAG in report.title  # "Runs tagged ![t](…)": the title Run detail links by
     env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
     env.pop("BASIS_LAB_PASSWORD", None)
     requests: list[str] = []
+    aborted: list[str] = []
     try:
         with streamlit_server(env, tmp_path / "streamlit.log") as port, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -69,28 +91,53 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
                 page.on("request", lambda r: requests.append(r.url))
                 base = f"http://127.0.0.1:{port}"
 
+                def foreign(route):
+                    if _outside([route.request.url], port):
+                        aborted.append(route.request.url)
+                        route.abort()
+                    else:
+                        route.continue_()
+
+                page.context.route("**/*", foreign)
+
                 def shows(text: str) -> None:
-                    page.get_by_text(text).first.wait_for(state="attached")
+                    page.get_by_text(_as_shown(text)).first.wait_for(state="attached")
+
+                def nothing_rendered() -> None:
+                    assert page.locator(FOREIGN).count() == 0, page.locator(FOREIGN).first.evaluate(
+                        "e => e.parentElement.outerHTML")
 
                 page.goto(f"{base}/runs")
                 shows("2 in all")
                 shows(MARKDOWN_NAME)
                 shows(HTML_NAME)
+                nothing_rendered()
 
                 page.goto(f"{base}/compare")
                 page.get_by_role("heading", name="Compare").wait_for()
                 shows(f"#{live} {MARKDOWN_NAME}: running, step 20 of 400")  # the live progress label
                 shows("Validation loss")
+                nothing_rendered()
 
                 for run_id, name in ((live, MARKDOWN_NAME), (failed, HTML_NAME)):
                     page.goto(f"{base}/detail?run={run_id}")
                     page.get_by_role("heading", name="Run detail").wait_for()
                     shows(name)
+                    shows(f"Report: {report.title}")  # the page link's label, as text
+                    if run_id == live:
+                        shows(NOTES)
+                    nothing_rendered()
                 shows(f"This run failed: {ERROR}")
 
                 page.goto(f"{base}/estimators")
                 page.get_by_role("heading", name="Estimators").wait_for()
                 shows(f"This diagnosis failed: {ERROR}")
+                nothing_rendered()
+
+                page.goto(f"{base}/report")
+                page.get_by_role("heading", name="Reports").wait_for()
+                shows(report.title)
+                nothing_rendered()
 
                 page.goto(f"{base}/launch")
                 page.get_by_text("Launch a sweep", exact=True).wait_for()
@@ -101,10 +148,11 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
                 page.get_by_role("button", name="Check data").click()
                 shows(f"No file matches path='{MARKDOWN_NAME}'")  # an error quoting what was typed
                 time.sleep(2)  # let any image or prefetch the pages started arrive
-                assert page.locator('img[src*="127.0.0.2"]').count() == 0
+                nothing_rendered()
             finally:
                 browser.close()
     finally:
         store.close()
     assert requests, "the request log is empty: the check saw nothing"
+    assert aborted == [], "\n".join(aborted)
     assert _outside(requests, port) == [], "\n".join(_outside(requests, port))

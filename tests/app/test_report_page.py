@@ -6,6 +6,7 @@ import io
 import zipfile
 
 from app import state
+from app.text import plain
 from engine.config import RunConfig, reproduction_sweep
 from engine.runner import reports
 from tests.support.pages import app, button, downloads, page, plots, store, url  # noqa: F401  (fixtures)
@@ -77,7 +78,7 @@ def test_run_detail_links_to_its_report(url, store):
     assert link.proto.page.endswith("report") and "sweep=sw-page" in link.proto.query_string
     report_id = reports.save(store, reports.build(store, reports.selection_of(sweep="sw-page")))
     at = page(at, "detail")
-    link = next(p for p in at.get("page_link") if p.proto.label.startswith("Report: "))
+    link = next(p for p in at.get("page_link") if p.proto.label.startswith(plain("Report: ")))  # plain text: stored title
     assert link.proto.page.endswith("report") and f"id={report_id}" in link.proto.query_string
 
 
