@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import pandas as pd
 
 from engine import data
+from engine.analysis import keystats
 from engine.analysis.diagnostics import COLUMNS, diagnose
 from engine.config import ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
 from engine.core import checks
@@ -54,7 +55,7 @@ from storage.export import to_csv_bytes
 
 SKETCHED = tuple(e for e in ESTIMATORS if e != "exact")  # the default estimators
 DEFAULT_RANKS = (1, 4, 16, 64)
-DEFAULT_KEYS = 256
+DEFAULT_KEYS = keystats.DEFAULT_KEYS  # 81: a variance ratio of 0.8 read "lower" with power 0.8 (keystats)
 DEFAULT_BATCHES = 4
 DEFAULT_CHUNK = 32
 MAX_BATCHES = 1000
