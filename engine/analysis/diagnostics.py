@@ -28,8 +28,8 @@ signs (``engine.sketch.basis.draw_sketch`` splits the key alike for both).
 Speed: the row-space reduction (``reduce``). For the estimators that sketch rows
 (hash and Gaussian sketches, row sampling), d̂W = Xᵀ A dY with a B×B matrix A whose law
 depends on X and dY only through their Gram matrices (γ_X = ‖X‖/‖SX‖ and
-‖SX‖² = tr(S XXᵀ Sᵀ); sampling reads the row norms, diag XXᵀ). When N > B, the thin QR
-factorisation Xᵀ = Q R (Q: N×B, orthonormal columns) gives X = X' Qᵀ with X' = X Q (B×B)
+‖SX‖² = tr(S XXᵀ Sᵀ); sampling reads the row norms, diag XXᵀ). When N > B, an orthonormal
+basis Q (N×B, orthonormal columns) of X's row space gives X = X' Qᵀ with X' = X Q (B×B)
 and X'X'ᵀ = XXᵀ, so d̂W(X, dY) = Q d̂W(X', dY) and dW = Q dW': every norm, inner product
 and cosine above is that of (X', dY). Likewise dY = dY' Q_yᵀ on the right when M > B
 (also for ``proj``, whose P acts on the left, on X's feature axis, which stays whole).
@@ -90,7 +90,12 @@ class KeyValues(NamedTuple):
 
 def capture(cfg: GPTConfig, params, batch: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
     """``{layer: (X (B×N), dY (B×M))}`` of every kernel in ``cfg.sketched_kernel_paths()``,
-    from one exact forward/backward pass (unfused head, no remat: same numbers)."""
+    from one exact forward/backward pass (unfused head, no remat: same numbers), compiled."""
+    return _capture(cfg, params, batch)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _capture(cfg: GPTConfig, params, batch: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
     exact = cfg.replace(estimator="exact", head_chunk=0, remat="none")
     model = GPT(exact)
     idx, targets = batch[:, :-1], batch[:, 1:]
@@ -112,12 +117,19 @@ def capture(cfg: GPTConfig, params, batch: jax.Array) -> dict[str, tuple[jax.Arr
     return out
 
 
+@jax.jit
 def _factor(a: jax.Array) -> jax.Array:
-    """A' = A Q (B×B) for A (B×F), F > B, with Q (F×B) the orthonormal factor of the thin
-    QR Aᵀ = QR: A'A'ᵀ = AAᵀ, and equal rows of A stay exactly equal (each row is mapped
-    alone), so a sketch that cancels rows of A cancels those of A'."""
+    """A' = A Q (B×B) for A (B×F), F > B, with Q (F×B) an orthonormal basis of A's row space:
+    A'A'ᵀ = AAᵀ, and equal rows of A stay exactly equal (each row is mapped alone), so a
+    sketch that cancels rows of A cancels those of A'. Q = Aᵀ U Λ^{-1/2} from the
+    eigendecomposition AAᵀ = U Λ Uᵀ (three products and a B×B eigh: several times faster
+    than a QR of the F×B Aᵀ); directions with λ ≤ 10⁻¹⁰ λ_max, which hold nothing that
+    float32 can see, get a zero column."""
     a = a.astype(jnp.float32)
-    return jnp.matmul(a, jnp.linalg.qr(a.T)[0], precision="highest")
+    lam, u = jnp.linalg.eigh(jnp.matmul(a, a.T, precision="highest"))
+    keep = lam > lam[-1] * 1e-10
+    inverse_root = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, lam, 1.0)), 0.0)
+    return jnp.matmul(a, jnp.matmul(a.T, u * inverse_root, precision="highest"), precision="highest")
 
 
 def reduce(x: jax.Array, dy: jax.Array) -> dict[bool, tuple[jax.Array, jax.Array]]:
@@ -129,8 +141,7 @@ def reduce(x: jax.Array, dy: jax.Array) -> dict[bool, tuple[jax.Array, jax.Array
     return {True: (x_r, dy_r), False: (x, dy_r)}
 
 
-@functools.partial(jax.jit, static_argnames=("estimator", "rank", "lam", "own_center"))
-def _chunk_values(x, dy, keys, center, *, estimator, rank, lam, own_center):
+def _chunk_values_impl(x, dy, keys, center, *, estimator, rank, lam, own_center):
     """Per key of a chunk: ‖e_k‖², ‖e_k − c‖², cos_k (float32), with c = ``center`` or,
     with ``own_center``, the chunk's mean error; and the chunk's Σ e_k and ‖dW‖²."""
     w = jnp.zeros((x.shape[1], dy.shape[1]), jnp.float32)
@@ -150,6 +161,21 @@ def _chunk_values(x, dy, keys, center, *, estimator, rank, lam, own_center):
     return sq, dev, cos, err.sum(axis=0), jnp.sum(dw**2)
 
 
+_STATIC = ("estimator", "rank", "lam", "own_center")
+# XLA's optimisations cost seconds per setting to compile and gain little on small
+# reduced problems (most of a diagnosis's time was compiling): those compile without them
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+CHUNK_FLOATS = 1 << 25  # at most this many floats of d̂W per chunk (128 MiB): fewer keys per vmap when larger
+SMALL_PROBLEM = 1 << 22  # floats of d̂W per chunk (keys × N' × M') up to which FAST_COMPILE is used
+_chunk_fast = jax.jit(_chunk_values_impl, static_argnames=_STATIC, compiler_options=FAST_COMPILE)
+_chunk_full = jax.jit(_chunk_values_impl, static_argnames=_STATIC)
+
+
+def _chunk_values(x, dy, keys, center, **static):
+    small = keys.shape[0] * x.shape[1] * dy.shape[1] <= SMALL_PROBLEM
+    return (_chunk_fast if small else _chunk_full)(x, dy, keys, center, **static)
+
+
 def _check(x, dy, w_shape, estimator, rank, lam, keys, chunk) -> None:
     validate_method(estimator, rank, lam)
     for name, value, low in (("keys", keys, 2), ("chunk", chunk, 1)):
@@ -163,9 +189,11 @@ def _check(x, dy, w_shape, estimator, rank, lam, keys, chunk) -> None:
 
 def _values(x, dy, estimator, rank, lam, all_keys, chunk) -> KeyValues:
     """``KeyValues`` of (already reduced) x, dy over ``all_keys``: one pass when they fit
-    one chunk, else a pass for ē and a second for ‖e_k − ē‖²."""
+    one chunk (``chunk`` keys, fewer if their d̂W would pass ``CHUNK_FLOATS``), else a
+    pass for ē and a second for ‖e_k − ē‖²."""
     static = dict(estimator=estimator, rank=int(rank), lam=float(lam))
     n = all_keys.shape[0]
+    chunk = max(1, min(chunk, CHUNK_FLOATS // (x.shape[1] * dy.shape[1])))
     zero = jnp.zeros((x.shape[1], dy.shape[1]), jnp.float32)
     if n <= chunk:
         sq, dev, cos, _, dw_norm2 = _chunk_values(x, dy, all_keys, zero, own_center=True, **static)

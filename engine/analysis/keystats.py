@@ -25,7 +25,8 @@ Intervals of a ratio Ā/B̄ of two paired per-key means (``ratio_interval``)
       Var log(Ā/B̄) ≈ Σ_j n_j s_j²(u) / n²,    interval  Ā/B̄ · exp(± t_{ν, (1+c)/2} · √Var),
 
   over diagnoses j with n_j keys each (n = Σ n_j, s_j² the sample variance of u within
-  diagnosis j, ν = n − #diagnoses degrees of freedom). Pairing enters through u: a
+  diagnosis j, ν the Welch–Satterthwaite degrees of freedom, K − 1 for one diagnosis).
+  Pairing enters through u: a
   shared key that moves both estimators alike cancels.
 * ``bootstrap``: ``scipy.stats.bootstrap`` over keys, ``paired``, BCa, of log(Ā/B̄)
   (several diagnoses are resampled as one pool of keys, which only widens the interval
@@ -149,10 +150,16 @@ def _strata(n: int, strata) -> list[np.ndarray]:
 
 
 def _t_interval(center: float, u: np.ndarray, groups: list[np.ndarray], confidence: float) -> tuple[float, float]:
-    """(half-width, df) of the t interval of a mean whose influence values are u, within groups."""
+    """(half-width, df) of the t interval of a mean whose influence values are u, within groups:
+    Var = Σ_j n_j s_j² / n², and the Welch–Satterthwaite df (Σ_j n_j s_j²)² / Σ_j (n_j s_j²)²/(n_j − 1),
+    which is n − 1 for one group and falls towards the keys of the noisiest group."""
     n = len(u)
-    var = sum(len(g) * (np.var(u[g], ddof=1) if len(g) > 1 else 0.0) for g in groups) / n**2
-    df = max(n - len(groups), 1)
+    parts = np.array([len(g) * np.var(u[g], ddof=1) if len(g) > 1 else 0.0 for g in groups])
+    sizes = np.array([len(g) for g in groups], float)
+    var = float(parts.sum()) / n**2
+    keep = sizes > 1
+    denominator = float(np.sum(parts[keep] ** 2 / (sizes[keep] - 1)))
+    df = float(parts.sum()) ** 2 / denominator if denominator > 0 else float(max(n - len(groups), 1))
     return float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(max(var, 0.0)), float(df)
 
 

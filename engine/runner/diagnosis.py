@@ -57,7 +57,7 @@ SKETCHED = tuple(e for e in ESTIMATORS if e != "exact")  # the default estimator
 DEFAULT_RANKS = (1, 4, 16, 64)
 DEFAULT_KEYS = keystats.DEFAULT_KEYS  # 81: a variance ratio of 0.8 read "lower" with power 0.8 (keystats)
 DEFAULT_BATCHES = 4
-DEFAULT_CHUNK = 32
+DEFAULT_CHUNK = 256  # keys per vmap; fewer where their d̂W would be large (diagnostics.CHUNK_FLOATS)
 MAX_BATCHES = 1000
 
 __all__ = [
