@@ -156,6 +156,7 @@ class Ratio(NamedTuple):
     high: float
     reading: str
     method: str = keystats.BOUND
+    df: float = math.nan  # the t quantile's degrees of freedom (delta method)
 
     def text(self) -> str:
         return f"{self.value:.3g} [{self.low:.3g}, {self.high:.3g}] {self.reading}"
@@ -216,7 +217,7 @@ def key_ratio(first, second, strata=None, margin: float | None = None, method: s
     if zero is not None:
         return zero
     iv = keystats.ratio_interval(first, second, confidence=CONFIDENCE, method=method, strata=strata)
-    return Ratio(iv.value, iv.low, iv.high, _reading(iv.low, iv.high, margin), method)
+    return Ratio(iv.value, iv.low, iv.high, _reading(iv.low, iv.high, margin), method, iv.df)
 
 
 class Compared(NamedTuple):
@@ -282,7 +283,8 @@ def _compared(diagnoses: pd.DataFrame, first: str, second: str, margin: float | 
         bias2 = tuple(float(np.sum(g[f"keys_{i}"] * g[f"bias2_{i}"]) / np.sum(g[f"keys_{i}"])) for i in (1, 2))
         keys = tuple(sorted({int(k) for i in (1, 2) for k in g[f"keys_{i}"]}))
         values = [(v1, v2) for v1, v2 in zip(g[f"{KEY_VALUES}_1"], g[f"{KEY_VALUES}_2"])]
-        paired = all(v1 is not None and v2 is not None and np.shape(v1) == np.shape(v2) for v1, v2 in values)
+        paired = all(isinstance(v1, np.ndarray) and isinstance(v2, np.ndarray) and v1.shape == v2.shape
+                     for v1, v2 in values)
         if paired:
             p1 = [keystats.per_key(v1) for v1, _ in values]
             p2 = [keystats.per_key(v2) for _, v2 in values]
@@ -293,8 +295,7 @@ def _compared(diagnoses: pd.DataFrame, first: str, second: str, margin: float | 
             mse_ratio = key_ratio(pk1.mse, pk2.mse, strata)
             added = (keystats.bias_interval(pk1, pk2, confidence=CONFIDENCE, strata=strata)
                      if pk2.mse.mean() > 0 else None)
-            df = len(strata) - len(p1)
-            how = (f"per-key delta method, t with {df} df" if INTERVAL == keystats.DELTA
+            how = (f"per-key delta method, t with {var_ratio.df:.0f} df" if INTERVAL == keystats.DELTA
                    else f"BCa bootstrap over {len(strata)} keys; bias by the per-key delta method")
         else:
             var_ratio, mse_ratio = ratio(*var, margin=margin), ratio(*mse)

@@ -89,20 +89,13 @@ class PerKey(NamedTuple):
 
 
 class Interval(NamedTuple):
-    """An estimate, its interval and how the interval was made (``method_text``)."""
+    """An estimate, its interval and how the interval was made (``method``)."""
 
     value: float
     low: float
     high: float
     method: str  # DELTA, BOOTSTRAP or BOUND
     df: float = math.nan  # the t quantile's degrees of freedom (delta)
-
-    def method_text(self, keys: int | None = None) -> str:
-        if self.method == DELTA:
-            return f"per-key delta method, t with {self.df:g} df"
-        if self.method == BOOTSTRAP:
-            return f"BCa bootstrap over {keys if keys else 'the'} keys"
-        return "bound: an old diagnosis without per-key values, worst-case Gaussian variance"
 
 
 def pack(dw_norm2: Sequence[float], sq: np.ndarray, dev: np.ndarray) -> np.ndarray:

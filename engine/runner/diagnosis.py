@@ -62,7 +62,7 @@ MAX_BATCHES = 1000
 
 __all__ = [
     "Plan", "plan_diagnosis", "replan", "estimate_seconds", "start", "execute", "run_diagnosis", "checkpoint_steps", "check_stale_diagnoses",
-    "results_csv", "SKETCHED", "DEFAULT_RANKS",
+    "results_csv", "SKETCHED", "DEFAULT_RANKS", "DEFAULT_KEYS", "DEFAULT_CHUNK",
 ]
 
 
