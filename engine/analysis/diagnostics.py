@@ -123,11 +123,13 @@ def _factor(a: jax.Array) -> jax.Array:
     A'A'ᵀ = AAᵀ, and equal rows of A stay exactly equal (each row is mapped alone), so a
     sketch that cancels rows of A cancels those of A'. Q = Aᵀ U Λ^{-1/2} from the
     eigendecomposition AAᵀ = U Λ Uᵀ (three products and a B×B eigh: several times faster
-    than a QR of the F×B Aᵀ); directions with λ ≤ 10⁻¹⁰ λ_max, which hold nothing that
-    float32 can see, get a zero column."""
+    than a QR of the F×B Aᵀ). Directions with λ ≤ 10⁻⁶ λ_max get a zero column: float32
+    finds their eigenvectors only to about 10⁻⁷ λ_max, and Λ^{-1/2} would blow that noise
+    up; they hold at most B · 10⁻⁶ of ‖A‖² (rank-deficient A, e.g. repeated rows, loses
+    nothing: its null directions have λ = 0)."""
     a = a.astype(jnp.float32)
     lam, u = jnp.linalg.eigh(jnp.matmul(a, a.T, precision="highest"))
-    keep = lam > lam[-1] * 1e-10
+    keep = lam > lam[-1] * 1e-6
     inverse_root = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, lam, 1.0)), 0.0)
     return jnp.matmul(a, jnp.matmul(a.T, u * inverse_root, precision="highest"), precision="highest")
 
