@@ -6,9 +6,13 @@ table over several ranks; each is printed in seconds, per estimator × rank × b
 and as a ratio to one exact forward/backward pass of the same model measured in this
 process (the floor: a diagnosis runs one per batch). The first pass of each shape
 compiles; ``--warm`` times a second run of the one-rank diagnosis after compilation.
+``--grid`` also times the diagnosis the claims need: basis, countsketch, balanced and
+scalars × ranks 1, 2, 8, 16, 32, 64 (24 settings) at ``--grid-keys`` keys (128) over
+``engine.runner.diagnosis.DEFAULT_BATCHES`` batches. Timings on a shared machine move with
+its load: compare the ratios to the backprop measured in the same process.
 
     PYTHONPATH=. python bench/diagnose.py [--preset paper] [--keys 256] [--rank 16] [--ranks 1,4,16,64]
-                             [--batches 1] [--chunk 32] [--warm]
+                             [--batches 1] [--chunk 256] [--warm] [--grid] [--grid-keys 128]
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from engine.analysis.diagnostics import diagnose
 from engine.core.choices import ESTIMATORS
 from engine.core.presets import PRESETS
 from engine.model.gpt import init_params, loss_fn
+from engine.runner.diagnosis import DEFAULT_BATCHES, DEFAULT_CHUNK
+
+GRID_ESTIMATORS = ("basis", "countsketch", "balanced", "scalars")
+GRID_RANKS = (1, 2, 8, 16, 32, 64)
 
 
 def main() -> None:
@@ -31,8 +39,10 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--ranks", default="1,4,16,64")
     parser.add_argument("--batches", type=int, default=1)
-    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK)
     parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--grid", action="store_true")
+    parser.add_argument("--grid-keys", type=int, default=128)
     args = parser.parse_args()
 
     preset = PRESETS[args.preset]
@@ -71,6 +81,15 @@ def main() -> None:
         cells = len(estimators) * len(rs) * args.batches
         print(f"{label}: {len(estimators)} estimators × {len(rs)} rank(s): {seconds:.1f} s, "
               f"{seconds / cells:.2f} s per estimator·rank·batch, {seconds / backprop:.0f}× one backprop")
+    if args.grid:
+        grid_batches = [jax.random.randint(jax.random.key(100 + i), (preset.batch_size, cfg.seq_len + 1), 0,
+                                           cfg.vocab_size) for i in range(DEFAULT_BATCHES)]
+        start = time.perf_counter()
+        diagnose(cfg, params, grid_batches, estimators=GRID_ESTIMATORS, ranks=GRID_RANKS, lams=[0.0],
+                 keys=args.grid_keys, key=jax.random.key(3), chunk=args.chunk)
+        seconds = time.perf_counter() - start
+        print(f"claims grid: {len(GRID_ESTIMATORS)} estimators × {len(GRID_RANKS)} ranks, K = {args.grid_keys}, "
+              f"{DEFAULT_BATCHES} batches: {seconds:.1f} s, {seconds / backprop:.0f}× one backprop")
     pooled = df[df.layer == "all"][["estimator", "rank", "bias2", "bias2_se", "variance", "mse", "cos_mean"]]
     print(pooled.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 

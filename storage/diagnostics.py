@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import delete, insert, select, update
 
@@ -14,6 +15,7 @@ from .models import Diagnostic, DiagnosticResult, Run, new_uid, utcnow
 from .records import (
     DIAGNOSTIC_RESULT_COLUMNS,
     ENDED_STATUSES,
+    KEY_VALUES,
     _check_status,
     _json_normal,
     _not_found,
@@ -103,18 +105,21 @@ class DiagnosticsMixin:
             s.execute(delete(Diagnostic.__table__).where(Diagnostic.__table__.c.id == diag_id))
 
     def add_diagnostic_results(self, diag_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append result rows (keys from :data:`DIAGNOSTIC_RESULT_COLUMNS`; missing ones are NULL)."""
+        """Append result rows (keys from :data:`DIAGNOSTIC_RESULT_COLUMNS`, missing ones NULL,
+        and optionally ``key_values``: a (batches, 1 + 2·keys) float array, see
+        ``storage.models.DiagnosticResult``). A bad row writes nothing."""
         params = []
         for row in rows:
-            unknown = set(row) - set(DIAGNOSTIC_RESULT_COLUMNS)
+            unknown = set(row) - {*DIAGNOSTIC_RESULT_COLUMNS, KEY_VALUES}
             if unknown:
                 raise ValueError(f"unknown diagnostic result fields {sorted(unknown)}; "
-                                 f"expected some of {', '.join(DIAGNOSTIC_RESULT_COLUMNS)}")
+                                 f"expected some of {', '.join((*DIAGNOSTIC_RESULT_COLUMNS, KEY_VALUES))}")
             p = {c: row.get(c) for c in DIAGNOSTIC_RESULT_COLUMNS}
             for c in ("rank", "keys", "batches"):
                 p[c] = None if p[c] is None else int(p[c])
             for c in ("lam", "bias2", "bias2_se", "variance", "mse", "cos_mean"):
                 p[c] = None if p[c] is None else float(p[c])
+            p[KEY_VALUES] = _key_bytes(row.get(KEY_VALUES), p["keys"], p["batches"])
             params.append({"diagnostic_id": int(diag_id), **p})
         if not params:
             return
@@ -123,15 +128,34 @@ class DiagnosticsMixin:
                 raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
             s.execute(insert(DiagnosticResult.__table__), params)
 
-    def diagnostic_results(self, diag_id: int) -> pd.DataFrame:
-        """The result rows of one diagnostic, in the order they were added."""
+    def diagnostic_results(self, diag_id: int, key_values: bool = False) -> pd.DataFrame:
+        """The result rows of one diagnostic, in the order they were added; with
+        ``key_values`` also that column: each row's (batches, 1 + 2·keys) float64 array, or
+        None for a row stored without (before revision 0007)."""
         rt = DiagnosticResult.__table__
-        stmt = select(*(rt.c[c] for c in DIAGNOSTIC_RESULT_COLUMNS)).where(rt.c.diagnostic_id == int(diag_id))
+        columns = (*DIAGNOSTIC_RESULT_COLUMNS, *((KEY_VALUES,) if key_values else ()))
+        stmt = select(*(rt.c[c] for c in columns)).where(rt.c.diagnostic_id == int(diag_id))
         with self._session() as s:
             rows = [tuple(r) for r in s.execute(stmt.order_by(rt.c.id))]
-        frame = pd.DataFrame.from_records(rows, columns=list(DIAGNOSTIC_RESULT_COLUMNS))
+        frame = pd.DataFrame.from_records(rows, columns=list(columns))
         for col in ("rank", "keys", "batches"):
             frame[col] = frame[col].astype("Int64")
         for col in ("lam", "bias2", "bias2_se", "variance", "mse", "cos_mean"):
             frame[col] = frame[col].astype("float64")
+        if key_values:
+            frame[KEY_VALUES] = pd.Series([None if blob is None else
+                                           np.frombuffer(bytes(blob), "<f8").reshape(int(batches), -1).copy()
+                                           for blob, batches in zip(frame[KEY_VALUES], frame["batches"])],
+                                          index=frame.index, dtype=object)
         return frame
+
+
+def _key_bytes(values, keys: Optional[int], batches: Optional[int]) -> Optional[bytes]:
+    """A row's per-key values as little-endian float64 bytes, checked against its keys and batches."""
+    if values is None:
+        return None
+    array = np.asarray(values, dtype="<f8")
+    if keys is None or batches is None or array.shape != (batches, 1 + 2 * keys):
+        raise ValueError(f"key_values of shape {array.shape} do not fit keys {keys} and batches {batches}: "
+                         "need (batches, 1 + 2·keys)")
+    return array.tobytes()

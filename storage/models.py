@@ -31,6 +31,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -196,7 +197,8 @@ class SavedView(Base):
 
 class DiagnosticResult(Base):
     """One (layer, estimator, rank, λ) row of a diagnostic: bias², its standard error,
-    variance, MSE = bias² + variance and mean cosine, all relative to the exact dW."""
+    variance, MSE = bias² + variance and mean cosine, all relative to the exact dW, and
+    (from revision 0007) every sketch key's values behind them (``key_values``)."""
 
     __tablename__ = "diagnostic_results"
     __table_args__ = {"sqlite_autoincrement": True}
@@ -214,6 +216,8 @@ class DiagnosticResult(Base):
     cos_mean: Mapped[Optional[float]] = mapped_column(Float)
     keys: Mapped[Optional[int]] = mapped_column(BigInteger)
     batches: Mapped[Optional[int]] = mapped_column(BigInteger)
+    # per batch [‖dW‖², ‖e_k‖² (K), ‖e_k − ē‖² (K)] as little-endian float64; NULL before revision 0007
+    key_values: Mapped[Optional[bytes]] = mapped_column(LargeBinary)
 
 
 class Report(Base):

@@ -27,36 +27,44 @@ none contradicts), and not measured when no group could be measured. The thresho
 are data (``MATCH_RANK``, ``MATCH_DELTA``, ``MEMORY_FALL``, ``TIME_FALL``,
 ``CONFIDENCE``), named in the rules.
 
-Claims (a) and (b) compare two estimators' dW variance V and MSE M (relative to
-‖dW‖², ``engine.analysis.diagnostics``: V = 1/(K−1) Σ_k ‖e_k − ē‖², b² = ‖ē‖² − V/K,
-M = (1/K) Σ_k ‖e_k‖² = b² + V over K sketch keys, e_k = d̂W_k − dW) on the same
-states and batches, with standard errors from the numbers a diagnosis stores. If the
-errors are Gaussian, e_k ~ N(b, Σ) with tr Σ = V:
+Claims (a) and (b) compare two estimators' dW variance V, MSE M and squared bias b²
+(relative to ‖dW‖², ``engine.analysis.diagnostics``: V = 1/(K−1) Σ_k ‖e_k − ē‖²,
+M = (1/K) Σ_k ‖e_k‖², b² = M − V over K sketch keys, e_k = d̂W_k − dW) on the same
+states, batches and keys. A diagnosis stores every key's values
+(``engine.analysis.keystats``), and estimators that differ in one component share their
+keys, so each ratio V₁/V₂ and M₁/M₂ is a ratio of two paired per-key means, and its
+95 % interval comes from the per-key values: by default the delta method with a t
+quantile (``INTERVAL``, ``keystats.ratio_interval``; the BCa bootstrap over keys is the
+other choice); the diagnoses j that hold both estimators at an (R, λ) are pooled, their
+keys combined as independent strata. The bias half of (b) reads θ = (b₁² − b₂²)/M₂, the
+bias² the scalars add as a share of the MSE without them, with its per-key delta-method
+t interval (``keystats.bias_interval``). Each verdict names the interval it used.
+
+Diagnoses stored before per-key values (``key_values`` None) keep the old intervals,
+marked as bounds: if e_k ~ N(b, Σ) with tr Σ = V,
 
     Var V = 2 tr(Σ²)/(K−1) ≤ 2 V²/(K−1),
     Var M = (2 tr(Σ²) + 4 bᵀΣb)/K ≤ (2 V² + 4 max(b², 0) V)/K,
 
-by tr(Σ²) ≤ (tr Σ)² and bᵀΣb ≤ ‖b‖² tr Σ (equality when Σ has rank one). The pooled-
-layer row sums such independent terms over layers and batches, and Σ x_i² ≤ (Σ x_i)²
-keeps both bounds for the sums, so they are conservative standard errors under the
-Gaussian approximation (excess kurtosis of ‖e_k‖², which they do not see, would widen
-the truth). The diagnoses j that hold both estimators at an (R, λ) are pooled, their
-keys combined (``pooled_variance``, ``pooled_mse``)::
+by tr(Σ²) ≤ (tr Σ)² and bᵀΣb ≤ ‖b‖² tr Σ (equality only when Σ has rank one, so these
+are 5–8× too wide for errors that spread over many directions), pooled over diagnoses
+as (``pooled_variance``, ``pooled_mse``)::
 
     V̄ = Σ_j (K_j−1) V_j / Σ_j (K_j−1),   Var V̄ / V̄² = 2/ν,   ν = (Σ_j (K_j−1) V_j)² / Σ_j (K_j−1) V_j²
     M̄ = Σ_j K_j M_j / Σ_j K_j,           Var M̄ = Σ_j K_j (2 V_j² + 4 max(b_j², 0) V_j) / (Σ_j K_j)²
 
-(ν = K − 1 for one diagnosis, Σ_j (K_j − 1) when the V_j agree). The two estimators
-draw independent keys, so by the delta method log(x₁/x₂) is about normal with
-variance Var x₁/x₁² + Var x₂/x₂² (``ratio``), and its 95 % interval is
+and the ratio's interval x₁/x₂ · exp(± z √(Var x₁/x₁² + Var x₂/x₂²)), z = Φ⁻¹(0.975)
+(``ratio``); the bias half uses the stored bias2_se, also a bound.
 
-    x₁/x₂ · exp(± z · √(Var x₁/x₁² + Var x₂/x₂²)),   z = Φ⁻¹(0.975) ≈ 1.96;
-
-for two variances, x₁/x₂ · exp(± z √(2/ν₁ + 2/ν₂)). The ratio is "lower" when the
-interval lies below 1, "higher" when above, else "within noise". A claim supported
-only when every group is significantly lower is an intersection–union test, so it
-keeps the 95 % level however many groups there are; a contradiction is read per group
-at 95 %, not corrected for the number of groups.
+A ratio is "lower" when its interval lies below 1, "higher" when above, else "within
+noise"; for (b)'s variance, "no effect" when the interval lies inside
+[1 − NO_EFFECT_MARGIN, 1/(1 − NO_EFFECT_MARGIN)]. The added bias is "a little" when its
+interval lies below BIAS_MARGIN, "not a little" when above. (a) leaves out every rank
+where balanced and uniform hashing are the same distribution (R = 1,
+``engine.sketch.basis.hashings_agree``) and ranks where both are exact. A claim
+supported only when every group is significantly lower is an intersection–union test,
+so it keeps the 95 % level however many groups there are; a contradiction is read per
+group at 95 %, not corrected for the number of groups.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from engine.analysis import keystats
 from engine.core.stats import (
     CONFIDENCE,
     EQUIVALENCE_ALPHA,
@@ -81,6 +90,7 @@ from engine.core.stats import (
     slope_runs_needed,
     tost_power,
 )
+from engine.sketch.basis import hashings_agree
 
 SUPPORTED, INCONCLUSIVE, NOT_SUPPORTED, NOT_MEASURED = "supported", "inconclusive", "not supported", "not measured"
 VERDICTS = (SUPPORTED, INCONCLUSIVE, NOT_SUPPORTED, NOT_MEASURED)
@@ -97,6 +107,12 @@ POOLED_LAYER = "all"  # the diagnosis row that pools every sketched layer
 HASHING_PAIRS = (("balanced", "countsketch"), ("basis", "scalars"))  # (balanced hashing, uniform hashing), same scalars
 SCALAR_PAIRS = (("scalars", "countsketch"), ("basis", "balanced"))  # (with scalars, without), same hashing
 EXACT_VARIANCE = 1e-12  # a variance this small is an exact sketch (R = B·T with balanced hashing)
+INTERVAL = keystats.DELTA  # how (a) and (b) make intervals from per-key values (or keystats.BOOTSTRAP)
+NO_EFFECT_MARGIN = 0.05  # (b): a variance ratio inside [0.95, 1/0.95] is no effect
+BIAS_MARGIN = 0.10  # (b): added bias² below 10 % of the MSE without scalars is "a little"
+NO_EFFECT, LITTLE, NOT_LITTLE = "no effect", "a little", "not a little"
+KEY_VALUES = keystats.KEY_VALUES
+BOUND_TEXT = "bound: diagnoses without per-key values, worst-case Gaussian variance"
 
 DIAGNOSIS_COLUMNS = ["diagnosis_id", "run_id", "layer", "estimator", "rank", "lam", "bias2", "variance", "mse", "keys"]
 STEP_TIME_COLUMNS = ["estimator", "rank", "lam", "setup", "seeds", "mean", "std"]
@@ -156,15 +172,30 @@ class Pooled(NamedTuple):
 
 
 class Ratio(NamedTuple):
-    """x₁/x₂, its 95 % interval and what the interval says (``LOWER``, ``HIGHER``, ``WITHIN_NOISE``)."""
+    """x₁/x₂, its 95 % interval, what the interval says (``LOWER``, ``HIGHER``, ``WITHIN_NOISE``,
+    ``NO_EFFECT``) and how it was made (``keystats.DELTA``, ``BOOTSTRAP`` or ``BOUND``)."""
 
     value: float
     low: float
     high: float
     reading: str
+    method: str = keystats.BOUND
+    df: float = math.nan  # the t quantile's degrees of freedom (delta method)
 
     def text(self) -> str:
         return f"{self.value:.3g} [{self.low:.3g}, {self.high:.3g}] {self.reading}"
+
+
+def _reading(low: float, high: float, margin: float | None = None) -> str:
+    """LOWER / HIGHER when [low, high] lies below / above 1; with ``margin``, NO_EFFECT when it
+    lies inside [1 − margin, 1/(1 − margin)]; else WITHIN_NOISE."""
+    if high < 1:
+        return LOWER
+    if low > 1:
+        return HIGHER
+    if margin is not None and low >= 1 - margin and high <= 1 / (1 - margin):
+        return NO_EFFECT
+    return WITHIN_NOISE
 
 
 def pooled_variance(variance, keys) -> Pooled:
@@ -182,21 +213,40 @@ def pooled_mse(mse, bias2, variance, keys) -> Pooled:
     return Pooled(value, var / value**2 if value > 0 else 0.0)
 
 
-def ratio(first: Pooled, second: Pooled) -> Ratio:
-    """x₁/x₂ with its interval x₁/x₂ · exp(± Z √(Var log x₁ + Var log x₂)) (module docstring);
-    a zero x (every key gave the same dW) has no noise: 0 / x₂ is lower, x₁ / 0 higher."""
-    if first.value <= 0 or second.value <= 0:
-        if first.value <= 0 and second.value <= 0:
-            return Ratio(math.nan, math.nan, math.nan, WITHIN_NOISE)
-        r = 0.0 if first.value <= 0 else math.inf
-        return Ratio(r, r, r, LOWER if r == 0 else HIGHER)
+def _degenerate(first: float, second: float, method: str) -> Ratio | None:
+    """A zero x (every key gave the same dW) has no noise: 0 / x₂ is lower, x₁ / 0 higher."""
+    if first > 0 and second > 0:
+        return None
+    if first <= 0 and second <= 0:
+        return Ratio(math.nan, math.nan, math.nan, WITHIN_NOISE, method)
+    r = 0.0 if first <= 0 else math.inf
+    return Ratio(r, r, r, LOWER if r == 0 else HIGHER, method)
+
+
+def ratio(first: Pooled, second: Pooled, margin: float | None = None) -> Ratio:
+    """The bound interval of an old diagnosis: x₁/x₂ · exp(± Z √(Var log x₁ + Var log x₂))
+    (module docstring); read with ``margin`` as in ``_reading``."""
+    zero = _degenerate(first.value, second.value, keystats.BOUND)
+    if zero is not None:
+        return zero
     r, half = first.value / second.value, Z * math.sqrt(first.log_var + second.log_var)
     low, high = r * math.exp(-half), r * math.exp(half)
-    return Ratio(r, low, high, LOWER if high < 1 else HIGHER if low > 1 else WITHIN_NOISE)
+    return Ratio(r, low, high, _reading(low, high, margin), keystats.BOUND)
+
+
+def key_ratio(first, second, strata=None, margin: float | None = None, method: str = INTERVAL) -> Ratio:
+    """The ratio of the means of paired per-key values and its interval from them
+    (``keystats.ratio_interval``), read with ``margin`` as in ``_reading``."""
+    zero = _degenerate(float(np.mean(first)), float(np.mean(second)), method)
+    if zero is not None:
+        return zero
+    iv = keystats.ratio_interval(first, second, confidence=CONFIDENCE, method=method, strata=strata)
+    return Ratio(iv.value, iv.low, iv.high, _reading(iv.low, iv.high, margin), method, iv.df)
 
 
 class Compared(NamedTuple):
-    """One (R, λ) of an estimator pair: the pooled moments of each, their ratios, the diagnoses behind them."""
+    """One (R, λ) of an estimator pair: the pooled moments of each, their ratios, the
+    added bias² (θ = (b₁² − b₂²)/M₂ with its interval), the diagnoses behind them."""
 
     rank: int
     lam: float
@@ -207,6 +257,8 @@ class Compared(NamedTuple):
     mse_ratio: Ratio
     diagnoses: int
     keys: tuple[int, ...]
+    added_bias: keystats.Interval | None = None
+    interval: str = ""  # how the intervals were made, in words
 
     def name(self) -> str:
         return f"R={self.rank}{_lam_text(self.lam)}"
@@ -219,12 +271,32 @@ def _pooled_rows(diagnoses: pd.DataFrame) -> pd.DataFrame:
     d = diagnoses[diagnoses["layer"] == POOLED_LAYER].copy()
     d["lam"] = d["lam"].astype(float).round(12)
     d["keys"] = pd.to_numeric(d["keys"], errors="coerce").astype(float)
+    if KEY_VALUES not in d.columns:
+        d[KEY_VALUES] = None
     return d[d["keys"] >= 2]
 
 
-def _compared(diagnoses: pd.DataFrame, first: str, second: str) -> list[Compared]:
+def _bound_bias(g: pd.DataFrame, mse2: float) -> keystats.Interval:
+    """θ from stored bias² and their bound standard errors (old diagnoses), keys-weighted;
+    without a stored ``bias2_se``, the same bound from b², V and K: √(4 max(b², 0) V/K + 2 V²/K²)."""
+    se = []
+    for i in (1, 2):
+        k, b2, v = (g[f"{c}_{i}"].to_numpy(float) for c in ("keys", "bias2", "variance"))
+        stored = g[f"bias2_se_{i}"].to_numpy(float) if f"bias2_se_{i}" in g else np.full(len(g), np.nan)
+        each = np.where(np.isnan(stored), np.sqrt(4 * np.maximum(b2, 0) * v / k + 2 * v**2 / k**2), stored)
+        se.append(math.sqrt(float(np.sum((k * each) ** 2))) / float(np.sum(k)))
+    k1, k2 = g["keys_1"].to_numpy(float), g["keys_2"].to_numpy(float)
+    b1 = float(np.sum(k1 * g["bias2_1"]) / np.sum(k1))
+    b2 = float(np.sum(k2 * g["bias2_2"]) / np.sum(k2))
+    theta, half = (b1 - b2) / mse2, Z * math.hypot(*se) / mse2
+    return keystats.Interval(theta, theta - half, theta + half, keystats.BOUND)
+
+
+def _compared(diagnoses: pd.DataFrame, first: str, second: str, margin: float | None = None) -> list[Compared]:
     """Each (R, λ) at which some stored diagnoses hold both ``first`` and ``second``,
-    pooled over those diagnoses (module docstring), by λ then R."""
+    pooled over those diagnoses (module docstring), by λ then R; the variance ratio read
+    with ``margin``. Per-key intervals where every diagnosis behind a group kept its
+    per-key values with equal K for both estimators, else the bounds."""
     rows = _pooled_rows(diagnoses)
     a, b = rows[rows["estimator"] == first], rows[rows["estimator"] == second]
     both = a.merge(b, on=["diagnosis_id", "rank", "lam"], suffixes=("_1", "_2"))
@@ -234,22 +306,43 @@ def _compared(diagnoses: pd.DataFrame, first: str, second: str) -> list[Compared
         mse = tuple(pooled_mse(g[f"mse_{i}"], g[f"bias2_{i}"], g[f"variance_{i}"], g[f"keys_{i}"]) for i in (1, 2))
         bias2 = tuple(float(np.sum(g[f"keys_{i}"] * g[f"bias2_{i}"]) / np.sum(g[f"keys_{i}"])) for i in (1, 2))
         keys = tuple(sorted({int(k) for i in (1, 2) for k in g[f"keys_{i}"]}))
-        out.append(Compared(int(rank), float(lam), bias2, var, mse, ratio(*var), ratio(*mse),
-                            int(g["diagnosis_id"].nunique()), keys))
+        values = [(v1, v2) for v1, v2 in zip(g[f"{KEY_VALUES}_1"], g[f"{KEY_VALUES}_2"])]
+        paired = all(isinstance(v1, np.ndarray) and isinstance(v2, np.ndarray) and v1.shape == v2.shape
+                     for v1, v2 in values)
+        if paired:
+            p1 = [keystats.per_key(v1) for v1, _ in values]
+            p2 = [keystats.per_key(v2) for _, v2 in values]
+            pk1, pk2 = (keystats.PerKey(*(np.concatenate([getattr(p, f) for p in ps]) for f in keystats.PerKey._fields))
+                        for ps in (p1, p2))
+            strata = np.repeat(np.arange(len(p1)), [p.keys for p in p1])
+            var_ratio = key_ratio(pk1.variance, pk2.variance, strata, margin)
+            mse_ratio = key_ratio(pk1.mse, pk2.mse, strata)
+            added = (keystats.bias_interval(pk1, pk2, confidence=CONFIDENCE, strata=strata)
+                     if pk2.mse.mean() > 0 else None)
+            how = (f"per-key delta method, t with {var_ratio.df:.0f} df" if INTERVAL == keystats.DELTA
+                   else f"BCa bootstrap over {len(strata)} keys; bias by the per-key delta method")
+        else:
+            var_ratio, mse_ratio = ratio(*var, margin=margin), ratio(*mse)
+            added = _bound_bias(g, mse[1].value) if mse[1].value > 0 else None
+            how = BOUND_TEXT
+        out.append(Compared(int(rank), float(lam), bias2, var, mse, var_ratio, mse_ratio,
+                            int(g["diagnosis_id"].nunique()), keys, added, how))
     return out
 
 
 def _basis_text(groups: list[Compared]) -> str:
     counts = sorted({g.diagnoses for g in groups})
     keys = sorted({k for g in groups for k in g.keys})
-    return f"{'/'.join(map(str, counts))} diagnos{'is' if counts == [1] else 'es'}, {'/'.join(map(str, keys))} keys"
+    hows = list(dict.fromkeys(g.interval for g in groups))
+    return (f"{'/'.join(map(str, counts))} diagnos{'is' if counts == [1] else 'es'}, {'/'.join(map(str, keys))} keys; "
+            f"intervals: {' / '.join(hows)}")
 
 
 def _hashing(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame) -> tuple[str, str]:
     results = []
     for first, second in HASHING_PAIRS:
         groups = [g for g in _compared(diagnoses, first, second)
-                  if max(g.variance[0].value, g.variance[1].value) > EXACT_VARIANCE]
+                  if not hashings_agree(g.rank) and max(g.variance[0].value, g.variance[1].value) > EXACT_VARIANCE]
         if not groups:
             results.append((NOT_MEASURED, ""))
             continue
@@ -260,18 +353,38 @@ def _hashing(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataF
     return _combine(results)
 
 
+def _bias_reading(added: keystats.Interval | None) -> str:
+    if added is None:
+        return WITHIN_NOISE
+    return LITTLE if added.high < BIAS_MARGIN else NOT_LITTLE if added.low > BIAS_MARGIN else WITHIN_NOISE
+
+
+def _scalars_verdict(g: Compared) -> str:
+    """(b) on one group: both halves (module docstring)."""
+    variance, bias = g.variance_ratio.reading, _bias_reading(g.added_bias)
+    if variance in (HIGHER, NO_EFFECT) or g.mse_ratio.reading == HIGHER or bias == NOT_LITTLE:
+        return NOT_SUPPORTED
+    return SUPPORTED if variance == LOWER and bias == LITTLE else INCONCLUSIVE
+
+
 def _scalars(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame) -> tuple[str, str]:
     results = []
     for first, second in SCALAR_PAIRS:
-        groups = [g for g in _compared(diagnoses, first, second) if g.variance[1].value > EXACT_VARIANCE]
+        groups = [g for g in _compared(diagnoses, first, second, margin=NO_EFFECT_MARGIN)
+                  if g.variance[1].value > EXACT_VARIANCE]
         if not groups:
             results.append((NOT_MEASURED, ""))
             continue
-        verdict = _combine([(NOT_SUPPORTED if g.mse_ratio.reading == HIGHER else LOWERING[g.variance_ratio.reading], "")
-                            for g in groups])[0]
-        parts = [f"{g.name()} bias² {g.bias2[0]:.2g} vs {g.bias2[1]:.2g}, variance {g.variance[0].value:.3g} vs "
-                 f"{g.variance[1].value:.3g} ratio {g.variance_ratio.text()}, MSE {g.mse[0].value:.3g} vs "
-                 f"{g.mse[1].value:.3g} ratio {g.mse_ratio.text()}" for g in groups]
+        verdict = _combine([(_scalars_verdict(g), "") for g in groups])[0]
+        parts = []
+        for g in groups:
+            added = g.added_bias
+            bias_text = ("no interval" if added is None else
+                         f"added {added.value:+.3g} [{added.low:+.3g}, {added.high:+.3g}] of the MSE without, "
+                         f"{_bias_reading(added)}")
+            parts.append(f"{g.name()} bias² {g.bias2[0]:.2g} vs {g.bias2[1]:.2g} ({bias_text}), variance "
+                         f"{g.variance[0].value:.3g} vs {g.variance[1].value:.3g} ratio {g.variance_ratio.text()}, "
+                         f"MSE {g.mse[0].value:.3g} vs {g.mse[1].value:.3g} ratio {g.mse_ratio.text()}")
         results.append((verdict, f"{first} vs {second} ({_basis_text(groups)}): " + "; ".join(parts)))
     return _combine(results)
 
@@ -322,6 +435,19 @@ def _match_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.Da
     if not parts:
         parts.append(_seed_plan(f"{CLAIM_ESTIMATOR} R={MATCH_RANK}", 0, PRIOR_DELTA_SD, "prior", margin))
     return "; ".join(parts)
+
+
+def _keys_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame) -> str:
+    """The keys a diagnosis needs to detect a variance ratio of ``keystats.PLAN_RATIO`` with
+    ``keystats.PLAN_POWER`` (``keystats.keys_for_power``), and the power the stored diagnoses' K gives."""
+    need = keystats.DEFAULT_KEYS
+    text = (f"{need} keys per diagnosis detect a variance ratio of {keystats.PLAN_RATIO:g} with probability "
+            f"{keystats.PLAN_POWER:.0%} (per-key CV {keystats.PLAN_CV:g}; python -m engine diagnose RUN --keys {need})")
+    keys = pd.to_numeric(diagnoses.get("keys", pd.Series(dtype=float)), errors="coerce").dropna()
+    if not keys.empty:
+        k = int(keys.min())
+        text += f"; the stored diagnoses' K = {k} gives {keystats.power(keystats.PLAN_RATIO, max(k, 2)):.0%}"
+    return text
 
 
 def _seed_plan(name: str, seeds: int, sd: float, source: str, margin: float) -> str:
@@ -436,23 +562,28 @@ CLAIMS = (
     Claim("a", "Balanced hashing lowers the variance of the dW estimate.",
           "(a) is supported when, in the stored estimator diagnoses (all sketched layers pooled; the diagnoses that "
           "hold both estimators of a pair pooled, their keys combined), balanced hashing has a significantly lower dW "
-          "variance than uniform hashing at every rank and λ measured with both (ranks where both are exact are left out), for each pair "
-          f"measured (balanced vs countsketch; basis vs scalars): the {100 * CONFIDENCE:g} % interval of the variance ratio, "
-          f"V₁/V₂ · exp(± {Z:.2f} √(2/ν₁ + 2/ν₂)) with ν = K − 1 for one diagnosis of K keys and "
-          "ν = (Σ (Kⱼ − 1) Vⱼ)² / Σ (Kⱼ − 1) Vⱼ² for several (the Gaussian approximation of a sample variance, "
-          "conservative: Var V ≤ 2V²/(K − 1)), lies below 1; not supported when "
-          "at some rank it lies above 1; inconclusive when neither (some interval holds 1, none lies above it); not "
-          "measured when no diagnosis holds such a pair.", _hashing),
+          "variance than uniform hashing at every rank and λ measured with both, for each pair measured (balanced vs "
+          f"countsketch; basis vs scalars): the {100 * CONFIDENCE:g} % interval of the variance ratio V₁/V₂ lies below "
+          "1. Ranks where the two hashings are the same distribution (R = 1: one bin holds every row) and ranks where "
+          "both are exact are left out. The interval comes from each sketch key's ‖e − ē‖², which the two estimators "
+          "share keys for (paired): the delta method of the log ratio with a t quantile (or a BCa bootstrap over "
+          "keys), as the numbers say; a diagnosis stored without per-key values gives the old bound "
+          f"V₁/V₂ · exp(± {Z:.2f} √(2/ν₁ + 2/ν₂)), ν = K − 1, marked 'bound'. Not supported when at some rank the "
+          "interval lies above 1; inconclusive when neither (some interval holds 1, none lies above it); not measured "
+          "when no diagnosis holds such a pair.", _hashing, plan=_keys_plan),
     Claim("b", "The invariant scalars trade a little bias for lower variance.",
-          "(b) is supported when, in the stored diagnoses (pooled as in (a)), the estimator with the scalars has a "
-          "significantly lower variance (the interval of (a) below 1) and an MSE not significantly higher (the "
-          f"{100 * CONFIDENCE:g} % interval of the MSE ratio, M₁/M₂ · exp(± {Z:.2f} √(s₁² + s₂²)) with "
-          "s² = (2V² + 4·max(b², 0)·V) / (K·M²) for one diagnosis of K keys (M keys-weighted over several), the "
-          "Gaussian bound on Var M / M², does not lie above 1) than the "
-          "same hashing without them, at every rank and λ measured with both (scalars vs countsketch; basis vs "
-          "balanced; ranks where the estimator without scalars is exact are left out); not supported when at some "
-          "rank its variance or MSE is significantly higher; inconclusive otherwise (some variance ratio within "
-          "noise); not measured when no diagnosis holds such a pair.", _scalars),
+          "(b) tests both halves against the same hashing without the scalars (scalars vs countsketch; basis vs "
+          "balanced), at every rank and λ measured with both, pooled as in (a) (ranks where the estimator without "
+          "scalars is exact are left out). Lower variance: the "
+          f"{100 * CONFIDENCE:g} % interval of the variance ratio V₁/V₂ (as in (a); scalars on and off share S) lies "
+          f"below 1; it is no effect when it lies inside [{1 - NO_EFFECT_MARGIN:g}, {1 / (1 - NO_EFFECT_MARGIN):.4g}]. "
+          "A little bias: the interval of the bias² the scalars add, (b₁² − b₂²)/M₂ as a share of the MSE without "
+          f"them (b² = M − V per key, delta method, t quantile), lies below {BIAS_MARGIN:g}; not a little when it "
+          f"lies above {BIAS_MARGIN:g}. Supported when at every rank the variance is lower and the bias a little, "
+          "and the MSE ratio's interval does not lie above 1; not supported when at some rank the variance is higher "
+          "or no effect, the bias not a little, or the MSE higher; inconclusive otherwise; not measured when no "
+          "diagnosis holds such a pair. Old diagnoses without per-key values use the bounds of (a) and their stored "
+          "standard error of b², marked 'bound'.", _scalars, plan=_keys_plan),
     Claim("c", f"BASIS at R = {MATCH_RANK} matches exact backprop.", lambda margin: (
           f"(c) is an equivalence claim, tested by two one-sided t-tests (TOST, each at "
           f"{100 * EQUIVALENCE_ALPHA:g} %) on Δ, the validation loss of basis at R = {MATCH_RANK} minus exact paired "

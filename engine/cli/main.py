@@ -226,9 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--estimators", metavar="LIST", help="comma list (default: every sketched estimator)")
     diag.add_argument("--ranks", metavar="LIST", help="comma list, clipped to B·T (default: 1,4,16,64)")
     diag.add_argument("--lams", metavar="LIST", help="comma list of λ (default: the run's λ)")
-    diag.add_argument("--keys", type=int, default=256, help="sketch keys K per batch (default: 256)")
+    diag.add_argument("--keys", type=int, help="sketch keys K per batch (default: the K at which a variance ratio "
+                      "of 0.8 reads lower with power 0.8, engine.analysis.keystats.DEFAULT_KEYS)")
     diag.add_argument("--batches", type=int, default=4, help="training batches N after the step (default: 4)")
-    diag.add_argument("--chunk", type=int, default=32, help="keys per vectorised chunk (default: 32)")
+    diag.add_argument("--chunk", type=int, help="keys per vectorised chunk (default: 256, fewer for large layers)")
     diag.add_argument("--seed", type=int, default=0, help="seed of the sketch keys (default: 0)")
     diag.add_argument("--out", help="also write the results as CSV to this file")
     diag.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
@@ -734,6 +735,7 @@ def _diagnose(args) -> int:
     import pandas as pd
     from tqdm import tqdm
 
+    from engine.analysis.diagnostics import COLUMNS
     from engine.runner import diagnosis
     from engine.training.timing import format_seconds
     from storage.export import write_file
@@ -780,8 +782,9 @@ def _diagnose(args) -> int:
     else:
         run_id = store.resolve_runs([args.run])[0]
         plan = diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
-                                        lams=args.lams, keys=args.keys, batches=args.batches, chunk=args.chunk,
-                                        seed=args.seed)
+                                        lams=args.lams, batches=args.batches, seed=args.seed,
+                                        keys=diagnosis.DEFAULT_KEYS if args.keys is None else args.keys,
+                                        chunk=diagnosis.DEFAULT_CHUNK if args.chunk is None else args.chunk)
     where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
     print(f"run {run_id} {store.get_run(run_id).name}: diagnosing {where} on the {plan.batches} training "
           f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
@@ -798,7 +801,8 @@ def _diagnose(args) -> int:
     finally:
         bar.close()
     shown = frame.assign(layer=pd.Categorical(frame["layer"], ["all", *dict.fromkeys(frame["layer"][frame["layer"] != "all"])]))
-    shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable").drop(columns=["keys", "batches"])
+    shown = shown.sort_values(["layer", "estimator", "lam", "rank"], kind="stable")[
+        [c for c in COLUMNS if c not in ("keys", "batches")]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     status = store.diagnostics_frame().set_index("id").loc[diag_id, ["status", "error"]]
     if status["status"] == "cancelled":

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import pandas as pd
 
 from engine import data
+from engine.analysis import keystats
 from engine.analysis.diagnostics import COLUMNS, diagnose
 from engine.config import SEED_END, ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
 from engine.core import checks
@@ -54,14 +55,14 @@ from storage.export import to_csv_bytes
 
 SKETCHED = tuple(e for e in ESTIMATORS if e != "exact")  # the default estimators
 DEFAULT_RANKS = (1, 4, 16, 64)
-DEFAULT_KEYS = 256
+DEFAULT_KEYS = keystats.DEFAULT_KEYS  # 81: a variance ratio of 0.8 read "lower" with power 0.8 (keystats)
 DEFAULT_BATCHES = 4
-DEFAULT_CHUNK = 32
+DEFAULT_CHUNK = 256  # keys per vmap; fewer where their d̂W would be large (diagnostics.CHUNK_FLOATS)
 MAX_BATCHES = 1000
 
 __all__ = [
     "Plan", "plan_diagnosis", "replan", "estimate_seconds", "start", "execute", "run_diagnosis", "checkpoint_steps", "check_stale_diagnoses",
-    "results_csv", "SKETCHED", "DEFAULT_RANKS",
+    "results_csv", "SKETCHED", "DEFAULT_RANKS", "DEFAULT_KEYS", "DEFAULT_CHUNK",
 ]
 
 

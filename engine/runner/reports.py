@@ -104,12 +104,13 @@ def select_runs(store: RunStore, selection: dict) -> list:
 
 def diagnoses_of(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
     """The result rows of every finished diagnosis of these runs, with ``diagnosis_id``,
-    ``run_id`` and ``step`` (the columns ``report.build`` reads)."""
+    ``run_id`` and ``step`` (the columns ``report.build`` reads) and each row's per-key
+    values (``key_values``, None for a diagnosis stored without them)."""
     frames = []
     for run_id in run_ids:
         meta = store.diagnostics_frame(int(run_id))
         for d in meta[meta["status"] == "finished"].itertuples():
-            rows = store.diagnostic_results(int(d.id))
+            rows = store.diagnostic_results(int(d.id), key_values=True)
             if rows.empty:
                 continue
             frames.append(rows.assign(diagnosis_id=int(d.id), run_id=int(run_id), step=d.step))

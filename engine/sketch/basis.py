@@ -126,6 +126,13 @@ def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
     bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
     return Sketch(kind, rank, bins, signs, None)
 
+def hashings_agree(rank: int) -> bool:
+    """Whether balanced and uniform hashing draw S from the same distribution at ``rank``:
+    at R = 1 both put every row in the one bin (h ≡ 0) with the same signs. At R ≥ 2
+    (and B ≥ 2) they differ: uniform hashing can put all rows in one bin, balanced never."""
+    return int(rank) == 1
+
+
 def _argsort(keys: jax.Array) -> jax.Array:
     """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
 

@@ -35,7 +35,7 @@ def test_the_cost_shows_before_a_start_and_a_cancelled_diagnosis_keeps_its_resul
     at = app(selected=[run_id]).run()
     at.switch_page("views/estimators.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("Cost: 8 estimators × 4 ranks × 1 λ × 256 keys × 4 batches" in c.value.replace("\\", "")
+    assert any("Cost: 8 estimators × 4 ranks × 1 λ × 81 keys × 4 batches" in c.value.replace("\\", "")
                for c in at.caption)
     assert at.selectbox(key="estimators.diag").value == diag
     assert any("cancelled after 1 of 2" in w.value.replace("\\", "") for w in at.warning)  # said, not hidden

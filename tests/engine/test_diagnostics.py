@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.analysis.diagnostics import COLUMNS, capture, diagnose, dw_moments
+from engine.analysis import keystats
+from engine.analysis.diagnostics import COLUMNS, KEY_VALUES, capture, diagnose, dw_moments, key_values, reduce
 from engine.core.presets import GPTConfig
 from engine.model.gpt import init_params, loss_fn
 from engine.sketch.basis import sketched_matmul
@@ -114,7 +115,14 @@ def test_diagnose_table_and_pooling():
         TINY, params, batches, estimators=["balanced", "crs"], ranks=[16], lams=[0.0, 0.2],
         keys=8, key=jax.random.key(5), chunk=4, on_progress=lambda d, t: calls.append((d, t)),
     )
-    assert tuple(df.columns) == COLUMNS
+    assert tuple(df.columns) == (*COLUMNS, KEY_VALUES)
+    for row in df.itertuples():  # each row's moments are its per-key values' (keystats.summary)
+        values = getattr(row, KEY_VALUES)
+        assert values.shape == (2, 1 + 2 * 8)
+        for name, value in keystats.summary(values).items():
+            assert getattr(row, name) == pytest.approx(value, rel=1e-12, abs=1e-300)
+    by_layer = df[(df.estimator == "crs") & (df.lam == 0.0)].set_index("layer")[KEY_VALUES]
+    np.testing.assert_allclose(by_layer["all"], sum(by_layer.drop("all")))  # the pooled row sums the layers
     layers = {"block_0/mlp/fc", "block_0/mlp/proj", "head", "all"}
     assert set(df.layer) == layers and len(df) == 4 * 2 * 2
     assert calls[-1] == (8, 8) and len(calls) == 8
@@ -151,3 +159,52 @@ def test_dw_moments_rejects_bad_arguments(kwargs, match):
 def test_diagnose_rejects_empty_batches():
     with pytest.raises(ValueError, match="batches is empty"):
         diagnose(TINY, init_params(TINY, jax.random.key(0)), [], estimators=["crs"], ranks=[2], lams=[0.0], keys=4, key=jax.random.key(0))
+
+
+ALL = ["basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj"]
+
+
+@pytest.mark.parametrize("estimator", ALL)
+def test_the_row_space_reduction_keeps_every_key_s_values(estimator):
+    """N, M > B: the per-key ‖e‖², ‖e − ē‖² and cosines of (X', dY') from ``reduce`` are those
+    of (X, dY) themselves, key by key (the module docstring's lemma), through the estimator's
+    own VJP on both; two heavy rows and a repeated row make the row norms and γ matter."""
+    b, n, m = 12, 20, 30
+    kx, kd = jax.random.split(jax.random.key(4))
+    x = jax.random.normal(kx, (b, n)).at[1].multiply(6.0)
+    x = x.at[5].set(x[3])
+    dy = jax.random.normal(kd, (b, m)).at[7].multiply(4.0)
+    from engine.analysis import diagnostics
+    xr, dyr = reduce(x, dy)[estimator != "proj"]
+    assert dyr.shape == (b, b) and xr.shape == ((b, n) if estimator == "proj" else (b, b))
+    keys = jax.random.split(jax.random.key(9), 16)
+    direct = diagnostics._values(x, dy, estimator, 3, 0.1, keys, 16)
+    reduced = diagnostics._values(xr, dyr, estimator, 3, 0.1, keys, 16)
+    assert reduced.dw_norm2 == pytest.approx(direct.dw_norm2, rel=1e-5)
+    for name in ("sq", "dev"):
+        np.testing.assert_allclose(getattr(reduced, name), getattr(direct, name), rtol=2e-4,
+                                   atol=1e-5 * direct.dw_norm2, err_msg=name)
+    np.testing.assert_allclose(reduced.cos, direct.cos, atol=2e-5)
+
+
+@pytest.mark.parametrize("with_scalars, without", [("basis", "balanced"), ("scalars", "countsketch")])
+def test_scalars_on_and_off_share_their_sketch_key_by_key(with_scalars, without):
+    """The same key gives both the same S, so the scalars' d̂W is γ_X·γ_dY times the other's:
+    their cosines to dW agree key by key (and the keys differ from one another)."""
+    x, dy = _xdy(b=32, n=6, m=4, seed=5)
+    a, b = (key_values(x, dy, (6, 4), e, 4, 0.0, 24, jax.random.key(11)) for e in (with_scalars, without))
+    np.testing.assert_allclose(a.cos, b.cos, atol=1e-5)
+    assert np.ptp(a.cos) > 0.05
+    assert not np.allclose(a.sq, b.sq)  # γ scales the error: the two estimators differ
+
+
+def test_every_setting_of_a_diagnosis_draws_the_same_keys():
+    """basis and balanced rows of one diagnosis agree on each key's cosine (shared S); the
+    per-key ‖e‖² of a setting does not depend on which other settings were asked for."""
+    params = init_params(TINY, jax.random.key(0))
+    batches = [jax.random.randint(jax.random.key(1), (2, 9), 0, 64)]
+    kw = dict(ranks=[4], lams=[0.0], keys=6, key=jax.random.key(5))
+    both = diagnose(TINY, params, batches, estimators=["basis", "balanced", "crs"], **kw)
+    alone = diagnose(TINY, params, batches, estimators=["crs"], **kw)
+    crs = lambda df: df[(df.estimator == "crs") & (df.layer == "head")][KEY_VALUES].iloc[0]
+    np.testing.assert_allclose(crs(both), crs(alone), rtol=1e-6)

@@ -42,7 +42,7 @@ def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame |
     t3 = table3(records, metrics, at_step, margin=margin)
     steps = frames.step_time_frame(records, metrics, at_step)
     diag = _diagnoses(diagnoses)
-    verdicts = claims.judge(t3, diag, steps[claims.STEP_TIME_COLUMNS],
+    verdicts = claims.judge(t3, _diagnoses(diagnoses, key_values=True), steps[claims.STEP_TIME_COLUMNS],
                             timings=frames.run_time_frame(records, metrics, at_step), margin=margin)
     figures, captions = _figures(records, metrics, at_step, steps)
     notes = []
@@ -88,8 +88,12 @@ def _figures(records, metrics, at_step, steps) -> tuple[dict[str, go.Figure], di
     return figures, captions
 
 
-def _diagnoses(diagnoses: pd.DataFrame | None) -> pd.DataFrame:
+def _diagnoses(diagnoses: pd.DataFrame | None, key_values: bool = False) -> pd.DataFrame:
+    """The pooled-layer rows; with ``key_values`` their per-key values too (for the claims,
+    not for the stored report), where the frame has them."""
     columns = [*claims.DIAGNOSIS_COLUMNS, "step", "cos_mean"]
+    if key_values and diagnoses is not None and claims.KEY_VALUES in diagnoses.columns:
+        columns.append(claims.KEY_VALUES)
     if diagnoses is None or diagnoses.empty:
         return pd.DataFrame(columns=columns)
     d = diagnoses[diagnoses["layer"] == claims.POOLED_LAYER]
