@@ -43,3 +43,21 @@ def test_runs_filter_narrows_the_table_and_keeps_it_in_the_url(url, store):
     linked.switch_page("views/runs.py").run()
     assert not linked.exception and _ids(linked) == [exact, r32]
     assert linked.text_input(key="runs.where").value == "estimator == exact or rank == 32"
+
+
+def test_compare_picker_takes_the_same_filter(url, store):
+    exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"), final=6.0)
+    r8 = fake_run(store, dataclasses.replace(TINY, rank=8, lam=0.0), final=6.2)
+    r32 = fake_run(store, dataclasses.replace(TINY, rank=32, lam=0.0), final=6.9)
+    at = app()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception
+    at.text_input(key="compare.where").set_value("val_loss < 6.5").run()
+    assert not at.exception and not at.error
+    assert sorted(at.session_state["compare.pick"]) == [exact, r8]
+    at.text_input(key="compare.where").set_value("rank >>= 8").run()
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and "\n" not in errors[0] and "Filter not applied" in errors[0]
+    assert sorted(at.session_state["compare.pick"]) == [exact, r8]  # kept
+    at.text_input(key="compare.where").set_value("rank == 32").run()
+    assert not at.error and at.session_state["compare.pick"] == [r32]
