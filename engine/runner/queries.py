@@ -59,7 +59,8 @@ def runs_where(store: RunStore, where: str | None = None, *, metrics: str = "use
         return frame
     known = list(frame.columns)
     if any(f not in known for f in w.fields_of(expr)):
-        known += store.metric_names()  # a metric some run has, though none of these: every row misses it
+        # a metric some run has, or one every trained run records (none yet here): every row misses it
+        known += [*store.metric_names(), *SUMMARY_METRICS]
     return frame[w.evaluate(expr, frame, known)].reset_index(drop=True)
 
 

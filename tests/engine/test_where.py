@@ -220,3 +220,14 @@ def test_lab_api_is_the_cli_over_frames(lab_store):
         with pytest.raises(ValueError, match="unknown field 'vall_loss'; did you mean val_loss"):
             lab.runs("vall_loss < 1")
     assert Lab(lab_store.url).runs("status == failed")["error"].tolist() == ["NaN loss"]
+
+
+def test_an_empty_lab_knows_the_standard_metrics_and_config_fields(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    RunStore(url).close()
+    with Lab(url) as lab:
+        assert lab.runs("val_loss < 6 and lr > 0").empty  # known before any run records them
+        assert lab.metrics().empty and lab.summary().empty
+        with pytest.raises(w.WhereError, match="unknown field 'throughput'"):
+            lab.runs("throughput > 1")
+
