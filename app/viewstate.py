@@ -172,6 +172,25 @@ def chosen(view: ViewState, records: Iterable) -> tuple[list[int], list[int]]:
     return [i for i in view.runs if i in allowed], [i for i in view.runs if i not in known]
 
 
+WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
+
+
+def where_of(query: Mapping[str, str | Sequence[str]]) -> str:
+    """The run filter a URL query holds (``?where=rank >= 8 and …``), stripped; "" if none."""
+    value = query.get(WHERE)
+    if isinstance(value, (list, tuple)):
+        value = value[-1] if value else None
+    return str(value or "").strip()
+
+
+def with_where(query: Mapping[str, str], text: str) -> dict[str, str]:
+    """``query`` holding the filter ``text`` (none when it is blank); other parameters kept."""
+    out = {k: v for k, v in query.items() if k != WHERE}
+    if text.strip():
+        out[WHERE] = text.strip()
+    return out
+
+
 def link(base: str, view: ViewState) -> str:
     """The full URL of ``view`` on the Compare page at ``base`` (``http://host:port/compare``)."""
     from urllib.parse import urlencode

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
-from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 
 from .lease import hold
 from .limits import check_int
@@ -90,3 +90,32 @@ class MetricsMixin:
         with self._session() as s:
             rows = s.execute(select(Run.id, Run.history_version).where(Run.id.in_(ids))).all()
         return {int(rid): int(v or 0) for rid, v in rows}
+
+    def final_metrics(self, run_ids: Optional[Sequence[int]] = None, *,
+                      names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+        """Each run's latest value of each metric: one row per (run_id, name) with the
+        ``step``, ``wall_time`` and ``value`` of its row of highest step (of highest id
+        among equal steps), by run_id and name. ``run_ids``/``names`` None: all."""
+        mt = Metric.__table__
+        if (run_ids is not None and len(run_ids) == 0) or (names is not None and len(names) == 0):
+            return pd.DataFrame(columns=["run_id", "name", "step", "wall_time", "value"]).astype(
+                {"run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"})
+        order = func.row_number().over(partition_by=(mt.c.run_id, mt.c.name), order_by=(mt.c.step.desc(), mt.c.id.desc()))
+        inner = select(mt.c.run_id, mt.c.name, mt.c.step, mt.c.wall_time, mt.c.value, order.label("nth"))
+        if run_ids is not None:
+            inner = inner.where(mt.c.run_id.in_(_ids(run_ids)))
+        if names is not None:
+            inner = inner.where(mt.c.name.in_([names] if isinstance(names, str) else list(names)))
+        sub = inner.subquery()
+        stmt = (select(sub.c.run_id, sub.c.name, sub.c.step, sub.c.wall_time, sub.c.value)
+                .where(sub.c.nth == 1).order_by(sub.c.run_id, sub.c.name))
+        with self._session() as s:
+            rows = [tuple(r) for r in s.connection().execute(stmt)]
+        frame = pd.DataFrame.from_records(rows, columns=["run_id", "name", "step", "wall_time", "value"])
+        return frame.astype({"run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"})
+
+    def metric_names(self) -> list[str]:
+        """Every metric name any run has recorded, sorted."""
+        mt = Metric.__table__
+        with self._session() as s:
+            return sorted(s.execute(select(mt.c.name).distinct()).scalars())

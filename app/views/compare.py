@@ -7,9 +7,10 @@ from app import state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames
 from engine.analysis.summary import display_frame, paper_note, summarize, table3
+from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
-from engine.runner.queries import table3_text
+from engine.runner.queries import table3_text, where_ids
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
@@ -75,6 +76,26 @@ def _filter_changed() -> None:
         state.set_selected(st.session_state["compare.pick"])
 
 
+def _where_picked() -> None:
+    """The filter box (``engine.analysis.where``, as on Runs) picks the runs it matches (a
+    callback); a bad filter, or one matching no run, keeps the pick and says why in one line."""
+    text = (st.session_state.get("compare.where") or "").strip()
+    st.session_state.pop("compare.where_error", None)
+    if not text:
+        return
+    try:
+        matched = [i for i in where_ids(store, text) if i in records]
+    except WhereError as e:
+        st.session_state["compare.where_error"] = str(e)
+        return
+    if not matched:
+        st.session_state["compare.where_error"] = "no run matches this filter; the runs picked stay"
+        return
+    st.session_state[_FOLLOW] = False
+    st.session_state["compare.pick"] = matched
+    state.set_selected(matched)
+
+
 def _picked() -> None:
     st.session_state[_FOLLOW] = False  # a hand-picked selection no longer follows the filter
     state.set_selected(st.session_state["compare.pick"])
@@ -108,6 +129,11 @@ tags = sorted({t for r in records.values() for t in (r.tags or [])})
 for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
     if st.session_state.get(key) not in (None, *options):
         st.session_state[key] = None  # a filter value no run has any more
+st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked,
+              help="The Runs page's filter: any run or config field or metric (its final value), with and, or, not, "
+                   "( ), ==, !=, <, <=, >, >=, contains and in [..]. Enter picks every run it matches.")
+if where_error := st.session_state.get("compare.where_error"):
+    st.error(plain(f"Filter not applied: {where_error}"), icon=":material/filter_alt_off:")
 f1, f2, f3 = st.columns([2, 2, 6])
 f1.selectbox("Sweep", [None, *sweeps], key=_KEYS["sweep"], on_change=_filter_changed,
              format_func=lambda v: "any sweep" if v is None else v, help="Compare every run of one launch.")

@@ -14,9 +14,11 @@ import zlib
 
 import streamlit as st
 
-from app import confirm, display, form, state, tables
+from app import confirm, display, form, state, tables, viewstate
+from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
+from engine.runner.queries import where_ids
 from storage import (
     ACTIVE_STATUSES,
     CSV_COLUMNS,
@@ -196,6 +198,33 @@ def _workers() -> None:
         )
 
 
+def _where_box() -> str:
+    """The filter box (``engine.analysis.where``: any run or config field or metric), kept
+    in the URL's ``where`` so a filtered table can be linked; returns its text."""
+    if "runs.where" not in st.session_state:
+        st.session_state["runs.where"] = viewstate.where_of(st.query_params.to_dict())
+    text = st.text_input("Filter", key="runs.where", placeholder=EXAMPLE,
+                         help="Any run field (status, name, estimator, rank, lam, seed, steps, sweep, tags…), config "
+                              "field or metric (its final value), with and, or, not, ( ), ==, !=, <, <=, >, >=, "
+                              "contains and in [..]; text quoted or as bare words.").strip()
+    if viewstate.where_of(st.query_params.to_dict()) != text:
+        st.query_params.from_dict(viewstate.with_where(st.query_params.to_dict(), text))
+    return text
+
+
+def _where_filter(view, text: str):
+    """``view``'s rows that the filter ``text`` matches; a bad filter shows its one-line
+    error and leaves the rows as they are."""
+    if not text:
+        return view
+    try:
+        keep = where_ids(store, text)
+    except WhereError as e:
+        st.error(f"Filter not applied: {display.plain(e)}", icon=":material/filter_alt_off:")
+        return view
+    return view[view["id"].isin(keep)].reset_index(drop=True)
+
+
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
@@ -210,7 +239,7 @@ def _table(has_active: bool) -> None:
         st.rerun()  # runs started or all ended: redraw with the matching refresh rate
     if message := state.take_flash():
         st.toast(display.plain(message))
-    view = tables.filter_runs(tables.runs_view(frame), text, statuses, estimators, sweeps, tags)
+    view = _where_filter(tables.filter_runs(tables.runs_view(frame), text, statuses, estimators, sweeps, tags), where)
     counts = frame["status"].value_counts()
     head = st.container(horizontal=True, vertical_alignment="center")
     head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
@@ -285,13 +314,14 @@ try:
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")
     st.stop()
+where = _where_box()
 f1, f2, f3, f4, f5 = st.columns([3, 2, 2, 2, 2])
 text = f1.text_input("Search", placeholder="name or notes", key="runs.search")
 statuses = f2.multiselect("Status", RUN_STATUSES, key="runs.status")
 estimators = f3.multiselect("Estimator", sorted(set(runs["estimator"].dropna())), key="runs.estimator")
 sweeps = f4.multiselect("Sweep", tables.sweeps_of(runs), key="runs.sweep")
 tags = f5.multiselect("Tag", tables.tags_of(runs), key="runs.tag")
-filter_id = zlib.crc32(json.dumps([text, statuses, estimators, sweeps, tags]).encode())  # a new table (and selection) per filter
+filter_id = zlib.crc32(json.dumps([text, statuses, estimators, sweeps, tags, where]).encode())  # a new table (and selection) per filter
 
 if error := state.runs_error():
     box = st.container(horizontal=True, vertical_alignment="center")

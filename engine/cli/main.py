@@ -55,6 +55,27 @@ def _db_parent() -> argparse.ArgumentParser:
     return p
 
 
+def _where_parent() -> argparse.ArgumentParser:
+    """``--where EXPR``, the one run filter of list, export and summary (``engine.analysis.where``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--where", metavar="EXPR",
+                   help="only the runs this filter matches, e.g. \"rank >= 8 and lam == 0 and val_loss < 6.5 and tags "
+                        "contains pilot\": any run or config field or metric (its final value); and, or, not, ( ), "
+                        "==, !=, <, <=, >, >=, contains, in [..]")
+    return p
+
+
+def _where_ids(store, args, runs=None) -> list[int] | None:
+    """The ids of ``runs`` (None: every run) that ``args.where`` matches; None: every run.
+    A filter matching no run is a CliError (nothing is written)."""
+    from engine.runner.queries import where_ids
+
+    ids = where_ids(store, args.where, runs)
+    if ids is not None and not ids and args.where:
+        raise CliError(f"no run matches --where {args.where!r}; `python -m engine list` shows the runs")
+    return ids
+
+
 def _typed(kind: type, name: str):
     """argparse ``type`` of a field: int/float/str, with a message naming the field."""
     def parse(text: str):
@@ -113,6 +134,7 @@ def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: b
 
 def build_parser() -> argparse.ArgumentParser:
     db = _db_parent()
+    where = _where_parent()
     parser = argparse.ArgumentParser(prog="python -m engine", description="BASIS Lab: sketched-backprop training runs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -167,10 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
     sub.add_parser("workers", parents=[db], help="the registered workers and what they train")
 
-    sub.add_parser("list", parents=[db], help="all runs")
+    sub.add_parser("list", parents=[db, where], help="all runs (or those --where matches)")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
     show.add_argument("run", help="run id or name")
-    export = sub.add_parser("export", parents=[db], help="metric histories as CSV",
+    export = sub.add_parser("export", parents=[db, where], help="metric histories as CSV",
                             description="Every metric value of the runs as CSV, with each run's status, sweep, tags, "
                                         "notes and effective B, T, R; the README's column dictionary says what "
                                         "each column holds.")
@@ -178,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     export.add_argument("--format", default="long", choices=("long", "wide"))
     export.add_argument("--force", action="store_true", help="overwrite --out if it exists (never the database)")
-    summary = sub.add_parser("summary", parents=[db], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
+    summary = sub.add_parser("summary", parents=[db, where], help="the paper's Table 3: seeds paired at one step, Δ vs exact with a 95%% t-interval")
     summary.add_argument("--runs", nargs="*", help="run ids or names (default: all)")
     summary.add_argument("--at-step", type=int, help="compare every run at this step (default: per config, the latest step all its runs reached)")
     summary.add_argument("--format", default="table", choices=SUMMARY_FORMATS)
@@ -580,6 +602,8 @@ def _list(args) -> int:
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
         return 0
+    if args.where:
+        frame = frame[frame["id"].isin(_where_ids(store, args))]
     cols = ["id", "name", "status", "sweep_id", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
             "last_train_loss", "last_val_loss", "last_mean_cos", "owner", "created_at"]
     print(frame[[c for c in cols if c in frame.columns]].to_string(index=False, na_rep="-"))
@@ -610,7 +634,7 @@ def _show(args) -> int:
 def _export(args) -> int:
     from storage import export_csv
     store = _open_store(args.db, create=False)
-    ids = store.resolve_runs(args.runs) if args.runs else None
+    ids = _where_ids(store, args, store.resolve_runs(args.runs) if args.runs else None)
     n = export_csv(store, args.out, ids, fmt=args.format, force=args.force, shape=shape_columns)
     print(f"wrote {n} rows to {args.out} ({args.format})")
     return 0
@@ -624,7 +648,7 @@ def _summary(args) -> int:
         raise CliError(f"--at-step must be >= 0 (got {args.at_step})")
     margin = _margin(args.margin)
     store = _open_store(args.db, create=False)
-    ids = store.resolve_runs(args.runs) if args.runs else None
+    ids = _where_ids(store, args, store.resolve_runs(args.runs) if args.runs else None)
     text = table3_text(run_table3(store, ids, at_step=args.at_step, margin=margin), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)

@@ -1,0 +1,91 @@
+"""BASIS Lab from Python: runs, metrics and the paper's Table 3 as pandas frames.
+
+What ``wandb.Api`` and ``MlflowClient`` give their users, over the lab's own database,
+with the same ``--where`` filters as the CLI and the dashboard (``engine.analysis.where``)::
+
+    from engine.api import Lab
+
+    lab = Lab()                                    # the CLI's database: $BASIS_LAB_DB_URL or the default file
+    runs = lab.runs("estimator == basis and val_loss < 6.5")
+    curves = lab.metrics("tags contains pilot", names=["val_loss"])
+    table3 = lab.summary("sweep == 20261122-101500-3fa9c1")
+
+Every method reads through the functions the CLI uses (``engine.runner.queries``), so a
+frame here is what ``python -m engine list/export/summary --where`` would print. Reading
+never writes: the database must exist.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
+from engine.core.stats import check_margin
+from engine.runner.queries import run_table3, runs_where, where_ids
+from storage import RunStore
+
+
+class Lab:
+    """A read-only handle on the lab's database.
+
+    ``db_url``: a SQLAlchemy URL or a SQLite path; None: the CLI's default
+    (``$BASIS_LAB_DB_URL``, else ``storage.db.DEFAULT_DB_PATH``). A bad filter raises
+    ``engine.analysis.where.WhereError`` (a ``ValueError``) naming the fix."""
+
+    def __init__(self, db_url: Optional[str] = None):
+        self.store = RunStore(db_url, create=False)
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.store.close()
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def runs(self, where: Optional[str] = None) -> pd.DataFrame:
+        """One row per run the filter matches (None: every run), by id: the run fields
+        (``id``, ``name``, ``status``, ``estimator``, ``rank``, ``lam``, ``seed``, ``preset``,
+        ``steps``, ``steps_done``, ``sweep``, ``tags``, …), every config field
+        (``lr``, ``batch_size``, ``dataset_options.source``, …) and, per metric, its latest
+        (final) value in a column named as the metric (``val_loss``, ``cos/head``, …).
+
+        >>> Lab().runs("rank >= 8 and lam == 0 and tags contains pilot")[["id", "name", "val_loss"]]  # doctest: +SKIP
+        """
+        return runs_where(self.store, where, metrics="all")
+
+    def metrics(self, where: Optional[str] = None, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+        """Every recorded value of the matched runs, long: one row per value with
+        ``run_id``, ``name``, ``step``, ``wall_time``, ``value`` and the run's ``run_name``,
+        ordered by run, metric and step. ``names``: only these metrics (None: all).
+
+        >>> Lab().metrics("estimator == exact", names=["val_loss"]).groupby("run_id")["value"].min()  # doctest: +SKIP
+        """
+        ids = where_ids(self.store, where)
+        if ids is None:
+            ids = [r.id for r in self.store.list_runs()]
+        names = [names] if isinstance(names, str) else (None if names is None else list(names))
+        frame = self.store.metrics(ids, names=names)
+        run_names = {r.id: r.name for r in self.store.list_runs() if r.id in set(ids)}
+        frame = frame.assign(run_name=frame["run_id"].map(run_names))
+        frame = frame.sort_values(["run_id", "name", "step", "id"], kind="stable").reset_index(drop=True)
+        return frame[["run_id", "run_name", "name", "step", "wall_time", "value"]]
+
+    def summary(self, where: Optional[str] = None, at_step: Optional[int] = None,
+                margin: float = MARGIN) -> pd.DataFrame:
+        """The paper's Table 3 of the matched runs, as ``python -m engine summary --where``
+        computes it (``engine.analysis.summary.table3``): one row per method of each
+        comparable setup, seeds paired at one step, Δ val loss vs exact with a 95 %
+        t-interval, its 90 % interval and TOST against ±``margin`` nats, and its verdict
+        (equivalent, better, worse or inconclusive). ``at_step``: read every run at this step (default: per
+        setup, the latest step all its runs reached).
+
+        >>> Lab().summary("tags contains reproduce")[["estimator", "rank", "val_loss_mean", "verdict"]]  # doctest: +SKIP
+        """
+        if at_step is not None and at_step < 0:
+            raise ValueError(f"at_step must be >= 0 (got {at_step})")
+        return run_table3(self.store, where_ids(self.store, where), at_step=at_step, margin=check_margin(margin))
