@@ -476,3 +476,25 @@ def test_deleted_or_truncated_files_are_one_line_and_nothing_of_orbax(tmp_path, 
     lines = [r.getMessage() for r in caplog.records if r.levelno >= 30]
     assert len(lines) == 1 and "\n" not in lines[0] and "step 20 of run 6" in lines[0], lines
     assert capfd.readouterr().err == "" and leftovers == []
+
+
+def test_borrowed_folders_are_read_but_never_pruned_or_deleted(tmp_path):
+    """A copy's run reads the checkpoints its original keeps (its own first for a step)
+    and saves, prunes and deletes only in its own folder."""
+    original, mine = tmp_path / "run-8", tmp_path / "db-copy" / "run-8"
+    with RunCheckpoints(original, keep=2, epoch=1) as ckpt:
+        for step in (10, 20, 30):
+            ckpt.save(step, _small_state(step), {"at": step, "by": "original"})
+    theirs = sorted(p.name for p in (original / "epoch-1").iterdir())
+    assert theirs == ["20", "30"]
+    with RunCheckpoints(mine, keep=1, epoch=2, borrowed=[original]) as ckpt:
+        assert ckpt.steps() == [20, 30] and ckpt.checkpoints() == []
+        assert ckpt.restore_latest_valid(_small_state(0), max_step=20)[2] == {"at": 20, "by": "original"}
+        ckpt.save(30, _small_state(30), {"at": 30, "by": "copy"})
+        ckpt.save(40, _small_state(40), {"at": 40, "by": "copy"})
+        assert ckpt.checkpoints() == [(40, 2)] and ckpt.steps() == [20, 30, 40]  # its own 30 pruned (keep 1)
+        assert ckpt.restore(_small_state(0), step=30)[1]["by"] == "original"
+        ckpt.save(30, _small_state(30), {"at": 30, "by": "copy"}, final=True)
+        assert ckpt.restore(_small_state(0), step=30)[1]["by"] == "copy"  # its own first
+        ckpt.delete_all()
+    assert not mine.exists() and sorted(p.name for p in (original / "epoch-1").iterdir()) == theirs
