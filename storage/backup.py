@@ -12,6 +12,11 @@ torn.  :func:`backup` uses what each backend offers for this:
   ``pg_restore --dbname URL OUT`` into an empty database.  Where ``pg_dump`` is not
   installed the error says how to get it.
 
+A copy is a database of its own: it leaves out its original's identity
+(``models.DatabaseIdentity``; the PostgreSQL dump holds that table empty) and makes its
+own at its first use, keeping the original's in its lineage, so it reads the checkpoints
+its runs had when it was taken but never deletes or prunes what its original owns.
+
 The copy is written beside ``out`` under a temporary name and renamed into place once it is
 complete, so a failed backup leaves no partial file; ``out`` is never the database itself.
 """
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import StorageError
+from .models import DatabaseIdentity
 
 __all__ = ["Backup", "backup", "backup_bytes", "pg_dump_path"]
 
@@ -118,6 +124,7 @@ def _sqlite_backup(source: Path, target: Path) -> int:
         try:
             src.backup(dst)  # one step: one consistent snapshot, the WAL's transactions included
             dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+            dst.execute(f"DELETE FROM {DatabaseIdentity.__tablename__}")  # the copy makes its own
             check = dst.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise StorageError(f"the backup of {source} failed its integrity check ({check}); try again")
@@ -146,6 +153,7 @@ def _pg_dump(url, target: Path) -> None:
         env["PGPASSWORD"] = password  # not on the command line, where any user could read it
     libpq = url.set(drivername="postgresql", password=None).difference_update_query(["password"])
     cmd = [tool, "--format=custom", "--no-owner", f"--file={target}",
+           f"--exclude-table-data={DatabaseIdentity.__tablename__}",  # the copy makes its own
            f"--dbname={libpq.render_as_string(hide_password=False)}"]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=24 * 3600)

@@ -1,5 +1,10 @@
 """The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume.
 
+A metric is stored once per (run, name, step) (a unique index): a row whose key is stored
+already is skipped (``INSERT … ON CONFLICT DO NOTHING`` on both backends). The writes that
+meet one are a write retried after its commit went through unseen, which holds the same
+values; a resume that recomputes stored steps deletes them first (``delete_metrics_after``).
+
 A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
 
 from __future__ import annotations
@@ -7,7 +12,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from .lease import hold
 from .limits import check_int
@@ -20,7 +26,8 @@ class MetricsMixin:
 
     def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]], *,
                     epoch: Optional[int] = None) -> None:
-        """Append ``(step, wall_time, name, value)`` rows: one executemany, one transaction.
+        """Append ``(step, wall_time, name, value)`` rows: one executemany, one transaction;
+        a row whose (name, step) the run holds already is skipped (see the module).
 
         The run's row is locked first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's write
         lock serialises all writers), so the writers of one run commit in id order.  With
@@ -37,21 +44,24 @@ class MetricsMixin:
         check_int("step", max(p["step"] for p in params))
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
-            s.execute(insert(Metric.__table__), params)
+            dialect = postgresql if self._pg else sqlite
+            s.execute(dialect.insert(Metric.__table__).on_conflict_do_nothing(
+                index_elements=["run_id", "name", "step"]), params)
 
     def delete_metrics_after(self, run_id: int, step: int, *, epoch: Optional[int] = None) -> int:
         """Delete the run's metrics with step > ``step`` (a resumed run rewrites them); return
-        how many.  Bumps ``history_version`` so incremental readers re-read the run.  Fenced
-        by ``epoch`` as :meth:`add_metrics`."""
+        how many.  When it deleted any, bumps ``history_version`` so incremental readers
+        re-read the run.  Fenced by ``epoch`` as :meth:`add_metrics`."""
         mt = Metric.__table__
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
             n = s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))).rowcount
-            s.execute(
-                update(Run).where(Run.id == run_id)
-                .values(history_version=Run.history_version + 1)
-                .execution_options(synchronize_session=False)
-            )
+            if n:
+                s.execute(
+                    update(Run).where(Run.id == run_id)
+                    .values(history_version=Run.history_version + 1)
+                    .execution_options(synchronize_session=False)
+                )
         return int(n or 0)
 
     def metrics(

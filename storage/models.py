@@ -1,5 +1,6 @@
 """SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics``,
-``diagnostic_results``, ``reports`` and ``saved_views``.
+``diagnostic_results``, ``reports``, ``saved_views``, ``database_identity`` and
+``database_lineage``.
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
 compares the two, so a change here needs a new revision that does the same to a stored
@@ -42,7 +43,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from .limits import NAME_MAX
 
 __all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
-           "new_uid", "utcnow"]
+           "DatabaseIdentity", "DatabaseLineage", "new_uid", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -126,10 +127,13 @@ class Run(Base):
 
 
 class Metric(Base):
+    """One value of one metric of a run at one step: (run_id, name, step) is unique, so no
+    write path can store a metric twice."""
+
     __tablename__ = "metrics"
     __table_args__ = (
         Index("ix_metrics_run_id_id", "run_id", "id"),
-        Index("ix_metrics_run_id_name_step", "run_id", "name", "step"),
+        Index("ix_metrics_run_id_name_step", "run_id", "name", "step", unique=True),
         {"sqlite_autoincrement": True},
     )
 
@@ -241,3 +245,30 @@ class Report(Base):
     at_step: Mapped[Optional[int]] = mapped_column(BigInteger)
     created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
     content: Mapped[str] = mapped_column(Text)
+
+
+class DatabaseIdentity(Base):
+    """This database's identity: one row (``id`` 1) whose random ``uid`` no other database
+    shares, not even a backup of this one (``storage.backup`` leaves it out of the copy,
+    which makes its own at its first use: ``RunStore.identity``). What a database keeps
+    outside itself (a run's checkpoints) is named by it, so a copy never deletes its
+    original's."""
+
+    __tablename__ = "database_identity"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    uid: Mapped[str] = mapped_column(String(32), default=new_uid)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DatabaseLineage(Base):
+    """Every identity this database's contents have had, oldest first (by ``id``): the
+    database it was first created as, each one it was copied from since, and its own.
+    Unlike ``database_identity`` it travels with a backup."""
+
+    __tablename__ = "database_lineage"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)

@@ -12,6 +12,10 @@ their rows in id order on every backend (SQLite commits all writers one at a tim
 Writers of different runs may commit out of order on PostgreSQL, so an incremental reader
 keeps one high-water mark per run: :class:`storage.feed.MetricsFeed`.
 
+Identity: :meth:`RunStore.identity` is this database's (``models.DatabaseIdentity``) and
+the identities its contents had before it was copied (``models.DatabaseLineage``); a
+backup's first use gives it its own.
+
 Liveness policy (which worker is dead, when a heartbeat is stale) is not decided here:
 storage offers the rows (:meth:`RunStore.active_runs_heartbeats`) and the primitive
 (:meth:`RunStore.mark_interrupted`), and ``engine/runner/liveness.py`` decides.
@@ -20,16 +24,18 @@ storage offers the rows (:meth:`RunStore.active_runs_heartbeats`) and the primit
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from sqlalchemy import Engine, exc
+from sqlalchemy import Engine, exc, insert, select
 from sqlalchemy.orm import Session
 
 from .db import ensure_schema, make_engine, masked_url, storage_error, write_engine
 from .diagnostics import DiagnosticsMixin
-from .errors import RunNotFoundError  # noqa: F401
+from .errors import RunNotFoundError, StorageError  # noqa: F401
 from .frames import FramesMixin
 from .metrics import MetricsMixin
+from .models import DatabaseIdentity, DatabaseLineage, new_uid
 from .queue import Lease, QueueMixin  # noqa: F401
 from .records import (  # noqa: F401  (the store's public names, as before the split)
     ACTIVE_STATUSES,
@@ -51,6 +57,20 @@ from .views import ViewsMixin
 from .workers import WorkersMixin
 
 
+@dataclass(frozen=True)
+class Identity:
+    """A database's identity: ``uid``, its own, and ``lineage``, every identity its
+    contents have had, oldest first, ``uid`` last (a database never copied: ``(uid,)``)."""
+
+    uid: str
+    lineage: tuple[str, ...]
+
+    @property
+    def ancestors(self) -> tuple[str, ...]:
+        """The databases this one was copied from, the nearest first."""
+        return tuple(reversed(self.lineage[:-1]))
+
+
 class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, ReportsMixin, FramesMixin,
                ViewsMixin):
     """Runs, metrics, workers, diagnostics, reports and saved views in the BASIS Lab database (see :mod:`storage.db`).
@@ -69,6 +89,7 @@ class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMix
         self._engine = engine
         self._write = write_engine(engine)
         self._pg = engine.dialect.name == "postgresql"
+        self._identity: Optional[Identity] = None
 
     @property
     def engine(self) -> Engine:
@@ -83,6 +104,37 @@ class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMix
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def identity(self) -> Identity:
+        """This database's :class:`Identity`. A database without one (a backup, which
+        leaves its original's out) gets a new one now, appended to the lineage it was
+        copied with; processes that ask at once agree on one."""
+        if self._identity is None:
+            self._identity = self._read_identity() or self._make_identity()
+        return self._identity
+
+    def _read_identity(self) -> Optional[Identity]:
+        with self._session() as s:
+            uid = s.execute(select(DatabaseIdentity.uid).where(DatabaseIdentity.id == 1)).scalar()
+            lineage = s.execute(select(DatabaseLineage.uid).order_by(DatabaseLineage.id)).scalars().all()
+        if uid is None:
+            return None
+        return Identity(uid, tuple(u for u in lineage if u != uid) + (uid,))
+
+    def _make_identity(self) -> Identity:
+        try:
+            with self._session(write=True) as s:
+                if s.execute(select(DatabaseIdentity.id).where(DatabaseIdentity.id == 1).with_for_update()).first() is None:
+                    uid = new_uid()
+                    s.execute(insert(DatabaseIdentity), [{"id": 1, "uid": uid}])
+                    s.execute(insert(DatabaseLineage), [{"uid": uid}])
+        except StorageError:
+            if self._read_identity() is None:  # not another process that made it first
+                raise
+        found = self._read_identity()
+        if found is None:
+            raise StorageError(f"the identity of {self.url} could not be stored; check that the database is writable")
+        return found
 
     @contextmanager
     def _session(self, write: bool = False) -> Iterator[Session]:

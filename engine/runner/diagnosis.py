@@ -45,9 +45,9 @@ from engine.config import SEED_END, ConfigError, RunConfig, parse_estimators, pa
 from engine.core import checks
 from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
-from engine.runner.paths import checkpoint_root
+from engine.runner.paths import RunFolders, run_folders
 from engine.training.build import initial_params, model_config, optimizer_for
-from engine.training.checkpoints import CheckpointError, RunCheckpoints, run_dir
+from engine.training.checkpoints import CheckpointError, RunCheckpoints
 from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore
@@ -80,7 +80,7 @@ class Plan:
     batches: int
     chunk: int
     seed: int
-    checkpoints: Path  # the run's checkpoint directory
+    checkpoints: RunFolders  # the run's checkpoint folders
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -110,15 +110,15 @@ class Plan:
         }
 
 
-def _run_dir(store: RunStore, run, checkpoints) -> Path:
-    return run_dir(Path(checkpoints) if checkpoints else checkpoint_root(store.url), run.uid)
+def _run_dir(store: RunStore, run, checkpoints) -> RunFolders:
+    return run_folders(store, run.uid, checkpoints)
 
 
-def _open(directory: Path, config: RunConfig, run_id: int) -> RunCheckpoints | None:
+def _open(folders: RunFolders, config: RunConfig, run_id: int) -> RunCheckpoints | None:
     """The run's checkpoints, or None when it never wrote one (nothing is created)."""
-    if not directory.is_dir():
+    if not folders.exists():
         return None
-    return RunCheckpoints(directory, keep=config.checkpoint_keep, name=f"run {run_id}")
+    return folders.open(keep=config.checkpoint_keep, name=f"run {run_id}")
 
 
 def checkpoint_steps(store: RunStore, run_id: int, checkpoints: str | Path | None = None) -> list[int]:
@@ -257,7 +257,7 @@ def load_inputs(store: RunStore, plan: Plan):
     if not plan.initial:
         ckpt = _open(plan.checkpoints, config, plan.run_id)
         if ckpt is None:
-            raise CheckpointError(f"run {plan.run_id}'s checkpoints at {plan.checkpoints} are gone: "
+            raise CheckpointError(f"run {plan.run_id}'s checkpoints at {plan.checkpoints.own} are gone: "
                                   "choose step 0 (the initial parameters)")
         with ckpt:
             state, extra = ckpt.restore(init_state(params, optimizer_for(config)), plan.step)

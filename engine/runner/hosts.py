@@ -107,7 +107,8 @@ def _broadcast_text(text: str | None) -> str:
 
 def announce(run: dict | None) -> None:
     """Leader: tell the followers the next run to train (``uid``, ``config``,
-    ``checkpoints``: the run's checkpoint directory, ``keep``, ``epoch``: the lease
+    ``checkpoints``: the run's checkpoint directory, ``borrowed``: the directories it only
+    reads (``engine.runner.paths.RunFolders``), ``keep``, ``epoch``: the lease
     whose folder the leader saves into, ``recorded``: the newest checkpoint step the
     database records, which bounds a resume), or None: stop."""
     if multi():
@@ -129,7 +130,8 @@ def follow() -> int:
     while (run := receive()) is not None:
         config = RunConfig.from_dict(run["config"])
         try:
-            with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"], epoch=run.get("epoch")) as checkpoints:
+            with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"], epoch=run.get("epoch"),
+                                borrowed=run.get("borrowed", ())) as checkpoints:
                 for _ in train(config, checkpoints=Recorded(checkpoints, run.get("recorded")), resume=True):
                     pass
         except (TrainingDiverged, ConfigError, CheckpointError) as e:  # the leader records it

@@ -14,7 +14,8 @@ Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next
 is trained by exactly one process. A claimed run (``running``) streams its metrics
 through a ``StoreWriter`` (writes outlast a busy database), is stamped by a
 ``liveness.Heartbeat`` every ``liveness.HEARTBEAT_S`` seconds, and checkpoints its state
-under ``engine.runner.paths.checkpoint_root()`` (see ``engine.training.loop.train``). It ends as
+in the run's folders under ``engine.runner.paths.checkpoint_root()``, named by the database's
+identity (``engine.runner.paths.run_folders``; see ``engine.training.loop.train``). It ends as
 ``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
@@ -61,10 +62,10 @@ import jax
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
 from engine.runner import hosts, liveness
-from engine.runner.paths import checkpoint_root
+from engine.runner.paths import checkpoint_root, run_folders
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
-from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, Recorded, RunCheckpoints, run_dir
+from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, Recorded, RunCheckpoints
 from engine.training.loop import Record, TrainingDiverged, train
 from storage import (
     DatabaseBusyError,
@@ -149,20 +150,22 @@ def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str |
 
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
     """Delete runs, their metrics, diagnostics and checkpoints; running runs are refused
-    (stop them first). Returns one message per run that was not deleted."""
+    (stop them first). Only this database's own checkpoint folder of a run is deleted,
+    never those of the database it was copied from (``engine.runner.paths``). Returns one
+    message per run that was not deleted."""
     root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
     problems = []
     for run_id in run_ids:
         try:
-            uid = store.get_run(run_id).uid
+            folders = run_folders(store, store.get_run(run_id).uid, root)
             store.delete_run(run_id)
         except StorageError as e:
             problems.append(str(e))
             continue
         try:
-            RunCheckpoints(run_dir(root, uid), keep=1).delete_all()
+            RunCheckpoints(folders.own, keep=1).delete_all()
         except (CheckpointError, OSError) as e:
-            problems.append(f"run {run_id} was deleted but its checkpoints were not ({e}); remove {run_dir(root, uid)}")
+            problems.append(f"run {run_id} was deleted but its checkpoints were not ({e}); remove {folders.own}")
     return problems
 
 
@@ -614,20 +617,23 @@ def execute(
             notes.append(f"restarted from step 0: no readable checkpoint in {ckpt_dir} (is the checkpoint "
                          "directory shared with the machine that trained it?)")
         notes.extend(f"skipped: {s}" for s in skipped)
-        if had_history:
-            writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1, epoch=epoch)
+        # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
+        # that neither records; what this claim recomputes is deleted before it is written
+        writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1, epoch=epoch)
         writer.heartbeat(run_id, step, owner=owner, epoch=epoch)
 
     heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch),
                                    name=f"basis-heartbeat-{run_id}").start()
-    ckpt_dir = run_dir(checkpoints, run.uid)
     try:
+        folders = run_folders(store, run.uid, checkpoints)
+        ckpt_dir = folders.own
         config = RunConfig.from_dict(run.config)
         writer.call(run_id, store.set_device, run_id, device_kind(parallel.device_count(config)), epoch=epoch)
         # the followers of a multi-host run train it too; first, as opening checkpoints is collective there
         hosts.announce({"uid": run.uid, "config": run.config, "checkpoints": str(ckpt_dir),
-                        "keep": config.checkpoint_keep, "epoch": epoch, "recorded": run.checkpoint_step})
-        ckpt = _Checkpoints(RunCheckpoints(ckpt_dir, keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
+                        "borrowed": [str(p) for p in folders.borrowed], "keep": config.checkpoint_keep,
+                        "epoch": epoch, "recorded": run.checkpoint_step})
+        ckpt = _Checkpoints(folders.open(keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
                             store, writer, run_id, epoch, run.checkpoint_step)
         for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,
                             on_resume=resumed):

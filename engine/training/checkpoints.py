@@ -9,8 +9,10 @@ names (``storage.db.resolve_url()``: ``--db``/``$BASIS_LAB_DB_URL``, default
 For a database that is not a SQLite file (PostgreSQL) it is beside the default
 SQLite path; runs that many machines train against one PostgreSQL database should
 set ``BASIS_LAB_CHECKPOINTS`` to a filesystem they all mount. Each run keeps its
-checkpoints in ``run_dir(root, run) = root / "run-<run>"``, one sub-directory per
-lease (epoch) of the run that saved, and in it one per saved step::
+checkpoints in ``run_dir(root, run) = root / "run-<run>"`` (a copy of a database, e.g. a
+backup, under ``root / "db-<its identity>"`` instead, reading its original's as
+``borrowed``: ``engine.runner.paths``), one sub-directory per lease (epoch) of the run
+that saved, and in it one per saved step::
 
     <root>/run-12/epoch-3/300/state/...   parameters, optimizer state, step (orbax StandardSave)
     <root>/run-12/epoch-3/300/meta/...    JSON metadata (sampler state, loss window, config,
@@ -63,8 +65,13 @@ checkpoint's metadata; ``restore`` recomputes them on the restored arrays, so a
 checkpoint damaged on disk (flipped bytes, a truncated or missing file) is refused
 with a one-line ``CheckpointError`` naming its step, and ``restore_latest_valid``
 warns once and falls back to the next older checkpoint. (``bench/checkpoint.py``
-measures what hashing costs next to the save.) A checkpoint written before
-checksums is restored unchecked.
+measures what hashing costs next to the save.) Every checkpoint written with checksums
+also declares so in orbax's own step metadata (``basis_lab_format``: 2), and checksums
+came with lease epochs, so a checkpoint in an ``epoch-<E>`` folder, or one that declares
+the format, whose checksum record is missing is damaged like one whose bytes are: only a
+checkpoint of the older format (directly in the run folder, declaring none) is restored
+unchecked. What orbax logs while it fails to read a damaged checkpoint (tracebacks,
+warnings) is kept out of the output and logged at DEBUG: the failure is one line.
 
 Retention
 ---------
@@ -83,6 +90,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -99,6 +107,8 @@ log = logging.getLogger(__name__)
 
 ENV_DIR = "BASIS_LAB_CHECKPOINTS"
 _FINAL = "basis_lab_final"
+_FORMAT = "basis_lab_format"  # custom step metadata: 2 = written with checksums (absent: before them)
+_CHECKSUMMED = 2
 _SUMS = "basis_lab_sha256"  # meta key: {array path: SHA-256 hex, "meta": digest of the rest}
 _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 _EPOCH_DIR = re.compile(r"epoch-(\d+)")
@@ -170,11 +180,16 @@ def _meta_digest(extra: dict) -> str:
     return hashlib.sha256(json.dumps(extra, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def _verify(state, extra: dict, sums: dict | None) -> None:
-    """Raise ``_Damaged`` unless ``state``'s arrays and ``extra`` hash to ``sums``
-    (None: a checkpoint written before checksums, taken as it is)."""
+def _verify(state, extra: dict, sums: dict | None, *, checksummed: bool) -> None:
+    """Raise ``_Damaged`` unless ``state``'s arrays and ``extra`` hash to ``sums``.
+    ``sums`` None is taken as it is only for a checkpoint of the older format
+    (``checksummed`` False): for one of the current format the record was lost."""
     if sums is None:
+        if checksummed:
+            raise _Damaged(f"its checksum record ({_SUMS}) is missing")
         return
+    if not isinstance(sums, dict):
+        raise _Damaged(f"its checksum record ({_SUMS}) is not a mapping")
     if sums.get("meta") != _meta_digest(extra):
         raise _Damaged("its metadata does not match its checksum")
     got = array_checksums(state)
@@ -184,6 +199,11 @@ def _verify(state, extra: dict, sums: dict | None) -> None:
 
 
 def _open_manager(directory: Path, policy=None) -> ocp.CheckpointManager:
+    with _orbax_quiet():
+        return _new_manager(directory, policy)
+
+
+def _new_manager(directory: Path, policy) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(
         directory,
         item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
@@ -199,15 +219,21 @@ class RunCheckpoints:
 
     ``epoch`` is the lease of the owner that writes: saves go to
     ``directory/epoch-<epoch>`` (None: into ``directory`` itself, for tools and
-    benchmarks that own their folder). Reads see every epoch."""
+    benchmarks that own their folder). Reads see every epoch.
+
+    ``borrowed`` are other directories of the same run, the nearest first: those the
+    databases this one was copied from keep (``engine.runner.paths.RunFolders``). They
+    are read (for one step, ``directory``'s checkpoint first, then the nearest) but never
+    written, pruned or deleted: ``checkpoints()`` and retention see ``directory`` alone."""
 
     def __init__(self, directory: str | os.PathLike, *, keep: int, name: str | None = None,
-                 epoch: int | None = None):
+                 epoch: int | None = None, borrowed: Sequence[str | os.PathLike] = ()):
         if not checks.is_whole(keep, 1):
             raise CheckpointError(f"keep must be an integer >= 1 (got {keep!r}): fix by keeping at least one")
         if epoch is not None and not checks.is_whole(epoch, 0):
             raise CheckpointError(f"epoch must be an integer >= 0 (got {epoch!r}): fix the caller")
         self.directory = Path(directory).expanduser().absolute()
+        self.borrowed = [Path(b).expanduser().absolute() for b in borrowed]
         self.keep = keep
         self.epoch = epoch
         self.name = name or self.directory.name
@@ -236,24 +262,17 @@ class RunCheckpoints:
 
     def _step_is_final(self, step: int) -> bool:
         try:
-            return bool((self._manager.metadata(step).custom_metadata or {}).get(_FINAL))
+            with _orbax_quiet():
+                return bool((self._manager.metadata(step).custom_metadata or {}).get(_FINAL))
         except Exception:  # unreadable metadata: such a checkpoint is not protected
             return False
 
     # ------------------------------------------------------------------ where they are
 
     def _folders(self) -> list[tuple[int, Path]]:
-        """``(epoch, folder)`` of every folder that may hold steps, oldest epoch first;
-        the run folder itself (checkpoints from before epochs) counts as epoch -1."""
-        found = [(-1, self.directory)]
-        try:
-            entries = list(self.directory.iterdir())
-        except OSError:
-            entries = []
-        for p in entries:
-            m = _EPOCH_DIR.fullmatch(p.name)
-            if m and p.is_dir():
-                found.append((int(m.group(1)), p))
+        """``(epoch, folder)`` of every folder of ``directory`` that may hold steps, oldest
+        epoch first; the run folder itself (checkpoints from before epochs) counts as epoch -1."""
+        found = _epoch_folders(self.directory)
         if self.epoch is not None and all(e != self.epoch for e, _ in found):
             found.append((self.epoch, self.write_dir))
         return sorted(found)
@@ -265,19 +284,32 @@ class RunCheckpoints:
         return manager
 
     def checkpoints(self) -> list[tuple[int, int]]:
-        """``(step, epoch)`` of every complete checkpoint on disk, oldest first (epoch -1:
-        saved before epochs; for one step, older epochs first)."""
+        """``(step, epoch)`` of every complete checkpoint in ``directory``, oldest first
+        (epoch -1: saved before epochs; for one step, older epochs first)."""
         with self._lock:
-            out = []
-            for epoch, folder in self._folders():
-                try:
+            return sorted((step, epoch) for step, epoch, _ in self._list(self._folders()))
+
+    def _everything(self) -> list[tuple[int, int, int, Path]]:
+        """``(step, rank, epoch, folder)`` of every complete checkpoint, of ``directory``
+        (rank 0) and the borrowed ones (rank -1 the nearest, -2 the next…), so that sorted,
+        the last of a step is the one a restore takes."""
+        out = [(step, 0, epoch, folder) for step, epoch, folder in self._list(self._folders())]
+        for i, other in enumerate(self.borrowed):
+            out += [(step, -1 - i, epoch, folder) for step, epoch, folder in self._list(_epoch_folders(other))]
+        return sorted(out)
+
+    def _list(self, folders: list[tuple[int, Path]]) -> list[tuple[int, int, Path]]:
+        out = []
+        for epoch, folder in folders:
+            try:
+                with _orbax_quiet():
                     manager = self._reader(folder)
                     manager.reload()
-                    out += [(int(step), epoch) for step in manager.all_steps()]
-                except Exception as e:  # an unreadable folder of another epoch is skipped, not fatal
-                    log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
-                                _brief(e))
-            return sorted(out)
+                    out += [(int(step), epoch, folder) for step in manager.all_steps()]
+            except Exception as e:  # an unreadable folder of another epoch is skipped, not fatal
+                log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
+                            _brief(e))
+        return out
 
     def _folder_of(self, epoch: int) -> Path:
         return self.directory if epoch < 0 else self.directory / f"epoch-{epoch}"
@@ -314,7 +346,7 @@ class RunCheckpoints:
                 self._manager.save(
                     step,
                     args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    custom_metadata={_FINAL: bool(final)},
+                    custom_metadata={_FINAL: bool(final), _FORMAT: _CHECKSUMMED},
                     force=True,
                 )
                 self._manager.wait_until_finished()
@@ -371,8 +403,10 @@ class RunCheckpoints:
     # ------------------------------------------------------------------ reading
 
     def steps(self) -> list[int]:
-        """The steps of the complete checkpoints on disk (of any epoch), oldest first."""
-        return sorted({step for step, _ in self.checkpoints()})
+        """The steps of the complete checkpoints on disk (of any epoch, borrowed ones
+        included), oldest first."""
+        with self._lock:
+            return sorted({step for step, _, _, _ in self._everything()})
 
     def latest_step(self) -> int | None:
         steps = self.steps()
@@ -384,38 +418,40 @@ class RunCheckpoints:
         shapes and shardings of ``target_state`` (a freshly initialised state of the
         same run), after checking every array against its saved checksum."""
         with self._lock:
-            saved = self.checkpoints()
-            steps = sorted({s for s, _ in saved})
+            saved = self._everything()
+            steps = sorted({s for s, _, _, _ in saved})
             if step is None:
                 if not steps:
                     raise CheckpointError(
                         f"{self.name} has no checkpoint in {self.directory}: fix by starting it from step 0"
                     )
                 step = steps[-1]
-            holders = [e for s, e in saved if s == step and (epoch is None or e == epoch)]
+            holders = [(e, f) for s, rank, e, f in saved if s == step and (epoch is None or (rank, e) == (0, epoch))]
             if not holders:
                 raise CheckpointError(
                     f"{self.name} has no checkpoint at step {step} (saved: {steps or 'none'}): "
                     "fix by choosing a saved step"
                 )
-            return self._restore(target_state, step, holders[-1])
+            return self._restore(target_state, step, *holders[-1])
 
-    def _restore(self, target_state, step: int, epoch: int):
-        folder = self._folder_of(epoch)
+    def _restore(self, target_state, step: int, epoch: int, folder: Path):
         manager = self._reader(folder)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
         try:
-            self._check_matches(manager, step, target_state)
-            restored = manager.restore(
-                step,
-                args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
-            )
+            with _orbax_quiet():
+                checksummed = epoch >= 0 or _declared_format(manager, step) is not None
+                self._check_matches(manager, step, target_state)
+                restored = manager.restore(
+                    step,
+                    args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
+                )
             state, extra = restored.state, restored.meta
             _check_like(state, target_state)
             if not isinstance(extra, dict):
                 raise ValueError(f"metadata is {type(extra).__name__}, not a JSON object")
             extra = dict(extra)
-            _verify(state, {k: v for k, v in extra.items() if k != _SUMS}, extra.pop(_SUMS, None))
+            _verify(state, {k: v for k, v in extra.items() if k != _SUMS}, extra.pop(_SUMS, None),
+                    checksummed=checksummed)
         except _Damaged as e:
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
@@ -446,11 +482,11 @@ class RunCheckpoints:
         warning line. Raises ``CheckpointError`` when there is none."""
         skipped: list[str] = []
         with self._lock:
-            for step, epoch in reversed(self.checkpoints()):
+            for step, _, epoch, folder in reversed(self._everything()):
                 if max_step is not None and step > max_step:
                     continue
                 try:
-                    state, extra = self._restore(target_state, step, epoch)
+                    state, extra = self._restore(target_state, step, epoch, folder)
                 except CheckpointError as e:
                     log.warning("%s; trying the next older checkpoint", e)
                     skipped.append(str(e))
@@ -509,6 +545,99 @@ class Recorded:
 
     def save(self, step: int, state, extra: dict, *, final: bool = False) -> None:
         self.inner.save(step, state, extra, final=final)
+
+
+def _epoch_folders(directory: Path) -> list[tuple[int, Path]]:
+    """``(epoch, folder)`` of ``directory`` itself (epoch -1: from before epochs) and of
+    each ``epoch-<E>`` folder in it, oldest first."""
+    found = [(-1, directory)]
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        entries = []
+    for p in entries:
+        m = _EPOCH_DIR.fullmatch(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def _declared_format(manager: ocp.CheckpointManager, step: int):
+    """The format the checkpoint at ``step`` declares in orbax's step metadata (None:
+    none, as before checksums; also when that metadata is unreadable)."""
+    try:
+        return (manager.metadata(step).custom_metadata or {}).get(_FORMAT)
+    except Exception:  # noqa: BLE001 — a missing or damaged step metadata declares nothing
+        return None
+
+
+class _Held(logging.Filter):
+    """Keeps the records of the loggers it is put on (orbax logs through absl's) while
+    a checkpoint is read, and passes them on at DEBUG: a damaged checkpoint is reported
+    as one line of ours, not as orbax's tracebacks and warnings."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth = 0
+        self.lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.depth <= 0 or record.levelno >= logging.CRITICAL:
+            return True
+        log.debug("orbax while reading a checkpoint: %s", (record.getMessage().splitlines() or [""])[0])
+        return False
+
+
+_HELD = _Held()
+_QUIET_LOGGERS = ("absl", "orbax", "tensorstore")
+
+
+def _orbax_leftover(unraisable) -> bool:
+    """Whether an unraisable exception is what orbax leaves behind when reading a damaged
+    checkpoint fails: its other reads still in flight, as coroutines dropped unfinished
+    or as tensorstore callbacks into the event loop it has closed."""
+    if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
+        return True
+    code = getattr(unraisable.object, "cr_code", None)
+    return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+
+
+def _hold_orbax_leftovers() -> None:
+    """Install (once) a ``sys.unraisablehook`` that logs ``_orbax_leftover`` exceptions at
+    DEBUG instead of printing their tracebacks (a hundred lines or more, after the read
+    has already failed and been reported); any other goes to the hook it replaces."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_basis_lab", False):
+        return
+
+    def hook(unraisable) -> None:
+        if _orbax_leftover(unraisable):
+            log.debug("orbax after a failed checkpoint read: %s", _brief(unraisable.exc_value))
+        else:
+            previous(unraisable)
+
+    hook._basis_lab = True
+    sys.unraisablehook = hook
+
+
+class _orbax_quiet:
+    """Context manager: orbax's log records are held back (see ``_Held``) inside it, and
+    what its failed reads leave behind is never printed (``_hold_orbax_leftovers``)."""
+
+    def __enter__(self):
+        _hold_orbax_leftovers()
+        with _HELD.lock:
+            if _HELD.depth == 0:
+                for name in _QUIET_LOGGERS:
+                    logging.getLogger(name).addFilter(_HELD)
+            _HELD.depth += 1
+
+    def __exit__(self, *exc):
+        with _HELD.lock:
+            _HELD.depth -= 1
+            if _HELD.depth == 0:
+                for name in _QUIET_LOGGERS:
+                    logging.getLogger(name).removeFilter(_HELD)
 
 
 def _check_like(state, target) -> None:

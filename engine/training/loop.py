@@ -100,6 +100,10 @@ class _Window:
         self.losses = []
 
     def state(self) -> dict:
+        """The window as a checkpoint keeps it: every loss since the last eval. Call
+        ``read`` first; a pending loss would be missing from it."""
+        if self.losses:
+            raise RuntimeError("the loss window has unread losses; read() it before saving its state")
         return {"losses": list(self.checked), "seconds": self.seconds}
 
 
@@ -191,6 +195,7 @@ def train(
         nonlocal last_saved, last_saved_at
         if checkpoints is None or (step == last_saved and not final):
             return
+        window.read(config.lr)  # the losses still on the device belong to the saved window too
         extra = {"step": step, "sampler": sampler.state(), "window": window.state(), "wall_time": wall(),
                  "config": config.to_dict()}
         checkpoints.save(step, state, extra, final=final)

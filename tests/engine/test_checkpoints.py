@@ -393,3 +393,108 @@ def test_saves_go_under_the_epoch_and_reads_see_every_epoch(tmp_path):
     with RunCheckpoints(directory, keep=2, epoch=3) as stale:
         stale.save(100, _small_state(100), {"at": 100})  # a stale writer never prunes a newer epoch
         assert (directory / "epoch-4" / "30").is_dir()
+
+
+def _drop_the_checksum_record(step_dir: Path) -> None:
+    """Rename the checksum key in the step's metadata file, keeping the JSON valid."""
+    path = step_dir / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    meta["renamed"] = meta.pop("basis_lab_sha256")
+    path.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("epoch", [None, 1], ids=["run-folder", "epoch-folder"])
+def test_a_current_checkpoint_without_its_checksum_record_is_damaged(tmp_path, epoch):
+    """The checksum key renamed and the data changed: not restored unchecked (as a
+    checkpoint from before checksums would be) but refused, and the older one is taken."""
+    directory = tmp_path / "run-4"
+    with RunCheckpoints(directory, keep=3, name="run 4", epoch=epoch) as ckpt:
+        ckpt.save(10, _random_state(10), {"at": 10})
+        ckpt.save(20, _random_state(20), {"at": 20})
+    step_dir = directory / ("20" if epoch is None else f"epoch-{epoch}/20")
+    _drop_the_checksum_record(step_dir)
+    _xor_64_bytes_of_the_largest_data_file(step_dir)
+    with RunCheckpoints(directory, keep=3, name="run 4", epoch=epoch) as ckpt:
+        with pytest.raises(CheckpointError, match=r"step 20 of run 4 is damaged \(its checksum record .* is missing\)"):
+            ckpt.restore(_random_state(0), step=20)
+        step, state, extra, skipped = ckpt.restore_latest_valid(_random_state(0))
+    assert (step, extra) == (10, {"at": 10}) and len(skipped) == 1
+    np.testing.assert_array_equal(np.asarray(state["w"]), np.asarray(_random_state(10)["w"]))
+
+
+def test_a_checkpoint_of_the_format_before_checksums_is_restored_unchecked(tmp_path):
+    """Written as before checksums (orbax alone, no record, no declared format, in the run
+    folder): it is still restored."""
+    import orbax.checkpoint as ocp
+
+    from engine.training import checkpoints
+
+    directory = tmp_path / "run-5"
+    old = checkpoints._open_manager(directory)
+    old.save(7, args=ocp.args.Composite(state=ocp.args.StandardSave(_small_state(7)), meta=ocp.args.JsonSave({"at": 7})),
+             custom_metadata={"basis_lab_final": False}, force=True)
+    old.wait_until_finished()
+    old.close()
+    with RunCheckpoints(directory, keep=3) as ckpt:
+        state, extra = ckpt.restore(_small_state(0))
+    assert extra == {"at": 7} and int(state["step"]) == 7
+
+
+def _remove(step_dir: Path, *names: str) -> None:
+    for name in names:
+        path = step_dir / name
+        __import__("shutil").rmtree(path) if path.is_dir() else path.unlink()
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: _remove(d, *[f"state/ocdbt.process_0/d/{p.name}" for p in (d / "state/ocdbt.process_0/d").iterdir()]),
+    lambda d: _remove(d, "state/ocdbt.process_0"),
+    lambda d: _remove(d, "state/manifest.ocdbt"),
+    lambda d: _remove(d, "state/_METADATA"),
+    _damage_array_files,
+], ids=["data-files-deleted", "process-folder-deleted", "manifest-deleted", "array-metadata-deleted", "truncated"])
+def test_deleted_or_truncated_files_are_one_line_and_nothing_of_orbax(tmp_path, damage, caplog, capfd, monkeypatch):
+    """Whatever orbax logs or leaves behind while it fails to read the files (its reads
+    still in flight: tracebacks Python prints as "Exception ignored in") is not shown: one
+    warning line, ours, and nothing on stderr."""
+    import gc
+
+    leftovers = []
+    monkeypatch.setattr(sys, "unraisablehook", leftovers.append)  # what Python would print
+    directory = tmp_path / "run-6"
+    with RunCheckpoints(directory, keep=3, name="run 6", epoch=2) as ckpt:
+        ckpt.save(10, _random_state(10), {"at": 10})
+        ckpt.save(20, _random_state(20), {"at": 20})
+    damage(directory / "epoch-2" / "20")
+    capfd.readouterr()
+    caplog.clear()
+    with caplog.at_level("WARNING"), RunCheckpoints(directory, keep=3, name="run 6", epoch=2) as ckpt:
+        step, _, extra, skipped = ckpt.restore_latest_valid(_random_state(0))
+        time.sleep(0.5)  # orbax's reads still in flight when it gave up finish meanwhile
+        gc.collect()
+    assert (step, extra) == (10, {"at": 10}) and len(skipped) == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    assert len(lines) == 1 and "\n" not in lines[0] and "step 20 of run 6" in lines[0], lines
+    assert capfd.readouterr().err == "" and leftovers == []
+
+
+def test_borrowed_folders_are_read_but_never_pruned_or_deleted(tmp_path):
+    """A copy's run reads the checkpoints its original keeps (its own first for a step)
+    and saves, prunes and deletes only in its own folder."""
+    original, mine = tmp_path / "run-8", tmp_path / "db-copy" / "run-8"
+    with RunCheckpoints(original, keep=2, epoch=1) as ckpt:
+        for step in (10, 20, 30):
+            ckpt.save(step, _small_state(step), {"at": step, "by": "original"})
+    theirs = sorted(p.name for p in (original / "epoch-1").iterdir())
+    assert theirs == ["20", "30"]
+    with RunCheckpoints(mine, keep=1, epoch=2, borrowed=[original]) as ckpt:
+        assert ckpt.steps() == [20, 30] and ckpt.checkpoints() == []
+        assert ckpt.restore_latest_valid(_small_state(0), max_step=20)[2] == {"at": 20, "by": "original"}
+        ckpt.save(30, _small_state(30), {"at": 30, "by": "copy"})
+        ckpt.save(40, _small_state(40), {"at": 40, "by": "copy"})
+        assert ckpt.checkpoints() == [(40, 2)] and ckpt.steps() == [20, 30, 40]  # its own 30 pruned (keep 1)
+        assert ckpt.restore(_small_state(0), step=30)[1]["by"] == "original"
+        ckpt.save(30, _small_state(30), {"at": 30, "by": "copy"}, final=True)
+        assert ckpt.restore(_small_state(0), step=30)[1]["by"] == "copy"  # its own first
+        ckpt.delete_all()
+    assert not mine.exists() and sorted(p.name for p in (original / "epoch-1").iterdir()) == theirs

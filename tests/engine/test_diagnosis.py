@@ -160,14 +160,14 @@ def test_defaults_validate_and_clip(trained, store):
 def test_a_failure_is_stored_as_one_line_and_a_dead_process_interrupts(trained, store, tmp_path):
     _, _, run_id, _ = trained
     plan = diagnosis.plan_diagnosis(store, run_id, step=10, **SMALL)
-    moved = plan.checkpoints.parent / "elsewhere"
-    plan.checkpoints.rename(moved)
+    moved = plan.checkpoints.own.parent / "elsewhere"
+    plan.checkpoints.own.rename(moved)
     try:
         diag_id = diagnosis.start(store, plan)
         with pytest.raises(CheckpointError):
             diagnosis.execute(store, diag_id, plan)
     finally:
-        moved.rename(plan.checkpoints)
+        moved.rename(plan.checkpoints.own)
     row = store.diagnostics_frame(run_id).set_index("id").loc[diag_id]
     assert row["status"] == "failed" and "\n" not in row["error"] and "gone" in row["error"]
     dead = diagnosis.start(store, plan)

@@ -21,7 +21,7 @@ from engine.training.build import initial_params, optimizer_for
 from engine.training.checkpoints import RunCheckpoints, run_dir
 from engine.training.steps import init_state
 from storage import RunStore
-from tests.support.runs import wait_for
+from tests.support.runs import trajectory, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--preset", "tiny", "--eval-interval", "20", "--probe-interval", "20", "--val-batches", "2"]
@@ -58,11 +58,13 @@ def _val_losses(store: RunStore, run_id: int) -> dict[int, float]:
 @pytest.mark.slow
 def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     url, ckpt_root = lab
-    args = [*TINY, "--steps", "160", "--checkpoint-interval", "20", "--estimator", "basis", "--rank", "8"]
+    # checkpoints at 25, 50, 75...: between reads of the loss (probes and evals every 20), so a
+    # checkpoint must hold losses not read back yet for train_loss to come out right
+    args = [*TINY, "--steps", "160", "--checkpoint-interval", "25", "--estimator", "basis", "--rank", "8"]
     proc = _cli("run", *args)
     store = RunStore(url)
     run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
-    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 60, what="a checkpoint at step 60")
+    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 50, what="a checkpoint at step 50")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
     assert store.get_run(run_id).steps_done < 160
@@ -81,7 +83,7 @@ def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     b = _final_state(config, ckpt_root, store.get_run(straight).uid)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert _val_losses(store, run_id) == _val_losses(store, straight)  # every eval, none twice
+    assert trajectory(store, run_id) == trajectory(store, straight)  # every metric, train_loss too, none twice
 
 
 @pytest.mark.slow
@@ -207,3 +209,82 @@ def test_delete_removes_a_run_its_metrics_and_its_checkpoints(lab, capsys):
     assert main(["delete", str(run.id)]) == 0
     assert store.list_runs() == [] and store.metrics([run.id]).empty
     assert not run_dir(ckpt_root, run.uid).exists()
+
+
+def _steps_on_disk(folder: Path) -> set[str]:
+    """``epoch-E/step`` of every checkpoint step folder under a run's folder."""
+    return {f"{p.parent.name}/{p.name}" for p in folder.glob("epoch-*/*") if p.name.isdigit()}
+
+
+def test_a_backup_never_deletes_or_prunes_the_checkpoints_of_the_database_it_copies(lab, capsys):
+    """``engine backup copy.db``, then the copy resumes run 1 from step 4 (a checkpoint the
+    live database wrote) and deletes it: the live database's checkpoints are all still
+    there, the copy read them, wrote its own elsewhere, and trained the same numbers."""
+    from storage.backup import backup
+
+    url, ckpt_root = lab
+    live = RunStore(url)
+    config = RunConfig(preset="tiny", steps=6, eval_interval=2, probe_interval=0, val_batches=1,
+                       checkpoint_interval=2, checkpoint_keep=2)
+    manager = jobs.JobManager(live)
+    try:
+        run_id = manager.submit(config)[0]
+        assert manager.wait([run_id], timeout=900)
+    finally:
+        manager.shutdown()
+    run = live.get_run(run_id)
+    assert run.status == "finished" and run.checkpoint_step == 6
+    live_folder = run_dir(ckpt_root, run.uid)
+    kept = _steps_on_disk(live_folder)
+    assert kept == {f"epoch-{run.epoch}/4", f"epoch-{run.epoch}/6"}
+
+    backup(live, ckpt_root.parent / "copy.db")
+    copy = RunStore(f"sqlite:///{ckpt_root.parent / 'copy.db'}", create=False)
+    copy.set_checkpoint_step(run_id, 4)  # as if the copy had been taken at step 4
+    copy.set_status(run_id, "interrupted", error="restored from a backup")
+    manager = jobs.JobManager(copy)
+    try:
+        assert manager.resume([run_id]) == [run_id]
+        assert manager.wait([run_id], timeout=900)
+    finally:
+        manager.shutdown()
+    resumed = copy.get_run(run_id)
+    assert resumed.status == "finished" and "resumed from the checkpoint at step 4" in resumed.notes, resumed.error
+    assert trajectory(copy, run_id) == trajectory(live, run_id)
+    assert _steps_on_disk(live_folder) == kept  # nothing pruned
+
+    assert main(["delete", str(run_id), "--db", str(ckpt_root.parent / "copy.db")]) == 0
+    assert _steps_on_disk(live_folder) == kept  # the copy deleted only its own
+    assert live.get_run(run_id).checkpoint_step == 6
+    assert copy.identity().ancestors == (live.identity().uid,) and copy.identity().uid != live.identity().uid
+    own = ckpt_root / f"db-{copy.identity().uid}" / f"run-{run.uid}"
+    assert not own.exists() and own.parent.is_dir()  # where the copy had written its checkpoint of step 6
+    assert main(["delete", str(run_id)]) == 0
+    assert not live_folder.exists()
+    copy.close()
+    live.close()
+
+
+def test_a_resume_after_a_kill_before_any_heartbeat_stores_each_metric_once(lab):
+    """The owner died right after writing step 0's rows, before its first heartbeat or
+    checkpoint (steps_done 0, no checkpoint_step): the resume restarts from step 0 and
+    replaces those rows instead of adding a second copy of each."""
+    url, _ = lab
+    store = RunStore(url)
+    config = RunConfig(preset="tiny", steps=2, eval_interval=2, probe_interval=0, val_batches=1)
+    run_id = jobs.create_run(store, config, {"versions": {}, "git_commit": None, "device": "cpu"})
+    store.claim(run_id, "gone:1", "gone:1:w")
+    stale = [(0, 0.1, "val_loss", 123.0), (0, 0.1, "mem_saved_bytes", 1.0)]  # the dead owner's step-0 rows
+    store.add_metrics(run_id, stale)
+    store.set_status(run_id, "interrupted", error="its process died")
+    assert (store.get_run(run_id).steps_done, store.get_run(run_id).checkpoint_step) == (0, None)
+    manager = jobs.JobManager(store)
+    try:
+        assert manager.resume([run_id]) == [run_id]
+        assert manager.wait([run_id], timeout=900)
+    finally:
+        manager.shutdown()
+    assert store.get_run(run_id).status == "finished"
+    values = trajectory(store, run_id)  # asserts no (step, metric) twice
+    assert values[(0, "val_loss")] != 123.0 and values[(0, "mem_saved_bytes")] != 1.0  # rewritten, not kept
+    assert {step for step, _ in values} == {0, 2}

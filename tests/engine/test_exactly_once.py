@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import RunStore
+from tests.support.runs import trajectory
 from tests.support.runs import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,17 +92,8 @@ def _truncate(step_dir: Path) -> None:
     big.write_bytes(big.read_bytes()[: big.stat().st_size // 3])
 
 
-def _trajectory(store: RunStore, run_id: int) -> dict:
-    """``{(step, metric): value}`` of every metric but the measured speed (NaN as "nan",
-    so that equal histories compare equal)."""
-    m = store.metrics([run_id])
-    assert not m.duplicated(["step", "name"]).any()
-    m = m[m["name"] != "tokens_per_s"]
-    return {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
-
-
 @pytest.mark.slow
-def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twin_trajectory(tmp_path):
+def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twintrajectory(tmp_path):
     from engine.config import RunConfig
     from engine.runner.jobs import JobManager
 
@@ -112,7 +104,7 @@ def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twin_traj
     try:
         ids = manager.submit([config, config])  # twins: the same seed, the same trajectory
         assert manager.wait(ids, timeout=900)
-        before = {i: _trajectory(store, i) for i in ids}
+        before = {i: trajectory(store, i) for i in ids}
         assert before[ids[0]] == before[ids[1]] and (3 * EVERY, "val_loss") in before[ids[0]]
         for run_id, damage in zip(ids, (_xor_64_bytes, _truncate)):
             run = store.get_run(run_id)
@@ -128,5 +120,5 @@ def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twin_traj
         assert run.status == "finished" and run.steps_done == 3 * EVERY, run.error
         assert f"resumed from the checkpoint at step {2 * EVERY}" in run.notes
         assert f"skipped: checkpoint at step {3 * EVERY} of run {run_id} is " in run.notes
-        assert _trajectory(store, run_id) == before[run_id]  # every metric as the uninterrupted run had it
+        assert trajectory(store, run_id) == before[run_id]  # every metric as the uninterrupted run had it
     assert "does not match its checksum" in store.get_run(ids[0]).notes  # the flip reads back silently otherwise

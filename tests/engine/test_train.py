@@ -217,3 +217,41 @@ def test_a_resumed_blocked_run_equals_its_uninterrupted_twin(tmp_path, step_by_s
     with RunCheckpoints(tmp_path / "run", keep=2) as ckpt:
         rest = list(train(BLOCKED, max_block=4, checkpoints=ckpt, resume=True))
     _assert_same_records([r for r in step_by_step if r.step > 7], rest)
+
+
+class _Killed(Exception):
+    """Stands for a kill -9 right after a periodic checkpoint: nothing else is saved."""
+
+
+def test_a_run_killed_after_a_periodic_checkpoint_resumes_every_metric_of_its_twin(tmp_path):
+    """Checkpoints every 2 steps, evals every 6: the checkpoint at step 4 holds the losses
+    of steps 1-4 though none was read back yet, so ``train_loss`` at 6 (the mean of steps
+    1-6) and every other metric after the resume equal the uninterrupted twin's."""
+    from engine.training.checkpoints import RunCheckpoints
+
+    config = dataclasses.replace(TINY, steps=8, eval_interval=6, probe_interval=0, checkpoint_interval=2)
+    twin = list(train(config))
+
+    class KilledAfter4:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def latest_step(self):
+            return self.inner.latest_step()
+
+        def restore_latest_valid(self, target):
+            return self.inner.restore_latest_valid(target)
+
+        def save(self, step, state, extra, *, final=False):
+            self.inner.save(step, state, extra, final=final)
+            if step == 4:
+                raise _Killed
+
+    with RunCheckpoints(tmp_path / "run", keep=2) as ckpt, pytest.raises(_Killed):
+        for _ in train(config, checkpoints=KilledAfter4(ckpt)):
+            pass
+    with RunCheckpoints(tmp_path / "run", keep=2) as ckpt:
+        assert ckpt.steps() == [2, 4]
+        rest = list(train(config, checkpoints=ckpt, resume=True))
+    assert [r.step for r in rest] == [6, 8] and "train_loss" in rest[0].values
+    _assert_same_records([r for r in twin if r.step > 4], rest)

@@ -99,6 +99,7 @@ def test_postgresql_is_backed_up_with_pg_dump_and_restores(pg_url, pg_cluster, t
     subprocess.run(["pg_restore", "--no-owner", f"--dbname={target}", str(out)], check=True, capture_output=True)
     restored = RunStore(restored_url)
     assert [r.id for r in restored.list_runs()] == ids and len(restored.metrics(ids)) == 5 * 50
+    assert restored.identity().ancestors == (store.identity().uid,)  # a database of its own, copied from this one
     restored.close()
     pg_cluster.drop_database(name)
 
@@ -118,5 +119,6 @@ def test_the_dashboard_download_is_the_same_consistent_copy(tmp_path):
     (tmp_path / "downloaded.db").write_bytes(data)
     copy = RunStore(f"sqlite:///{tmp_path / 'downloaded.db'}", create=False)
     assert [r.id for r in copy.list_runs()] == ids and len(copy.metrics(ids)) == 3 * 50
+    assert copy.identity().lineage == (store.identity().uid, copy.identity().uid)  # its own identity
     copy.close()
     store.close()

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import inspect, text
 
 import storage
@@ -116,7 +117,7 @@ def test_migrations_build_exactly_the_models(db_url):
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
                                                    "diagnostic_results", "reports",
-                                                   "saved_views"}
+                                                   "saved_views", "database_identity", "database_lineage"}
     eng.dispose()
 
 
@@ -321,3 +322,65 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
     np.testing.assert_array_equal(m["value"].to_numpy(), [x["value"] for x in metrics])  # NaN where NaN
     assert new_run(st, "after") == 7
     st.close()
+
+
+def _at_revision(db_url, revision):
+    """A new database at an older ``revision`` (as that BASIS Lab left it)."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    eng = sa.create_engine(db_url)
+    with eng.begin() as con:
+        command.upgrade(storage_db._alembic_config(con), revision)
+    return eng
+
+
+def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(db_url):
+    """A 0005 database where a resume doubled step 0 (run 1) upgrades to one row per
+    (run, name, step), the newest kept, run 1's readers told to re-read; run 2 untouched;
+    the database gets an identity; from then on a second row of a key is not stored."""
+    eng = _at_revision(db_url, "0005")
+    runs = "INSERT INTO runs (uid, name, status, config, tags, notes, versions, steps_done, history_version, epoch, " \
+           "cancel_requested) VALUES (:uid, :name, 'finished', '{}', '[]', '', '{}', 0, 0, 1, false)"
+    metric = "INSERT INTO metrics (run_id, step, wall_time, name, value) VALUES (:run, :step, 0.0, :name, :value)"
+    with eng.begin() as con:
+        for uid, name in (("a" * 32, "doubled"), ("b" * 32, "clean")):
+            con.execute(text(runs), {"uid": uid, "name": name})
+        rows = [(1, 0, "val_loss", 10.0), (1, 0, "mem_saved_bytes", 5.0), (1, 10, "val_loss", 9.0),
+                (1, 0, "val_loss", 10.5), (1, 0, "mem_saved_bytes", 5.5), (2, 0, "val_loss", 7.0)]
+        con.execute(text(metric), [dict(run=r, step=s, name=n, value=v) for r, s, n, v in rows])
+    eng.dispose()
+
+    st = RunStore(db_url)
+    assert schema_revision(st.engine) == head_revision()
+    m = st.metrics([1, 2])
+    assert sorted(zip(m["run_id"], m["step"], m["name"], m["value"])) == [
+        (1, 0, "mem_saved_bytes", 5.5), (1, 0, "val_loss", 10.5), (1, 10, "val_loss", 9.0), (2, 0, "val_loss", 7.0)]
+    assert (st.get_run(1).history_version, st.get_run(2).history_version) == (1, 0)
+    assert {ix["name"]: ix["unique"] for ix in inspect(st.engine).get_indexes("metrics")}[
+        "ix_metrics_run_id_name_step"]
+    me = st.identity()
+    assert len(me.uid) == 32 and me.lineage == (me.uid,) and me.ancestors == ()
+    st.add_metrics(2, [(0, 1.0, "val_loss", 99.0), (5, 1.0, "val_loss", 6.0)])  # a retried write: no error
+    m = st.metrics([2])
+    assert sorted(zip(m["step"], m["value"])) == [(0, 7.0), (5, 6.0)]
+    with pytest.raises(sa_exc.IntegrityError):  # the database itself refuses a second row, whoever writes it
+        with st.engine.begin() as con:
+            con.execute(text(metric), dict(run=2, step=5, name="val_loss", value=1.0))
+    st.close()
+
+
+def test_every_database_has_its_own_identity_and_two_first_opens_agree(db_url):
+    """A database gets its identity at its upgrade; one without (a backup) makes one at its
+    first use, the same for every store that asks, keeping the lineage it was copied with."""
+    st = RunStore(db_url)
+    original = st.identity()
+    with st.engine.begin() as con:  # what a backup holds: the original's lineage, no identity
+        con.execute(text("DELETE FROM database_identity"))
+    a, b = RunStore(db_url), RunStore(db_url)
+    first, second = a.identity(), b.identity()
+    assert first == second and first.uid != original.uid
+    assert first.lineage == (original.uid, first.uid) and first.ancestors == (original.uid,)
+    assert RunStore(db_url).identity() == first
+    for s in (st, a, b):
+        s.close()

@@ -1,6 +1,7 @@
 """Runs and waits the tests share: ``fake_run`` writes a run as a worker would (no
 training), ``new_run`` a bare queued row, ``dead_pid`` a pid no process holds,
-``wait_for`` polls a condition, ``InSweep`` makes the runs it writes belong to a sweep."""
+``wait_for`` polls a condition, ``InSweep`` makes the runs it writes belong to a sweep,
+``trajectory`` is what a resumed run must share with its uninterrupted twin."""
 
 from __future__ import annotations
 
@@ -103,3 +104,13 @@ def wait_for(predicate, timeout: float = 600.0, what: str = "the condition", eve
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def trajectory(store: RunStore, run_id: int) -> dict:
+    """``{(step, metric): value}`` of every stored metric of the run but the measured speed
+    (``tokens_per_s``), NaN as "nan" so that equal histories compare equal; asserts that no
+    (step, metric) is stored twice. A resumed run's must equal its uninterrupted twin's."""
+    m = store.metrics([run_id])
+    assert not m.duplicated(["step", "name"]).any(), "a (step, metric) stored twice"
+    m = m[m["name"] != "tokens_per_s"]
+    return {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
