@@ -1,7 +1,6 @@
 """``python -m engine backup OUT``: a consistent copy while runs keep writing (SQLite's
 backup API, WAL included), ``pg_dump`` for PostgreSQL, and one-line refusals."""
 
-import shutil
 import sqlite3
 import subprocess
 import threading
@@ -11,6 +10,7 @@ import pytest
 from engine.cli.main import main
 from storage import RunStore
 from storage import backup as backup_mod
+from tests.support.postgres import _pg_bin
 
 
 def _fill(store, n, metrics=50):
@@ -87,7 +87,8 @@ def test_backup_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
 
 @pytest.mark.postgres
 def test_postgresql_is_backed_up_with_pg_dump_and_restores(pg_url, pg_cluster, tmp_path, monkeypatch, capsys):
-    if backup_mod.pg_dump_path() is None or shutil.which("pg_restore") is None:
+    pg_restore = _pg_bin("pg_restore")  # on the PATH, else beside the server under /usr/lib/postgresql
+    if backup_mod.pg_dump_path() is None or pg_restore is None:
         pytest.skip("pg_dump/pg_restore not installed")
     store = RunStore(pg_url)
     ids = _fill(store, 5)
@@ -96,7 +97,7 @@ def test_postgresql_is_backed_up_with_pg_dump_and_restores(pg_url, pg_cluster, t
     assert out.read_bytes()[:5] == b"PGDMP" and "pg_dump archive" in capsys.readouterr().out
     name, restored_url = pg_cluster.new_database()
     target = restored_url.replace("postgresql+psycopg://", "postgresql://")
-    subprocess.run(["pg_restore", "--no-owner", f"--dbname={target}", str(out)], check=True, capture_output=True)
+    subprocess.run([pg_restore, "--no-owner", f"--dbname={target}", str(out)], check=True, capture_output=True)
     restored = RunStore(restored_url)
     assert [r.id for r in restored.list_runs()] == ids and len(restored.metrics(ids)) == 5 * 50
     assert restored.identity().ancestors == (store.identity().uid,)  # a database of its own, copied from this one
