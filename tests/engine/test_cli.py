@@ -102,3 +102,30 @@ def test_cli_and_form_share_the_schemas_eval_interval_default():
     assert RunConfig(steps=2000).effective_eval_interval == 2000 // EVALS_PER_RUN
     assert form.DEFAULT_SWEEP.base.effective_eval_interval == form.DEFAULT_SWEEP.base.steps // EVALS_PER_RUN
     assert RunConfig(steps=5).effective_eval_interval == 1 and RunConfig(eval_interval=7).effective_eval_interval == 7
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(db):
+    """``engine show 1 | head``: the reader closes the pipe before the output is written;
+    the command exits with a shell's SIGPIPE status and prints nothing on stderr (no
+    "check that the disk has space")."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.cli.main import EXIT_BROKEN_PIPE
+    from tests.support.runs import TINY, fake_run
+
+    store = RunStore(db)
+    fake_run(store, TINY)
+    store.close()
+    root = Path(__file__).resolve().parents[2]
+    reader, writer = os.pipe()
+    os.close(reader)  # `head` has already gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "engine", "show", "--db", db, "1"], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, cwd=root, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(root)))
+    finally:
+        os.close(writer)
+    assert done.stderr == "" and done.returncode == EXIT_BROKEN_PIPE, (done.returncode, done.stderr)
