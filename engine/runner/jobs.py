@@ -588,6 +588,7 @@ def execute(
         lost[:] = [e]
     except TrainingDiverged as e:
         status, error = "failed", str(e)
+        steps_done[0] = e.step  # the steps run past it before the loss was read are not progress
     except (ConfigError, CheckpointError) as e:
         status, error = "failed", str(e)
     except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
