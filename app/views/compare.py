@@ -6,7 +6,7 @@ import streamlit as st
 from app import state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames
-from engine.analysis.summary import display_frame, summarize, table3
+from engine.analysis.summary import display_frame, holding_back, one_per_seed, summarize, table3
 from engine.config import comparable_key
 from engine.runner.queries import table3_text
 from storage import ACTIVE_STATUSES, StorageError
@@ -93,10 +93,20 @@ elif "compare.pick" in st.session_state:  # the picker is on the page: it holds 
     state.set_selected(st.session_state["compare.pick"])
 else:
     default = [i for i in state.selected() if i in records]
-    if not default:  # nothing selected yet: the latest sweep, the runs comparable to the newest
-        newest = comparable_key(records[max(records)].config)
-        default = [i for i in sorted(records) if comparable_key(records[i].config) == newest][-12:]
-        hint.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
+    if not default:  # nothing selected yet: the latest sweep alone (the sweep filter set to it)
+        latest = records[max(records)].sweep_id
+        if latest:
+            st.session_state[_KEYS["sweep"]] = latest
+            st.session_state[_FOLLOW] = True
+            default = viewstate.matching(records.values(), latest, None)
+            hint.caption(plain(f"Nothing selected: showing the latest sweep, {latest} ({len(default)} runs). "
+                               "Pick runs below or on the Runs page."))
+        else:  # launched without a sweep (an old database): the runs comparable to the newest, also without one
+            newest = comparable_key(records[max(records)].config)
+            default = [i for i in sorted(records) if not records[i].sweep_id
+                       and comparable_key(records[i].config) == newest][-12:]
+            hint.caption("Nothing selected: showing the latest runs like the newest one. Pick runs below or on "
+                         "the Runs page.")
     st.session_state["compare.pick"] = default
     state.set_selected(default)
 for note in st.session_state.pop("compare.notes", []):
@@ -183,9 +193,15 @@ def _view() -> None:
     if not records_now:
         st.info("The selected runs were deleted.")
         return
+    kept, duplicates = one_per_seed(records_now.values())
+    records_now = {r.id: r for r in kept}
     info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
     _status_line(records_now)
+    if duplicates:
+        st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
+                         "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
+                         + "."))
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
 
@@ -268,6 +284,12 @@ def _view() -> None:
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
     at_step = None if at == "common" else at
+    if at_step is None:
+        for held in holding_back(records_now.values(), metrics):
+            runs = ", ".join(f"#{i} {records_now[i].name} (step {last:,})" for i, last in held["runs"])
+            st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
+                             f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
+                             "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
     quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key="compare.rank_quantity",
                         format_func=lambda q: frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = frames.RANK_QUANTITIES[quantity]
