@@ -23,8 +23,11 @@ if not records:
 _URL = "compare.url"  # the query this page last wrote (or applied)
 _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter (new ones join)
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
-         "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet"}
+         "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
+         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity"}
 NO_GROUP = "method"
+COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
+_SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → control value, where they differ
 
 
 def _apply(view: viewstate.ViewState) -> None:
@@ -33,8 +36,7 @@ def _apply(view: viewstate.ViewState) -> None:
     st.session_state["compare.pick"] = runs
     st.session_state[_FOLLOW] = view.runs is None and (view.sweep is not None or view.tag is not None)
     for name, key in _KEYS.items():
-        value = getattr(view, name)
-        st.session_state[key] = (NO_GROUP if value is None else value) if name == "group" else value
+        st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
     notes = list(view.problems) + ([f"runs {', '.join(map(str, missing))} are not in the database"] if missing else [])
     for name, known in (("sweep", {r.sweep_id for r in records.values()}), ("tag", {t for r in records.values() for t in r.tags or []})):
@@ -43,15 +45,33 @@ def _apply(view: viewstate.ViewState) -> None:
     st.session_state["compare.notes"] = notes
 
 
+def _control_value(name: str, value):
+    """What the control of view field ``name`` holds to show ``value``."""
+    none, shown = _SHOWN.get(name, (None, None))
+    return shown if name in _SHOWN and value is none else value
+
+
 def _current() -> viewstate.ViewState:
-    group = st.session_state.get(_KEYS["group"], NO_GROUP)
+    """The view the controls show now (every control that changes what the page shows)."""
+    values = {}
+    for name, key in _KEYS.items():
+        value = st.session_state.get(key, _control_value(name, getattr(viewstate.DEFAULT, name)))
+        values[name] = None if name in _SHOWN and value == _SHOWN[name][1] else value
     return viewstate.ViewState(
         runs=None if st.session_state.get(_FOLLOW) else tuple(st.session_state.get("compare.pick", [])),
-        sweep=st.session_state.get(_KEYS["sweep"]), tag=st.session_state.get(_KEYS["tag"]),
-        pool=bool(st.session_state.get(_KEYS["pool"], True)), x=st.session_state.get(_KEYS["x"], "step"),
-        smoothing=float(st.session_state.get(_KEYS["smoothing"], 0.0)),
-        log_y=bool(st.session_state.get(_KEYS["log_y"], False)),
-        group=None if group == NO_GROUP else group, facet=bool(st.session_state.get(_KEYS["facet"], False)))
+        sweep=values["sweep"], tag=values["tag"], pool=bool(values["pool"]), x=values["x"],
+        smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
+        facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
+        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"])
+
+
+def _write_url() -> dict[str, str]:
+    """Put the current view in the URL (when it changed); the query written."""
+    encoded = viewstate.encode(_current())
+    if encoded != st.query_params.to_dict():
+        st.query_params.from_dict(encoded)
+    st.session_state[_URL] = encoded
+    return encoded
 
 
 def _open_saved() -> None:
@@ -80,7 +100,7 @@ def _picked() -> None:
 
 
 for name, key in _KEYS.items():  # a first visit: the defaults
-    st.session_state.setdefault(key, NO_GROUP if name == "group" else getattr(viewstate.DEFAULT, name))
+    st.session_state.setdefault(key, _control_value(name, getattr(viewstate.DEFAULT, name)))
 hint = st.empty()  # a fixed slot: the charts below keep their place (and zoom) when the hint goes
 query = st.query_params.to_dict()
 if query and query != st.session_state.get(_URL):  # a link, a bookmark or a reload: show exactly that view
@@ -149,10 +169,7 @@ facet = c6.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
                   help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
 
 view = _current()
-encoded = viewstate.encode(view)
-if encoded != query:
-    st.query_params.from_dict(encoded)
-st.session_state[_URL] = encoded
+encoded = _write_url()
 with st.popover("Share or save this view", icon=":material/share:"):
     base = str(getattr(st.context, "url", "") or "").split("?")[0] or "/compare"
     st.caption("Link to exactly this view (copy it with the icon at the right of the box):")
@@ -232,7 +249,7 @@ def _view() -> None:
         st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
                 "none of the selected runs has one yet.")
     else:
-        per_layer = st.toggle("per layer", key="compare.per_layer",
+        per_layer = st.toggle("per layer", key=_KEYS["per_layer"],
                               help="Probed every probe interval on a fixed batch; exact runs are probed too, as the reference 1.0.")
         if per_layer:
             panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
@@ -272,25 +289,24 @@ def _view() -> None:
     if not steps:
         st.info("This figure and the summary appear after the first validation (step 0).")
         return
-    choices = ["common", *steps]
-    if st.session_state.get("compare.at", "common") not in choices:
-        st.session_state["compare.at"] = "common"  # its step belongs to runs no longer selected
-    st.session_state.setdefault("compare.at", "common")
+    choices = [COMMON, *steps]
+    if st.session_state.get(_KEYS["at"], COMMON) not in choices:
+        st.session_state[_KEYS["at"]] = COMMON  # its step belongs to runs no longer selected
     c1, c2 = st.columns([3, 2])
     at = c1.select_slider(
-        "at step", options=choices, key="compare.at",
-        format_func=lambda v: "latest common step" if v == "common" else f"{v:,}",
+        "at step", options=choices, key=_KEYS["at"],
+        format_func=lambda v: "latest common step" if v == COMMON else f"{v:,}",
         help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
-    at_step = None if at == "common" else at
+    at_step = None if at == COMMON else at
     if at_step is None:
         for held in holding_back(records_now.values(), metrics):
             runs = ", ".join(f"#{i} {records_now[i].name} (step {last:,})" for i, last in held["runs"])
             st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
                              f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
                              "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
-    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key="compare.rank_quantity",
+    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key=_KEYS["quantity"],
                         format_func=lambda q: frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = frames.RANK_QUANTITIES[quantity]
     by_rank = frames.rank_frame(records_now.values(), metrics, quantity, at_step)
@@ -319,5 +335,13 @@ def _view() -> None:
                                mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
 
 
+def _live() -> None:
+    """The live part; a control of it that changed the view (at step, quantity, per layer)
+    reruns the whole page, so the URL and the share link above follow."""
+    state.guarded(_view)()
+    if viewstate.encode(_current()) != st.session_state.get(_URL):
+        st.rerun()
+
+
 all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)
-st.fragment(run_every=state.refresh_every(not all_ended))(state.guarded(_view))()
+st.fragment(run_every=state.refresh_every(not all_ended))(_live)()

@@ -84,3 +84,31 @@ def test_compare_says_which_runs_hold_the_common_step_back(url, store):
     note = next(i for i in _texts(at.info) if "Read at step" in i)
     assert "Read at step 90, not 300" in note and f"#{behind} " in note and "(step 90)" in note, note
     assert at.dataframe[0].value["step"].tolist() == ["90", "90"]
+
+
+def test_a_compare_link_keeps_the_step_the_quantity_and_per_layer(url, store):
+    """The rank figure's step and quantity and the per-layer cosine chart go into the URL
+    when changed, and a link with them opens the page showing exactly that."""
+    a, _ = _sweeps(store)
+    behind = fake_run(InSweep(store, SWEEP_A), dataclasses.replace(LONG, estimator="basis", rank=8, seed=3),
+                      status="running", steps_done=100)
+    at = app()
+    at.query_params.update({"runs": ",".join(map(str, [*a, behind]))})
+    at.switch_page("views/compare.py").run()
+    at.select_slider(key="compare.at").set_value(300).run()
+    at.radio(key="compare.rank_quantity").set_value("cos_mean").run()
+    at.toggle(key="compare.per_layer").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    written = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    assert {k: written.get(k) for k in ("at", "q", "layers")} == {"at": "300", "q": "cos_mean", "layers": "1"}
+    assert at.dataframe[0].value["step"].tolist() == ["300", "300"]
+
+    shared = app()  # a colleague opens the link
+    shared.query_params.update(written)
+    shared.switch_page("views/compare.py").run()
+    assert not shared.exception, [e.value for e in shared.exception]
+    assert shared.select_slider(key="compare.at").value == 300
+    assert shared.radio(key="compare.rank_quantity").value == "cos_mean"
+    assert shared.toggle(key="compare.per_layer").value is True
+    assert "Cosine per sketched layer" in figures(shared) and "Mean cosine against rank R" in figures(shared)
+    assert shared.dataframe[0].value["step"].tolist() == ["300", "300"]
