@@ -112,3 +112,26 @@ def test_a_compare_link_keeps_the_step_the_quantity_and_per_layer(url, store):
     assert shared.toggle(key="compare.per_layer").value is True
     assert "Cosine per sketched layer" in figures(shared) and "Mean cosine against rank R" in figures(shared)
     assert shared.dataframe[0].value["step"].tolist() == ["300", "300"]
+
+
+def test_the_diagnosis_selector_shows_no_status_that_can_go_stale(url, store):
+    """The selector's choices are drawn with the page; a status in them stayed "queued"
+    above finished results. They name what each diagnosis measures; the status is the live
+    part's, read from the current state."""
+    from tests.app.test_estimators_page import RESULT
+
+    run_id = fake_run(store, TINY)
+    diag = store.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
+                                               "lams": [0.0], "keys": 8, "batches": 1})
+    at = page(app(selected=[run_id]).run(), "estimators")
+    selector = at.selectbox(key="estimators.diag")
+    assert selector.value == diag
+    assert not any(word in option for option in selector.options
+                   for word in ("queued", "running", "finished", "cancelled", "failed")), selector.options
+    assert any("○ queued" in m for m in _texts(at.markdown))
+
+    store.claim_diagnostic(diag, "elsewhere:1")
+    store.add_diagnostic_results(diag, [RESULT])
+    store.set_diagnostic_status(diag, "finished")
+    at.run()
+    assert any("✓ finished" in m for m in _texts(at.markdown)) and not any("queued" in m for m in _texts(at.markdown))
