@@ -129,3 +129,25 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(db):
     finally:
         os.close(writer)
     assert done.stderr == "" and done.returncode == EXIT_BROKEN_PIPE, (done.returncode, done.stderr)
+
+
+def test_the_readme_links_what_a_clone_has_and_gives_the_forms_first_sweep_on_the_command_line():
+    """Every relative link of the README names a file of the repository; the command it
+    gives for the Launch form's first sweep expands to exactly the form's runs; the port
+    override is documented."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from app import form
+    from engine.cli.main import build_parser, sweep_from_args
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#\s]+)\)", readme) + re.findall(r"`(\.\./[^`]+)`", readme):
+        if "://" not in target:
+            assert (root / target).exists(), f"README links {target}, which a clone does not have"
+    assert "make run PORT=" in readme
+    command = re.search(r"`python -m engine (sweep --preset tiny [^`]+)`", readme).group(1)
+    args = build_parser().parse_args(shlex.split(command))
+    assert sweep_from_args(args, sweep=True).expand() == form.DEFAULT_SWEEP.expand()
