@@ -26,6 +26,7 @@ _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool",
          "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
          "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity"}
 NO_GROUP = "method"
+KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
 _SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → control value, where they differ
 
@@ -138,11 +139,11 @@ for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
     if st.session_state.get(key) not in (None, *options):
         st.session_state[key] = None  # a filter value no run has any more
 f1, f2, f3 = st.columns([2, 2, 6])
-f1.selectbox("Sweep", [None, *sweeps], key=_KEYS["sweep"], on_change=_filter_changed,
+f1.selectbox("Sweep", [None, *sweeps], persist_state=KEEP, key=_KEYS["sweep"], on_change=_filter_changed,
              format_func=lambda v: "any sweep" if v is None else v, help="Compare every run of one launch.")
-f2.selectbox("Tag", [None, *tags], key=_KEYS["tag"], on_change=_filter_changed,
+f2.selectbox("Tag", [None, *tags], persist_state=KEEP, key=_KEYS["tag"], on_change=_filter_changed,
              format_func=lambda v: "any tag" if v is None else v, help="Compare every run carrying this tag.")
-f3.multiselect("Runs", options=sorted(records, reverse=True), key="compare.pick",
+f3.multiselect("Runs", options=sorted(records, reverse=True), persist_state=KEEP, key="compare.pick",
                format_func=lambda i: f"#{i} {records[i].name}", on_change=_picked)
 ids = state.selected()
 if not ids:
@@ -150,22 +151,22 @@ if not ids:
     st.stop()
 
 c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
-x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, key=_KEYS["x"],
+x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, persist_state=KEEP, key=_KEYS["x"],
              format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
-smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, key=_KEYS["smoothing"],
+smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, persist_state=KEEP, key=_KEYS["smoothing"],
                       help="Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value.")
-log_y = c3.toggle("log y", key=_KEYS["log_y"])
-pool = c4.toggle("pool seeds", key=_KEYS["pool"],
+log_y = c3.toggle("log y", persist_state=KEEP, key=_KEYS["log_y"])
+pool = c4.toggle("pool seeds", persist_state=KEEP, key=_KEYS["pool"],
                  help="Runs that differ only by seed become one curve: the mean with a ± std band.")
 info_all = frames.describe_runs([records[i] for i in ids if i in records])
 group_options = [NO_GROUP, *frames.group_choices(info_all)]
 if st.session_state.get(_KEYS["group"]) not in group_options:
     st.session_state[_KEYS["group"]] = NO_GROUP
-group_by = c5.selectbox("Colour by", group_options, key=_KEYS["group"],
+group_by = c5.selectbox("Colour by", group_options, persist_state=KEEP, key=_KEYS["group"],
                         help="Colour the loss and cosine curves by a config field, a tag or the sweep instead of "
                              "by method (W&B's and Aim's group by).")
 group_by = None if group_by == NO_GROUP else group_by
-facet = c6.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
+facet = c6.toggle("facet", persist_state=KEEP, key=_KEYS["facet"], disabled=group_by is None,
                   help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
 
 view = _current()
@@ -174,7 +175,7 @@ with st.popover("Share or save this view", icon=":material/share:"):
     base = str(getattr(st.context, "url", "") or "").split("?")[0] or "/compare"
     st.caption("Link to exactly this view (copy it with the icon at the right of the box):")
     st.code(viewstate.link(base, view), language=None, wrap_lines=True)
-    name = st.text_input("Save as", key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
+    name = st.text_input("Save as", persist_state=KEEP, key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
                          help="Saved views are stored in the database, for everyone who uses it.")
     if st.button("Save view", icon=":material/bookmark_add:", key="share.save", disabled=not (name or "").strip()):
         try:
@@ -186,7 +187,7 @@ with st.popover("Share or save this view", icon=":material/share:"):
     saved = store.saved_views()
     if saved:
         s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
-        s1.selectbox("Saved views", list(saved), key="compare.saved")
+        s1.selectbox("Saved views", list(saved), persist_state=KEEP, key="compare.saved")
         s2.button("Open", key="share.open", on_click=_open_saved, icon=":material/open_in_browser:")
         if st.button("Delete this saved view", key="share.delete", icon=":material/delete:"):
             store.delete_view(st.session_state["compare.saved"])
@@ -249,7 +250,7 @@ def _view() -> None:
         st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
                 "none of the selected runs has one yet.")
     else:
-        per_layer = st.toggle("per layer", key=_KEYS["per_layer"],
+        per_layer = st.toggle("per layer", persist_state=KEEP, key=_KEYS["per_layer"],
                               help="Probed every probe interval on a fixed batch; exact runs are probed too, as the reference 1.0.")
         if per_layer:
             panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
@@ -294,7 +295,7 @@ def _view() -> None:
         st.session_state[_KEYS["at"]] = COMMON  # its step belongs to runs no longer selected
     c1, c2 = st.columns([3, 2])
     at = c1.select_slider(
-        "at step", options=choices, key=_KEYS["at"],
+        "at step", options=choices, persist_state=KEEP, key=_KEYS["at"],
         format_func=lambda v: "latest common step" if v == COMMON else f"{v:,}",
         help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
@@ -306,7 +307,7 @@ def _view() -> None:
             st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
                              f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
                              "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
-    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key=_KEYS["quantity"],
+    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = frames.RANK_QUANTITIES[quantity]
     by_rank = frames.rank_frame(records_now.values(), metrics, quantity, at_step)
