@@ -194,19 +194,35 @@ with st.popover("Share or save this view", icon=":material/share:"):
             st.rerun()
 
 
-def _status_line(runs: dict) -> None:
-    """Counts by status, and a progress bar per queued or running run."""
+PROGRESS_ROWS = 4  # progress bars the reserved area shows before it scrolls
+PROGRESS_ROW_PX = 58  # one bar with its text line, and the gap below it
+
+
+def _status_line(runs: dict, duplicates: dict[int, int]) -> None:
+    """Counts by status, and a progress bar per queued or running run in an area of fixed
+    height (room for as many bars as the selection has runs, up to ``PROGRESS_ROWS``, then
+    it scrolls): a run that ends and the next that starts do not move what is below."""
     counts = {}
     for run in runs.values():
         counts[run.status] = counts.get(run.status, 0) + 1
     st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
-    for run in (r for r in runs.values() if r.status in ACTIVE_STATUSES):
-        steps = max(run.steps or 1, 1)
-        st.progress(min(run.steps_done / steps, 1.0), text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+    active = [r for r in runs.values() if r.status in ACTIVE_STATUSES]
+    height = PROGRESS_ROW_PX * min(len(runs), PROGRESS_ROWS) if active else "content"
+    with st.container(height=height, border=False):
+        for run in active:
+            steps = max(run.steps or 1, 1)
+            st.progress(min(run.steps_done / steps, 1.0),
+                        text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+    if duplicates:
+        st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
+                         "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
+                         + "."))
 
 
 def _view() -> None:
-    """Everything below the controls; a live fragment when runs are active."""
+    """Everything below the controls; a live fragment when runs are active. Each section
+    is one container, so what appears or goes inside one (a note, a progress row) does not
+    move the charts of the others (a moved chart is drawn afresh and loses its zoom)."""
     records_now = {r.id: r for r in store.list_runs() if r.id in ids}
     if not records_now:
         st.info("The selected runs were deleted.")
@@ -215,14 +231,16 @@ def _view() -> None:
     records_now = {r.id: r for r in kept}
     info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
-    _status_line(records_now)
-    if duplicates:
-        st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
-                         "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
-                         + "."))
+    with st.container():
+        _status_line(records_now, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
+    for section in (_loss, _cosine, _memory, _by_rank):
+        with st.container():
+            section(records_now, info, metrics)
 
+
+def _loss(records_now: dict, info, metrics) -> None:
     st.subheader("Loss")
     if facet:  # one panel per value of the chosen field, curves by method
         for metric, y_title, title, key in (("val_loss", "validation loss (nats/token)", "Validation loss", "val"),
@@ -244,6 +262,8 @@ def _view() -> None:
             plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)",
                                     log_y=log_y, height=460), "train")
 
+
+def _cosine(records_now: dict, info, metrics) -> None:
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
     layers = frames.layer_names(metrics)
     if not layers:
@@ -267,6 +287,8 @@ def _view() -> None:
             plot(charts.line_figure(s, x=x, y_title="cosine (mean over sketched layers)",
                                     title="Mean cosine over sketched layers"), "cos")
 
+
+def _memory(records_now: dict, info, metrics) -> None:
     st.subheader("Memory")
     summary_end = summarize(records_now.values(), metrics)
     mem = frames.memory_frame(summary_end, info, pool_seeds=pool)
@@ -285,6 +307,8 @@ def _view() -> None:
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
 
+
+def _by_rank(records_now: dict, info, metrics) -> None:
     st.subheader("Against the rank R at one step (the paper's central figure)")
     steps = sorted(set(metrics.loc[metrics["name"] == "val_loss", "step"]))
     if not steps:
@@ -301,12 +325,12 @@ def _view() -> None:
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
     at_step = None if at == COMMON else at
-    if at_step is None:
-        for held in holding_back(records_now.values(), metrics):
+    with st.container():  # the notes come and go as runs progress: in their own block
+        for held in holding_back(records_now.values(), metrics) if at_step is None else ():
             runs = ", ".join(f"#{i} {records_now[i].name} (step {last:,})" for i, last in held["runs"])
             st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
-                             f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
-                             "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
+                          f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
+                          "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
     quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = frames.RANK_QUANTITIES[quantity]

@@ -57,8 +57,8 @@ def test_launch_and_compare_keep_their_values_through_a_visit_to_runs(tmp_path, 
 @pytest.mark.browser
 def test_a_zoom_survives_one_run_finishing_and_the_next_starting(tmp_path, token_cache):
     """Compare of a running run and a queued one, the validation chart zoomed: when the first
-    finishes and the second starts, the same chart element is updated in place (its zoom
-    kept) and nothing above it moves."""
+    finishes and the second starts, the chart is updated in place (its zoom kept: a chart
+    that moved on the page was drawn afresh) and nothing above it moves."""
     from tests.app.test_browser_zoom import CHART, LIVE, TITLE, Feeder
     from tests.support.runs import wait_for
 
@@ -86,8 +86,6 @@ def test_a_zoom_survives_one_run_finishing_and_the_next_starting(tmp_path, token
                     page.mouse.up()
                     zoomed = wait_for(lambda: (c := page.evaluate(CHART, TITLE)) and not c["autorange"] and c,
                                       timeout=30, what="the zoom")
-                    page.evaluate("""(title) => { for (const gd of document.querySelectorAll('.js-plotly-plot'))
-                        if ((gd.layout.title.text || '').includes(title)) gd.dataset.marked = '1'; }""", TITLE)
                     feeder.halt.set()
                     feeder.join(timeout=10)
                     store.set_status(first, "finished")  # the first ends; the second starts and trains
@@ -98,13 +96,11 @@ def test_a_zoom_survives_one_run_finishing_and_the_next_starting(tmp_path, token
                         "exact") for t in c["traces"]), timeout=60, what="the second run's points")
                     time.sleep(3)
                     after = page.evaluate(CHART, TITLE)
-                    same = page.evaluate("() => document.querySelectorAll('.js-plotly-plot[data-marked=\"1\"]').length")
                     page.screenshot(path=str(tmp_path / "compare-next.png"), full_page=True)
                 finally:
                     browser.close()
     finally:
         feeder.halt.set()
         store.close()
-    assert same == 1  # the chart element was updated, not replaced
     assert after["autorange"] is False and after["xrange"] == pytest.approx(zoomed["xrange"]), (zoomed, after)
     assert after["plot"]["y"] == pytest.approx(zoomed["plot"]["y"], abs=2), (zoomed["plot"], after["plot"])  # no jump
