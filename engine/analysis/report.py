@@ -391,6 +391,8 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.88em}th,td{border:1px so
 vertical-align:top}th{background:#f4f4f4}figure{margin:1.2em 0}figcaption{color:#555;font-size:.9em;margin:.3em 0}
 .verdict-supported{color:#1a7f37;font-weight:600}.verdict-not-supported{color:#b42318;font-weight:600}
 .verdict-inconclusive{color:#9a6700;font-weight:600}.verdict-not-measured{color:#777}
+.scroll{overflow-x:auto;max-width:100%}figure.plot{max-width:100%;overflow-x:hidden}
+p,li,figcaption,h1,h2,h3{overflow-wrap:anywhere}
 """
 
 
@@ -404,7 +406,8 @@ def _html_table(frame: pd.DataFrame) -> str:
             css = f' class="verdict-{text.replace(" ", "-")}"' if column == "verdict" and text in claims.VERDICTS else ""
             cells.append(f"<td{css}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # a table wider than the page (a phone) scrolls in its own box; the page keeps its width
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def to_html(report: Report) -> str:

@@ -198,12 +198,16 @@ def test_the_html_opens_offline_in_chromium_with_every_figure_drawn(written):
                 id: gd.id, svg: gd.querySelectorAll('svg.main-svg').length,
                 traces: (gd._fullData || []).length, title: gd.layout.title && gd.layout.title.text}))""")
             tables = page.evaluate("document.querySelectorAll('table').length")
+            page.set_viewport_size({"width": 420, "height": 900})  # a phone: wide tables scroll in their own box
+            page.wait_for_timeout(1000)
+            narrow = page.evaluate("document.documentElement.scrollWidth")
         finally:
             browser.close()
     assert attempted == []
     assert sorted(d["id"] for d in drawn) == sorted(f"figure-{n}" for n in built.figures)
     assert all(d["svg"] >= 1 and d["traces"] >= 1 for d in drawn), drawn
     assert tables >= 5
+    assert narrow <= 420, f"the page is {narrow} px wide at 420 px"
 
 
 def test_the_markdown_renders_with_svg_figures_beside_it(written):
