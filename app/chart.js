@@ -109,10 +109,22 @@ function buttons(Plotly, gd, box) {
   return gd.basisLabButtons;
 }
 
+// Below this width (a phone) the toolbar's row of buttons would cover the chart's title:
+// it stands upright in the right margin instead, which is widened to hold it.
+const NARROW_PX = 640;
+const isNarrow = (box) => box.clientWidth > 0 && box.clientWidth < NARROW_PX;
+
+function fitted(layout, box) {
+  if (!isNarrow(box)) return layout;
+  const margin = layout.margin || {};
+  return {...layout, modebar: {...(layout.modebar || {}), orientation: "v"},
+          margin: {...margin, r: Math.max(margin.r || 0, 36)}};
+}
+
 function draw(Plotly, gd, box) {
   const {spec, config} = gd.basisLab;
   const full = document.fullscreenElement === box;
-  const layout = full ? {...spec.layout, height: window.innerHeight} : spec.layout;
+  const layout = fitted(full ? {...spec.layout, height: window.innerHeight} : spec.layout, box);
   const {download, screen} = buttons(Plotly, gd, box);
   const {toImageButtonOptions, ...rest} = config;
   return Plotly.react(gd, spec.data, layout, {
@@ -137,10 +149,16 @@ export default async function ({data, parentElement}) {
   }
   if (!gd.basisLabResize) {  // follow the width of the column (a window resize, the sidebar folded)
     let width = parentElement.clientWidth;
+    let narrow = isNarrow(parentElement);
     gd.basisLabResize = new ResizeObserver(() => {
       if (parentElement.clientWidth !== width && gd._fullLayout) {
         width = parentElement.clientWidth;
-        Plotly.Plots.resize(gd);
+        if (isNarrow(parentElement) !== narrow) {  // the toolbar changes side: draw again (the zoom is kept)
+          narrow = isNarrow(parentElement);
+          draw(Plotly, gd, parentElement);
+        } else {
+          Plotly.Plots.resize(gd);
+        }
       }
     });
     gd.basisLabResize.observe(parentElement);

@@ -49,9 +49,19 @@ def test_launch_and_compare_keep_their_values_through_a_visit_to_runs(tmp_path, 
                 page.get_by_role("link", name="Compare").first.click()
                 page.get_by_text("Validation loss", exact=True).first.wait_for()
                 kept["log y"] = page.locator("label", has_text="log y").locator("input").first.is_checked()
+                page.set_viewport_size({"width": 420, "height": 900})  # a phone: the chart toolbar clears the title
+                page.wait_for_timeout(2000)
+                covered = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(gd => {
+                    const [bar, title] = [gd.querySelector('.modebar'), gd.querySelector('.gtitle')];
+                    if (!bar || !title) return false;  // the toolbar is there, shown on hover or tap
+                    const [a, b] = [bar.getBoundingClientRect(), title.getBoundingClientRect()];
+                    return Math.min(a.right, b.right) > Math.max(a.left, b.left)
+                        && Math.min(a.bottom, b.bottom) > Math.max(a.top, b.top);
+                }).map(gd => gd.layout.title.text)""")
             finally:
                 browser.close()
     assert kept == {"Steps": "77", "Ranks R (comma list)": "2, 4", "log y": True}, kept
+    assert covered == [], f"at 420 px the toolbar covers the title of {covered}"
 
 
 @pytest.mark.browser
