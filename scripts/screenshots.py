@@ -40,8 +40,9 @@ def demo(url: str) -> dict:
         for rank, final, saved in ((1, 6.9, 6e6), (8, 6.3, 8e6), (32, 6.05, 11e6)):
             ids.append(fake_run(sweep, dataclasses.replace(config, rank=rank, seed=seed), final=final, saved=saved,
                                 breakdown=True))
-    diag = store.create_diagnostic(ids[2], 200, {"step": 200, "estimators": ["basis", "countsketch"],
-                                                 "ranks": [1, 8, 32], "lams": [0.0], "keys": 256, "batches": 2})
+    diag = store.create_diagnostic(ids[-1], 200, {"step": 200, "estimators": ["basis", "countsketch"],  # the newest run:
+                                                  "ranks": [1, 8, 32], "lams": [0.0], "keys": 256,  # the page opens on it
+                                                  "batches": 2})
     store.claim_diagnostic(diag, "demo")
     rows = []
     for est, scale in (("basis", 1.0), ("countsketch", 1.8)):

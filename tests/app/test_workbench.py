@@ -10,6 +10,7 @@ from storage import RunStore
 from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, fake_run
 
+
 def _texts(elements) -> list[str]:
     """The elements' text as the reader sees it (``plain`` escapes Markdown with backslashes)."""
     return [e.value.replace("\\", "") for e in elements]
