@@ -22,9 +22,7 @@ q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
 so a link keeps showing runs the sweep gains later. ``decode`` never fails: a value it
-cannot read is left at its default and named in ``ViewState.problems``. ``url_id`` reads
-the id parameters of the other pages (Run detail's ``?run=``, Report's ``?id=``) the same
-way. No Streamlit here.
+cannot read is left at its default and named in ``ViewState.problems``. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -64,30 +62,6 @@ class ViewState:
 DEFAULT = ViewState()
 
 
-def is_id(token: str) -> bool:
-    """Whether ``token`` is a run or report id as a URL writes one: ASCII digits only
-    (``"²".isdigit()`` and ``"٣".isdigit()`` are true too, and ``int("²")`` fails)."""
-    return token.isascii() and token.isdigit()
-
-
-def url_id(query: Mapping[str, str | Sequence[str]], name: str, known: Iterable[int],
-           what: str = "run") -> tuple[int | None, str | None]:
-    """(the id that parameter ``name`` of a URL query names, or None; the one-line reason
-    it was not used, or None). An id that is not a number, or not among ``known``, is
-    a problem: the page shows its default view and says why."""
-    value = query.get(name)
-    if isinstance(value, (list, tuple)):
-        value = value[-1] if value else None
-    if value is None:
-        return None, None
-    token = str(value).strip()
-    if not is_id(token):
-        return None, f"{name}={token!r} is not a {what} id"
-    if int(token) not in set(known):
-        return None, f"{what} {int(token)} is not in the database"
-    return int(token), None
-
-
 def _flag(value: str, name: str, problems: list[str], default: bool) -> bool:
     if value in ("1", "true", "yes"):
         return True
@@ -108,7 +82,7 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         for token in q["runs"].replace(" ", ",").split(","):
             if not token:
                 continue
-            if is_id(token):
+            if token.isdigit():
                 ids.append(int(token))
             else:
                 problems.append(f"runs: {token!r} is not a run id")
@@ -128,7 +102,7 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
             smoothing = DEFAULT.smoothing
     at = None
     if "at" in q and q["at"] not in ("", "common"):
-        if is_id(q["at"]):
+        if q["at"].isascii() and q["at"].isdigit():
             at = int(q["at"])
         else:
             problems.append(f"at={q['at']!r} is not a step")

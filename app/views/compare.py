@@ -40,9 +40,6 @@ def _apply(view: viewstate.ViewState) -> None:
         st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
     notes = list(view.problems) + ([f"runs {', '.join(map(str, missing))} are not in the database"] if missing else [])
-    for name, known in (("sweep", {r.sweep_id for r in records.values()}), ("tag", {t for r in records.values() for t in r.tags or []})):
-        if getattr(view, name) is not None and getattr(view, name) not in known:
-            notes.append(f"{name} {getattr(view, name)!r} is not in the database")
     st.session_state["compare.notes"] = notes
 
 

@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import confirm, form, state, tables, viewstate
+from app import confirm, form, state, tables
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -31,10 +31,8 @@ if not records:
 
 wanted = state.take_detail()  # set by the Runs page's Details button
 if wanted is None and "detail.pick" not in st.session_state:
-    wanted, problem = viewstate.url_id(st.query_params.to_dict(), "run", records)  # a link to ?run=ID
-    if problem:
-        st.warning(plain(f"The link's {problem}; showing another run."), icon=":material/link_off:")
-if wanted is not None and wanted in records:
+    wanted = st.query_params.get("run")  # a link to ?run=ID
+if wanted is not None and str(wanted).isdigit() and int(wanted) in records:
     st.session_state["detail.pick"] = int(wanted)
 elif st.session_state.get("detail.pick") not in records:
     picked = [i for i in state.selected() if i in records]

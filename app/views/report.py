@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state, viewstate
+from app import state
 from app.display import plain, plot
 from engine.analysis import report as rep
 from engine.runner import liveness, reports
@@ -48,8 +48,6 @@ def _build_form() -> None:
     sweeps = list(dict.fromkeys(r.sweep_id for r in sorted(runs, key=lambda r: -r.id) if r.sweep_id))
     tags = sorted({t for r in runs for t in r.tags})
     wanted = st.query_params.get("sweep")
-    if wanted is not None and wanted not in sweeps:
-        st.warning(plain(f"The link's sweep {wanted!r} is not in the database; pick one below."), icon=":material/link_off:")
     how = st.radio("Runs", ["A sweep", "Runs with tags", "The selected runs"], horizontal=True, key="report.how")
     selection = None
     try:
@@ -123,13 +121,9 @@ if not listed:
 
 titles = {r.id: r for r in listed}
 asked = st.query_params.get("id")
-if asked is not None and st.session_state.get("report.asked") != asked:  # a link to ?id=N (Run detail)
+if asked is not None and str(asked).isdigit() and int(asked) in titles and st.session_state.get("report.asked") != asked:
+    st.session_state["report.pick"] = int(asked)  # a link to ?id=N (Run detail)
     st.session_state["report.asked"] = asked
-    picked, problem = viewstate.url_id({"id": asked}, "id", titles, what="report")
-    if problem:
-        st.warning(plain(f"The link's {problem}; showing the latest report."), icon=":material/link_off:")
-    else:
-        st.session_state["report.pick"] = picked
 if st.session_state.get("report.pick") not in titles:
     st.session_state["report.pick"] = listed[0].id
 report_id = st.selectbox("Report", list(titles), key="report.pick", format_func=lambda i: (
