@@ -109,10 +109,51 @@ function buttons(Plotly, gd, box) {
   return gd.basisLabButtons;
 }
 
+// Below this width (a phone) the toolbar's row of buttons would cover the chart's title:
+// it stands upright in the right margin instead, which is widened to hold it.
+const NARROW_PX = 640;
+const isNarrow = (box) => box.clientWidth > 0 && box.clientWidth < NARROW_PX;
+
+const TITLE_CHAR_PX = 9;  // about the width of one character of the bold 16 px title
+const TITLE_LINE_PX = 20;
+
+// A title longer than the narrow chart is wide is broken into lines at spaces; the chart
+// grows by the added lines, and what sits below the title (legend, plot) moves down by as much.
+function wrapped(layout, box) {
+  const title = layout.title;
+  if (!title || !title.text) return layout;
+  const perLine = Math.max(12, Math.floor((box.clientWidth - 48) / TITLE_CHAR_PX));
+  const lines = [];
+  for (const word of title.text.replace(/<\/?b>/g, "").split(" ")) {
+    const last = lines.length ? lines[lines.length - 1] : null;
+    if (last !== null && (last + " " + word).length <= perLine) lines[lines.length - 1] = last + " " + word;
+    else lines.push(word);
+  }
+  if (lines.length < 2) return layout;
+  const extra = (lines.length - 1) * TITLE_LINE_PX;
+  const height = layout.height || 450;
+  const grown = height + extra;
+  const stay = (y) => 1 - ((1 - y) * height) / grown;  // container coordinates, from the top: the same pixels
+  const lower = (y) => 1 - ((1 - y) * height + extra) / grown;
+  const margin = layout.margin || {};
+  const out = {...layout, height: grown, margin: {...margin, t: (margin.t || 0) + extra},
+               title: {...title, text: `<b>${lines.join("<br>")}</b>`, ...(title.y != null ? {y: stay(title.y)} : {})}};
+  const legend = layout.legend;
+  if (legend && legend.yref === "container" && legend.y != null) out.legend = {...legend, y: lower(legend.y)};
+  return out;
+}
+
+function fitted(layout, box) {
+  if (!isNarrow(box)) return layout;
+  const margin = layout.margin || {};
+  return wrapped({...layout, modebar: {...(layout.modebar || {}), orientation: "v"},
+                  margin: {...margin, r: Math.max(margin.r || 0, 36)}}, box);
+}
+
 function draw(Plotly, gd, box) {
   const {spec, config} = gd.basisLab;
   const full = document.fullscreenElement === box;
-  const layout = full ? {...spec.layout, height: window.innerHeight} : spec.layout;
+  const layout = fitted(full ? {...spec.layout, height: window.innerHeight} : spec.layout, box);
   const {download, screen} = buttons(Plotly, gd, box);
   const {toImageButtonOptions, ...rest} = config;
   return Plotly.react(gd, spec.data, layout, {
@@ -137,10 +178,16 @@ export default async function ({data, parentElement}) {
   }
   if (!gd.basisLabResize) {  // follow the width of the column (a window resize, the sidebar folded)
     let width = parentElement.clientWidth;
+    let narrow = isNarrow(parentElement);
     gd.basisLabResize = new ResizeObserver(() => {
       if (parentElement.clientWidth !== width && gd._fullLayout) {
         width = parentElement.clientWidth;
-        Plotly.Plots.resize(gd);
+        if (narrow || isNarrow(parentElement)) {  // the toolbar's side and the title's lines follow: draw again
+          narrow = isNarrow(parentElement);
+          draw(Plotly, gd, parentElement);
+        } else {
+          Plotly.Plots.resize(gd);
+        }
       }
     });
     gd.basisLabResize.observe(parentElement);

@@ -31,7 +31,7 @@ from engine.config import (
     to_flat,
 )
 
-KEY = "launch."  # widget keys; app.main keeps them across page switches
+KEY = "launch."  # widget keys; the Launch page keeps their values for the session (persist_state)
 
 
 @dataclass(frozen=True)

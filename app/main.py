@@ -43,8 +43,6 @@ with st.sidebar:
     st.caption(display.plain(f"Database: {masked_url(state.db_url())}"), help="Set BASIS_LAB_DB_URL before starting the app to use another database.")
     gate.logout_button()
 
-state.keep_widget_state("launch.")
-state.keep_widget_state("compare.")
 try:
     state.lab()
 except StorageError as e:

@@ -141,15 +141,6 @@ def refresh_every(active: bool, idle: float | None = None) -> float | None:
     return REFRESH_S if active else idle
 
 
-def keep_widget_state(prefix: str) -> None:
-    """Let widget values whose keys start with ``prefix`` survive a switch to another
-    page (Streamlit drops the state of widgets a run does not draw): call it on
-    every run, before the page is drawn. Only value widgets may use the prefix (a
-    button's state cannot be set)."""
-    for key in [k for k in st.session_state.keys() if isinstance(k, str) and k.startswith(prefix)]:
-        st.session_state[key] = st.session_state[key]
-
-
 def guarded(fn: Callable) -> Callable:
     """``fn`` that shows a ``StorageError`` (a database that went away, a run
     deleted meanwhile) as an error message on the page instead of a traceback."""

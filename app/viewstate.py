@@ -14,6 +14,10 @@ smooth    EMA weight in [0, 0.99]                                0
 log       1: logarithmic y axis                                  0
 group     colour or facet by this config field or tag            (method)
 facet     1: one panel per group value instead of colours        0
+layers    1: the cosine chart one panel per sketched layer       0
+at        the step the rank figure and Table 3 read              (latest common)
+q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
+          ``mem_saved_bytes``)
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -28,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
+
+from engine.analysis.frames import RANK_QUANTITIES
 
 X_AXES = ("step", "wall_time")
 MAX_SMOOTHING = 0.99
@@ -46,6 +52,9 @@ class ViewState:
     log_y: bool = False
     group: str | None = None
     facet: bool = False
+    per_layer: bool = False
+    at: int | None = None  # None: the latest common step
+    quantity: str = "val_loss"
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     def with_runs(self, runs: Iterable[int] | None) -> "ViewState":
@@ -117,6 +126,16 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         except ValueError:
             problems.append(f"smooth={q['smooth']!r} is not a number in [0, {MAX_SMOOTHING}]")
             smoothing = DEFAULT.smoothing
+    at = None
+    if "at" in q and q["at"] not in ("", "common"):
+        if q["at"].isascii() and q["at"].isdigit():
+            at = int(q["at"])
+        else:
+            problems.append(f"at={q['at']!r} is not a step")
+    quantity = q.get("q", DEFAULT.quantity)
+    if quantity not in RANK_QUANTITIES:
+        problems.append(f"q={quantity!r} is not one of {', '.join(RANK_QUANTITIES)}")
+        quantity = DEFAULT.quantity
     return ViewState(
         runs=runs, sweep=q.get("sweep") or None, tag=q.get("tag") or None,
         pool=_flag(q["pool"], "pool", problems, DEFAULT.pool) if "pool" in q else DEFAULT.pool,
@@ -124,7 +143,8 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         log_y=_flag(q["log"], "log", problems, DEFAULT.log_y) if "log" in q else DEFAULT.log_y,
         group=q.get("group") or None,
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
-        problems=tuple(problems),
+        per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
+        at=at, quantity=quantity, problems=tuple(problems),
     )
 
 
@@ -150,6 +170,12 @@ def encode(view: ViewState) -> dict[str, str]:
         out["group"] = view.group
     if view.facet != DEFAULT.facet:
         out["facet"] = "1" if view.facet else "0"
+    if view.per_layer != DEFAULT.per_layer:
+        out["layers"] = "1" if view.per_layer else "0"
+    if view.at is not None:
+        out["at"] = str(view.at)
+    if view.quantity != DEFAULT.quantity:
+        out["q"] = view.quantity
     return out
 
 

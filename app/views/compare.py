@@ -6,7 +6,7 @@ import streamlit as st
 from app import state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames
-from engine.analysis.summary import display_frame, paper_note, summarize, table3
+from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
@@ -25,8 +25,12 @@ if not records:
 _URL = "compare.url"  # the query this page last wrote (or applied)
 _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter (new ones join)
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
-         "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet"}
+         "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
+         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity"}
 NO_GROUP = "method"
+KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
+COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
+_SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → control value, where they differ
 
 
 def _apply(view: viewstate.ViewState) -> None:
@@ -35,8 +39,7 @@ def _apply(view: viewstate.ViewState) -> None:
     st.session_state["compare.pick"] = runs
     st.session_state[_FOLLOW] = view.runs is None and (view.sweep is not None or view.tag is not None)
     for name, key in _KEYS.items():
-        value = getattr(view, name)
-        st.session_state[key] = (NO_GROUP if value is None else value) if name == "group" else value
+        st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
     notes = list(view.problems) + ([f"runs {', '.join(map(str, missing))} are not in the database"] if missing else [])
     for name, known in (("sweep", {r.sweep_id for r in records.values()}), ("tag", {t for r in records.values() for t in r.tags or []})):
@@ -45,15 +48,33 @@ def _apply(view: viewstate.ViewState) -> None:
     st.session_state["compare.notes"] = notes
 
 
+def _control_value(name: str, value):
+    """What the control of view field ``name`` holds to show ``value``."""
+    none, shown = _SHOWN.get(name, (None, None))
+    return shown if name in _SHOWN and value is none else value
+
+
 def _current() -> viewstate.ViewState:
-    group = st.session_state.get(_KEYS["group"], NO_GROUP)
+    """The view the controls show now (every control that changes what the page shows)."""
+    values = {}
+    for name, key in _KEYS.items():
+        value = st.session_state.get(key, _control_value(name, getattr(viewstate.DEFAULT, name)))
+        values[name] = None if name in _SHOWN and value == _SHOWN[name][1] else value
     return viewstate.ViewState(
         runs=None if st.session_state.get(_FOLLOW) else tuple(st.session_state.get("compare.pick", [])),
-        sweep=st.session_state.get(_KEYS["sweep"]), tag=st.session_state.get(_KEYS["tag"]),
-        pool=bool(st.session_state.get(_KEYS["pool"], True)), x=st.session_state.get(_KEYS["x"], "step"),
-        smoothing=float(st.session_state.get(_KEYS["smoothing"], 0.0)),
-        log_y=bool(st.session_state.get(_KEYS["log_y"], False)),
-        group=None if group == NO_GROUP else group, facet=bool(st.session_state.get(_KEYS["facet"], False)))
+        sweep=values["sweep"], tag=values["tag"], pool=bool(values["pool"]), x=values["x"],
+        smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
+        facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
+        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"])
+
+
+def _write_url() -> dict[str, str]:
+    """Put the current view in the URL (when it changed); the query written."""
+    encoded = viewstate.encode(_current())
+    if encoded != st.query_params.to_dict():
+        st.query_params.from_dict(encoded)
+    st.session_state[_URL] = encoded
+    return encoded
 
 
 def _open_saved() -> None:
@@ -102,7 +123,7 @@ def _picked() -> None:
 
 
 for name, key in _KEYS.items():  # a first visit: the defaults
-    st.session_state.setdefault(key, NO_GROUP if name == "group" else getattr(viewstate.DEFAULT, name))
+    st.session_state.setdefault(key, _control_value(name, getattr(viewstate.DEFAULT, name)))
 hint = st.empty()  # a fixed slot: the charts below keep their place (and zoom) when the hint goes
 query = st.query_params.to_dict()
 if query and query != st.session_state.get(_URL):  # a link, a bookmark or a reload: show exactly that view
@@ -115,10 +136,20 @@ elif "compare.pick" in st.session_state:  # the picker is on the page: it holds 
     state.set_selected(st.session_state["compare.pick"])
 else:
     default = [i for i in state.selected() if i in records]
-    if not default:  # nothing selected yet: the latest sweep, the runs comparable to the newest
-        newest = comparable_key(records[max(records)].config)
-        default = [i for i in sorted(records) if comparable_key(records[i].config) == newest][-12:]
-        hint.caption("Nothing selected: showing the latest sweep. Pick runs below or on the Runs page.")
+    if not default:  # nothing selected yet: the latest sweep alone (the sweep filter set to it)
+        latest = records[max(records)].sweep_id
+        if latest:
+            st.session_state[_KEYS["sweep"]] = latest
+            st.session_state[_FOLLOW] = True
+            default = viewstate.matching(records.values(), latest, None)
+            hint.caption(plain(f"Nothing selected: showing the latest sweep, {latest} ({len(default)} runs). "
+                               "Pick runs below or on the Runs page."))
+        else:  # launched without a sweep (an old database): the runs comparable to the newest, also without one
+            newest = comparable_key(records[max(records)].config)
+            default = [i for i in sorted(records) if not records[i].sweep_id
+                       and comparable_key(records[i].config) == newest][-12:]
+            hint.caption("Nothing selected: showing the latest runs like the newest one. Pick runs below or on "
+                         "the Runs page.")
     st.session_state["compare.pick"] = default
     state.set_selected(default)
 for note in st.session_state.pop("compare.notes", []):
@@ -135,11 +166,11 @@ st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, o
 if where_error := st.session_state.get("compare.where_error"):
     st.error(plain(f"Filter not applied: {where_error}"), icon=":material/filter_alt_off:")
 f1, f2, f3 = st.columns([2, 2, 6])
-f1.selectbox("Sweep", [None, *sweeps], key=_KEYS["sweep"], on_change=_filter_changed,
+f1.selectbox("Sweep", [None, *sweeps], persist_state=KEEP, key=_KEYS["sweep"], on_change=_filter_changed,
              format_func=lambda v: "any sweep" if v is None else v, help="Compare every run of one launch.")
-f2.selectbox("Tag", [None, *tags], key=_KEYS["tag"], on_change=_filter_changed,
+f2.selectbox("Tag", [None, *tags], persist_state=KEEP, key=_KEYS["tag"], on_change=_filter_changed,
              format_func=lambda v: "any tag" if v is None else v, help="Compare every run carrying this tag.")
-f3.multiselect("Runs", options=sorted(records, reverse=True), key="compare.pick",
+f3.multiselect("Runs", options=sorted(records, reverse=True), persist_state=KEEP, key="compare.pick",
                format_func=lambda i: f"#{i} {records[i].name}", on_change=_picked)
 ids = state.selected()
 if not ids:
@@ -147,34 +178,31 @@ if not ids:
     st.stop()
 
 c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
-x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, key=_KEYS["x"],
+x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, persist_state=KEEP, key=_KEYS["x"],
              format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
-smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, key=_KEYS["smoothing"],
+smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, persist_state=KEEP, key=_KEYS["smoothing"],
                       help="Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value.")
-log_y = c3.toggle("log y", key=_KEYS["log_y"])
-pool = c4.toggle("pool seeds", key=_KEYS["pool"],
+log_y = c3.toggle("log y", persist_state=KEEP, key=_KEYS["log_y"])
+pool = c4.toggle("pool seeds", persist_state=KEEP, key=_KEYS["pool"],
                  help="Runs that differ only by seed become one curve: the mean with a ± std band.")
 info_all = frames.describe_runs([records[i] for i in ids if i in records])
 group_options = [NO_GROUP, *frames.group_choices(info_all)]
 if st.session_state.get(_KEYS["group"]) not in group_options:
     st.session_state[_KEYS["group"]] = NO_GROUP
-group_by = c5.selectbox("Colour by", group_options, key=_KEYS["group"],
+group_by = c5.selectbox("Colour by", group_options, persist_state=KEEP, key=_KEYS["group"],
                         help="Colour the loss and cosine curves by a config field, a tag or the sweep instead of "
                              "by method (W&B's and Aim's group by).")
 group_by = None if group_by == NO_GROUP else group_by
-facet = c6.toggle("facet", key=_KEYS["facet"], disabled=group_by is None,
+facet = c6.toggle("facet", persist_state=KEEP, key=_KEYS["facet"], disabled=group_by is None,
                   help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
 
 view = _current()
-encoded = viewstate.encode(view)
-if encoded != query:
-    st.query_params.from_dict(encoded)
-st.session_state[_URL] = encoded
+encoded = _write_url()
 with st.popover("Share or save this view", icon=":material/share:"):
     base = str(getattr(st.context, "url", "") or "").split("?")[0] or "/compare"
     st.caption("Link to exactly this view (copy it with the icon at the right of the box):")
     st.code(viewstate.link(base, view), language=None, wrap_lines=True)
-    name = st.text_input("Save as", key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
+    name = st.text_input("Save as", persist_state=KEEP, key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
                          help="Saved views are stored in the database, for everyone who uses it.")
     if st.button("Save view", icon=":material/bookmark_add:", key="share.save", disabled=not (name or "").strip()):
         try:
@@ -186,36 +214,60 @@ with st.popover("Share or save this view", icon=":material/share:"):
     saved = store.saved_views()
     if saved:
         s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
-        s1.selectbox("Saved views", list(saved), key="compare.saved")
+        s1.selectbox("Saved views", list(saved), persist_state=KEEP, key="compare.saved")
         s2.button("Open", key="share.open", on_click=_open_saved, icon=":material/open_in_browser:")
         if st.button("Delete this saved view", key="share.delete", icon=":material/delete:"):
             store.delete_view(st.session_state["compare.saved"])
             st.rerun()
 
 
-def _status_line(runs: dict) -> None:
-    """Counts by status, and a progress bar per queued or running run."""
+PROGRESS_ROWS = 4  # progress bars the reserved area shows before it scrolls
+PROGRESS_ROW_PX = 58  # one bar with its text line, and the gap below it
+
+
+def _status_line(runs: dict, duplicates: dict[int, int]) -> None:
+    """Counts by status, and a progress bar per queued or running run in an area of fixed
+    height (room for as many bars as the selection has runs, up to ``PROGRESS_ROWS``, then
+    it scrolls): a run that ends and the next that starts do not move what is below."""
     counts = {}
     for run in runs.values():
         counts[run.status] = counts.get(run.status, 0) + 1
     st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
-    for run in (r for r in runs.values() if r.status in ACTIVE_STATUSES):
-        steps = max(run.steps or 1, 1)
-        st.progress(min(run.steps_done / steps, 1.0), text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+    active = [r for r in runs.values() if r.status in ACTIVE_STATUSES]
+    height = PROGRESS_ROW_PX * min(len(runs), PROGRESS_ROWS) if active else "content"
+    with st.container(height=height, border=False):
+        for run in active:
+            steps = max(run.steps or 1, 1)
+            st.progress(min(run.steps_done / steps, 1.0),
+                        text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+    if duplicates:
+        st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
+                         "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
+                         + "."))
 
 
 def _view() -> None:
-    """Everything below the controls; a live fragment when runs are active."""
+    """Everything below the controls; a live fragment when runs are active. Each section
+    is one container, so what appears or goes inside one (a note, a progress row) does not
+    move the charts of the others (a moved chart is drawn afresh and loses its zoom)."""
     records_now = {r.id: r for r in store.list_runs() if r.id in ids}
     if not records_now:
         st.info("The selected runs were deleted.")
         return
+    kept, duplicates = one_per_seed(records_now.values())
+    records_now = {r.id: r for r in kept}
     info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
-    _status_line(records_now)
+    with st.container():
+        _status_line(records_now, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
+    for section in (_loss, _cosine, _memory, _by_rank):
+        with st.container():
+            section(records_now, info, metrics)
 
+
+def _loss(records_now: dict, info, metrics) -> None:
     st.subheader("Loss")
     if facet:  # one panel per value of the chosen field, curves by method
         for metric, y_title, title, key in (("val_loss", "validation loss (nats/token)", "Validation loss", "val"),
@@ -237,13 +289,15 @@ def _view() -> None:
             plot(charts.line_figure(s, x=x, y_title="train loss (nats/token)", title="Train loss (mean since last eval)",
                                     log_y=log_y, height=460), "train")
 
+
+def _cosine(records_now: dict, info, metrics) -> None:
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
     layers = frames.layer_names(metrics)
     if not layers:
         st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
                 "none of the selected runs has one yet.")
     else:
-        per_layer = st.toggle("per layer", key="compare.per_layer",
+        per_layer = st.toggle("per layer", persist_state=KEEP, key=_KEYS["per_layer"],
                               help="Probed every probe interval on a fixed batch; exact runs are probed too, as the reference 1.0.")
         if per_layer:
             panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
@@ -260,6 +314,8 @@ def _view() -> None:
             plot(charts.line_figure(s, x=x, y_title="cosine (mean over sketched layers)",
                                     title="Mean cosine over sketched layers"), "cos")
 
+
+def _memory(records_now: dict, info, metrics) -> None:
     st.subheader("Memory")
     summary_end = summarize(records_now.values(), metrics)
     mem = frames.memory_frame(summary_end, info, pool_seeds=pool)
@@ -278,24 +334,31 @@ def _view() -> None:
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
 
+
+def _by_rank(records_now: dict, info, metrics) -> None:
     st.subheader("Against the rank R at one step (the paper's central figure)")
     steps = sorted(set(metrics.loc[metrics["name"] == "val_loss", "step"]))
     if not steps:
         st.info("This figure and the summary appear after the first validation (step 0).")
         return
-    choices = ["common", *steps]
-    if st.session_state.get("compare.at", "common") not in choices:
-        st.session_state["compare.at"] = "common"  # its step belongs to runs no longer selected
-    st.session_state.setdefault("compare.at", "common")
+    choices = [COMMON, *steps]
+    if st.session_state.get(_KEYS["at"], COMMON) not in choices:
+        st.session_state[_KEYS["at"]] = COMMON  # its step belongs to runs no longer selected
     c1, c2 = st.columns([3, 2])
     at = c1.select_slider(
-        "at step", options=choices, key="compare.at",
-        format_func=lambda v: "latest common step" if v == "common" else f"{v:,}",
+        "at step", options=choices, persist_state=KEEP, key=_KEYS["at"],
+        format_func=lambda v: "latest common step" if v == COMMON else f"{v:,}",
         help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
-    at_step = None if at == "common" else at
-    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, key="compare.rank_quantity",
+    at_step = None if at == COMMON else at
+    with st.container():  # the notes come and go as runs progress: in their own block
+        for held in holding_back(records_now.values(), metrics) if at_step is None else ():
+            runs = ", ".join(f"#{i} {records_now[i].name} (step {last:,})" for i, last in held["runs"])
+            st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
+                          f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
+                          "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
+    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = frames.RANK_QUANTITIES[quantity]
     by_rank = frames.rank_frame(records_now.values(), metrics, quantity, at_step)
@@ -333,5 +396,13 @@ def _view() -> None:
                                mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
 
 
+def _live() -> None:
+    """The live part; a control of it that changed the view (at step, quantity, per layer)
+    reruns the whole page, so the URL and the share link above follow."""
+    state.guarded(_view)()
+    if viewstate.encode(_current()) != st.session_state.get(_URL):
+        st.rerun()
+
+
 all_ended = all(records[i].status not in ACTIVE_STATUSES for i in ids)
-st.fragment(run_every=state.refresh_every(not all_ended))(state.guarded(_view))()
+st.fragment(run_every=state.refresh_every(not all_ended))(_live)()

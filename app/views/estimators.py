@@ -99,8 +99,10 @@ rows = {int(r.id): r for r in diags.itertuples(index=False)}
 if st.session_state.get("estimators.diag") not in rows:
     finished = [i for i, r in rows.items() if r.status == "finished"]
     st.session_state["estimators.diag"] = max(finished or rows)
+# the choices name what each diagnosis measures, not its status: a label is drawn with the page and would go
+# stale while the diagnosis moves on; the status is shown below, by the live part, from the current state
 diag_id = st.selectbox("Diagnosis", sorted(rows, reverse=True), key="estimators.diag",
-                       format_func=lambda i: f"{status_text(rows[i].status)}  {est.diagnosis_label(diags[diags.id == i].iloc[0])}")
+                       format_func=lambda i: est.diagnosis_label(diags[diags.id == i].iloc[0]))
 chosen_status = rows[diag_id].status
 actions = st.container(horizontal=True)
 if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="estimators.cancel",
@@ -147,7 +149,7 @@ def _view() -> None:
     if (row["status"] in ACTIVE_STATUSES) != active:
         st.rerun()  # it started or ended: redraw with the matching refresh rate
     settings = row["settings"] or {}
-    st.markdown(plain(est.measured_on(run_id, run.name, settings)))
+    st.markdown(f"**{plain(status_text(row['status']))}** · " + plain(est.measured_on(run_id, run.name, settings)))
     for note in settings.get("notes", []):
         st.caption(plain(note))
     if row["status"] in ACTIVE_STATUSES:

@@ -24,6 +24,10 @@ from engine.training import timing
 from engine.training.inputs import check_data
 from storage import StorageError
 
+# Every value of the form lives for the whole session: a visit to another page (whose live
+# refreshes run without this page's widgets) leaves it as the user left it.
+KEEP = "session"
+
 
 def _fill(sweep: Sweep) -> None:
     """Set every widget to show ``sweep`` (a button callback: runs before the widgets)."""
@@ -33,7 +37,7 @@ def _fill(sweep: Sweep) -> None:
 
 def _draw(w: form.Widget, column) -> None:
     """One widget of the generated form."""
-    common = {"key": w.key, "help": w.help}
+    common = {"key": w.key, "help": w.help, "persist_state": KEEP}
     if w.kind == "select":
         fmt = (lambda p: f"{p} — {PRESETS[p].description}") if w.name == "preset" else str
         column.selectbox(w.label, w.options, format_func=fmt, **common)
@@ -104,9 +108,9 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
     _seed_plan(lab, configs)
     eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
     confirmed = confirm.large_launch(n, eta, "launch.confirm_large")
-    tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation",
+    tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation", persist_state=KEEP,
                          help="Comma list; every run of this launch gets them (filter by them on Runs).")
-    queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only",
+    queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only", persist_state=KEEP,
                            help="Leave the runs to `python -m engine worker` processes (other machines or GPUs) "
                                 "instead of training them in this dashboard.")
     source_text = _data_text(grid)
@@ -164,8 +168,9 @@ def _reproduce(lab: state.Lab) -> None:
         st.session_state.setdefault(form.KEY + "reproduce.steps", PAPER_STEPS)  # kept across pages, like the form
         st.session_state.setdefault(form.KEY + "reproduce.seeds", ", ".join(map(str, REPRODUCE_SEEDS)))
         steps = c1.number_input("Steps per run", min_value=1, step=1000, key=form.KEY + "reproduce.steps",
+                                persist_state=KEEP,
                                 help="The paper trains 50,000 steps; fewer give a quicker, rougher reproduction.")
-        seeds = c2.text_input("Seeds", key=form.KEY + "reproduce.seeds",
+        seeds = c2.text_input("Seeds", key=form.KEY + "reproduce.seeds", persist_state=KEEP,
                               help="Comma list or range; each seed gives every method the same initial parameters "
                                    "and batches.")
         try:
@@ -183,7 +188,7 @@ def _reproduce(lab: state.Lab) -> None:
             with st.spinner("Compiling and timing the train step…"):
                 estimates.grid_estimate(lab.store, configs, measure=True)
             st.rerun()
-        queue_only = st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only",
+        queue_only = st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only", persist_state=KEEP,
                                help="Leave the runs to `python -m engine worker` processes instead of training them here.")
         confirmed = confirm.large_launch(len(configs), plain(estimate.text()), "launch.reproduce.confirm_large")
         if st.button("Reproduce the paper", icon=":material/play_circle:", type="primary", key="reproduce.go",

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from engine.config import comparable_key, differing_fields
+from engine.config import comparable_key, differing_fields, seed_group_key
 from engine.core.choices import SUMMARY_FORMATS
 from engine.core.stats import MARGIN, check_margin, paired_delta
 
@@ -130,6 +130,49 @@ def common_step(val_steps: list[set[int]]) -> int | None:
         return None
     shared = set.intersection(*nonempty)
     return max(shared) if shared else None
+
+
+def one_per_seed(records) -> tuple[list, dict[int, int]]:
+    """(one run record per seed of each setup, in the order given; duplicate run id → the
+    id of the run that stands for it). Runs are duplicates when they share a seed group
+    (``seed_group_key``: the config less seed and bookkeeping such as steps and name) and
+    a seed: the same experiment launched twice. The one that stands for them is the
+    furthest trained (most steps done; of equals, the newest), so pooling counts each
+    seed once and a shorter relaunch does not pull the common step down."""
+    records = list(records)
+    best: dict[tuple, object] = {}
+    for r in records:
+        key = (seed_group_key(r.config), r.seed)
+        if key not in best or (r.steps_done, r.id) > (best[key].steps_done, best[key].id):
+            best[key] = r
+    kept = {r.id for r in best.values()}
+    duplicates = {r.id: best[(seed_group_key(r.config), r.seed)].id for r in records if r.id not in kept}
+    return [r for r in records if r.id in kept], duplicates
+
+
+def holding_back(records, metrics: pd.DataFrame) -> list[dict]:
+    """Where a comparable config group's latest common step (:func:`common_step`, the step
+    ``table3`` reads it at by default) is below the furthest step one of its runs has
+    validated at: one dict per such group, ``common`` and ``furthest`` (steps) and
+    ``runs``: (run id, its last validation step) of the runs that have not validated at
+    ``furthest`` (they pull the step down), by run id. Groups whose runs all validated at
+    their furthest step are left out."""
+    records = list(records)
+    val_steps = _val_steps(metrics[metrics["run_id"].isin([r.id for r in records])])
+    groups: dict[str, list] = {}
+    for r in records:
+        groups.setdefault(comparable_key(r.config), []).append(r)
+    out = []
+    for members in groups.values():
+        steps = {r.id: val_steps.get(r.id, set()) for r in members}
+        common = common_step(list(steps.values()))
+        if common is None:
+            continue
+        furthest = max(max(s) for s in steps.values() if s)
+        if common < furthest:
+            behind = [(i, max(s)) for i, s in sorted(steps.items()) if s and furthest not in s]
+            out.append({"common": common, "furthest": furthest, "runs": behind})
+    return out
 
 
 def _setups(configs: dict[str, dict]) -> dict[str, str]:

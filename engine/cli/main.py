@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -878,11 +879,28 @@ def main(argv=None) -> int:
         hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
         print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader went away (`engine show 1 | head`): not an error of ours
+        return _quiet_broken_pipe()
     except OSError as e:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
         print(f"error: {e.strerror or e}{where}; check that the disk has space and the path is writable, "
               "or point BASIS_LAB_DB_URL / BASIS_LAB_CHECKPOINTS elsewhere", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process a SIGPIPE ended (`cmd | head`)
+
+
+def _quiet_broken_pipe() -> int:
+    """Exit status after stdout's reader closed the pipe, with nothing printed: stdout is
+    pointed at /dev/null so the interpreter's own flush at exit does not fail again
+    (Python's documented handling of SIGPIPE, ``signal`` module notes)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (an in-process caller's buffer)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def main_exit() -> None:

@@ -14,7 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.run import DATA_OPTIONS, DEFAULTS, SWEPT_NAMES, ConfigError, RunConfig, _validate, default_of, kinds
+from engine.config.run import (
+    DATA_OPTIONS,
+    DEFAULTS,
+    NAME_MAX,
+    SWEPT_NAMES,
+    ConfigError,
+    RunConfig,
+    _validate,
+    default_of,
+    kinds,
+)
 from engine.core.choices import ESTIMATORS
 
 
@@ -119,6 +129,9 @@ class Clip:
                 f"B·T / devices = {self.rows} / {self.devices})")
 
 
+RUN_NAME_SEP = " · "  # between a sweep's name and each run's label: ``name · basis R=8 s0``
+
+
 @dataclass(frozen=True)
 class Sweep:
     """``base`` × estimators × ranks × λs × seeds; exact backprop once per seed when
@@ -180,7 +193,15 @@ class Sweep:
         if self.base.name:
             if len(configs) == 1:
                 return [configs[0].replace(name=self.base.name)]
-            configs = [c.replace(name=f"{self.base.name} · {c.label()}") for c in configs]
+            longest = max((c.label() for c in configs), key=len)
+            room = NAME_MAX - len(RUN_NAME_SEP) - len(longest)
+            if len(self.base.name) > room:
+                raise ConfigError(
+                    f"name: each run of this sweep is named '<name>{RUN_NAME_SEP}<run label>' (its longest label, "
+                    f"{longest!r}, takes {len(RUN_NAME_SEP) + len(longest)} of the {NAME_MAX} characters), so the "
+                    f"name you typed may have at most {max(room, 0):,} characters here; it has "
+                    f"{len(self.base.name):,}: shorten it", field="name")
+            configs = [c.replace(name=f"{self.base.name}{RUN_NAME_SEP}{c.label()}") for c in configs]
         return configs
 
 

@@ -658,6 +658,7 @@ def execute(
         lost[:] = [e]
     except TrainingDiverged as e:
         status, error = "failed", str(e)
+        steps_done[0] = e.step  # the steps run past it before the loss was read are not progress
     except CheckpointDiskFull as e:
         status, error = "interrupted", disk_full(run_id, e.path, str(e))
     except (ConfigError, CheckpointError) as e:

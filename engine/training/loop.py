@@ -38,7 +38,12 @@ from engine.training.steps import init_state, make_eval_step, make_optimizer, ma
 
 
 class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
+    """The training loss became NaN or infinite at ``step`` (the step the run reached: the
+    steps after it, run before their losses were read, do not count)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class _Window:
         steps = [first + i for first, v in self.losses for i in range(v.shape[0])]
         for step, value in zip(steps, values):
             if not math.isfinite(value):
-                raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})")
+                raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})", step)
         self.checked.extend(values.tolist())
         self.losses = []
 

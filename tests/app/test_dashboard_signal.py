@@ -36,7 +36,7 @@ def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_pa
     log = open(tmp_path / "streamlit.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true", "--server.port",
-         str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+         str(port), "--server.address", "127.0.0.1"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(port, server)

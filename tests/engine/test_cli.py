@@ -116,6 +116,7 @@ def test_text_that_is_not_utf8_is_refused_at_the_door_in_one_line(db, tmp_path, 
     import sys
     from pathlib import Path
 
+
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}
     for how in ([b"--queue-only"], []):
@@ -147,3 +148,52 @@ def test_every_door_of_stored_text_refuses_what_utf8_cannot_hold_and_export_work
     assert store.get_run(run_id).error == "cannot read x\\udcfe"
     assert main(["export", "--db", db, "--out", str(tmp_path / "all.csv")]) == 0
     assert "a path x\\udcfe" in (tmp_path / "all.csv").read_text(encoding="utf-8")
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(db):
+    """``engine show 1 | head``: the reader closes the pipe before the output is written;
+    the command exits with a shell's SIGPIPE status and prints nothing on stderr (no
+    "check that the disk has space")."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.cli.main import EXIT_BROKEN_PIPE
+    from tests.support.runs import TINY, fake_run
+
+    store = RunStore(db)
+    fake_run(store, TINY)
+    store.close()
+    root = Path(__file__).resolve().parents[2]
+    reader, writer = os.pipe()
+    os.close(reader)  # `head` has already gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "engine", "show", "--db", db, "1"], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, cwd=root, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(root)))
+    finally:
+        os.close(writer)
+    assert done.stderr == "" and done.returncode == EXIT_BROKEN_PIPE, (done.returncode, done.stderr)
+
+
+def test_the_readme_links_what_a_clone_has_and_gives_the_forms_first_sweep_on_the_command_line():
+    """Every relative link of the README names a file of the repository; the command it
+    gives for the Launch form's first sweep expands to exactly the form's runs; the port
+    override is documented."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from app import form
+    from engine.cli.main import build_parser, sweep_from_args
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#\s]+)\)", readme) + re.findall(r"`(\.\./[^`]+)`", readme):
+        if "://" not in target:
+            assert (root / target).exists(), f"README links {target}, which a clone does not have"
+    assert "make run PORT=" in readme
+    command = re.search(r"`python -m engine (sweep --preset tiny [^`]+)`", readme).group(1)
+    args = build_parser().parse_args(shlex.split(command))
+    assert sweep_from_args(args, sweep=True).expand() == form.DEFAULT_SWEEP.expand()

@@ -122,6 +122,21 @@ def test_sweep_axes_default_to_the_base_and_names_prefix_every_run():
         Sweep(RunConfig(), ranks=())
 
 
+def test_a_sweep_name_too_long_for_its_run_labels_is_refused_for_what_the_user_typed():
+    """Runs of a sweep are named ``name · label``: a 200-character name (the limit of a
+    run's name) leaves no room, and the error counts the name as typed, not with the suffix."""
+    sweep = Sweep(RunConfig(preset="tiny", name="n" * 200), estimators=("exact", "basis"), ranks=(1, 32))
+    with pytest.raises(ConfigError) as refused:
+        sweep.expand()
+    text = str(refused.value)
+    assert refused.value.field == "name" and "211" not in text
+    room = 200 - len(" · basis R=32 s0")
+    assert f"at most {room} characters" in text and "it has 200" in text
+    fits = Sweep(RunConfig(preset="tiny", name="n" * room), estimators=("exact", "basis"), ranks=(1, 32)).expand()
+    assert max(len(c.name) for c in fits) == 200
+    assert form.field_note(refused.value)[0] == "name"  # shown under the Launch form's Name field
+
+
 def test_every_field_declares_what_it_affects_and_identity_ignores_bookkeeping():
     roles = {f.name: s.affects for f, s, _ in schema()}
     assert set(roles.values()) == {TRAJECTORY, MEASUREMENT, BOOKKEEPING} and all(r in AFFECTS for r in roles.values())

@@ -2,6 +2,7 @@
 conftest.py): concurrency, cancel, failure, stale rows."""
 
 import dataclasses
+import re
 import threading
 import time
 
@@ -100,11 +101,14 @@ def test_cancel_while_queued_never_starts(store):
 
 def test_forced_nan_fails_with_the_reason_and_keeps_metrics(store):
     manager = JobManager(store)
-    [run_id] = manager.submit(dataclasses.replace(TINY, estimator="exact", lr=1e12, eval_interval=1))
+    [run_id] = manager.submit(dataclasses.replace(TINY, estimator="exact", lr=1e12, eval_interval=20))
     manager.wait()
     run = store.get_run(run_id)
     assert run.status == "failed"
     assert "training loss became" in run.error and "lower lr" in run.error
+    # the steps it shows done are the step it failed at, not those run before the losses were read
+    failed_at = int(re.search(r"at step (\d+)", run.error).group(1))
+    assert failed_at < 20 and run.steps_done == failed_at, (run.steps_done, run.error)
     assert not store.metrics([run_id], names=["val_loss"]).empty
     manager.shutdown()
 

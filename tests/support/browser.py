@@ -75,7 +75,7 @@ def streamlit_server(env: dict, log_path: Path):
     with open(log_path, "w") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+             "--server.port", str(port), "--server.address", "127.0.0.1"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         try:
