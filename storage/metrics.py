@@ -104,8 +104,8 @@ class MetricsMixin:
     def final_metrics(self, run_ids: Optional[Sequence[int]] = None, *,
                       names: Optional[Sequence[str]] = None) -> pd.DataFrame:
         """Each run's latest value of each metric: one row per (run_id, name) with the
-        ``step``, ``wall_time`` and ``value`` of its row of highest step (of highest id
-        among equal steps), by run_id and name. ``run_ids``/``names`` None: all."""
+        ``step``, ``wall_time`` and ``value`` of its row of highest step ((run_id, name,
+        step) is unique), by run_id and name. ``run_ids``/``names`` None: all."""
         mt = Metric.__table__
         if (run_ids is not None and len(run_ids) == 0) or (names is not None and len(names) == 0):
             return pd.DataFrame(columns=["run_id", "name", "step", "wall_time", "value"]).astype(
