@@ -214,7 +214,26 @@ def binned_sum(sketch: Sketch, a: jax.Array) -> jax.Array:
     index = jnp.where(valid, slots, 0)
     signs = jnp.where(valid, sketch.signs[index], 0.0)
     picked = jnp.take(a, index, axis=0, mode="clip").astype(jnp.float32) * signs[:, None]
-    return picked.reshape(-1, rank, a.shape[1]).sum(axis=0)
+    return axis_sum(picked.reshape(-1, rank, a.shape[1]), 0)
+
+
+def axis_sum(a: jax.Array, axis: int, backend: str | None = None) -> jax.Array:
+    """``a.sum(axis)``; on a CPU by pairwise halving along ``axis`` (⌈log₂ n⌉ adds of halves).
+
+    XLA's CPU reduction over a leading or middle axis of a wide array is slow: summing
+    (2, 32, 50257) over axis 0 took 175 ms on the 2-core CPU (jax 0.10.2), the halves'
+    sum 1 ms; (128, 32, 1024) 146 ms against 1.8 ms. Other backends reduce directly.
+    The order of the additions differs from ``jnp.sum``'s only by float rounding.
+    """
+    if (backend or jax.default_backend()) != "cpu":
+        return a.sum(axis)
+    while a.shape[axis] > 1:
+        n = a.shape[axis]
+        half = n // 2
+        take = lambda start, stop: jax.lax.slice_in_dim(a, start, stop, axis=axis)
+        head = take(0, half) + take(half, 2 * half)
+        a = head if n % 2 == 0 else jnp.concatenate([head, take(2 * half, n)], axis=axis)
+    return jnp.squeeze(a, axis)
 
 
 def sketch_rows(
