@@ -186,6 +186,20 @@ def test_axis_sum_is_the_sum_over_that_axis(n, axis, backend):
     np.testing.assert_allclose(got, np.asarray(a, np.float64).sum(axis), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows,rank", [(64, 8), (50, 8), (9, 4), (13, 13)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_gather_takes_the_norm_from_the_same_pass_as_the_bins(rows, rank, dtype):
+    """X̂ = c·γ·S a by ``gather`` (‖a‖ from the gathered rows, empty slots included)
+    equals X̂ with ‖a‖ read separately (``dense``), and γ keeps ‖X̂‖ = c·‖a‖."""
+    sk = draw_sketch(jax.random.key(rows + rank), "balanced", rows, rank)
+    a = jax.random.normal(jax.random.key(2), (rows, 6)).astype(dtype)
+    rows_by = {m: jax.jit(lambda a, m=m: sketch_rows(a, sk, scalars=True, shrink=0.9, method=m))(a)
+               for m in ("gather", "dense")}
+    np.testing.assert_allclose(rows_by["gather"], rows_by["dense"], rtol=1e-5, atol=1e-6)
+    norm_a = np.linalg.norm(np.asarray(a, np.float64))
+    np.testing.assert_allclose(np.linalg.norm(rows_by["gather"]), 0.9 * norm_a, rtol=1e-5)
+
+
 def test_axis_sum_on_a_cpu_never_reduces_a_leading_axis():
     """XLA's CPU reduce over a leading axis of a wide array is the slow path (the binned
     head's 175 ms): on a CPU the sum is adds of halves, with no reduction at all."""
