@@ -62,6 +62,7 @@ test: install-test browser postgres
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install
+	$(PY) bench/step.py
 	$(PY) bench/layer_speed.py
 	$(PY) bench/memory.py
 	$(PY) bench/memory.py --defaults

@@ -18,17 +18,23 @@ blocks of ``--steps`` steps with one ``block_until_ready`` per block, taken afte
 warm-up steps; the peak is read after those real steps. Ratios are to plain ``exact``
 of the same shape, measured in the same run.
 
+Every method runs in each of ``--dtypes`` (float32 and bfloat16), and every ratio is
+given twice: ``×exact`` against plain exact and ``×opts`` against ``exact+opts``, the
+exact step with the same memory options as BASIS (like with like).
+
 ``--fit`` finds, at gpt2 T 1024, the largest batch of ``exact``, ``exact+opts`` and
-``basis R=32 mlp+head`` that fits the device: compiled memory (XLA's memory analysis:
-arguments + outputs − aliased + temporaries) at two batch sizes gives a line, the
-predicted largest batch is checked by compiling at it and at one more, and one real
-step at it confirms (in a fresh process).
+``basis R=32 mlp+head``; ``--long-t`` the longest T at gpt2, B 1, of ``exact`` and
+``basis R=32 mlp+head``. Both by real steps, each in a fresh process: doubling until a
+step fails, then bisection; the table shows the n that ran and n + 1 that did not. On a
+CPU (``--tiny``), which never runs out of memory, a step "fails" when its compiled need
+(XLA's memory analysis: arguments + outputs − aliased + temporaries) exceeds ``--limit``.
 
 ``--explore`` times, in one process, what the defaults are chosen by: the three ways of
 applying S to the head's dZ (16384 × 50257), the fused head at several chunk sizes
 against logits then cross-entropy, and attention ``xla`` against ``recompute``.
 
-    python bench/gpu.py [--shapes paper,bt16k,gpt2] [--fit] [--explore] [--tiny] [--json out.json]
+    python bench/gpu.py [--shapes paper,bt16k,gpt2] [--fit] [--long-t] [--explore] [--tiny] [--json out.json]
+    python bench/gpu.py --shapes gpt2 --fit --long-t     # one call per shape group on a GPU
 """
 
 from __future__ import annotations
@@ -54,17 +60,19 @@ TINY = {  # --tiny: the same roles at CPU sizes
 }
 METHODS = ["exact", "exact+opts"] + [f"basis R={r} {layers}" for layers in ("mlp+head", "all") for r in (1, 8, 32)]
 FIT_METHODS = ["exact", "exact+opts", "basis R=32 mlp+head"]
+LONG_T_METHODS = ["exact", "basis R=32 mlp+head"]
+TINY_LIMIT = 192 << 20  # --tiny's stand-in for device memory (bytes of the compiled step)
 PLAIN = dict(head_chunk=0, attention="xla", recompute_activations=False, remat="none")
 
 
-def model_for(shape, method: str, backend: str):
-    """The ``GPTConfig`` of ``method`` at ``shape``: options are the run defaults
-    (``RunConfig``) on ``backend`` except for plain ``exact``."""
+def model_for(shape, method: str, backend: str, dtype: str = "float32"):
+    """The ``GPTConfig`` of ``method`` at ``shape`` in ``dtype``: options are the run
+    defaults (``RunConfig``) on ``backend`` except for plain ``exact``."""
     from engine.config import RunConfig
     from engine.core.presets import GPTConfig
 
     b, t, d, heads, layers, vocab = shape
-    base = GPTConfig(vocab_size=vocab, seq_len=t, d_model=d, n_heads=heads, n_layers=layers)
+    base = GPTConfig(vocab_size=vocab, seq_len=t, d_model=d, n_heads=heads, n_layers=layers, dtype=dtype)
     if method == "exact":
         return base.replace(**PLAIN)
     run = RunConfig(preset="tiny", batch_size=b, seq_len=t)
@@ -99,13 +107,20 @@ def one(spec: dict) -> dict:
     backend = jax.default_backend()
     shape = tuple(spec["shape"])
     b = spec.get("batch") or shape[0]
-    cfg = model_for(shape, spec["method"], backend)
+    if spec.get("seq_len"):  # the long-context search: this T
+        shape = (shape[0], spec["seq_len"], *shape[2:])
+    cfg = model_for(shape, spec["method"], backend, spec.get("dtype", "float32"))
     opt, state, batch = _setup(cfg, b)
     root = jax.random.key(1)
     t0 = time.perf_counter()
     step = make_train_step(cfg, opt).lower(state, batch, root).compile()
     compile_s = time.perf_counter() - t0
     out = dict(spec, compile_s=compile_s, device=f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    if spec.get("limit"):  # --tiny: a stand-in for device memory, which a CPU does not run out of
+        m = step.memory_analysis()
+        need = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+        if need > spec["limit"]:
+            return dict(out, ok=False, error=f"needs {need} compiled bytes > limit {spec['limit']}")
     try:
         state, loss = step(state, batch, jax.random.fold_in(root, 0))
         jax.block_until_ready(loss)
@@ -144,37 +159,33 @@ def run_one(spec: dict, timeout: float) -> dict:
     return dict(spec, ok=False, error=tail[:200])
 
 
-def compiled_need(cfg, batch_size: int) -> int:
-    """Bytes XLA's memory analysis says the compiled train step needs at ``batch_size``."""
-    import jax
-    import jax.numpy as jnp
+def largest(spec: dict, key: str, start: int, timeout: float, cap: int = 1 << 16) -> dict:
+    """The largest ``spec[key]`` (a batch size or a T) at which one real train step runs,
+    each try in a fresh process (``run_one``): doubling from ``start`` until a step
+    fails, then bisection between the last success and the first failure. Returns the
+    largest n that ran and n + 1, which did not (``fits``/``fails``, with their results)."""
+    tried: dict[int, dict] = {}
 
-    from engine.model.gpt import init_params
-    from engine.training.steps import init_state, make_optimizer, make_train_step
+    def ok(n: int) -> bool:
+        tried[n] = run_one(dict(spec, **{key: n}), timeout)
+        return bool(tried[n].get("ok"))
 
-    opt = make_optimizer("sgd", 0.01)
-    params = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    state = jax.eval_shape(lambda p: init_state(p, opt), params)
-    batch = jax.ShapeDtypeStruct((batch_size, cfg.seq_len + 1), jnp.int32)
-    m = make_train_step(cfg, opt).lower(state, batch, jax.random.key(1)).compile().memory_analysis()
-    return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes)
-
-
-def fit(spec: dict) -> dict:
-    """Largest batch whose compiled step fits ``bytes_limit`` (``--fit-one``)."""
-    import jax
-
-    shape = tuple(spec["shape"])
-    cfg = model_for(shape, spec["method"], jax.default_backend())
-    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit") or spec.get("limit") or 16 << 30
-    b0 = shape[0]
-    n0, n1 = compiled_need(cfg, b0), compiled_need(cfg, 2 * b0)
-    per_seq = (n1 - n0) / b0
-    guess = max(1, int((limit - (n0 - per_seq * b0)) // per_seq))
-    # compiled memory is linear in B (every activation has a batch axis): the line
-    # through two compiles predicts the largest B; one real step confirms it
-    return dict(spec, limit=limit, per_seq_bytes=per_seq, largest=guess,
-                needs={str(b0): n0, str(2 * b0): n1})
+    if not ok(start):
+        return dict(spec, search=key, fits=None, fails=start, error=tried[start].get("error"), tries=len(tried))
+    lo, hi = start, None
+    while hi is None and lo < cap:
+        n = min(2 * lo, cap)
+        if ok(n):
+            lo = n
+        else:
+            hi = n
+    if hi is None:
+        return dict(spec, search=key, fits=lo, fails=None, error=f"still fits at the cap {cap}", tries=len(tried))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return dict(spec, search=key, fits=lo, fails=hi, fail_error=tried[hi].get("error"), tries=len(tried),
+                peak_bytes=tried[lo].get("peak_bytes"))
 
 
 # ----------------------------------------------------------------------------- explore
@@ -260,34 +271,34 @@ def explore(tiny: bool) -> list[dict]:
 def print_table(results: list[dict]) -> None:
     gib = 2**30
     print("\n" + next((r["device"] for r in results if r.get("device")), "no device"))
-    for shape in dict.fromkeys(r["shape_name"] for r in results):
-        rows = [r for r in results if r["shape_name"] == shape]
+    for shape, dtype in dict.fromkeys((r["shape_name"], r.get("dtype", "float32")) for r in results):
+        rows = [r for r in results if r["shape_name"] == shape and r.get("dtype", "float32") == dtype]
         base = next((r for r in rows if r["method"] == "exact" and r.get("ok")), None)
+        opts = next((r for r in rows if r["method"] == "exact+opts" and r.get("ok")), None)
         b, t, d, h, layers, v = rows[0]["shape"]
-        print(f"\n{shape}: B {b}, T {t}, d {d}, {h} heads, {layers} layers, V {v}")
-        print(f"  {'method':<22}{'ms/step':>9}{'×exact':>8}{'peak GiB':>10}{'×exact':>8}")
+        print(f"\n{shape} {dtype}: B {b}, T {t}, d {d}, {h} heads, {layers} layers, V {v}; "
+              "×exact: plain exact, ×opts: exact with the same options as BASIS")
+        print(f"  {'method':<22}{'ms/step':>9}{'×exact':>8}{'×opts':>8}{'peak GiB':>10}{'×exact':>8}{'×opts':>8}")
+
+        def ratio(r, ref, key):
+            return f"{r[key] / ref[key]:.3f}" if ref and r.get(key) and ref.get(key) else "-"
+
         for r in rows:
             if not r.get("ok"):
                 print(f"  {r['method']:<22}  failed: {r.get('error')}")
                 continue
-            tr = f"{r['ms'] / base['ms']:.3f}" if base else "-"
-            peak = r.get("peak_bytes")
-            pr = f"{peak / base['peak_bytes']:.3f}" if base and peak and base.get("peak_bytes") else "-"
-            print(f"  {r['method']:<22}{r['ms']:>9.2f}{tr:>8}{(peak or 0) / gib:>10.2f}{pr:>8}")
+            print(f"  {r['method']:<22}{r['ms']:>9.2f}{ratio(r, base, 'ms'):>8}{ratio(r, opts, 'ms'):>8}"
+                  f"{(r.get('peak_bytes') or 0) / gib:>10.2f}{ratio(r, base, 'peak_bytes'):>8}{ratio(r, opts, 'peak_bytes'):>8}")
 
 
-def print_fit(fits: list[dict]) -> None:
-    base = next((f for f in fits if f["method"] == "exact" and f.get("largest")), None)
-    print("\nlargest batch at gpt2 T 1024 (compiled memory analysis, confirmed by one real step)")
-    print(f"  {'method':<22}{'largest B':>10}{'×exact':>8}{'GiB/seq':>9}  confirmed")
+def print_fit(fits: list[dict], title: str, key: str) -> None:
+    base = next((f for f in fits if f["method"] == "exact" and f.get("fits")), None)
+    print(f"\n{title} (real steps, each in a fresh process; doubling then bisection)")
+    print(f"  {'method':<22}{'fits':>8}{'fails':>8}{'×exact':>8}{'tries':>7}  why n+1 failed")
     for f in fits:
-        if not f.get("largest"):
-            print(f"  {f['method']:<22}  failed: {f.get('error')}")
-            continue
-        ratio = f"{f['largest'] / base['largest']:.2f}" if base else "-"
-        conf = f.get("confirm", {})
-        ok = "yes" if conf.get("ok") else f"no ({conf.get('error', '')[:60]})"
-        print(f"  {f['method']:<22}{f['largest']:>10}{ratio:>8}{f['per_seq_bytes'] / 2**30:>9.3f}  {ok}")
+        ratio = f"{f['fits'] / base['fits']:.2f}" if base and f.get("fits") else "-"
+        why = (f.get("fail_error") or f.get("error") or "")[:70]
+        print(f"  {f['method']:<22}{f.get('fits') or '-':>8}{f.get('fails') or '-':>8}{ratio:>8}{f.get('tries', 0):>7}  {why}")
 
 
 def main(argv=None):
@@ -298,6 +309,11 @@ def main(argv=None):
     ap.add_argument("--blocks", type=int, default=5, help="timed blocks; the median counts")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--fit", action="store_true", help="largest batch at gpt2 T 1024")
+    ap.add_argument("--long-t", action="store_true", help="longest T at gpt2, B 1, exact and basis R=32")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="the table's dtypes, side by side")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="bytes: a step whose compiled need exceeds it fails (default: the device's own memory; "
+                         f"--tiny: {TINY_LIMIT >> 20} MiB, a CPU never runs out)")
     ap.add_argument("--fit-methods", default=",".join(FIT_METHODS))
     ap.add_argument("--no-table", action="store_true", help="skip the step-time table")
     ap.add_argument("--explore", action="store_true", help="time sketch methods, head chunks, attention")
@@ -305,14 +321,10 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=300, help="seconds per method's process")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--fit-one", help=argparse.SUPPRESS)
     ap.add_argument("--explore-one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
-        return
-    if args.fit_one:
-        print(json.dumps(fit(json.loads(args.fit_one))))
         return
     if args.explore_one:
         print(json.dumps(explore(args.tiny)))
@@ -328,34 +340,29 @@ def main(argv=None):
         if done.returncode:
             print(done.stderr[-2000:])
         out["explore"] = next((json.loads(x) for x in done.stdout.splitlines() if x.startswith("[")), None)
-    fits = []
+    limit = TINY_LIMIT if args.tiny and not args.limit else args.limit
+    fits, longs = [], []
     if args.fit:  # one at a time: compiling autotunes on the device, which takes memory
         for method in args.fit_methods.split(","):
-            try:
-                done = subprocess.run([sys.executable, __file__, "--fit-one", json.dumps(dict(shape=shapes["gpt2"], method=method))],
-                                      capture_output=True, text=True, timeout=args.timeout * 2)
-                line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("{")), None)
-                f = json.loads(line) if line else dict(method=method, largest=None, error=done.stderr.strip()[-200:])
-            except subprocess.TimeoutExpired:
-                f = dict(method=method, largest=None, error="timed out")
-            while f.get("largest"):  # step down until one real step runs (at most 3 tries)
-                f["confirm"] = run_one(dict(shape=shapes["gpt2"], method=method, batch=f["largest"]), args.timeout)
-                if f["confirm"].get("ok") or f.setdefault("tries", 0) >= 2:
-                    break
-                f["tries"] += 1
-                f["largest"] = int(f["largest"] * 0.95)
-            fits.append(f)
-            print(f"  fit {method}: {f.get('largest')} {f.get('confirm', {}).get('ok')} {f.get('error', '')}", flush=True)
+            spec = dict(shape=shapes["gpt2"], method=method, limit=limit)
+            fits.append(largest(spec, "batch", shapes["gpt2"][0], args.timeout))
+            print(f"  fit {method}: B {fits[-1].get('fits')} fits, {fits[-1].get('fails')} does not", flush=True)
         out["fit"] = fits
+    if args.long_t:  # gpt2, B 1: the longest sequence (positions table grows with T)
+        for method in LONG_T_METHODS:
+            spec = dict(shape=shapes["gpt2"], method=method, batch=1, limit=limit)
+            longs.append(largest(spec, "seq_len", shapes["gpt2"][1], args.timeout))
+            print(f"  long T {method}: T {longs[-1].get('fits')} fits, {longs[-1].get('fails')} does not", flush=True)
+        out["long_t"] = longs
     results = []
     if not args.no_table:
         for name in args.shapes.split(","):
-            for method in args.methods.split(","):
-                spec = dict(shape_name=name, shape=shapes[name], method=method, steps=args.steps,
+            for method, dtype in [(m, d) for m in args.methods.split(",") for d in args.dtypes.split(",")]:
+                spec = dict(shape_name=name, shape=shapes[name], method=method, dtype=dtype, steps=args.steps,
                             blocks=args.blocks, warmup=args.warmup)
                 r = run_one(spec, args.timeout)
                 results.append(r)
-                print(f"  {name} {method}: " + (f"{r['ms']:.2f} ms, peak {(r.get('peak_bytes') or 0) / 2**30:.2f} GiB, "
+                print(f"  {name} {method} {dtype}: " + (f"{r['ms']:.2f} ms, peak {(r.get('peak_bytes') or 0) / 2**30:.2f} GiB, "
                                                 f"compile {r['compile_s']:.0f} s" if r.get("ok") else f"failed: {r.get('error')}"),
                       flush=True)
         out["table"] = results
@@ -364,7 +371,9 @@ def main(argv=None):
     if results:
         print_table(results)
     if fits:
-        print_fit(fits)
+        print_fit(fits, f"largest batch at gpt2 T {shapes['gpt2'][1]}", "batch")
+    if longs:
+        print_fit(longs, "longest T at gpt2, B 1", "seq_len")
 
 
 if __name__ == "__main__":

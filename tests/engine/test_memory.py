@@ -13,8 +13,8 @@ from engine.core.presets import GPTConfig
 from engine.model.gpt import init_params, loss_fn
 from engine.model.memory import CATEGORIES, memory_breakdown, residuals, saved_activation_bytes
 from engine.sketch.attention import causal_attention
-from engine.sketch.basis import sketched_matmul
-from engine.sketch.head import head_loss
+from engine.sketch.basis import draw_sketch, sketched_matmul
+from engine.sketch.head import head_loss, head_method
 from engine.training.compiled import compiled_memory
 from engine.training.steps import make_optimizer
 
@@ -123,6 +123,39 @@ def test_binned_head_equals_the_head_in_row_order_and_the_sketched_matmul(estima
                                                     grad(unfused)(x, w)))()
     for other in (dense, segment, want):
         _assert_close(binned, other)
+
+
+def test_head_picks_its_sketch_form_by_backend_and_rank():
+    """As measured (``head_method``): binned for balanced sketches, except the one-hot
+    product at R ≤ 4 on a CPU; other sketches apply S per chunk by ``sketch_method``."""
+    balanced = lambda r: draw_sketch(jax.random.key(0), "balanced", 64, r)
+    assert head_method(balanced(32), "cpu") == head_method(balanced(8), "cpu") == "binned"
+    assert head_method(balanced(4), "cpu") == head_method(balanced(1), "cpu") == "dense"
+    assert head_method(balanced(1), "gpu") == head_method(balanced(32), "gpu") == "binned"
+    assert head_method(draw_sketch(jax.random.key(0), "uniform", 64, 32), "cpu") is None
+
+
+def test_binned_head_on_a_cpu_sums_bins_without_a_wide_reduction(monkeypatch):
+    """The binned head's S dZ on a CPU: no reduce over the (layers, R, V) array, which
+    XLA's CPU runs ~100× slower than adding halves (the issue-27 regression)."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    x, w, t = _head_inputs()
+    jaxpr = jax.make_jaxpr(jax.grad(lambda w: head_loss(x, w, t, jax.random.key(0), chunk=7, estimator="basis",
+                                                        rank=2, sketch_method="binned")))(w)
+    wide = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "reduce_sum" and e.invars[0].aval.ndim == 3]
+    assert wide == []
+    assert any(e.primitive.name == "add" and e.outvars[0].aval.shape == (2, 96) for e in _equations(jaxpr.jaxpr))
+
+
+def _equations(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs in its equations' parameters."""
+    for e in jaxpr.eqns:
+        yield e
+        for p in e.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
 
 
 def test_binned_head_needs_a_balanced_sketch_and_a_known_method():
