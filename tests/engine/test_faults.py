@@ -19,7 +19,7 @@ from engine.cli.main import main
 from engine.config import RunConfig
 from engine.runner import jobs
 from storage import RunStore
-from tests.engine.test_exactly_once import _trajectory
+from tests.support.runs import trajectory as _trajectory
 from tests.support.runs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -66,8 +66,9 @@ def test_the_locks_pin_everything_with_hashes_and_keep_test_tools_out_of_the_run
     assert declared <= set(runtime) and {"tabulate", "filelock"} <= declared
     assert "jaxlib" not in declared and "jaxlib" in runtime  # jax brings its own jaxlib
     tools = {_requirement_name(d) for d in project["optional-dependencies"]["test"]}
-    dev_tools = {"pytest", "playwright", "ruff", "import-linter", "psycopg"}
+    dev_tools = {"pytest", "playwright", "ruff", "import-linter", "mypy"}
     assert dev_tools <= tools <= set(test)
+    assert "psycopg" in declared and "psycopg" in runtime  # PostgreSQL workers run from `make run`'s environment
     assert not dev_tools & set(runtime)  # Markdown, in the test extra, is also a runtime dependency's
     assert all(test[name][0] == version for name, (version, _) in runtime.items())  # one version of each
     assert {_requirement_name(d) for d in project["optional-dependencies"]["cuda"]} == {"jax"}

@@ -89,7 +89,7 @@ def test_a_value_the_database_refuses_names_its_column(store, monkeypatch):
     (["run", "--queue-only", "--preset", "tiny", "--name", "n" * (NAME_MAX + 1)],
      f"name is {NAME_MAX + 1} characters long; the most is {NAME_MAX}"),
     (["sweep", "--queue-only", "--preset", "tiny", "--ranks", "2,4", "--name", "n" * (NAME_MAX - 5)],
-     "name is"),  # each run's method is added to a sweep's name: past the limit for every run
+     f"may have at most {NAME_MAX - 15} characters here; it has {NAME_MAX - 5}"),  # 'name · basis R=2 s0' per run
     (["run", "--queue-only", "--preset", "tiny", "--steps", str(2**63)], "steps must be an integer in [1, "),
     (["run", "--queue-only", "--preset", "tiny", "--tags", "t" * (TAG_MAX + 1)], f"longer than {TAG_MAX} characters"),
 ])
