@@ -34,8 +34,9 @@ def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin
 def expected_delta_sd(store: RunStore, configs) -> tuple[float, str]:
     """The seed-to-seed SD of a paired Δ val to expect for ``configs`` (``RunConfig``s): pooled
     over the Table 3 rows with two or more paired seeds among the stored finished runs of the
-    same comparable configs, s² = Σ (n−1) s_i² / Σ (n−1); else ``PRIOR_DELTA_SD``. Also where it
-    came from, in words."""
+    same comparable configs, s² = Σ (n−1) s_i² / Σ (n−1), where that is above 0 (runs with no
+    seed noise at all, such as replayed or synthetic ones, say nothing about the spread to
+    plan for); else ``PRIOR_DELTA_SD``. Also where it came from, in words."""
     keys = {comparable_key(c.to_dict()) for c in configs}
     records = [r for r in store.list_runs() if r.status == "finished" and comparable_key(r.config) in keys]
     if records:
@@ -44,7 +45,8 @@ def expected_delta_sd(store: RunStore, configs) -> tuple[float, str]:
         if len(rows):
             df = rows["paired_seeds"] - 1
             sd = float(((df * rows["delta_val_std"] ** 2).sum() / df.sum()) ** 0.5)
-            return sd, f"observed over {len(records)} finished runs of this setup"
+            if sd > 0:
+                return sd, f"observed over {len(records)} finished runs of this setup"
     return PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions"
 
 

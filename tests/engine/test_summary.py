@@ -408,6 +408,23 @@ def test_seed_plan_warns_before_a_launch_that_cannot_decide(store):
     assert seed_plan(store, few) is None  # 3 seeds decide at SD 0.001
 
 
+def test_an_observed_spread_of_zero_plans_with_the_prior(store):
+    """Runs whose Δ has no seed noise (SD 0) cannot stand for the spread a sweep will meet:
+    the plan falls back to the prior instead of claiming 2 seeds decide."""
+    from engine.config import reproduction_sweep
+    from engine.runner.queries import expected_delta_sd
+
+    few = reproduction_sweep(20, (0, 1, 2)).expand()
+    config = dataclasses.replace(few[0], steps=20)
+    for seed in range(3):
+        _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
+        _run(store, dataclasses.replace(config, estimator="basis", rank=32, seed=seed), {20: 6.1})
+    for r in store.list_runs():
+        store.set_status(r.id, "running")
+        store.set_status(r.id, "finished")
+    assert expected_delta_sd(store, few) == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
+
+
 def test_cli_summary_margin_judges_table3(store, capsys, monkeypatch):
     monkeypatch.setenv("BASIS_LAB_DB_URL", store.url)
     for seed, d in enumerate((0.030, 0.031, 0.029)):
