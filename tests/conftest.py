@@ -25,6 +25,8 @@ import pytest
 
 from tests.support.postgres import ThrowawayPostgres
 
+pytest_plugins = ["tests.cpu_time"]
+
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 _JAX_CACHE = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
 
