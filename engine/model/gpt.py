@@ -35,6 +35,8 @@ less than half the memory). ``remat`` is off (it costs a forward pass per block)
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -159,9 +161,17 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 def init_params(cfg: GPTConfig, key: jax.Array, batch_size: int = 1):
-    """Parameters for ``cfg``; the same for every estimator, rank and λ given ``key``."""
-    idx = jnp.zeros((batch_size, cfg.seq_len), jnp.int32)
-    return GPT(cfg.replace(estimator="exact")).init({"params": key}, idx)["params"]
+    """Parameters for ``cfg``; the same for every estimator, rank and λ given ``key``.
+
+    Built by one compiled function: Flax's ``init`` run op by op dispatches and compiles
+    each of its ~100 primitives on its own, the cost of starting a run on a CPU."""
+    return _jitted_init(cfg.replace(estimator="exact"), batch_size)(key)
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_init(cfg: GPTConfig, batch_size: int):
+    idx = jax.ShapeDtypeStruct((batch_size, cfg.seq_len), jnp.int32)
+    return jax.jit(lambda key: GPT(cfg).init({"params": key}, jnp.zeros(idx.shape, idx.dtype))["params"])
 
 
 def loss_fn(cfg: GPTConfig, params, batch: jax.Array, sketch_key: jax.Array | None) -> jax.Array:

@@ -82,4 +82,6 @@ def make_eval_step(cfg: GPTConfig) -> Callable:
 
 
 def init_state(params, optimizer: optax.GradientTransformation) -> TrainState:
-    return TrainState(params, optimizer.init(params), jax.numpy.zeros((), jax.numpy.int32))
+    """Step 0 of training: ``params``, the optimizer's initial state (one compiled call,
+    not one dispatch per leaf) and a step counter of 0."""
+    return TrainState(params, jax.jit(optimizer.init)(params), jax.numpy.zeros((), jax.numpy.int32))
