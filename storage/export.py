@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import pandas as pd
 
 from .db import StorageError
+from .errors import InvalidValueError
 from .store import RunRecord, RunStore
 
 __all__ = [
@@ -258,7 +259,7 @@ def export_csv(
     (atomic; an existing file only with ``force``; never the database); return the data
     rows written."""
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
+        raise InvalidValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
     frame = long_frame(store, run_ids, shape) if fmt == "long" else wide_frame(store, run_ids, shape)
     write_file(store, path, to_csv_bytes(frame), force=force)
     return len(frame)

@@ -30,13 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import UserError
+
 ENV_COORDINATOR = "BASIS_LAB_COORDINATOR"
 ENV_NUM_PROCESSES = "BASIS_LAB_NUM_PROCESSES"
 ENV_PROCESS_ID = "BASIS_LAB_PROCESS_ID"
 ENV_NAMES = (ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
 
 
-class HostsError(ValueError):
+class HostsError(UserError, ValueError):
     """The multi-host environment variables are incomplete or wrong; the message names the fix."""
 
 

@@ -27,6 +27,7 @@ from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
 from engine.core.stats import check_margin
+from engine.errors import UserError
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 
 AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
@@ -34,7 +35,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "mar
 WAITING_STATUSES = (*ACTIVE_STATUSES, "interrupted")  # a sweep with such a run has not ended
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A report cannot be built or written as asked; the message names the fix."""
 
 

@@ -102,6 +102,7 @@ from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from engine.core import checks
+from engine.errors import BasisLabError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 _EPOCH_DIR = re.compile(r"epoch-(\d+)")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be written or read; the message names the fix."""
 
 
@@ -158,7 +159,7 @@ class _FinalSteps:
         return [c.step in self.steps for c in checkpoints]
 
 
-class _Damaged(ValueError):
+class _Damaged(BasisLabError, ValueError):
     """A restored array or the metadata does not match the checksum saved with it."""
 
 
