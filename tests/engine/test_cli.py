@@ -186,7 +186,8 @@ def test_the_readme_links_what_a_clone_has_and_gives_the_forms_first_sweep_on_th
     from pathlib import Path
 
     from app import form
-    from engine.cli.main import build_parser, sweep_from_args
+    from engine.cli.config_flags import sweep_from_args
+    from engine.cli.main import build_parser
 
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
