@@ -16,4 +16,13 @@ is a ``BasisLabError`` recorded on its run, not a user error.
 
 from storage.family import BasisLabError, InvalidValueError, UserError
 
-__all__ = ["BasisLabError", "InvalidValueError", "UserError"]
+__all__ = ["TASK_FAILURES", "BasisLabError", "InvalidValueError", "UserError"]
+
+# What one task (a run, a diagnosis, a report, a write, a heartbeat) can fail with that ends
+# that task and not the process running it: the project's own errors, the OS's (a full or
+# read-only disk, a network), bad values, types, keys and arithmetic (a model that does not
+# fit, a NaN), and the runtime failures of the libraries underneath (XLA's XlaRuntimeError,
+# an exhausted device, a thread pool shut down: RuntimeError). A worker records these on the
+# task and goes on. Not listed, so raised with their traceback: a name, import, attribute
+# or assertion error (a bug in this code), KeyboardInterrupt and SystemExit.
+TASK_FAILURES = (BasisLabError, OSError, ValueError, TypeError, LookupError, ArithmeticError, RuntimeError)

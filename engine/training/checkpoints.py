@@ -115,6 +115,13 @@ _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 _EPOCH_DIR = re.compile(r"epoch-(\d+)")
 
 
+# What orbax and tensorstore raise for a directory, file or step they cannot read or write:
+# the OS's errors, tensorstore's failed statuses and orbax's refusals (ValueError), a tree or
+# metadata that does not match (KeyError, TypeError), a failed asynchronous save or XLA
+# transfer (RuntimeError).
+_ORBAX_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be written or read; the message names the fix."""
 
@@ -252,7 +259,7 @@ class RunCheckpoints:
             for step in self._manager.all_steps():
                 if self._step_is_final(step):
                     self._final.steps.add(step)
-        except Exception as e:  # orbax raises many types for an unreadable directory
+        except _ORBAX_ERRORS as e:  # an unreadable directory
             raise CheckpointError(
                 f"cannot open the checkpoints of {self.name} at {self.directory} ({_brief(e)}): "
                 f"fix the path or its permissions, or set {ENV_DIR}"
@@ -265,7 +272,7 @@ class RunCheckpoints:
         try:
             with _orbax_quiet():
                 return bool((self._manager.metadata(step).custom_metadata or {}).get(_FINAL))
-        except Exception:  # unreadable metadata: such a checkpoint is not protected
+        except _ORBAX_ERRORS:  # unreadable metadata: such a checkpoint is not protected
             return False
 
     # ------------------------------------------------------------------ where they are
@@ -307,7 +314,7 @@ class RunCheckpoints:
                     manager = self._reader(folder)
                     manager.reload()
                     out += [(int(step), epoch, folder) for step in manager.all_steps()]
-            except Exception as e:  # an unreadable folder of another epoch is skipped, not fatal
+            except _ORBAX_ERRORS as e:  # an unreadable folder of another epoch is skipped, not fatal
                 log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
                             _brief(e))
         return out
@@ -351,7 +358,7 @@ class RunCheckpoints:
                     force=True,
                 )
                 self._manager.wait_until_finished()
-            except Exception as e:  # orbax/tensorstore raise many types for a full or read-only disk
+            except _ORBAX_ERRORS as e:  # a full or read-only disk
                 self._final.steps.discard(step)
                 self._remove_unfinished_saves(step)
                 if _disk_full(e):
@@ -458,7 +465,7 @@ class RunCheckpoints:
                 f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
                 "(a resume takes the next older checkpoint)"
             ) from None
-        except Exception as e:  # orbax/tensorstore raise many types for damaged files
+        except _ORBAX_ERRORS as e:  # damaged files
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
                 f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
@@ -568,7 +575,7 @@ def _declared_format(manager: ocp.CheckpointManager, step: int):
     none, as before checksums; also when that metadata is unreadable)."""
     try:
         return (manager.metadata(step).custom_metadata or {}).get(_FORMAT)
-    except Exception:  # noqa: BLE001 — a missing or damaged step metadata declares nothing
+    except _ORBAX_ERRORS:  # a missing or damaged step metadata declares nothing
         return None
 
 
