@@ -7,7 +7,7 @@ bounds for numbers). Everything else derives from that declaration:
 - validation (``RunConfig.__post_init__`` runs one check per kind of value:
   choice, integer, real, flag, mapping; messages name the field, the allowed
   values and the fix),
-- the CLI's ``run`` and ``sweep`` flags (``engine.cli.main``: ``--field-name``),
+- the CLI's ``run`` and ``sweep`` flags (``engine.cli.config_flags``: ``--field-name``),
 - the dashboard's Launch widgets (``app.form``), one per field, in its group.
 
 ``RunConfig`` is frozen and hashable (data-source options are a ``FrozenMap``),

@@ -122,6 +122,13 @@ _EPOCH_DIR = re.compile(r"epoch-(\d+)")
 _ORBAX_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
 
 
+def _orbax_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of orbax's I/O failures: :data:`_ORBAX_ERRORS`, or the bare
+    ``Exception`` orbax raises for an array tensorstore cannot read or write (a deleted or
+    truncated file: "Encountered error while reading array index")."""
+    return isinstance(error, _ORBAX_ERRORS) or type(error) is Exception
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be written or read; the message names the fix."""
 
@@ -358,7 +365,9 @@ class RunCheckpoints:
                     force=True,
                 )
                 self._manager.wait_until_finished()
-            except _ORBAX_ERRORS as e:  # a full or read-only disk
+            except Exception as e:  # a full or read-only disk
+                if not _orbax_error(e):
+                    raise  # a bug of ours, with its traceback
                 self._final.steps.discard(step)
                 self._remove_unfinished_saves(step)
                 if _disk_full(e):
@@ -465,7 +474,9 @@ class RunCheckpoints:
                 f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
                 "(a resume takes the next older checkpoint)"
             ) from None
-        except _ORBAX_ERRORS as e:  # damaged files
+        except Exception as e:
+            if not _orbax_error(e):
+                raise  # a bug of ours, with its traceback
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
                 f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
@@ -477,7 +488,10 @@ class RunCheckpoints:
         """Raise ValueError unless the arrays stored at ``step`` have the paths,
         shapes and dtypes of ``target_state``'s (read from orbax's metadata,
         before any array is read)."""
-        stored = _leaf_types(manager.item_metadata(step)["state"].tree)
+        metadata = manager.item_metadata(step)["state"]
+        if metadata is None:  # orbax reads a deleted _METADATA file as no metadata
+            raise ValueError("its array metadata is missing")
+        stored = _leaf_types(metadata.tree)
         wanted = _leaf_types(ocp.tree.serialize_tree(target_state, keep_empty_nodes=True))
         if stored != wanted:
             path = min(set(stored) ^ set(wanted) or {p for p in wanted if stored[p] != wanted[p]})
