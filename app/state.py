@@ -30,7 +30,7 @@ import streamlit as st
 
 from app.text import plain
 from engine.config import Sweep
-from storage import MetricsFeed, RunStore, StorageError, resolve_url
+from storage import BasisLabError, MetricsFeed, RunStore, StorageError, UserError, resolve_url
 
 if TYPE_CHECKING:
     from engine.runner.jobs import JobManager
@@ -104,7 +104,7 @@ def _checkpoint_on_exit(lab: Lab) -> None:
         return
     try:
         manager.shutdown(cancel_running=False)
-    except Exception:  # noqa: BLE001 — exiting anyway; what was written stays written
+    except (BasisLabError, OSError, RuntimeError):  # exiting anyway; what was written stays written
         pass
 
 
@@ -142,15 +142,18 @@ def refresh_every(active: bool, idle: float | None = None) -> float | None:
 
 
 def guarded(fn: Callable) -> Callable:
-    """``fn`` that shows a ``StorageError`` (a database that went away, a run
-    deleted meanwhile) as an error message on the page instead of a traceback."""
+    """``fn`` that shows a :class:`~storage.UserError` (a database that went away, a run
+    deleted meanwhile, a value out of range) as one error line on the page instead of a
+    traceback; a ``StorageError`` reads ``Database error: …``. Any other exception is a bug
+    and reaches Streamlit, which shows its traceback."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except StorageError as e:
-            st.error(plain(f"Database error: {e}"), icon=":material/error:")
+        except UserError as e:
+            text = f"Database error: {e}" if isinstance(e, StorageError) else str(e)
+            st.error(plain(text.splitlines()[0] if text.strip() else type(e).__name__), icon=":material/error:")
 
     return run
 

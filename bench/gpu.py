@@ -124,7 +124,7 @@ def one(spec: dict) -> dict:
     try:
         state, loss = step(state, batch, jax.random.fold_in(root, 0))
         jax.block_until_ready(loss)
-    except Exception as e:  # an out-of-memory error on the device: the batch does not fit
+    except RuntimeError as e:  # XlaRuntimeError RESOURCE_EXHAUSTED, out of device memory: the batch does not fit
         return dict(out, ok=False, error=str(e).splitlines()[0][:200])
     out.update(ok=True, loss=float(loss))
     if spec.get("batch"):

@@ -23,6 +23,7 @@ from .db import (
 from .errors import DatabaseFullError, DatabaseUnreachableError, LeaseLostError
 from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
+from .family import BasisLabError, InvalidValueError, UserError
 from .feed import MetricsFeed
 from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
 from .store import (
@@ -53,6 +54,9 @@ __all__ = [
     "DiagnosticResult",
     "ENDED_STATUSES",
     "ENV_URL",
+    "BasisLabError",
+    "InvalidValueError",
+    "UserError",
     "Lease",
     "LeaseLostError",
     "MIGRATIONS_DIR",

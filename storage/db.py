@@ -127,7 +127,7 @@ def masked_url(url: Any) -> str:
     SQLAlchemy cannot parse is masked by pattern, so its secrets never show either."""
     try:
         u = url if isinstance(url, sqlalchemy.engine.URL) else make_url(str(url))
-    except Exception:  # malformed: mask by pattern what might be a secret
+    except (exc.ArgumentError, ValueError, TypeError):  # malformed: mask by pattern what might be a secret
         return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***\2", str(url)))
     base = u.set(query={}).render_as_string(hide_password=True)
     pairs = [(k, "***" if _SECRET_KEY.search(k) else v) for k, vs in u.query.items()
@@ -341,7 +341,8 @@ def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
                 raise RuntimeError(f"{len(broken)} rows would point at missing rows, e.g. {tuple(broken[0])}")
     except StorageError:
         raise
-    except Exception as e:  # rolled back by the enclosing transaction
+    except (exc.SQLAlchemyError, CommandError, RuntimeError, OSError, ValueError, LookupError, TypeError) as e:
+        # a migration that failed (rolled back by the enclosing transaction)
         raise StorageError(
             f"upgrading database {masked_url(engine.url)} from schema revision {revision or 'none'} to {head} failed "
             f"({e}); the database was left unchanged; report this bug or {FIX_HINT}"

@@ -1,4 +1,6 @@
 """The storage errors: every database failure reaches a caller as one line naming the fix.
+:class:`StorageError` is a :class:`~storage.family.UserError` (the root of BASIS Lab's one
+error family, re-exported here).
 
 A value the database refuses (``DataError``: out of range, too long; ``IntegrityError``:
 a missing or duplicate value) is reported with the column it concerns: the one the driver
@@ -11,11 +13,13 @@ from typing import Any, Optional
 
 from sqlalchemy import exc
 
+from .family import BasisLabError, InvalidValueError, UserError  # noqa: F401 (the family, re-exported)
+
 ENV_URL = "BASIS_LAB_DB_URL"
 FIX_HINT = f"set {ENV_URL} or pass --db to use another database"
 
 
-class StorageError(RuntimeError):
+class StorageError(UserError):
     """The database cannot be opened or used; the message says how to fix it."""
 
 

@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import pandas as pd
 
 from .db import StorageError
+from .errors import InvalidValueError
 from .store import RunRecord, RunStore
 
 __all__ = [
@@ -213,13 +214,12 @@ def _same_file(a: Path, b: Path) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", content: "str | bytes", force: bool = False) -> Path:
-    """Write ``content`` (text as UTF-8) to ``path`` atomically; return the path written.
-
-    Raises :class:`StorageError`, writing nothing, when ``path`` is ``store``'s
-    database or a companion of it (always, ``force`` or not), when it exists and
-    ``force`` is false, or when it cannot be written. A symlink is followed: its
-    target gets the new content."""
+def check_output(store: Optional[RunStore], path: "str | os.PathLike[str]", force: bool = False) -> Path:
+    """The file :func:`write_file` writes for ``path`` (a symlink resolved), once it may:
+    :class:`StorageError` when ``path`` is ``store``'s database or a companion of it (always,
+    ``force`` or not), a directory, a file that exists while ``force`` is false, or in a
+    directory that does not exist. Writes nothing: a command checks its output with it
+    before its work."""
     shown = os.fspath(path)
     target = Path(os.path.realpath(os.path.expanduser(shown)))
     for db_file in database_files(store) if store is not None else []:
@@ -231,6 +231,18 @@ def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", conten
         raise StorageError(f"{shown} already exists; pass --force (force=True) to overwrite it, or choose another path")
     if not target.parent.is_dir():
         raise StorageError(f"cannot write {shown}: directory {target.parent} does not exist; create it or choose another path")
+    return target
+
+
+def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", content: "str | bytes", force: bool = False) -> Path:
+    """Write ``content`` (text as UTF-8) to ``path`` atomically; return the path written.
+
+    Raises :class:`StorageError`, writing nothing, when ``path`` is ``store``'s
+    database or a companion of it (always, ``force`` or not), when it exists and
+    ``force`` is false, or when it cannot be written. A symlink is followed: its
+    target gets the new content."""
+    shown = os.fspath(path)
+    target = check_output(store, path, force)
     data = content.encode("utf-8") if isinstance(content, str) else content
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
     try:
@@ -258,7 +270,7 @@ def export_csv(
     (atomic; an existing file only with ``force``; never the database); return the data
     rows written."""
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
+        raise InvalidValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
     frame = long_frame(store, run_ids, shape) if fmt == "long" else wide_frame(store, run_ids, shape)
     write_file(store, path, to_csv_bytes(frame), force=force)
     return len(frame)

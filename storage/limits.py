@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .family import InvalidValueError
+
 NAME_MAX = 200
 NOTES_MAX = 10_000
 TAG_MAX = 64
@@ -28,7 +30,7 @@ def check_text(field: str, value: str, limit: int) -> str:
     """``value`` if it has at most ``limit`` characters and is UTF-8 text (``check_utf8``),
     else ValueError naming ``field``."""
     if len(value) > limit:
-        raise ValueError(f"{field} is {len(value):,} characters long; the most is {limit:,}: shorten it")
+        raise InvalidValueError(f"{field} is {len(value):,} characters long; the most is {limit:,}: shorten it")
     return check_utf8(field, value)
 
 
@@ -41,8 +43,8 @@ def check_utf8(field: str, value: Any) -> Any:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
             shown = ascii(value[max(0, e.start - 10):e.start + 10])
-            raise ValueError(f"{field} is not UTF-8 text: character {e.start + 1} ({shown}) is a byte that "
-                             "could not be decoded; retype it in UTF-8") from None
+            raise InvalidValueError(f"{field} is not UTF-8 text: character {e.start + 1} ({shown}) is a byte that "
+                                    "could not be decoded; retype it in UTF-8") from None
     elif isinstance(value, dict):
         for key, item in value.items():
             check_utf8(field, key)
@@ -56,7 +58,7 @@ def check_utf8(field: str, value: Any) -> Any:
 def check_int(field: str, value: int) -> int:
     """``value`` if a 64-bit integer column holds it, else ValueError naming ``field``."""
     if not INT_MIN <= value <= INT_MAX:
-        raise ValueError(f"{field} = {value} does not fit the database (a 64-bit integer, at most {INT_MAX:,})")
+        raise InvalidValueError(f"{field} = {value} does not fit the database (a 64-bit integer, at most {INT_MAX:,})")
     return value
 
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional, Union
 import pandas as pd
 
 from .db import json_dumps
-from .errors import RunNotFoundError
+from .errors import InvalidValueError, RunNotFoundError
 from .limits import TAG_MAX, check_utf8
 from .models import Run, Worker
 
@@ -154,10 +154,10 @@ def _tags(tags: Optional[Iterable[str]]) -> list[str]:
         tags = [tags]
     out = [str(t).strip() for t in tags]
     if any(not t for t in out):
-        raise ValueError("tags: a tag cannot be empty")
+        raise InvalidValueError("tags: a tag cannot be empty")
     for t in out:
         if len(t) > TAG_MAX:
-            raise ValueError(f"tags: {t[:20]!r}… is {len(t)} characters long; the most is {TAG_MAX}: shorten it")
+            raise InvalidValueError(f"tags: {t[:20]!r}… is {len(t)} characters long; the most is {TAG_MAX}: shorten it")
         check_utf8("tags", t)
     return list(dict.fromkeys(out))
 

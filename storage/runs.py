@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from sqlalchemy import delete, select, update
 
-from .errors import RunNotFoundError, StorageError
+from .errors import InvalidValueError, RunNotFoundError, StorageError
 from .lease import hold, refused
 from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_utf8
 from .models import Metric, Run, new_uid, utcnow
@@ -46,7 +46,7 @@ def _new_run(
     config = _json_normal(dict(config), "run config")
     versions = _json_normal(dict(versions or {}), "run versions")
     if sweep_id is not None and not (0 < len(str(sweep_id)) <= 64):
-        raise ValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
+        raise InvalidValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
     check_utf8("sweep id", sweep_id)
     now = utcnow()
     return Run(
@@ -81,7 +81,7 @@ def _new_run(
 def _name(name: Any) -> str:
     name = str(name).strip()
     if not name:
-        raise ValueError("name: a run name cannot be empty")
+        raise InvalidValueError("name: a run name cannot be empty")
     return check_text("name", name, NAME_MAX)
 
 
@@ -107,8 +107,8 @@ class RunsMixin:
             try:
                 rows.append(_new_run(**spec))
             except ValueError as e:
-                raise ValueError(f"run {i + 1} of {len(runs)} ({str(spec.get('name'))[:40]!r}): {e}"
-                                 if len(runs) > 1 else str(e)) from None
+                raise InvalidValueError(f"run {i + 1} of {len(runs)} ({str(spec.get('name'))[:40]!r}): {e}"
+                                        if len(runs) > 1 else str(e)) from None
         if not rows:
             return []
         with self._session(write=True) as s:

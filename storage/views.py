@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import delete, select
 
-from .errors import StorageError
+from .errors import InvalidValueError, StorageError
 from .limits import check_utf8
 from .models import SavedView, utcnow
 from .records import _json_normal
@@ -24,7 +24,7 @@ class ViewsMixin:
         replacing a view of that name."""
         name = (name or "").strip()
         if not name or len(name) > MAX_VIEW_NAME:
-            raise ValueError(f"a view name must be 1 to {MAX_VIEW_NAME} characters (got {len(name)})")
+            raise InvalidValueError(f"a view name must be 1 to {MAX_VIEW_NAME} characters (got {len(name)})")
         check_utf8("view name", name)
         state = _json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
         now = utcnow()

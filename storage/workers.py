@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from sqlalchemy import select, update
 
-from .errors import StorageError
+from .errors import InvalidValueError, StorageError
 from .models import Worker, utcnow
 from .records import *  # noqa: F403
 from .records import (
@@ -24,7 +24,7 @@ class WorkersMixin:
         """Record a worker as ``active`` (again, if its id was seen before)."""
         worker_id = str(worker_id)
         if not (0 < len(worker_id) <= 64):
-            raise ValueError(f"a worker id must be 1 to 64 characters (got {worker_id!r})")
+            raise InvalidValueError(f"a worker id must be 1 to 64 characters (got {worker_id!r})")
         now = utcnow()
         values = dict(host=str(host), pid=int(pid), device=device, started_at=now, heartbeat_at=now,
                       current_run_id=None, status="active", concurrent=int(concurrent))

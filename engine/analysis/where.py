@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from engine.config import RunConfig
+from engine.errors import UserError
 
 ORDERING = ("<", "<=", ">", ">=")
 OPERATORS = ("==", "!=", *ORDERING)
@@ -48,7 +49,7 @@ RUN_FIELDS = ("id", "uid", "name", "status", "created_at", "started_at", "finish
               "sweep", "tags", "worker_id", "checkpoint_step")
 
 
-class WhereError(ValueError):
+class WhereError(UserError, ValueError):
     """A filter that cannot be read or names an unknown field: a one-line message with the fix."""
 
 

@@ -7,7 +7,7 @@ bounds for numbers). Everything else derives from that declaration:
 - validation (``RunConfig.__post_init__`` runs one check per kind of value:
   choice, integer, real, flag, mapping; messages name the field, the allowed
   values and the fix),
-- the CLI's ``run`` and ``sweep`` flags (``engine.cli.main``: ``--field-name``),
+- the CLI's ``run`` and ``sweep`` flags (``engine.cli.config_flags``: ``--field-name``),
 - the dashboard's Launch widgets (``app.form``), one per field, in its group.
 
 ``RunConfig`` is frozen and hashable (data-source options are a ``FrozenMap``),
@@ -49,6 +49,7 @@ from engine.core.choices import (
     SOURCES,
 )
 from engine.core.presets import PRESETS, GPTConfig
+from engine.errors import UserError
 from storage.limits import INT_MAX, NAME_MAX, check_text
 
 GROUPS = {  # group → what the Launch page and --help call it
@@ -82,7 +83,7 @@ SEED_END = 2**32
 FUSED_CHUNK = {"cpu": 256, "gpu": 4096}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A run configuration value is out of range; the message names the field and the fix.
     ``field``: the run field it is about (None when it is about several), so a form can
     show it beside that field under the field's label."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from engine.core import checks
+from engine.errors import UserError
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A bad data input; the message names the problem and the fix."""
 
 

@@ -50,7 +50,7 @@ from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.checkpoints import CheckpointError, RunCheckpoints
 from engine.training.inputs import load_data
 from engine.training.steps import init_state
-from storage import RunStore
+from storage import RunStore, StorageError
 from storage.export import to_csv_bytes
 
 SKETCHED = tuple(e for e in ESTIMATORS if e != "exact")  # the default estimators
@@ -327,7 +327,7 @@ def execute(
         try:
             store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
                                         error="interrupted; run the diagnosis again" if interrupted else _one_line(e))
-        except Exception:  # noqa: BLE001 — the run (and so the row) was deleted meanwhile
+        except StorageError:  # the run (and so the row) was deleted meanwhile, or the database went away
             pass
         raise
 

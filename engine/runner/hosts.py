@@ -30,13 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import UserError
+
 ENV_COORDINATOR = "BASIS_LAB_COORDINATOR"
 ENV_NUM_PROCESSES = "BASIS_LAB_NUM_PROCESSES"
 ENV_PROCESS_ID = "BASIS_LAB_PROCESS_ID"
 ENV_NAMES = (ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
 
 
-class HostsError(ValueError):
+class HostsError(UserError, ValueError):
     """The multi-host environment variables are incomplete or wrong; the message names the fix."""
 
 
@@ -74,7 +76,7 @@ def initialize(env: Mapping[str, str] = os.environ) -> bool:
     address, count, index = found
     try:
         jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=index)
-    except Exception as e:  # noqa: BLE001 — jax raises runtime errors of several types
+    except (RuntimeError, ValueError, OSError) as e:  # XlaRuntimeError (a RuntimeError), a bad address, the network
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise HostsError(f"process {index} of {count} could not join the coordinator at {address} ({first}): start "
                          f"the same command on every host with {ENV_PROCESS_ID} 0 … {count - 1}, and check that "

@@ -61,6 +61,7 @@ import jax
 
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
+from engine.errors import TASK_FAILURES
 from engine.runner import hosts, liveness
 from engine.runner.paths import checkpoint_root, run_folders
 from engine.runner.writer import StoreWriter
@@ -179,7 +180,7 @@ def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
         from engine.runner import reports
 
         return reports.report_if_sweep_ended(store, run_id)
-    except Exception:  # noqa: BLE001 — a report must never take a worker down
+    except TASK_FAILURES:  # a report must never take a worker down
         log.warning("the report of run %s's sweep could not be built", run_id, exc_info=True)
         return None
 
@@ -328,7 +329,7 @@ class JobManager:
         def job() -> None:
             try:
                 diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress, cancel=stop)
-            except Exception:  # noqa: BLE001 — recorded on the diagnosis by execute
+            except TASK_FAILURES:  # recorded on the diagnosis by execute
                 log.warning("diagnosis %s failed", diag_id, exc_info=True)
             finally:
                 self._diagnoses.pop(diag_id, None)
@@ -459,7 +460,7 @@ class JobManager:
                 with self._lock:
                     self._current[name] = run_id
                 self._run(run_id, epoch)
-            except Exception:  # a worker must survive any single run
+            except TASK_FAILURES:  # a worker survives a run that fails
                 log.exception("run %s crashed the worker", run_id)
             finally:
                 with self._idle:
@@ -491,7 +492,7 @@ class JobManager:
                 on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
                 on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
             )
-        except Exception as e:  # noqa: BLE001 — never keep a lease on a run this process no longer trains
+        except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
             log.exception("run %s crashed the worker", run_id)
             outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
                                              f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False)
@@ -663,7 +664,7 @@ def execute(
         status, error = "interrupted", disk_full(run_id, e.path, str(e))
     except (ConfigError, CheckpointError) as e:
         status, error = "failed", str(e)
-    except Exception as e:  # noqa: BLE001 — recorded on the run, never raised into the worker
+    except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
         status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
         heartbeat.stop()

@@ -24,6 +24,8 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Optional
 
+from engine.errors import TASK_FAILURES
+
 log = logging.getLogger(__name__)
 
 ENV_STALE = "BASIS_LAB_STALE_AFTER_S"
@@ -98,7 +100,7 @@ class Heartbeat:
         while not self._stop.wait(self.period):
             try:
                 self._beat()
-            except Exception as e:  # noqa: BLE001 — reported, and the next beat is tried
+            except TASK_FAILURES as e:  # reported, and the next beat is tried
                 self.failures += 1
                 self.last_error = e
                 log.warning("%s: a beat failed (%s: %s); next try in %.1f s", self.name, type(e).__name__, e,

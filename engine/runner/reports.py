@@ -27,6 +27,7 @@ from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
 from engine.core.stats import check_margin
+from engine.errors import TASK_FAILURES, UserError
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 
 AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
@@ -34,7 +35,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "mar
 WAITING_STATUSES = (*ACTIVE_STATUSES, "interrupted")  # a sweep with such a run has not ended
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A report cannot be built or written as asked; the message names the fix."""
 
 
@@ -275,7 +276,7 @@ def _write_figures(report: rep.Report, folder: Path, force: bool) -> list[Path]:
         try:
             with _quiet_browser():
                 drawn = rep.write_figures(report, drawn_in)
-        except Exception as e:  # noqa: BLE001 — kaleido or the browser it drives
+        except TASK_FAILURES as e:  # kaleido or the browser it drives (a missing Chrome, a timeout)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "
                               "Chromium (scripts/install_browser.sh, or `kaleido_get_chrome`), or write the report as "

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from engine.errors import TASK_FAILURES
 from storage import DatabaseBusyError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class StoreWriter:
                 log.error("%s failed: %s", write, e)
                 self._fail(write.run_id, e)
                 return
-            except Exception as e:  # noqa: BLE001 — the writer thread must survive any one write
+            except TASK_FAILURES as e:  # the writer thread survives a write that fails
                 log.exception("%s crashed", write)
                 self._fail(write.run_id, StorageError(f"{type(e).__name__}: {e}"))
                 return

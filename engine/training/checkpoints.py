@@ -102,6 +102,7 @@ from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from engine.core import checks
+from engine.errors import BasisLabError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,21 @@ _TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
 _EPOCH_DIR = re.compile(r"epoch-(\d+)")
 
 
-class CheckpointError(ValueError):
+# What orbax and tensorstore raise for a directory, file or step they cannot read or write:
+# the OS's errors, tensorstore's failed statuses and orbax's refusals (ValueError), a tree or
+# metadata that does not match (KeyError, TypeError), a failed asynchronous save or XLA
+# transfer (RuntimeError).
+_ORBAX_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+
+
+def _orbax_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of orbax's I/O failures: :data:`_ORBAX_ERRORS`, or the bare
+    ``Exception`` orbax raises for an array tensorstore cannot read or write (a deleted or
+    truncated file: "Encountered error while reading array index")."""
+    return isinstance(error, _ORBAX_ERRORS) or type(error) is Exception
+
+
+class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be written or read; the message names the fix."""
 
 
@@ -158,7 +173,7 @@ class _FinalSteps:
         return [c.step in self.steps for c in checkpoints]
 
 
-class _Damaged(ValueError):
+class _Damaged(BasisLabError, ValueError):
     """A restored array or the metadata does not match the checksum saved with it."""
 
 
@@ -251,7 +266,7 @@ class RunCheckpoints:
             for step in self._manager.all_steps():
                 if self._step_is_final(step):
                     self._final.steps.add(step)
-        except Exception as e:  # orbax raises many types for an unreadable directory
+        except _ORBAX_ERRORS as e:  # an unreadable directory
             raise CheckpointError(
                 f"cannot open the checkpoints of {self.name} at {self.directory} ({_brief(e)}): "
                 f"fix the path or its permissions, or set {ENV_DIR}"
@@ -264,7 +279,7 @@ class RunCheckpoints:
         try:
             with _orbax_quiet():
                 return bool((self._manager.metadata(step).custom_metadata or {}).get(_FINAL))
-        except Exception:  # unreadable metadata: such a checkpoint is not protected
+        except _ORBAX_ERRORS:  # unreadable metadata: such a checkpoint is not protected
             return False
 
     # ------------------------------------------------------------------ where they are
@@ -306,7 +321,7 @@ class RunCheckpoints:
                     manager = self._reader(folder)
                     manager.reload()
                     out += [(int(step), epoch, folder) for step in manager.all_steps()]
-            except Exception as e:  # an unreadable folder of another epoch is skipped, not fatal
+            except _ORBAX_ERRORS as e:  # an unreadable folder of another epoch is skipped, not fatal
                 log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
                             _brief(e))
         return out
@@ -350,7 +365,9 @@ class RunCheckpoints:
                     force=True,
                 )
                 self._manager.wait_until_finished()
-            except Exception as e:  # orbax/tensorstore raise many types for a full or read-only disk
+            except Exception as e:  # a full or read-only disk
+                if not _orbax_error(e):
+                    raise  # a bug of ours, with its traceback
                 self._final.steps.discard(step)
                 self._remove_unfinished_saves(step)
                 if _disk_full(e):
@@ -457,7 +474,9 @@ class RunCheckpoints:
                 f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
                 "(a resume takes the next older checkpoint)"
             ) from None
-        except Exception as e:  # orbax/tensorstore raise many types for damaged files
+        except Exception as e:
+            if not _orbax_error(e):
+                raise  # a bug of ours, with its traceback
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
                 f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
@@ -469,7 +488,10 @@ class RunCheckpoints:
         """Raise ValueError unless the arrays stored at ``step`` have the paths,
         shapes and dtypes of ``target_state``'s (read from orbax's metadata,
         before any array is read)."""
-        stored = _leaf_types(manager.item_metadata(step)["state"].tree)
+        metadata = manager.item_metadata(step)["state"]
+        if metadata is None:  # orbax reads a deleted _METADATA file as no metadata
+            raise ValueError("its array metadata is missing")
+        stored = _leaf_types(metadata.tree)
         wanted = _leaf_types(ocp.tree.serialize_tree(target_state, keep_empty_nodes=True))
         if stored != wanted:
             path = min(set(stored) ^ set(wanted) or {p for p in wanted if stored[p] != wanted[p]})
@@ -567,7 +589,7 @@ def _declared_format(manager: ocp.CheckpointManager, step: int):
     none, as before checksums; also when that metadata is unreadable)."""
     try:
         return (manager.metadata(step).custom_metadata or {}).get(_FORMAT)
-    except Exception:  # noqa: BLE001 — a missing or damaged step metadata declares nothing
+    except _ORBAX_ERRORS:  # a missing or damaged step metadata declares nothing
         return None
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
+from engine.errors import BasisLabError
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
 from engine.training import parallel
@@ -37,7 +38,7 @@ from engine.training.inputs import load_data
 from engine.training.steps import init_state, make_eval_step, make_optimizer, make_train_block, make_train_step
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(BasisLabError, RuntimeError):
     """The training loss became NaN or infinite at ``step`` (the step the run reached: the
     steps after it, run before their losses were read, do not count)."""
 

@@ -186,7 +186,8 @@ def test_the_readme_links_what_a_clone_has_and_gives_the_forms_first_sweep_on_th
     from pathlib import Path
 
     from app import form
-    from engine.cli.main import build_parser, sweep_from_args
+    from engine.cli.config_flags import sweep_from_args
+    from engine.cli.main import build_parser
 
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
@@ -197,3 +198,42 @@ def test_the_readme_links_what_a_clone_has_and_gives_the_forms_first_sweep_on_th
     command = re.search(r"`python -m engine (sweep --preset tiny [^`]+)`", readme).group(1)
     args = build_parser().parse_args(shlex.split(command))
     assert sweep_from_args(args, sweep=True).expand() == form.DEFAULT_SWEEP.expand()
+
+
+@pytest.mark.parametrize("bug", [ValueError("a bug, not bad input"), KeyError("missing")])
+def test_a_bug_in_a_command_is_raised_not_reported_as_bad_input(db, monkeypatch, capsys, bug):
+    """Only the project's user errors exit 2 with one line: a ValueError or KeyError that a
+    command did not mean (a bug) propagates out of ``main`` with its traceback."""
+    from engine.cli.commands import COMMANDS
+
+    def broken(args):
+        raise bug
+
+    monkeypatch.setattr(COMMANDS["workers"], "run", broken)
+    with pytest.raises(type(bug)) as raised:
+        main(["workers", "--db", db])
+    assert raised.value is bug and "error:" not in capsys.readouterr().err
+
+
+def test_a_bug_exits_1_with_its_traceback_and_bad_input_exits_2_in_one_line(db):
+    """``python -m engine``: an unexpected exception ends the process with status 1 and its
+    traceback; a user error (a run that does not exist) with status 2 and one line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    RunStore(db).close()
+    bug = ("import sys; from engine.cli.commands import COMMANDS\n"
+           "def broken(args): raise KeyError('a bug')\n"
+           "COMMANDS['workers'].run = broken\n"
+           "from engine.cli.main import main_exit; sys.argv[1:] = ['workers', '--db', sys.argv[1]]; main_exit()")
+    done = subprocess.run([sys.executable, "-c", bug, db], capture_output=True, text=True, cwd=root, env=env,
+                          timeout=300)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "KeyError: 'a bug'" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "engine", "show", "--db", db, "nope"], capture_output=True,
+                          text=True, cwd=root, env=env, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: no run with id or name 'nope'") and len(done.stderr.splitlines()) == 1

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from app import form
+from engine.cli import config_flags
 from engine.cli import main as cli
 from engine.config import (
     AFFECTS,
@@ -42,12 +43,12 @@ def _schema_plus_a_field():
 def test_a_new_field_reaches_the_cli_and_the_form_with_no_other_edit(sweep):
     plus = _schema_plus_a_field()
     parser = argparse.ArgumentParser()
-    cli.add_config_flags(parser, plus, sweep=sweep)
+    config_flags.add_config_flags(parser, plus, sweep=sweep)
     args = parser.parse_args(["--warmup", "50", "--preset", "tiny"])
-    grid = cli.sweep_from_args(args, plus, sweep=sweep)
+    grid = config_flags.sweep_from_args(args, plus, sweep=sweep)
     assert grid.base.warmup == 50 and all(c.warmup == 50 for c in grid.expand())
     with pytest.raises(ConfigError, match=r"warmup must be an integer >= 0 \(got -1\)"):
-        cli.sweep_from_args(parser.parse_args(["--warmup", "-1"]), plus, sweep=sweep)
+        config_flags.sweep_from_args(parser.parse_args(["--warmup", "-1"]), plus, sweep=sweep)
     training = form.grouped(form.widgets(plus))["training"]
     assert [w for w in training if w.name == "warmup"] == [
         form.Widget("warmup", "training", "number", "Warm-up", "linear learning-rate warm-up [steps]", step=1)]

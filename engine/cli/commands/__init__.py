@@ -1,0 +1,27 @@
+"""One module per command, each with ``register(subparsers)`` (its flags and help) and
+``run(args)`` (its exit status). ``COMMANDS`` is the order ``--help`` lists them in. A
+module imports at its top only what parsing needs (no JAX); ``run`` imports what it runs."""
+
+from . import (
+    backup,
+    cancel,
+    delete,
+    diagnose,
+    export,
+    report,
+    reproduce,
+    resume,
+    run,
+    show,
+    summary,
+    sweep,
+    worker,
+    workers,
+)
+from . import list as list_runs
+
+COMMANDS = {
+    "run": run, "sweep": sweep, "reproduce": reproduce, "resume": resume, "worker": worker, "workers": workers,
+    "list": list_runs, "show": show, "export": export, "summary": summary, "backup": backup, "report": report,
+    "delete": delete, "cancel": cancel, "diagnose": diagnose,
+}

@@ -1,0 +1,53 @@
+"""``resume``: continue interrupted runs under their own ids from their newest checkpoint."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.cli import arguments
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("resume", parents=[arguments.db_parent()],
+                              help="continue interrupted runs from their last checkpoint",
+                              description="Continue runs under their own ids from their newest checkpoint (from step 0 "
+                                          "when they have none). Metrics past that step are replaced.")
+    p.add_argument("runs", nargs="*", help="run ids or names")
+    p.add_argument("--all", action="store_true",
+                   help="every interrupted run, and every queued run no live process will train")
+    arguments.add_concurrent(p)
+
+
+def run(args) -> int:
+    from engine.cli.foreground import train_here
+
+    if not args.all and not args.runs:
+        raise arguments.CliError("name the runs to resume (ids or names), or pass --all")
+    arguments.at_least(args.concurrent, "--concurrent", 1)
+    store = arguments.open_store(args.db, create=False)
+    return train_here(store, lambda manager: _start(args, store, manager), args.concurrent)
+
+
+def _start(args, store, manager) -> list[int]:
+    """Hand the named runs (and with ``--all`` every interrupted and orphaned one) to
+    ``manager``; the ids it resumes."""
+    from engine.runner.liveness import check_stale
+
+    check_stale(store)
+    ids = store.resolve_runs(args.runs) if args.runs else []
+    if args.all:
+        ids += [r.id for r in store.list_runs(statuses=["interrupted"]) if r.id not in ids]
+    for run_id in ids:
+        r = store.get_run(run_id)
+        if r.status in ("running", "queued", "finished"):
+            print(f"run {run_id}: {r.status}, nothing to resume", file=sys.stderr)
+    moved = manager.resume(ids)
+    if args.all:
+        moved += manager.adopt_orphans()
+    for run_id in moved:
+        r = store.get_run(run_id)
+        where = f"from its checkpoint at step {r.checkpoint_step}" if r.checkpoint_step else "from step 0 (no checkpoint)"
+        print(f"run {run_id} {r.name}: resuming {where}", file=sys.stderr)
+    if not moved:
+        print("nothing to resume", file=sys.stderr)
+    return moved

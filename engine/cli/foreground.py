@@ -1,0 +1,106 @@
+"""Training in this process: progress bars, the signals that stop runs resumably, and the
+summary printed at the end (``run``, ``sweep``, ``reproduce``, ``resume``; ``worker`` shares
+the signal handling)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+from engine.cli.output import print_summary
+
+
+class Signals:
+    """SIGINT, SIGTERM and SIGHUP end the runs of this process the same way: each
+    running run writes a checkpoint and ends ``interrupted`` (resumable), then the
+    process exits with 128 + the signal number."""
+
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self, on_signal):
+        self.received: int | None = None
+        self._on_signal = on_signal
+        self._previous = {}
+
+    def __enter__(self):
+        for name in self.NAMES:
+            if hasattr(signal, name):
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            print(f"\n{signal.Signals(signum).name}: checkpointing and stopping (runs end interrupted; "
+                  "`python -m engine resume --all` continues them)...", file=sys.stderr)
+            self._on_signal()
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def exit_code(self, default: int) -> int:
+        return 128 + self.received if self.received is not None else default
+
+
+class _Bars:
+    """tqdm progress bars per run, updated from worker threads."""
+
+    def __init__(self):
+        self._bars: dict = {}
+        self._lock = threading.Lock()
+
+    def on_step(self, run_id, step, loss) -> None:
+        with self._lock:
+            bar = self._bars.get(run_id)
+            if bar is None:
+                return
+            bar.update(step - bar.n)
+            if loss is not None:
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def add(self, run_id: int, total: int, label: str, done: int = 0) -> None:
+        from tqdm import tqdm
+
+        with self._lock:
+            self._bars[run_id] = tqdm(total=total, initial=done, desc=f"#{run_id} {label}", position=len(self._bars),
+                                      unit="step", leave=True)
+
+    def close(self) -> None:
+        for bar in self._bars.values():
+            bar.close()
+
+
+def train_here(store, start_runs, concurrent: int = 1) -> int:
+    """Train in this process what ``start_runs(manager)`` queues (its run ids), ``concurrent``
+    at a time, with progress bars and signal handling; print the summary. Exit 0 when every
+    run finished, 1 when one did not, 128 + N after signal N."""
+    from engine.runner.jobs import JobManager
+
+    bars = _Bars()
+    manager = JobManager(store, max_concurrent=concurrent, on_step=bars.on_step)
+    if manager.interrupted:
+        print(f"marked interrupted (left running by a process that died): {manager.interrupted}", file=sys.stderr)
+    start = time.perf_counter()
+    with Signals(manager.interrupt) as signals:
+        try:
+            ids = start_runs(manager)
+            for run_id in ids:
+                r = store.get_run(run_id)
+                bars.add(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
+            manager.wait(ids)
+        finally:
+            manager.shutdown(cancel_running=False)
+            bars.close()
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+    if ids:
+        print_summary(store, ids)
+    for run_id in ids:  # stopped by a fault (a full disk), not by a signal: the one line that says what to do
+        outcome = manager.outcomes.get(run_id)
+        if outcome is not None and outcome.status == "interrupted" and signals.received is None:
+            print(f"run {run_id} interrupted: {(outcome.error or '').splitlines()[0]}", file=sys.stderr)
+    statuses = {store.get_run(i).status for i in ids}
+    return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)

@@ -1,0 +1,26 @@
+"""Tables the commands print."""
+
+from __future__ import annotations
+
+
+def print_summary(store, ids) -> None:
+    """The final metrics of runs ``ids`` as a table (``engine.runner.queries.run_summary``),
+    then the first line of each failed run's error."""
+    import pandas as pd
+
+    from engine.analysis.summary import MIB
+    from engine.runner.queries import run_summary
+
+    s = run_summary(store, ids)
+    table = pd.DataFrame({
+        "id": s["run_id"], "run": s["name"], "status": s["status"], "step": s["step"],
+        "train": s["train_loss"].round(4), "val": s["val_loss"].round(4),
+        "Δval": s["delta_val_vs_exact"].round(4), "cos": s["cos_mean"].round(3),
+        "saved MiB": (s["mem_saved_bytes"] / MIB).round(2), "exact MiB": (s["mem_saved_bytes_exact"] / MIB).round(2),
+        "saved/exact": s["mem_saved_ratio"].round(4), "temp MiB": (s["mem_temp_bytes"] / MIB).round(2),
+        "tok/s": s["tokens_per_s"].round(0), "wall s": s["wall_s"].round(1),
+    })
+    print(table.to_string(index=False, na_rep="-"))
+    for r in (store.get_run(i) for i in ids):
+        if r.status == "failed":
+            print(f"run {r.id} failed: {r.error.splitlines()[0] if r.error else '?'}")
