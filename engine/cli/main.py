@@ -296,8 +296,8 @@ def _confirmed(args, configs: list[RunConfig], fewer: str) -> None:
 def _total_time(url, configs: list[RunConfig]) -> str:
     """The estimated wall time of ``configs`` from the step times of finished runs of the
     same models in the database (the Launch form's estimate), or ``unknown``."""
+    from engine.core.units import format_seconds
     from engine.runner import estimates
-    from engine.training import timing
     from storage import StorageError
 
     try:
@@ -310,7 +310,7 @@ def _total_time(url, configs: list[RunConfig]) -> str:
         return "unknown"
     finally:
         store.close()
-    return timing.format_seconds(estimate.seconds) if estimate.known else "unknown"
+    return format_seconds(estimate.seconds) if estimate.known else "unknown"
 
 
 class _Signals:
@@ -413,7 +413,7 @@ def _foreground(args, store, start_runs) -> int:
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
-    from engine.training.inputs import check_data
+    from engine.runner.preflight import check_data
 
     tags = _tags(args)
     store = _open_store(args.db)
@@ -444,8 +444,8 @@ def _margin(value) -> float:
 def _reproduce(args) -> int:
     from engine.runner.estimates import grid_estimate
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.runner.preflight import check_data
     from engine.runner.queries import seed_plan
-    from engine.training.inputs import check_data
 
     if args.steps < 1:
         raise CliError(f"--steps must be >= 1 (got {args.steps})")
@@ -761,8 +761,8 @@ def _diagnose(args) -> int:
     from tqdm import tqdm
 
     from engine.analysis.diagnostics import COLUMNS
+    from engine.core.units import format_seconds
     from engine.runner import diagnosis
-    from engine.training.timing import format_seconds
     from storage.export import write_file
 
     store = _open_store(args.db, create=False)

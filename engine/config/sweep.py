@@ -129,6 +129,8 @@ class Clip:
                 f"B·T / devices = {self.rows} / {self.devices})")
 
 
+_BASE_VALUE: Any = None  # a Sweep axis left None: the base's value
+
 RUN_NAME_SEP = " · "  # between a sweep's name and each run's label: ``name · basis R=8 s0``
 
 
@@ -140,10 +142,11 @@ class Sweep:
     compare equal. ``tags`` label every run."""
 
     base: RunConfig
-    estimators: tuple[str, ...] | None = None
-    ranks: tuple[int, ...] | None = None
-    lams: tuple[float, ...] | None = None
-    seeds: tuple[int, ...] | None = None
+    # Given as None (the default): the base's value.  Typed as what they hold once built.
+    estimators: tuple[str, ...] = _BASE_VALUE
+    ranks: tuple[int, ...] = _BASE_VALUE
+    lams: tuple[float, ...] = _BASE_VALUE
+    seeds: tuple[int, ...] = _BASE_VALUE
     with_exact: bool = False
     tags: tuple[str, ...] = ()
 

@@ -47,7 +47,7 @@ from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
 from engine.runner.paths import RunFolders, run_folders
 from engine.training.build import initial_params, model_config, optimizer_for
-from engine.training.checkpoints import CheckpointError, RunCheckpoints
+from engine.training.checkpoints import CheckpointError, RunCheckpoints  # CheckpointError: raised to callers
 from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore

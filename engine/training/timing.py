@@ -22,7 +22,6 @@ without loading a framework.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -132,18 +131,6 @@ def grid_seconds(configs: Sequence[RunConfig], timings: Sequence[StepTiming], co
         return 0.0
     each = [run_seconds(c, t) for c, t in zip(configs, timings)]
     return max(sum(each) / max(1, concurrent), max(each))
-
-
-def format_seconds(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``2 h 07 min``; ``?`` for NaN or None."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
 def describe_sources(timings) -> str:

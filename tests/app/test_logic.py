@@ -13,6 +13,7 @@ from app import form, tables
 from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, paper_note
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
+from engine.core.units import format_seconds
 from engine.runner import estimates
 from engine.runner.queries import run_summary, run_table3
 from engine.training import timing
@@ -350,7 +351,7 @@ def test_run_seconds_counts_steps_evals_probes_and_startup():
 
 
 def test_format_seconds():
-    assert [timing.format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
+    assert [format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
 
 
 def test_timing_key_ignores_what_does_not_change_step_time():
