@@ -367,10 +367,6 @@ class RunConfig:
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
-    def exact_baseline(self) -> "RunConfig":
-        """The same run with exact backprop: the reference for memory and loss."""
-        return self.replace(estimator="exact", name=None)
-
     def comparable(self) -> "RunConfig":
         """What two runs must share to be compared: their trajectory and measurement
         fields less estimator, rank, λ and seed (those and every bookkeeping field at its default)."""

@@ -133,12 +133,6 @@ def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id:
     )
 
 
-def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
-               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
-    """Queue one run; ``owner`` None leaves it to any worker."""
-    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
-
-
 def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
                tags: Iterable[str] = (), owner: str | None = None, env: dict | None = None) -> list[int]:
     """Queue runs in one transaction, all or none (``owner`` None: for any worker, as

@@ -81,11 +81,6 @@ def measured(config: RunConfig, steps: int = 3) -> StepTiming | None:
         return _MEASURED.get((timing_key(config), steps))
 
 
-def measure_step_seconds(config: RunConfig, steps: int = 3) -> float:
-    """Seconds per compiled train step of ``config`` (see :func:`measure_step`)."""
-    return measure_step(config, steps).step_s
-
-
 def _time_steps(config: RunConfig, steps: int) -> StepTiming:
     import jax
     import jax.numpy as jnp

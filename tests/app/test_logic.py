@@ -379,4 +379,3 @@ def test_measure_step_times_the_real_step_once_per_key():
     assert got.source == "measured" and 0 < got.step_s < got.startup_s
     assert timing.measure_step(dataclasses.replace(config, lr=0.5), steps=2) is got  # cached by timing key
     assert timing.measured(config, steps=2) is got
-    assert timing.measure_step_seconds(config, steps=2) == got.step_s
