@@ -59,6 +59,7 @@ postgres:
 test: install-test browser postgres
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
+	$(VENV)/bin/mypy engine storage
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: install

@@ -226,7 +226,7 @@ def estimate_seconds(store: RunStore, plan: Plan) -> float | None:
     frame = store.diagnostics_frame()
     frame = frame[(frame["status"] == "finished") & frame["started_at"].notna() & frame["finished_at"].notna()]
     rates = []
-    runs = {}
+    runs: dict[int, tuple[str, int, str] | None] = {}
     for row in frame.itertuples():
         if row.run_id not in runs:
             try:

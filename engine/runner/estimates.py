@@ -87,6 +87,6 @@ def grid_estimate(store: RunStore, configs: Sequence[RunConfig], concurrent: int
         if key not in timings:
             timings[key] = (timing_from_history(store, c) or timing.measured(c)
                             or (timing.measure_step(c) if measure else None))
-    each = [timings[timing_key(c)] for c in configs]
-    seconds = timing.grid_seconds(configs, each, concurrent) if configs and all(each) else None
+    each = [t for c in configs if (t := timings[timing_key(c)]) is not None]
+    seconds = timing.grid_seconds(configs, each, concurrent) if configs and len(each) == len(configs) else None
     return GridEstimate(seconds, timings)

@@ -478,12 +478,13 @@ class JobManager:
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
+        on_step, on_record = self.on_step, self.on_record
         try:
             outcome = execute(
                 self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
                 interrupted=self._interrupt, checkpoints=self.checkpoint_root,
-                on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
-                on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
+                on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
+                on_record=(lambda record: on_record(run_id, record)) if on_record else None,
             )
         except Exception as e:  # noqa: BLE001 — never keep a lease on a run this process no longer trains
             log.exception("run %s crashed the worker", run_id)
