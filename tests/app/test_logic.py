@@ -352,6 +352,7 @@ def test_run_seconds_counts_steps_evals_probes_and_startup():
 
 def test_format_seconds():
     assert [format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
+    assert [format_seconds(s) for s in (None, float("inf"), 59.5, 3599.6)] == ["?", "?", "1 min 00 s", "1 h 00 min"]
 
 
 def test_timing_key_ignores_what_does_not_change_step_time():
