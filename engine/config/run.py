@@ -297,8 +297,9 @@ class RunConfig:
             if not isinstance(self.dataset_options, Mapping):
                 raise ConfigError(f"dataset_options must be a mapping (got {self.dataset_options!r})")
             object.__setattr__(self, "dataset_options", FrozenMap(self.dataset_options))
+        schema_class: type = type(self)  # a subclass's schema holds its own fields
         for f in dataclasses.fields(self):
-            _validate(f, *kinds(RunConfig)[f.name], getattr(self, f.name))
+            _validate(f, *kinds(schema_class)[f.name], getattr(self, f.name))
         try:
             self.model_config("cpu")
         except ValueError as e:
