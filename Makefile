@@ -36,7 +36,7 @@ $(TEST_STAMP): requirements-test.txt pyproject.toml
 	$(call install_lock,requirements-test.txt,test)
 
 run: install
-	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.address 127.0.0.1 --server.headless true
+	$(VENV)/bin/basis-lab-dashboard --port $(PORT)
 
 # Recompiles both locks from pyproject.toml, keeping every pin that still satisfies it
 # (`make lock LOCK_FLAGS=--upgrade` moves everything to the newest allowed versions).
@@ -59,6 +59,7 @@ postgres:
 test: install-test browser postgres
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
+	$(VENV)/bin/mypy engine storage
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: install

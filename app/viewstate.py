@@ -30,7 +30,7 @@ way. No Streamlit here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from engine.analysis.frames import RANK_QUANTITIES
@@ -56,9 +56,6 @@ class ViewState:
     at: int | None = None  # None: the latest common step
     quantity: str = "val_loss"
     problems: tuple[str, ...] = field(default=(), compare=False)
-
-    def with_runs(self, runs: Iterable[int] | None) -> "ViewState":
-        return replace(self, runs=None if runs is None else tuple(int(i) for i in runs))
 
 
 DEFAULT = ViewState()

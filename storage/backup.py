@@ -94,7 +94,11 @@ def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        runs = _sqlite_backup(source, tmp) if backend == "sqlite" else _pg_dump(url, tmp)
+        runs: Optional[int] = None
+        if backend == "sqlite":
+            runs = _sqlite_backup(source, tmp)
+        else:
+            _pg_dump(url, tmp)
         os.replace(tmp, out)
     except OSError as e:
         raise StorageError(f"cannot write the backup {out} ({e.strerror or e}); check the disk space and "

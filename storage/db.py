@@ -51,7 +51,7 @@ import pathlib
 import re
 import urllib.parse
 import zlib
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import sqlalchemy
 from alembic import command
@@ -60,7 +60,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import event, exc, inspect
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, CursorResult, Engine, Result, make_url
 from sqlalchemy.pool import StaticPool
 
 from .errors import (  # noqa: F401  (db's names before errors.py existed)
@@ -244,7 +244,7 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
         if memory:
             kwargs["poolclass"] = StaticPool  # one shared in-memory database
         else:
-            path = pathlib.Path(u.database).expanduser().absolute()
+            path = pathlib.Path(str(u.database)).expanduser().absolute()
             _check_sqlite_file(path, create)
             u = u.set(database=str(path))
     else:
@@ -269,6 +269,12 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
     return engine
 
 
+def rowcount(result: Result[Any]) -> int:
+    """How many rows an ``UPDATE`` or ``DELETE`` matched.  ``Session.execute`` is typed as returning
+    a ``Result``; for those statements it is a ``CursorResult``, which counts them."""
+    return cast(CursorResult[Any], result).rowcount
+
+
 # --------------------------------------------------------------------------- schema
 
 
@@ -285,7 +291,9 @@ def _scripts() -> ScriptDirectory:
 
 def head_revision() -> str:
     """The newest Alembic revision this code knows: every database is upgraded to it."""
-    return _scripts().get_current_head()
+    head = _scripts().get_current_head()
+    assert head is not None, f"{MIGRATIONS_DIR} holds no revision"
+    return head
 
 
 def _read_revision(conn: Connection) -> Optional[str]:
@@ -365,6 +373,7 @@ def ensure_schema(engine: Engine) -> str:
     if engine.dialect.name == "sqlite":
         with write_engine(engine).connect() as conn:
             raw = conn.connection.dbapi_connection
+            assert raw is not None  # a live connection's
             raw.execute("PRAGMA foreign_keys = OFF")  # outside a transaction, where it takes effect
             try:
                 with conn.begin():  # BEGIN IMMEDIATE

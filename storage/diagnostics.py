@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import delete, insert, select, update
 
+from .db import rowcount
 from .errors import StorageError
 from .models import Diagnostic, DiagnosticResult, Run, new_uid, utcnow
+from .part import StorePart
 from .records import (
     DIAGNOSTIC_RESULT_COLUMNS,
     ENDED_STATUSES,
@@ -22,7 +24,7 @@ from .records import (
 )
 
 
-class DiagnosticsMixin:
+class DiagnosticsMixin(StorePart):
     """Estimator diagnoses of a run: their lifecycle and result rows."""
 
     def create_diagnostic(self, run_id: int, step: Optional[int], settings: Optional[dict] = None) -> int:
@@ -47,7 +49,7 @@ class DiagnosticsMixin:
                 .values(status="running", started_at=now, heartbeat_at=now, owner=owner)
                 .execution_options(synchronize_session=False)
             )
-            return res.rowcount == 1
+            return rowcount(res) == 1
 
     def set_diagnostic_status(self, diag_id: int, status: str, error: Optional[str] = None) -> None:
         _check_status(status)
@@ -76,13 +78,13 @@ class DiagnosticsMixin:
                         error="cancelled before it started; nothing was computed")
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount == 1:
+            if rowcount(res) == 1:
                 return True
             res = s.execute(
                 update(Diagnostic).where(Diagnostic.id == diag_id, Diagnostic.status == "running")
                 .values(cancel_requested=True).execution_options(synchronize_session=False)
             )
-            if res.rowcount == 1:
+            if rowcount(res) == 1:
                 return True
             if s.get(Diagnostic, diag_id) is None:
                 raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
@@ -116,9 +118,11 @@ class DiagnosticsMixin:
                                  f"expected some of {', '.join((*DIAGNOSTIC_RESULT_COLUMNS, KEY_VALUES))}")
             p = {c: row.get(c) for c in DIAGNOSTIC_RESULT_COLUMNS}
             for c in ("rank", "keys", "batches"):
-                p[c] = None if p[c] is None else int(p[c])
+                v = p[c]
+                p[c] = None if v is None else int(v)
             for c in ("lam", "bias2", "bias2_se", "variance", "mse", "cos_mean"):
-                p[c] = None if p[c] is None else float(p[c])
+                v = p[c]
+                p[c] = None if v is None else float(v)
             p[KEY_VALUES] = _key_bytes(row.get(KEY_VALUES), p["keys"], p["batches"])
             params.append({"diagnostic_id": int(diag_id), **p})
         if not params:

@@ -156,7 +156,8 @@ def field_of(error: exc.SQLAlchemyError) -> Optional[str]:
     diag = getattr(orig, "diag", None)
     column = getattr(diag, "column_name", None)
     if column:
-        return f"{getattr(diag, 'table_name', None) or table}.{column}" if (table or diag.table_name) else column
+        table = getattr(diag, "table_name", None) or table
+        return f"{table}.{column}" if table else column
     text = str(orig or error)
     for pattern in _NAMED:
         found = pattern.search(text)

@@ -5,17 +5,20 @@ A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and 
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Optional
+from typing import Callable, Optional
 
 import pandas as pd
 from sqlalchemy import select
 
 from .models import Diagnostic, Metric, Run
+from .part import StorePart
 from .records import _DIAGNOSTIC_FIELDS, _INT_FIELDS, _TIME_FIELDS, LAST_METRICS, SCALAR_FIELDS, RunRecord, WorkerRecord
 
 
-class FramesMixin:
+class FramesMixin(StorePart):
     """pandas frames of runs, workers and diagnoses for tables and exports."""
+
+    list_workers: Callable[[], list[WorkerRecord]]  # WorkersMixin's
 
     def runs_frame(self) -> pd.DataFrame:
         """One row per run: the RunRecord fields but config and versions, plus the last

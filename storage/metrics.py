@@ -9,19 +9,21 @@ A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and 
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from .db import rowcount
 from .lease import hold
 from .limits import check_int
 from .models import Metric, Run
+from .part import StorePart
 from .records import METRIC_COLUMNS, _ids, _metrics_frame, empty_metrics_frame
 
 
-class MetricsMixin:
+class MetricsMixin(StorePart):
     """The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume."""
 
     def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]], *,
@@ -34,7 +36,7 @@ class MetricsMixin:
         ``epoch`` (an owner's write) the rows are stored only while that is still the run's
         lease, checked under that lock; else :class:`LeaseLostError` and nothing is stored.
         """
-        params = [
+        params: list[dict[str, Any]] = [
             {"run_id": run_id, "step": int(step), "wall_time": float(wall), "name": str(name), "value": float(value)}
             for step, wall, name, value in rows
         ]
@@ -55,7 +57,7 @@ class MetricsMixin:
         mt = Metric.__table__
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
-            n = s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))).rowcount
+            n = rowcount(s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))))
             if n:
                 s.execute(
                     update(Run).where(Run.id == run_id)

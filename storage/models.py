@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from sqlalchemy import (
     JSON,
@@ -34,6 +34,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Table,
     Text,
     TypeDecorator,
     false,
@@ -80,7 +81,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class Base(DeclarativeBase):
-    pass
+    # Every model here is mapped to a plain Table (SQLAlchemy types it as any FromClause).
+    __table__: ClassVar[Table]
 
 
 class Run(Base):

@@ -9,7 +9,9 @@ from typing import Iterable, NamedTuple, Optional, Union
 
 from sqlalchemy import select, update
 
+from .db import rowcount
 from .models import Run, utcnow
+from .part import StorePart
 from .records import RESUMABLE_STATUSES, _ids, _not_found
 
 
@@ -20,7 +22,7 @@ class Lease(NamedTuple):
     epoch: int
 
 
-class QueueMixin:
+class QueueMixin(StorePart):
     """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership."""
 
     def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
@@ -35,9 +37,9 @@ class QueueMixin:
                         epoch=Run.epoch + 1)
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount != 1:
+            if rowcount(res) != 1:
                 return None
-            return int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar())
+            return int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar_one())
 
     def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[Lease]:
         """Atomically take the oldest queued, non-cancelled run that no process owns and mark
@@ -67,8 +69,8 @@ class QueueMixin:
                             finished_at=None, error=None, epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
                 )
-                if res.rowcount == 1:
-                    return Lease(int(run_id), int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar()))
+                if rowcount(res) == 1:
+                    return Lease(int(run_id), int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar_one()))
 
     def requeue(self, run_ids: Union[int, Iterable[int]], owner: Optional[str] = None) -> list[int]:
         """Move ended runs (interrupted, cancelled, failed) back to ``queued`` so a worker
@@ -119,7 +121,7 @@ class QueueMixin:
                 select(Run.id, Run.owner, Run.heartbeat_at, Run.created_at)
                 .where(Run.status == "queued", Run.owner.is_not(None))
             ).all()
-        return [(int(i), o, beat or created) for i, o, beat, created in rows]
+        return [(int(i), str(o), beat or created) for i, o, beat, created in rows]
 
     def release_queued(self, run_ids: Iterable[int]) -> list[int]:
         """Hand queued runs to any worker (owner None); the ids changed."""

@@ -59,10 +59,6 @@ class RunRecord:
     history_version: int
     epoch: int = 0
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
-
     @classmethod
     def from_row(cls, run: Run) -> "RunRecord":
         return cls(

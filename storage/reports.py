@@ -14,9 +14,11 @@ from typing import Any, Iterable, Mapping, Optional
 from sqlalchemy import delete, select
 from sqlalchemy.orm import defer
 
+from .db import rowcount
 from .errors import StorageError
 from .limits import check_utf8
 from .models import Report, new_uid, utcnow
+from .part import StorePart
 from .records import _json_normal
 
 REPORT_TITLE_MAX = 200
@@ -50,7 +52,7 @@ def _no_report(report_id: Any) -> StorageError:
                         "their ids")
 
 
-class ReportsMixin:
+class ReportsMixin(StorePart):
     """Reports built from the runs: stored, listed, read, replaced in place by key, deleted."""
 
     def save_report(self, *, title: str, content: str, run_ids: Iterable[int], selection: Mapping[str, Any],
@@ -103,5 +105,5 @@ class ReportsMixin:
 
     def delete_report(self, report_id: int) -> None:
         with self._session(write=True) as s:
-            if s.execute(delete(Report.__table__).where(Report.__table__.c.id == int(report_id))).rowcount != 1:
+            if rowcount(s.execute(delete(Report.__table__).where(Report.__table__.c.id == int(report_id)))) != 1:
                 raise _no_report(report_id)

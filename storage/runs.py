@@ -9,10 +9,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from sqlalchemy import delete, select, update
 
+from .db import rowcount
 from .errors import InvalidValueError, RunNotFoundError, StorageError
 from .lease import hold, refused
 from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_utf8
 from .models import Metric, Run, new_uid, utcnow
+from .part import StorePart
 from .records import (
     ENDED_STATUSES,
     RunRecord,
@@ -85,7 +87,7 @@ def _name(name: Any) -> str:
     return check_text("name", name, NAME_MAX)
 
 
-class RunsMixin:
+class RunsMixin(StorePart):
     """The run lifecycle and edits: create, status, heartbeat, notes, tags, cancel, read, rename, delete."""
 
     def create_run(self, **fields: Any) -> int:
@@ -129,7 +131,7 @@ class RunsMixin:
             values["error"] = as_utf8(str(error))
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
-            run = s.get(Run, run_id)
+            run = s.get_one(Run, run_id)
             if status == "running" and run.started_at is None:
                 values["started_at"] = now
             for key, value in values.items():
@@ -150,7 +152,7 @@ class RunsMixin:
                 .values(heartbeat_at=now, steps_done=check_int("steps_done", int(steps_done)))
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount != 1:
+            if rowcount(res) != 1:
                 raise refused(s, run_id, epoch)
             if owner is not None:
                 s.execute(
@@ -165,7 +167,7 @@ class RunsMixin:
         by ``epoch`` as :meth:`set_status`."""
         with self._session(write=True) as s:
             hold(s, run_id, epoch)
-            run = s.get(Run, run_id)
+            run = s.get_one(Run, run_id)
             text = as_utf8(str(text))
             notes = f"{run.notes}\n{text}" if run.notes else text
             run.notes = notes if len(notes) <= NOTES_MAX else "…" + notes[len(notes) - NOTES_MAX + 1:]
@@ -204,7 +206,7 @@ class RunsMixin:
                 .values(status="cancelled", finished_at=now, cancel_requested=True)
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount == 1:
+            if rowcount(res) == 1:
                 return True
             res = s.execute(
                 update(Run)
@@ -212,7 +214,7 @@ class RunsMixin:
                 .values(cancel_requested=True)
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount == 1:
+            if rowcount(res) == 1:
                 return True
             if s.execute(select(Run.id).where(Run.id == run_id)).first() is None:
                 raise _not_found(run_id)
@@ -249,7 +251,7 @@ class RunsMixin:
                     .values(status="interrupted", finished_at=now, error=str(reason))
                     .execution_options(synchronize_session=False)
                 )
-                if res.rowcount == 1:
+                if rowcount(res) == 1:
                     changed.append(int(run_id))
         return sorted(changed)
 
@@ -280,7 +282,7 @@ class RunsMixin:
             res = s.execute(
                 update(Run).where(Run.id == run_id, *fence).values(**values).execution_options(synchronize_session=False)
             )
-            if res.rowcount != 1:
+            if rowcount(res) != 1:
                 raise refused(s, run_id, epoch)
 
     def delete_run(self, run_id: int, *, force: bool = False) -> None:

@@ -8,15 +8,17 @@ from typing import Any, Mapping
 
 from sqlalchemy import delete, select
 
+from .db import rowcount
 from .errors import InvalidValueError, StorageError
 from .limits import check_utf8
 from .models import SavedView, utcnow
+from .part import StorePart
 from .records import _json_normal
 
 MAX_VIEW_NAME = 200
 
 
-class ViewsMixin:
+class ViewsMixin(StorePart):
     """Named Compare views shared by everyone using the database."""
 
     def save_view(self, name: str, state: Mapping[str, Any]) -> None:
@@ -26,14 +28,14 @@ class ViewsMixin:
         if not name or len(name) > MAX_VIEW_NAME:
             raise InvalidValueError(f"a view name must be 1 to {MAX_VIEW_NAME} characters (got {len(name)})")
         check_utf8("view name", name)
-        state = _json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
+        normal: dict[str, str] = _json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
         now = utcnow()
         with self._session(write=True) as s:
             view = s.execute(select(SavedView).where(SavedView.name == name).with_for_update()).scalar()
             if view is None:
-                s.add(SavedView(name=name, state=state, created_at=now, updated_at=now))
+                s.add(SavedView(name=name, state=normal, created_at=now, updated_at=now))
             else:
-                view.state, view.updated_at = state, now
+                view.state, view.updated_at = normal, now
 
     def saved_views(self) -> dict[str, dict[str, str]]:
         """Every saved view, name → state, most recently saved first."""
@@ -44,5 +46,5 @@ class ViewsMixin:
 
     def delete_view(self, name: str) -> None:
         with self._session(write=True) as s:
-            if s.execute(delete(SavedView.__table__).where(SavedView.__table__.c.name == name)).rowcount != 1:
+            if rowcount(s.execute(delete(SavedView.__table__).where(SavedView.__table__.c.name == name))) != 1:
                 raise StorageError(f"no saved view named {name!r}")

@@ -8,15 +8,17 @@ from typing import Any, Optional
 
 from sqlalchemy import select, update
 
+from .db import rowcount
 from .errors import InvalidValueError, StorageError
 from .models import Worker, utcnow
+from .part import StorePart
 from .records import *  # noqa: F403
 from .records import (
     WorkerRecord,
 )
 
 
-class WorkersMixin:
+class WorkersMixin(StorePart):
     """Workers: registration, heartbeats and their records."""
 
     def register_worker(self, worker_id: str, host: str, pid: int, device: Optional[str] = None,
@@ -51,7 +53,7 @@ class WorkersMixin:
                 .values(heartbeat_at=utcnow(), **values)
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount != 1:
+            if rowcount(res) != 1:
                 raise StorageError(f"no worker {worker_id!r}; register it first")
 
     def list_workers(self) -> list[WorkerRecord]:

@@ -15,8 +15,8 @@ from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
+from engine.core.units import format_seconds
 from engine.runner import liveness
-from engine.training.timing import format_seconds
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()

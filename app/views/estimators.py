@@ -7,9 +7,8 @@ from app import estimators as est
 from app import state
 from app.display import plain, plot, status_text
 from engine.config import ConfigError, RunConfig
+from engine.core.units import format_seconds
 from engine.runner import diagnosis
-from engine.training.checkpoints import CheckpointError
-from engine.training.timing import format_seconds
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
@@ -50,7 +49,7 @@ diags = store.diagnostics_frame(run_id)
 with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_chart:"):
     try:
         steps = diagnosis.checkpoint_steps(store, run_id, lab.manager.checkpoint_root)
-    except CheckpointError as e:
+    except diagnosis.CheckpointError as e:
         st.warning(plain(e), icon=":material/warning:")
         steps = []
     # plain widgets, not an st.form: Enter in a field only updates the cost; only the button starts

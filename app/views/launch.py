@@ -19,9 +19,10 @@ from engine.config import (
 )
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.presets import PRESETS
+from engine.core.units import format_seconds
 from engine.runner import estimates, queries
+from engine.runner.preflight import check_data
 from engine.training import timing
-from engine.training.inputs import check_data
 from storage import StorageError
 
 # Every value of the form lives for the whole session: a visit to another page (whose live
@@ -93,7 +94,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
     st.subheader(f"{n:,} run{plural} to launch")
     total = estimate.seconds if estimate.known else None
     if estimate.known:
-        st.markdown(f"Estimated time **≈ {timing.format_seconds(estimate.seconds)}**")
+        st.markdown(f"Estimated time **≈ {format_seconds(estimate.seconds)}**")
         st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
                    "plus start-up, validation and probes.")
     else:
@@ -106,7 +107,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
     _seed_plan(lab, configs)
-    eta = timing.format_seconds(total) if total is not None else "unknown (measure the step time above)"
+    eta = format_seconds(total) if total is not None else "unknown (measure the step time above)"
     confirmed = confirm.large_launch(n, eta, "launch.confirm_large")
     tags = st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation", persist_state=KEEP,
                          help="Comma list; every run of this launch gets them (filter by them on Runs).")

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -292,6 +292,14 @@ def _bound_bias(g: pd.DataFrame, mse2: float) -> keystats.Interval:
     return keystats.Interval(theta, theta - half, theta + half, keystats.BOUND)
 
 
+T = TypeVar("T")
+
+
+def _pair(of: Callable[[int], T]) -> tuple[T, T]:
+    """(``of(1)``, ``of(2)``): a quantity of the first and of the second estimator."""
+    return of(1), of(2)
+
+
 def _compared(diagnoses: pd.DataFrame, first: str, second: str, margin: float | None = None) -> list[Compared]:
     """Each (R, λ) at which some stored diagnoses hold both ``first`` and ``second``,
     pooled over those diagnoses (module docstring), by λ then R; the variance ratio read
@@ -302,9 +310,9 @@ def _compared(diagnoses: pd.DataFrame, first: str, second: str, margin: float | 
     both = a.merge(b, on=["diagnosis_id", "rank", "lam"], suffixes=("_1", "_2"))
     out = []
     for (lam, rank), g in both.groupby(["lam", "rank"], sort=True):
-        var = tuple(pooled_variance(g[f"variance_{i}"], g[f"keys_{i}"]) for i in (1, 2))
-        mse = tuple(pooled_mse(g[f"mse_{i}"], g[f"bias2_{i}"], g[f"variance_{i}"], g[f"keys_{i}"]) for i in (1, 2))
-        bias2 = tuple(float(np.sum(g[f"keys_{i}"] * g[f"bias2_{i}"]) / np.sum(g[f"keys_{i}"])) for i in (1, 2))
+        var = _pair(lambda i: pooled_variance(g[f"variance_{i}"], g[f"keys_{i}"]))
+        mse = _pair(lambda i: pooled_mse(g[f"mse_{i}"], g[f"bias2_{i}"], g[f"variance_{i}"], g[f"keys_{i}"]))
+        bias2 = _pair(lambda i: float(np.sum(g[f"keys_{i}"] * g[f"bias2_{i}"]) / np.sum(g[f"keys_{i}"])))
         keys = tuple(sorted({int(k) for i in (1, 2) for k in g[f"keys_{i}"]}))
         values = [(v1, v2) for v1, v2 in zip(g[f"{KEY_VALUES}_1"], g[f"{KEY_VALUES}_2"])]
         paired = all(isinstance(v1, np.ndarray) and isinstance(v2, np.ndarray) and v1.shape == v2.shape

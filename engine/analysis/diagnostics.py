@@ -44,6 +44,7 @@ the cosine over layers and batches). Each row carries its per-key values.
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
@@ -315,7 +316,7 @@ def diagnose(
             continue
         per_layer = {layer: keystats.pack([v.dw_norm2 for v in got[layer, s]], [v.sq for v in got[layer, s]],
                                           [v.dev for v in got[layer, s]]) for layer in layers}
-        per_layer["all"] = sum(per_layer.values())
+        per_layer["all"] = functools.reduce(operator.add, per_layer.values())
         for layer, values in per_layer.items():
             cos = [float(v.cos.mean()) for name in ([layer] if layer != "all" else layers) for v in got[name, s]]
             records.append(dict(

@@ -10,7 +10,7 @@ pandas DataFrames.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -134,7 +134,9 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Serie
     of them with data, i.e. among the run ids ``present``; None: all), with
     ``[setup]`` when the selection mixes setups. Labels that would still name two
     curves get ``#id`` (the run id, or the group's smallest run id when pooled)."""
-    labels, owners, suffix = {}, {}, {}
+    labels: dict[int, str] = {}
+    owners: dict[str, set[tuple[str, Any]]] = {}  # label → the curves (a run or a pooled group) it names
+    suffix: dict[int, int] = {}
     present = set(info["run_id"]) if present is None else {int(i) for i in present}
     for row in info.itertuples():
         pooled = pool_seeds and row.group_size > 1
@@ -439,7 +441,7 @@ def shared_runs(records) -> set[int]:
         elif end.tzinfo is None:
             end = end.tz_localize("UTC")
         spans.append((r.id, _host(r), start, end))
-    shared = set()
+    shared: set[int] = set()
     for i, (a, host_a, start_a, end_a) in enumerate(spans):
         for b, host_b, start_b, end_b in spans[i + 1:]:
             if host_a == host_b and start_a < end_b and start_b < end_a:
@@ -454,7 +456,7 @@ def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -
     ``ms_low``–``ms_high``; ``shared`` when it trained at the same time as another of
     ``records`` on the same machine (``shared_runs``)."""
     records = list(records)
-    rows_of = {r.id: stored(r.config).rows for r in records if stored(r.config) is not None}
+    rows_of = {r.id: config.rows for r in records if (config := stored(r.config)) is not None}
     tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows_of)) & (metrics["value"] > 0)]
     tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
     shared = shared_runs(records)

@@ -67,6 +67,7 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 KEY_VALUES = "key_values"  # the column of a diagnosis row's ``pack`` array (None: stored without)
@@ -98,7 +99,7 @@ class Interval(NamedTuple):
     df: float = math.nan  # the t quantile's degrees of freedom (delta)
 
 
-def pack(dw_norm2: Sequence[float], sq: np.ndarray, dev: np.ndarray) -> np.ndarray:
+def pack(dw_norm2: Sequence[float], sq: ArrayLike, dev: ArrayLike) -> np.ndarray:
     """The (batches, 1 + 2K) ``KEY_VALUES`` array of a row from per-batch ‖dW_b‖² and
     per-batch, per-key ‖e_bk‖² and ‖e_bk − ē_b‖² (each (batches, K))."""
     norm = np.asarray(dw_norm2, np.float64).reshape(-1, 1)

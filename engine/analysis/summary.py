@@ -31,6 +31,8 @@ Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from tabulate import tabulate
@@ -140,7 +142,7 @@ def one_per_seed(records) -> tuple[list, dict[int, int]]:
     furthest trained (most steps done; of equals, the newest), so pooling counts each
     seed once and a shorter relaunch does not pull the common step down."""
     records = list(records)
-    best: dict[tuple, object] = {}
+    best: dict[tuple, Any] = {}
     for r in records:
         key = (seed_group_key(r.config), r.seed)
         if key not in best or (r.steps_done, r.id) > (best[key].steps_done, best[key].id):

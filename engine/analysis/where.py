@@ -115,7 +115,7 @@ def _tokens(text: str) -> list[_Token]:
             raise WhereError(f"cannot read {text[pos:pos + 10]!r} at character {pos + 1}; quote text values, "
                              f"e.g. {EXAMPLE}")
         if m.lastgroup != "space":
-            out.append(_Token(m.lastgroup, m.group(), pos))
+            out.append(_Token(str(m.lastgroup), m.group(), pos))
         pos = m.end()
     out.append(_Token("end", "", len(text)))
     return out

@@ -35,8 +35,8 @@ def confirmed(args, configs: list[RunConfig], fewer: str) -> None:
 def total_time(url, configs: list[RunConfig]) -> str:
     """The estimated wall time of ``configs`` from the step times of finished runs of the
     same models in the database (the Launch form's estimate), or ``unknown``."""
+    from engine.core import units
     from engine.runner import estimates
-    from engine.training import timing
     from storage import StorageError
 
     try:
@@ -49,7 +49,7 @@ def total_time(url, configs: list[RunConfig]) -> str:
         return "unknown"
     finally:
         store.close()
-    return timing.format_seconds(estimate.seconds) if estimate.known else "unknown"
+    return units.format_seconds(estimate.seconds) if estimate.known else "unknown"
 
 
 def launch_grid(args) -> int:
@@ -65,7 +65,7 @@ def launch(args, configs: list[RunConfig], tags: tuple[str, ...]) -> int:
     """Queue ``configs`` for workers (``--queue-only``) or train them here as one new sweep."""
     from engine.cli.foreground import train_here
     from engine.runner.jobs import new_sweep_id, queue_runs
-    from engine.training.inputs import check_data
+    from engine.runner.preflight import check_data
 
     store = open_store(args.db)
     check_data(configs)

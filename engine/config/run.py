@@ -34,6 +34,7 @@ import json
 import math
 import typing
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -143,6 +144,7 @@ class FrozenMap(Mapping):
     """An immutable, hashable mapping (a run's data-source options)."""
 
     __slots__ = ("_items",)
+    _items: tuple[tuple[Any, Any], ...]
 
     def __init__(self, values: Mapping | None = None, **kw):
         merged = dict(values or {}, **kw)
@@ -296,8 +298,9 @@ class RunConfig:
             if not isinstance(self.dataset_options, Mapping):
                 raise ConfigError(f"dataset_options must be a mapping (got {self.dataset_options!r})")
             object.__setattr__(self, "dataset_options", FrozenMap(self.dataset_options))
+        schema_class: type = type(self)  # a subclass's schema holds its own fields
         for f in dataclasses.fields(self):
-            _validate(f, *kinds(type(self))[f.name], getattr(self, f.name))
+            _validate(f, *kinds(schema_class)[f.name], getattr(self, f.name))
         try:
             self.model_config("cpu")
         except ValueError as e:
@@ -365,10 +368,6 @@ class RunConfig:
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
-
-    def exact_baseline(self) -> "RunConfig":
-        """The same run with exact backprop: the reference for memory and loss."""
-        return self.replace(estimator="exact", name=None)
 
     def comparable(self) -> "RunConfig":
         """What two runs must share to be compared: their trajectory and measurement
@@ -483,7 +482,7 @@ def shape_columns(config: Mapping[str, Any]) -> dict[str, int | None]:
             "R_rows": None if run.is_exact else run.effective_rank}
 
 
-def _fingerprint(values: Mapping[str, Any], ignore: set = frozenset()) -> str:
+def _fingerprint(values: Mapping[str, Any], ignore: AbstractSet[str] = frozenset()) -> str:
     text = json.dumps({k: v for k, v in values.items() if k not in ignore}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -509,7 +508,7 @@ def base_type(tp: Any) -> tuple[type, bool]:
 
 
 def default_of(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
@@ -525,16 +524,18 @@ def _check(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None
     if value is None and optional:
         return
     name = f.name
-    if s.allowed() is not None:
-        checks.choice(name, value, s.allowed(), error=ConfigError)
+    allowed = s.allowed()
+    if allowed is not None:
+        checks.choice(name, value, allowed, error=ConfigError)
     elif kind is bool:
         checks.flag(name, value, error=ConfigError)
     elif kind is int:
         note = f" (or None for {s.none})" if optional else (" (0 = never)" if s.low == 0 and "never" in s.help else "")
-        checks.whole(name, value, int(s.low if s.low is not None else -(2**63)), note=note, error=ConfigError)
+        low = int(s.low if s.low is not None else -(2**63))
+        checks.whole(name, value, low, note=note, error=ConfigError)
         high = INT_MAX + 1 if s.high is None else s.high
         if value >= high:
-            raise ConfigError(f"{name} must be an integer in [{int(s.low)}, {int(high)}) (got {value!r})")
+            raise ConfigError(f"{name} must be an integer in [{low}, {int(high)}) (got {value!r})")
     elif kind is float:
         checks.real(name, value, -math.inf if s.low is None else s.low, math.inf if s.high is None else s.high,
                     low_open=s.low_open, high_open=s.high_open, error=ConfigError)

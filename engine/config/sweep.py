@@ -10,7 +10,7 @@ rows), so two ranks that clip to the same effective R are one run, and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from engine.config.run import (
 from engine.core.choices import ESTIMATORS
 
 
-def parse_ranks(text: str) -> tuple[bool, list[int]]:
+def parse_ranks(text: str | Iterable[object]) -> tuple[bool, list[int]]:
     """``"exact, 1, 8, 32"`` → (True, [1, 8, 32]): exactly the numbers typed, in order,
     duplicates dropped; ``exact`` adds an exact-backprop run per seed."""
     with_exact, ranks = False, []
@@ -73,7 +73,7 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def parse_lams(text: str) -> list[float]:
+def parse_lams(text: str | Iterable[object]) -> list[float]:
     """``"0, 0.01"`` → [0.0, 0.01]: every λ in [0, 1), order kept, duplicates dropped."""
     lams: list[float] = []
     for token in _tokens(text):
@@ -89,7 +89,7 @@ def parse_lams(text: str) -> list[float]:
     return lams
 
 
-def parse_estimators(text: str) -> list[str]:
+def parse_estimators(text: str | Iterable[object]) -> list[str]:
     """``"exact, basis"`` → ["exact", "basis"], each one of ``ESTIMATORS``."""
     out = []
     for token in _tokens(text):
@@ -102,7 +102,7 @@ def parse_estimators(text: str) -> list[str]:
     return out
 
 
-def _tokens(text) -> list[str]:
+def _tokens(text: str | Iterable[object]) -> list[str]:
     if not isinstance(text, str):
         text = ",".join(map(str, text))
     return [t for t in text.replace(",", " ").split() if t]
@@ -129,6 +129,8 @@ class Clip:
                 f"B·T / devices = {self.rows} / {self.devices})")
 
 
+_BASE_VALUE: Any = None  # a Sweep axis left None: the base's value
+
 RUN_NAME_SEP = " · "  # between a sweep's name and each run's label: ``name · basis R=8 s0``
 
 
@@ -140,10 +142,11 @@ class Sweep:
     compare equal. ``tags`` label every run."""
 
     base: RunConfig
-    estimators: tuple[str, ...] | None = None
-    ranks: tuple[int, ...] | None = None
-    lams: tuple[float, ...] | None = None
-    seeds: tuple[int, ...] | None = None
+    # Given as None (the default): the base's value.  Typed as what they hold once built.
+    estimators: tuple[str, ...] = _BASE_VALUE
+    ranks: tuple[int, ...] = _BASE_VALUE
+    lams: tuple[float, ...] = _BASE_VALUE
+    seeds: tuple[int, ...] = _BASE_VALUE
     with_exact: bool = False
     tags: tuple[str, ...] = ()
 

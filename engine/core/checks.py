@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 def is_whole(value: Any, minimum: int = 1, maximum: int | None = None) -> bool:
     """Whether ``value`` is an integer in [``minimum``, ``maximum``] (bools are not integers)."""
-    return (not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= minimum
-            and (maximum is None or value <= maximum))
+    return (not isinstance(value, bool) and isinstance(value, numbers.Integral) and int(value) >= minimum
+            and (maximum is None or int(value) <= maximum))
 
 
 def whole(name: str, value: Any, minimum: int = 1, *, note: str = "", fix: str = "",

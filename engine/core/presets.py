@@ -95,7 +95,7 @@ class GPTConfig:
         layers whose dW this config sketches (for ``exact``, the layers a sketched
         run of the same config would sketch, so its dW probe is the reference 1.0)."""
         groups = SKETCHED_GROUPS[self.sketched_layers]
-        paths = []
+        paths: list[tuple[str, ...]] = []
         for i in range(self.n_layers):
             if "attn" in groups:
                 paths += [(f"block_{i}", "attn", "qkv"), (f"block_{i}", "attn", "out")]

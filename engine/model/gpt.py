@@ -36,6 +36,7 @@ less than half the memory). ``remat`` is off (it costs a forward pass per block)
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -176,5 +177,6 @@ def _jitted_init(cfg: GPTConfig, batch_size: int):
 
 def loss_fn(cfg: GPTConfig, params, batch: jax.Array, sketch_key: jax.Array | None) -> jax.Array:
     """Mean next-token cross-entropy of ``batch`` (B, T+1) under ``cfg``'s estimator."""
-    rngs = None if cfg.estimator == "exact" else {"sketch": sketch_key}
-    return GPT(cfg).apply({"params": params}, batch[:, :-1], batch[:, 1:], rngs=rngs)
+    rngs = None if cfg.estimator == "exact" or sketch_key is None else {"sketch": sketch_key}
+    # apply's annotation also covers mutable collections (output, state); without them: the output
+    return cast(jax.Array, GPT(cfg).apply({"params": params}, batch[:, :-1], batch[:, 1:], rngs=rngs))

@@ -9,6 +9,8 @@ recompute is tagged ``NONLINEARITY`` through ``keep_tagged``.
 
 from __future__ import annotations
 
+from typing import cast
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -103,7 +105,8 @@ def gelu(h: jax.Array, *, recompute: bool) -> jax.Array:
 
 
 def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
-    return nn.LayerNorm().apply({"params": {"scale": scale, "bias": bias}}, x)
+    # apply's annotation also covers mutable collections (output, state); without them: the output
+    return cast(jax.Array, nn.LayerNorm().apply({"params": {"scale": scale, "bias": bias}}, x))
 
 
 _layer_norm_kept = keep_tagged(_layer_norm, NONLINEARITY)

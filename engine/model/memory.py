@@ -22,7 +22,7 @@ which live in memory anyway. ``memory_breakdown`` sorts them into
 A residual is placed only by the ``checkpoint_name`` tag given where it is made
 (``engine.sketch.residuals``: every residual of the project's own code has one), and a
 sketch's PRNG key, which is kept as it is, by its dtype.
-``compiled_memory`` adds what XLA reports for the whole compiled train step.
+``engine.training.compiled`` adds what XLA reports for the whole compiled train step.
 """
 
 from __future__ import annotations
@@ -74,16 +74,6 @@ def make_dw_probe(cfg: GPTConfig) -> tuple[list[str], Callable]:
     return [layer_name(p) for p in paths], probe
 
 
-def dw_similarity(cfg: GPTConfig, params, batch, key) -> dict[str, dict[str, float]]:
-    """Per sketched layer ``{"cos": ..., "rel_err": ...}`` of sketched dW against exact dW."""
-    names, probe = make_dw_probe(cfg)
-    cos, rel = probe(params, batch, key)
-    return {
-        n: {"cos": float(c), "rel_err": float(r)}
-        for n, c, r in zip(names, np.asarray(cos), np.asarray(rel))
-    }
-
-
 def _listing(cfg: GPTConfig, params, batch, key) -> list[tuple[jax.core.AbstractValue, str]]:
     listing = saved_residuals(lambda p, b, k: loss_fn(cfg, p, b, k), params, batch, key)
     return [(a, why) for a, why in listing if not why.startswith("from the argument p")]
@@ -110,13 +100,8 @@ def residual_category(aval, description: str) -> str:
 
 
 def memory_breakdown(cfg: GPTConfig, params, batch, key) -> dict[str, int]:
-    """Bytes saved for the backward pass per category; they sum to ``saved_activation_bytes``."""
+    """Bytes saved for the backward pass per category; they sum to the bytes of ``residuals``."""
     out = dict.fromkeys(CATEGORIES, 0)
     for aval, why in _listing(cfg, params, batch, key):
         out[residual_category(aval, why)] += _nbytes(aval)
     return out
-
-
-def saved_activation_bytes(cfg: GPTConfig, params, batch, key) -> int:
-    """Total bytes of activations saved for the backward pass of one train step."""
-    return sum(size for size, _ in residuals(cfg, params, batch, key))

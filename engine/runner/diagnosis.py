@@ -47,7 +47,7 @@ from engine.core.choices import ESTIMATORS
 from engine.runner import liveness
 from engine.runner.paths import RunFolders, run_folders
 from engine.training.build import initial_params, model_config, optimizer_for
-from engine.training.checkpoints import CheckpointError, RunCheckpoints
+from engine.training.checkpoints import CheckpointError, RunCheckpoints  # CheckpointError: raised to callers
 from engine.training.inputs import load_data
 from engine.training.steps import init_state
 from storage import RunStore, StorageError
@@ -226,7 +226,7 @@ def estimate_seconds(store: RunStore, plan: Plan) -> float | None:
     frame = store.diagnostics_frame()
     frame = frame[(frame["status"] == "finished") & frame["started_at"].notna() & frame["finished_at"].notna()]
     rates = []
-    runs = {}
+    runs: dict[int, tuple[str, int, str] | None] = {}
     for row in frame.itertuples():
         if row.run_id not in runs:
             try:

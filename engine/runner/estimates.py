@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from engine.config import ConfigError, RunConfig
+from engine.core.units import format_seconds
 from engine.training import timing
 from engine.training.timing import StepTiming, timing_key
 from storage import RunStore
@@ -70,7 +71,7 @@ class GridEstimate:
         """``≈ 2 h 07 min (step time 21–25 ms, timed by earlier runs)``, or what is missing."""
         if not self.known:
             return "unknown (no finished run of this model yet, and its step time was not measured)"
-        return (f"≈ {timing.format_seconds(self.seconds)} (step time {self.step_ms_text()}, "
+        return (f"≈ {format_seconds(self.seconds)} (step time {self.step_ms_text()}, "
                 f"{timing.describe_sources(self.timings.values())})")
 
 
@@ -86,6 +87,6 @@ def grid_estimate(store: RunStore, configs: Sequence[RunConfig], concurrent: int
         if key not in timings:
             timings[key] = (timing_from_history(store, c) or timing.measured(c)
                             or (timing.measure_step(c) if measure else None))
-    each = [timings[timing_key(c)] for c in configs]
-    seconds = timing.grid_seconds(configs, each, concurrent) if configs and all(each) else None
+    each = [t for c in configs if (t := timings[timing_key(c)]) is not None]
+    seconds = timing.grid_seconds(configs, each, concurrent) if configs and len(each) == len(configs) else None
     return GridEstimate(seconds, timings)

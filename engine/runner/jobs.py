@@ -134,12 +134,6 @@ def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id:
     )
 
 
-def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
-               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
-    """Queue one run; ``owner`` None leaves it to any worker."""
-    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
-
-
 def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
                tags: Iterable[str] = (), owner: str | None = None, env: dict | None = None) -> list[int]:
     """Queue runs in one transaction, all or none (``owner`` None: for any worker, as
@@ -485,12 +479,13 @@ class JobManager:
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
+        on_step, on_record = self.on_step, self.on_record
         try:
             outcome = execute(
                 self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
                 interrupted=self._interrupt, checkpoints=self.checkpoint_root,
-                on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
-                on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
+                on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
+                on_record=(lambda record: on_record(run_id, record)) if on_record else None,
             )
         except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
             log.exception("run %s crashed the worker", run_id)

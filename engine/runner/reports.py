@@ -142,7 +142,7 @@ def load(store: RunStore, report_id: int) -> rep.Report:
     """A stored report, as it was built."""
     record = store.get_report(report_id)
     try:
-        return rep.Report.from_json(record.content)
+        return rep.Report.from_json(record.content or "")
     except (ValueError, KeyError, TypeError) as e:
         raise ReportError(f"report {report_id} cannot be read ({e}); rebuild it from the database "
                           f"(`python -m engine report --id {report_id} --rebuild`)") from None

@@ -141,7 +141,7 @@ class StoreWriter:
         while True:
             write = self._queue.get()
             with self._lock:
-                if self._beats.get(write.run_id) is write:
+                if write.run_id is not None and self._beats.get(write.run_id) is write:
                     del self._beats[write.run_id]  # taken: from now on a newer beat queues anew
             try:
                 self._write(write)
@@ -153,7 +153,7 @@ class StoreWriter:
     def _write(self, write: _Write) -> None:
         delay = BACKOFF_S
         run_id, epoch = write.run_id, write.kwargs.get("epoch")
-        if epoch is not None and self.lost(run_id, epoch) is not None:
+        if epoch is not None and run_id is not None and self.lost(run_id, epoch) is not None:
             return  # the lease is gone: nothing more is written under it
         if run_id is not None and not write.final and self.failure(run_id) is not None:
             return  # written after a lost write, it would leave a hole in the run's history
@@ -164,7 +164,7 @@ class StoreWriter:
             except LeaseLostError as e:
                 log.debug("%s refused: %s", write, e)
                 with self._lock:
-                    self._lost[run_id] = e
+                    self._lost[e.run_id] = e
                 return
             except DatabaseBusyError as e:  # a lost connection too: waited for as long as the process lives
                 self.retries += 1

@@ -101,6 +101,18 @@ class Sketch(NamedTuple):
     # of bin r, or B (no row) where bin r has only ⌊B/R⌋ rows
     members: jax.Array | None = None
 
+    def hashed(self) -> tuple[jax.Array, jax.Array]:
+        """(bins, signs) of a hash sketch (balanced or uniform)."""
+        if self.bins is None or self.signs is None:
+            raise ValueError(f"a {self.kind} sketch has no bins")
+        return self.bins, self.signs
+
+    def matrix(self) -> jax.Array:
+        """S itself, of a gaussian sketch."""
+        if self.dense is None:
+            raise ValueError(f"a {self.kind} sketch is not dense")
+        return self.dense
+
 def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
     """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
 
@@ -193,10 +205,11 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     rank = sketch.rank
     method = method or sketch_method(sketch, a.shape[0])
     if sketch.kind == "gaussian":
-        return jnp.matmul(sketch.dense, a.astype(jnp.float32), precision="highest")
+        return jnp.matmul(sketch.matrix(), a.astype(jnp.float32), precision="highest")
+    bins, signs = sketch.hashed()
     if method == "dense":
-        onehot = sketch.bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
-        s = jnp.where(onehot, sketch.signs[None, :], 0.0)
+        onehot = bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
+        s = jnp.where(onehot, signs[None, :], 0.0)
         if a.dtype == jnp.bfloat16:  # ±1 and 0 are exact in bfloat16
             return jnp.matmul(s.astype(a.dtype), a, preferred_element_type=jnp.float32)
         return jnp.matmul(s, a.astype(jnp.float32), precision="highest")
@@ -207,8 +220,8 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     if method != "segment":
         raise ValueError(f"unknown sketch method {method!r}; choose one of {', '.join(SKETCH_METHODS)}")
     # sign-split bins; s(b) = 0 maps to 2R, out of range, which segment_sum drops
-    split = jnp.where(sketch.signs > 0, sketch.bins, sketch.bins + rank)
-    split = jnp.where(sketch.signs == 0, 2 * rank, split)
+    split = jnp.where(signs > 0, bins, bins + rank)
+    split = jnp.where(signs == 0, 2 * rank, split)
     sums = jax.ops.segment_sum(a.astype(jnp.float32), split, num_segments=2 * rank)
     return sums[:rank] - sums[rank:]
 
@@ -224,9 +237,11 @@ def _binned(sketch: Sketch, a: jax.Array) -> tuple[jax.Array, jax.Array]:
     is ‖a‖²_F, summed in the same pass as the bins."""
     rows, rank = a.shape[0], sketch.rank
     slots = sketch.members
+    if slots is None:
+        raise ValueError(f"a {sketch.kind} sketch has no members; the binned sum needs a balanced one")
     valid = slots < rows
     index = jnp.where(valid, slots, 0)
-    signs = jnp.where(valid, sketch.signs[index], 0.0)
+    signs = jnp.where(valid, sketch.hashed()[1][index], 0.0)
     picked = jnp.take(a, index, axis=0, mode="clip").astype(jnp.float32) * signs[:, None]
     return axis_sum(picked.reshape(-1, rank, a.shape[1]), 0), jnp.sum(jnp.square(picked))
 
@@ -260,18 +275,19 @@ def sketch_rows(
     method = method or sketch_method(sketch, a.shape[0])
     if scalars and method == "gather" and sketch.members is not None:
         sa, square = _binned(sketch, a)
+    elif scalars:
+        sa = apply_sketch(sketch, a, method)
+        square = jnp.sum(jnp.square(a.astype(jnp.float32)))
     else:
         sa = apply_sketch(sketch, a, method)
-        square = jnp.sum(jnp.square(a.astype(jnp.float32))) if scalars else None
-    if scalars:
-        norm_a = jnp.sqrt(square)
-        sa = sa * (norm_a / (jnp.linalg.norm(sa) + EPS))
+        return sa * shrink if shrink != 1.0 else sa
+    sa = sa * (jnp.sqrt(square) / (jnp.linalg.norm(sa) + EPS))
     return sa * shrink if shrink != 1.0 else sa
 
 class RowSample(NamedTuple):
     """R rows of X chosen for dW: row ``index[j]`` enters with weight ``weight[j]``."""
 
-    index: jax.Array  # (R,) int32
+    index: jax.Array  # type: ignore[assignment]  # (R,) int32; shadows tuple.index, which no caller uses
     weight: jax.Array  # (R,) float32
 
 def _row_norms(x: jax.Array) -> jax.Array:

@@ -150,9 +150,10 @@ def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
 def _sketch_chunks(sketch: Sketch, chunk: int) -> tuple:
     """The columns of S, chunk by chunk: (bins, signs, dense) each with a leading chunk axis."""
     if sketch.kind == "gaussian":
-        dense = _chunked(sketch.dense.T, chunk)  # (K, C, R)
+        dense = _chunked(sketch.matrix().T, chunk)  # (K, C, R)
         return None, None, jnp.swapaxes(dense, 1, 2)
-    return _chunked(sketch.bins, chunk), _chunked(sketch.signs, chunk), None
+    bins, signs = sketch.hashed()
+    return _chunked(bins, chunk), _chunked(signs, chunk), None
 
 
 def head_method(sketch: Sketch, backend: str | None = None) -> str | None:
@@ -274,7 +275,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
         elif mode == "proj":
             acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
         elif mode == "sketch":
-            acc = acc + apply_sketch(Sketch(sketch.kind, rank, *part), dz, method)
+            acc = acc + apply_sketch(Sketch(SKETCH_KIND[estimator], rank, *part), dz, method)
             sq = sq + jnp.sum(dz * dz)
         total = total + jnp.sum(jnp.where(valid, nll, 0.0))
         return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)

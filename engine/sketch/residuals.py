@@ -18,7 +18,6 @@ DENSE_INPUT = "sketched_inputs"  # what a dense layer keeps for dW: X, or its sk
 NONLINEARITY = "nonlinearity"  # LayerNorm and GELU state
 ATTENTION = "attention"  # Q, K, V and the probabilities or the row log-sum-exp
 LOSS_LOGITS = "loss_logits"  # the loss's softmax, or what the fused head keeps
-TAGS = (DENSE_INPUT, NONLINEARITY, ATTENTION, LOSS_LOGITS)
 
 
 def tag_all(tree, name: str):

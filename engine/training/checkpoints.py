@@ -187,7 +187,7 @@ def array_checksums(state) -> dict[str, str]:
         if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
             leaf = multihost_utils.process_allgather(leaf, tiled=True)
         data = np.ascontiguousarray(np.asarray(leaf))
-        out[jax.tree_util.keystr(path)] = hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest()
+        out[jax.tree_util.keystr(path)] = hashlib.sha256(data.reshape(-1).view(np.uint8).data).hexdigest()
     return out
 
 
@@ -379,23 +379,23 @@ class RunCheckpoints:
                     f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
             if self.epoch is not None:
-                self._prune_older_epochs()
+                self._prune_older_epochs(self.epoch)
 
-    def _prune_older_epochs(self) -> None:
+    def _prune_older_epochs(self, current: int) -> None:
         """Delete the checkpoints of older epochs that are not among the newest ``keep``
         of all (by step, then epoch), and the older epoch folders left without any.
         Every process calls it (listing opens orbax managers, which is collective under
         ``jax.distributed``); process 0 alone deletes."""
         everything = self.checkpoints()
         kept = set(sorted(everything, reverse=True)[: self.keep])
-        gone = {(step, epoch) for step, epoch in everything if epoch < self.epoch and (step, epoch) not in kept}
+        gone = {(step, epoch) for step, epoch in everything if epoch < current and (step, epoch) not in kept}
         leader = jax.process_index() == 0
         if leader:
             for step, epoch in gone:
                 shutil.rmtree(self._folder_of(epoch) / str(step), ignore_errors=True)
         left = {e for s, e in everything if (s, e) not in gone}
         for epoch, folder in self._folders():
-            if 0 <= epoch < self.epoch and epoch not in left:
+            if 0 <= epoch < current and epoch not in left:
                 self._readers.pop(folder, None)
                 if leader:
                     shutil.rmtree(folder, ignore_errors=True)
@@ -638,7 +638,7 @@ def _hold_orbax_leftovers() -> None:
         else:
             previous(unraisable)
 
-    hook._basis_lab = True
+    setattr(hook, "_basis_lab", True)  # a function attribute: the mark of our hook
     sys.unraisablehook = hook
 
 
@@ -665,7 +665,7 @@ class _orbax_quiet:
 def _check_like(state, target) -> None:
     """Raise ValueError unless ``state`` has ``target``'s tree, shapes and dtypes."""
     got, want = jax.tree.structure(state), jax.tree.structure(target)
-    if got != want:
+    if got != want:  # type: ignore[operator]  # jaxlib's stubs leave PyTreeDef unresolved
         raise ValueError(f"tree {got} differs from the run's {want}")
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(target)):
         if a.shape != b.shape or a.dtype != b.dtype:

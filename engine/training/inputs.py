@@ -1,5 +1,5 @@
-"""The tokens a run trains and validates on. No JAX: the CLI and the Launch page check
-a grid's data with it before anything is written or compiled."""
+"""The tokens a run trains and validates on. No JAX: ``engine.runner.preflight`` checks a
+grid's data with it before anything is written or compiled."""
 
 from __future__ import annotations
 
@@ -18,14 +18,3 @@ def load_data(config: RunConfig) -> tuple[np.ndarray, np.ndarray]:
         val_tokens, config.effective_batch_size, config.effective_seq_len, config.effective_val_batches
     )
     return train_tokens, val
-
-
-def check_data(configs) -> None:
-    """Load (and cache) every distinct dataset of ``configs``, so a missing file or
-    a too-short corpus fails before any run is written."""
-    seen = set()
-    for c in configs:
-        key = (c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len, c.effective_val_batches)
-        if key not in seen:
-            seen.add(key)
-            load_data(c)

@@ -20,7 +20,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -82,7 +82,7 @@ class Checkpointer(Protocol):
 
     def save(self, step: int, state, extra: dict, *, final: bool = False) -> None: ...
 
-    def restore_latest_valid(self, target) -> tuple[int, object, dict, list[str]]: ...
+    def restore_latest_valid(self, target) -> tuple[int, Any, dict, list[str]]: ...
 
 
 @dataclass
@@ -149,6 +149,7 @@ def train(
     cfg = model_config(config)
     layout = parallel.make_layout(config)  # None: one device, the plain step
     param_key, sketch_root = run_keys(config.seed)
+    val: Any  # the validation batches: on the host, then on the device(s)
     train_tokens, val = load_data(config)
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
     optimizer = optimizer_for(config)
@@ -160,6 +161,8 @@ def train(
     start = time.perf_counter()
     example = np.zeros(shape, np.int32)  # shapes alone decide the compiled step and the memory figures
     key0 = sketch_key(sketch_root, 0)
+    put_batch: Callable[[np.ndarray], Any]
+    put_key: Callable[[jax.Array], Any]
     if layout is None:
         eval_fn, val = make_eval_step(cfg), jnp.asarray(val)
         put_batch, put_key, local_rows, stop_now = jnp.asarray, (lambda k: k), (lambda b: b), should_stop
@@ -169,10 +172,11 @@ def train(
         put_batch, put_key = (lambda b: layout.put(b, layout.rows())), layout.put_key
         local_rows, stop_now = layout.local_rows_of, (lambda: parallel.agree(should_stop()))
         state = layout.put_state(state)
-        step_fn = parallel.make_train_step(cfg, optimizer, layout, state, config.dw_comm)
-        step_fn = step_fn.lower(state, put_batch(example), put_key(key0)).compile()
+        sharded = parallel.make_train_step(cfg, optimizer, layout, state, config.dw_comm)
+        step_fn = sharded.lower(state, put_batch(example), put_key(key0)).compile()
     window, done, offset = _Window(), 0, 0.0
-    extra, notes = None, []
+    extra: dict | None = None
+    notes: list[str] = []
     if checkpoints is not None and resume and checkpoints.latest_step() is not None:
         try:
             _, state, extra, notes = checkpoints.restore_latest_valid(state)
@@ -186,9 +190,9 @@ def train(
         done, offset = int(extra["step"]), float(extra["wall_time"])
     else:
         loss, se = eval_fn(state.params, val)
-        first = {"val_loss": float(loss), "val_loss_se": float(se)}
-        first.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
-        yield Record(0, time.perf_counter() - start, first)
+        initial = {"val_loss": float(loss), "val_loss_se": float(se)}
+        initial.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
+        yield Record(0, time.perf_counter() - start, initial)
     last_saved, last_saved_at = done, time.perf_counter()
 
     def wall() -> float:

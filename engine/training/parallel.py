@@ -167,7 +167,7 @@ def local_loss_and_grads(cfg: GPTConfig, size: int) -> Callable:
 
 def make_train_step(
     cfg: GPTConfig, optimizer: optax.GradientTransformation, layout: Layout, state: TrainState, dw_comm: str
-) -> Callable:
+) -> jax.stages.Wrapped:
     """``step(state, batch, key data) -> (state, loss)`` over ``layout``'s mesh, jitted,
     state donated, laid out as ``layout.state_shardings(state)``."""
     if dw_comm == "sketch":

@@ -38,7 +38,7 @@ def _train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Call
     return step
 
 
-def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
+def make_train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> jax.stages.Wrapped:
     """``step(state, batch, sketch_key) -> (state, loss)``, jitted, state donated."""
     return jax.jit(_train_step(cfg, optimizer), donate_argnums=0)
 

@@ -22,7 +22,6 @@ without loading a framework.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -82,11 +81,6 @@ def measured(config: RunConfig, steps: int = 3) -> StepTiming | None:
         return _MEASURED.get((timing_key(config), steps))
 
 
-def measure_step_seconds(config: RunConfig, steps: int = 3) -> float:
-    """Seconds per compiled train step of ``config`` (see :func:`measure_step`)."""
-    return measure_step(config, steps).step_s
-
-
 def _time_steps(config: RunConfig, steps: int) -> StepTiming:
     import jax
     import jax.numpy as jnp
@@ -132,18 +126,6 @@ def grid_seconds(configs: Sequence[RunConfig], timings: Sequence[StepTiming], co
         return 0.0
     each = [run_seconds(c, t) for c, t in zip(configs, timings)]
     return max(sum(each) / max(1, concurrent), max(each))
-
-
-def format_seconds(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``2 h 07 min``; ``?`` for NaN or None."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
 def describe_sources(timings) -> str:

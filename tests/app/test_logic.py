@@ -13,6 +13,7 @@ from app import form, tables
 from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, paper_note
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
+from engine.core.units import format_seconds
 from engine.runner import estimates
 from engine.runner.queries import run_summary, run_table3
 from engine.training import timing
@@ -350,7 +351,8 @@ def test_run_seconds_counts_steps_evals_probes_and_startup():
 
 
 def test_format_seconds():
-    assert [timing.format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
+    assert [format_seconds(s) for s in (4.4, 65, 7260, float("nan"))] == ["4 s", "1 min 05 s", "2 h 01 min", "?"]
+    assert [format_seconds(s) for s in (None, float("inf"), 59.5, 3599.6)] == ["?", "?", "1 min 00 s", "1 h 00 min"]
 
 
 def test_timing_key_ignores_what_does_not_change_step_time():
@@ -378,4 +380,3 @@ def test_measure_step_times_the_real_step_once_per_key():
     assert got.source == "measured" and 0 < got.step_s < got.startup_s
     assert timing.measure_step(dataclasses.replace(config, lr=0.5), steps=2) is got  # cached by timing key
     assert timing.measured(config, steps=2) is got
-    assert timing.measure_step_seconds(config, steps=2) == got.step_s

@@ -16,4 +16,4 @@ def test_usage_statistics_are_off_when_started_from_the_repository_root():
     assert value == "False", out.stdout
     assert where == str(ROOT / ".streamlit" / "config.toml"), out.stdout  # the project's file, not a user's
     makefile = (ROOT / "Makefile").read_text()
-    assert "run: install\n\t$(VENV)/bin/streamlit run app/main.py " in makefile  # from the root, where make runs
+    assert "run: install\n\t$(VENV)/bin/basis-lab-dashboard " in makefile  # from the root, where make runs

@@ -272,7 +272,7 @@ def test_a_resume_after_a_kill_before_any_heartbeat_stores_each_metric_once(lab)
     url, _ = lab
     store = RunStore(url)
     config = RunConfig(preset="tiny", steps=2, eval_interval=2, probe_interval=0, val_batches=1)
-    run_id = jobs.create_run(store, config, {"versions": {}, "git_commit": None, "device": "cpu"})
+    [run_id] = jobs.queue_runs(store, [config], env={"versions": {}, "git_commit": None, "device": "cpu"})
     store.claim(run_id, "gone:1", "gone:1:w")
     stale = [(0, 0.1, "val_loss", 123.0), (0, 0.1, "mem_saved_bytes", 1.0)]  # the dead owner's step-0 rows
     store.add_metrics(run_id, stale)

@@ -7,13 +7,20 @@ import pytest
 
 from engine.core.presets import PRESETS, GPTConfig
 from engine.model.gpt import init_params, loss_fn
-from engine.model.memory import dw_similarity, residuals, saved_activation_bytes
+from engine.model.memory import make_dw_probe, memory_breakdown, residuals
 
 TINY = GPTConfig(vocab_size=128, seq_len=16, d_model=32, n_heads=2, n_layers=2)
 
 
 def _batch(b=4, seed=0, cfg=TINY):
     return jax.random.randint(jax.random.key(seed), (b, cfg.seq_len + 1), 0, cfg.vocab_size)
+
+
+def _probe(cfg, params, batch, key) -> dict[str, dict[str, float]]:
+    """Per sketched layer ``{"cos": ..., "rel_err": ...}`` of the dW probe."""
+    names, probe = make_dw_probe(cfg)
+    cos, rel = probe(params, batch, key)
+    return {n: {"cos": float(c), "rel_err": float(r)} for n, c, r in zip(names, np.asarray(cos), np.asarray(rel))}
 
 
 def test_presets_match_the_paper():
@@ -42,7 +49,7 @@ def test_parameters_do_not_depend_on_the_estimator():
 )
 def test_sketched_layer_choice(layers, expected):
     cfg = TINY.replace(estimator="basis", rank=4, sketched_layers=layers)
-    assert set(dw_similarity(cfg, init_params(cfg, jax.random.key(0)), _batch(), jax.random.key(1))) == expected
+    assert set(_probe(cfg, init_params(cfg, jax.random.key(0)), _batch(), jax.random.key(1))) == expected
 
 
 def test_all_layers_adds_attention_projections():
@@ -71,16 +78,16 @@ def test_unsketched_layers_get_exact_gradients():
 def test_probe_is_one_at_full_rank_and_below_one_at_small_rank():
     params = init_params(TINY, jax.random.key(0))
     batch = _batch()  # B·T = 64 rows
-    full = dw_similarity(TINY.replace(estimator="basis", rank=64), params, batch, jax.random.key(1))
+    full = _probe(TINY.replace(estimator="basis", rank=64), params, batch, jax.random.key(1))
     for v in full.values():
         assert v["cos"] == pytest.approx(1.0, abs=1e-5) and v["rel_err"] < 1e-4
-    low = dw_similarity(TINY.replace(estimator="basis", rank=2), params, batch, jax.random.key(1))
+    low = _probe(TINY.replace(estimator="basis", rank=2), params, batch, jax.random.key(1))
     for v in low.values():
         assert v["cos"] < 0.9 and v["rel_err"] > 0.1
 
 
 def test_probe_of_exact_is_one_on_the_layers_a_sketched_run_would_sketch():
-    probe = dw_similarity(TINY, init_params(TINY, jax.random.key(0)), _batch(), jax.random.key(1))
+    probe = _probe(TINY, init_params(TINY, jax.random.key(0)), _batch(), jax.random.key(1))
     assert set(probe) == {"block_0/mlp/fc", "block_0/mlp/proj", "block_1/mlp/fc", "block_1/mlp/proj", "head"}
     for v in probe.values():
         assert v["cos"] == pytest.approx(1.0, abs=1e-6) and v["rel_err"] == pytest.approx(0.0, abs=1e-6)
@@ -116,8 +123,8 @@ def test_sketched_layers_shrink_saved_activations_by_input_minus_sketch():
     params = init_params(TINY, jax.random.key(0))
     batch = _batch()
     rows, d, r = 4 * 16, TINY.d_model, 4
-    exact = saved_activation_bytes(TINY, params, batch, None)
-    sketched = saved_activation_bytes(TINY.replace(estimator="basis", rank=r), params, batch, jax.random.key(0))
+    exact = sum(memory_breakdown(TINY, params, batch, None).values())
+    sketched = sum(memory_breakdown(TINY.replace(estimator="basis", rank=r), params, batch, jax.random.key(0)).values())
     per_block_inputs = rows * d + rows * 4 * d
     per_block_sketches = r * d + r * 4 * d
     removed = 4 * (TINY.n_layers * (per_block_inputs - per_block_sketches) + rows * d - r * d)

@@ -24,7 +24,7 @@ from engine.analysis.report.model import Report, describe_selection
 from engine.analysis.summary import table3
 from engine.config import GROUPS, method_label, schema, stored
 from engine.core.stats import MARGIN, check_margin
-from engine.training.timing import format_seconds
+from engine.core.units import format_seconds
 
 
 def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame | None = None,

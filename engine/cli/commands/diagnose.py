@@ -95,8 +95,8 @@ def _plan(args, store):
 
 def _announce(store, plan) -> None:
     """Print what is diagnosed, its cost and estimated time, and the plan's notes."""
+    from engine.core.units import format_seconds
     from engine.runner import diagnosis
-    from engine.training.timing import format_seconds
 
     where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
     print(f"run {plan.run_id} {store.get_run(plan.run_id).name}: diagnosing {where} on the {plan.batches} training "

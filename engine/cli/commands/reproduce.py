@@ -36,7 +36,7 @@ def run(args) -> int:
     from engine.cli.launch import confirmed
     from engine.config import parse_seeds, reproduction_sweep
     from engine.runner.jobs import new_sweep_id, queue_runs
-    from engine.training.inputs import check_data
+    from engine.runner.preflight import check_data
 
     arguments.at_least(args.steps, "--steps", 1)
     arguments.at_least(args.concurrent, "--concurrent", 1)
