@@ -1,5 +1,5 @@
-"""What the store hands out: run and worker records, the status names, and small
-value checks shared by the store's parts."""
+"""What the store hands out: run and worker records, the status names, and the value
+checks and conversions every repository of the store shares (public: the one definition)."""
 
 from __future__ import annotations
 
@@ -59,10 +59,6 @@ class RunRecord:
     history_version: int
     epoch: int = 0
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
-
     @classmethod
     def from_row(cls, run: Run) -> "RunRecord":
         return cls(
@@ -116,29 +112,32 @@ class WorkerRecord:
 
 
 SCALAR_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name not in ("config", "versions"))
-_TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
-_INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
-_DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
+RUN_TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
+RUN_INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
+DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
                       "finished_at", "heartbeat_at", "owner", "error", "notes", "cancel_requested")
 
 
-def _check_status(status: str) -> str:
+def check_status(status: str) -> str:
+    """``status`` if it is a run status, else a ValueError listing them."""
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
     return status
 
 
-def _not_found(ref: Any) -> RunNotFoundError:
+def run_not_found(ref: Any) -> RunNotFoundError:
+    """The error for a run id (or name) that names no run."""
     return RunNotFoundError(f"no run {ref}; list the runs to see their ids")
 
 
-def _ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
+def as_ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
+    """One id or many as a list of ints, without duplicates, in order."""
     if isinstance(run_ids, int) or hasattr(run_ids, "__index__"):  # one id (also numpy ints)
         return [int(run_ids)]  # type: ignore[arg-type]
     return [int(r) for r in dict.fromkeys(run_ids)]
 
 
-def _json_normal(value: Any, what: str) -> Any:
+def json_normal(value: Any, what: str) -> Any:
     """``value`` as JSON gives it back (tuples -> lists, numpy scalars -> numbers)."""
     try:
         normal = json.loads(json_dumps(value))
@@ -147,7 +146,8 @@ def _json_normal(value: Any, what: str) -> Any:
     return check_utf8(what, normal)
 
 
-def _tags(tags: Optional[Iterable[str]]) -> list[str]:
+def clean_tags(tags: Optional[Iterable[str]]) -> list[str]:
+    """Tags as stored: stripped, without duplicates, in order; an empty or too long one is a ValueError."""
     if tags is None:
         return []
     if isinstance(tags, str):
@@ -163,10 +163,12 @@ def _tags(tags: Optional[Iterable[str]]) -> list[str]:
 
 
 def empty_metrics_frame() -> pd.DataFrame:
-    return _metrics_frame([])
+    """A metrics frame (:data:`METRIC_COLUMNS`, typed) with no rows."""
+    return metrics_frame([])
 
 
-def _metrics_frame(rows: list) -> pd.DataFrame:
+def metrics_frame(rows: list) -> pd.DataFrame:
+    """Metric rows (tuples in :data:`METRIC_COLUMNS` order) as a typed frame."""
     frame = pd.DataFrame.from_records(rows, columns=list(METRIC_COLUMNS))
     return frame.astype(
         {"id": "int64", "run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"}

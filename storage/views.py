@@ -1,6 +1,6 @@
 """Saved Compare views: a name and the view's URL query (``RunStore.save_view``).
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session``."""
+The repository ``store.views`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from typing import Any, Mapping
 
 from sqlalchemy import delete, select
 
+from .database import Repository
 from .errors import StorageError
 from .limits import check_utf8
 from .models import SavedView, utcnow
-from .records import _json_normal
+from .records import json_normal
 
 MAX_VIEW_NAME = 200
 
 
-class ViewsMixin:
+class ViewsRepository(Repository):
     """Named Compare views shared by everyone using the database."""
 
     def save_view(self, name: str, state: Mapping[str, Any]) -> None:
@@ -26,9 +27,9 @@ class ViewsMixin:
         if not name or len(name) > MAX_VIEW_NAME:
             raise ValueError(f"a view name must be 1 to {MAX_VIEW_NAME} characters (got {len(name)})")
         check_utf8("view name", name)
-        state = _json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
+        state = json_normal({str(k): str(v) for k, v in dict(state).items()}, "view state")
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             view = s.execute(select(SavedView).where(SavedView.name == name).with_for_update()).scalar()
             if view is None:
                 s.add(SavedView(name=name, state=state, created_at=now, updated_at=now))
@@ -37,12 +38,12 @@ class ViewsMixin:
 
     def saved_views(self) -> dict[str, dict[str, str]]:
         """Every saved view, name → state, most recently saved first."""
-        with self._session() as s:
+        with self.db.session() as s:
             rows = s.execute(select(SavedView.name, SavedView.state).order_by(SavedView.updated_at.desc(),
                                                                               SavedView.id.desc())).all()
         return {name: dict(state or {}) for name, state in rows}
 
     def delete_view(self, name: str) -> None:
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             if s.execute(delete(SavedView.__table__).where(SavedView.__table__.c.name == name)).rowcount != 1:
                 raise StorageError(f"no saved view named {name!r}")

@@ -128,7 +128,7 @@ def test_a_failing_run_does_not_stop_the_queue(store):
 def test_stale_running_row_is_marked_interrupted_at_start_up(store):
     run_id = store.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
     assert store.claim(run_id, "localhost-that-died:999999999")
-    with store._session(write=True) as s:  # an old heartbeat, as a dead process leaves it
+    with store.db.session(write=True) as s:  # an old heartbeat, as a dead process leaves it
         from datetime import datetime, timedelta, timezone
 
         from storage.models import Run
