@@ -4,6 +4,7 @@ The repository ``store.diagnostics`` of :class:`storage.store.RunStore`, over it
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
@@ -65,6 +66,14 @@ class DiagnosticsRepository(Repository):
                 diag.finished_at = now
             if error is not None:
                 diag.error = str(error)
+
+    def running_diagnoses_heartbeats(self) -> list[tuple[int, Optional[str], Optional[datetime]]]:
+        """``(diagnostic id, owner, last sign of life)`` of every running diagnosis, by id; the
+        last sign of life is the heartbeat, else the start."""
+        with self.db.session() as s:
+            rows = s.execute(select(Diagnostic.id, Diagnostic.owner, Diagnostic.heartbeat_at, Diagnostic.started_at)
+                             .where(Diagnostic.status == "running").order_by(Diagnostic.id)).all()
+        return [(int(i), owner, beat or started) for i, owner, beat, started in rows]
 
     def request_cancel_diagnostic(self, diag_id: int) -> bool:
         """Queued -> cancelled now; running -> flag for the process computing it (it keeps

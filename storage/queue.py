@@ -65,7 +65,7 @@ class QueueRepository(Repository):
                     update(Run)
                     .where(Run.id == run_id, Run.status == "queued")
                     .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
-                            finished_at=None, error=None, epoch=Run.epoch + 1)
+                            finished_at=None, error=None, interruption_cause=None, epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
                 )
                 if res.rowcount == 1:
@@ -93,7 +93,8 @@ class QueueRepository(Repository):
                 s.execute(
                     update(Run)
                     .where(Run.id.in_(moved), Run.status.in_(RESUMABLE_STATUSES))
-                    .values(status="queued", error=None, finished_at=None, cancel_requested=False,
+                    .values(status="queued", error=None, interruption_cause=None, finished_at=None,
+                            cancel_requested=False,
                             owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None,
                             epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)

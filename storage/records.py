@@ -20,6 +20,13 @@ ACTIVE_STATUSES = ("queued", "running")
 ENDED_STATUSES = ("finished", "failed", "cancelled", "interrupted")
 RESUMABLE_STATUSES = ("failed", "cancelled", "interrupted")  # what requeue() moves back to queued
 WORKER_STATUSES = ("active", "stopped")
+# why an interrupted run stopped (``runs.interruption_cause``; revision 0008):
+INTERRUPTION_CAUSES = (
+    "signal",  # its process was told to stop (a signal, the dashboard exiting): stopped on purpose
+    "stale",  # its worker died (its process is gone, or silent past the timeout): any worker may resume it
+    "crash",  # its training thread raised past the run
+    "disk_full",  # the database's or the checkpoints' disk is full
+)
 LAST_METRICS = {"last_train_loss": "train_loss", "last_val_loss": "val_loss", "last_mean_cos": "cos_mean"}
 METRIC_COLUMNS = ("id", "run_id", "step", "wall_time", "name", "value")
 DIAGNOSTIC_RESULT_COLUMNS = ("layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse",
@@ -58,6 +65,7 @@ class RunRecord:
     checkpoint_step: Optional[int]
     history_version: int
     epoch: int = 0
+    interruption_cause: Optional[str] = None  # one of INTERRUPTION_CAUSES while interrupted (None: unknown)
 
     @classmethod
     def from_row(cls, run: Run) -> "RunRecord":
@@ -91,6 +99,7 @@ class RunRecord:
             checkpoint_step=run.checkpoint_step,
             history_version=run.history_version or 0,
             epoch=run.epoch or 0,
+            interruption_cause=run.interruption_cause,
         )
 
 
@@ -123,6 +132,13 @@ def check_status(status: str) -> str:
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
     return status
+
+
+def check_cause(cause: Optional[str]) -> Optional[str]:
+    """``cause`` if it is None or one of :data:`INTERRUPTION_CAUSES`, else a ValueError listing them."""
+    if cause is not None and cause not in INTERRUPTION_CAUSES:
+        raise ValueError(f"unknown interruption cause {cause!r}; expected one of {', '.join(INTERRUPTION_CAUSES)}")
+    return cause
 
 
 def run_not_found(ref: Any) -> RunNotFoundError:

@@ -17,6 +17,7 @@ from .models import Metric, Run, new_uid, utcnow
 from .records import (
     ENDED_STATUSES,
     RunRecord,
+    check_cause,
     check_status,
     clean_tags,
     json_normal,
@@ -118,11 +119,15 @@ class RunsRepository(Repository):
             return [int(run.id) for run in rows]
 
     def set_status(self, run_id: int, status: str, *, error: Optional[str] = None,
-                   epoch: Optional[int] = None) -> None:
-        """Set the run's status (and error).  With ``epoch`` (an owner's write) it holds only
-        while that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
+                   epoch: Optional[int] = None, cause: Optional[str] = None) -> None:
+        """Set the run's status (and error); ``cause``, one of ``INTERRUPTION_CAUSES``, says
+        why an ``interrupted`` run stopped (any other status clears it).  With ``epoch`` (an
+        owner's write) it holds only while that is still the run's lease, else
+        :class:`LeaseLostError` and nothing changes."""
         check_status(status)
-        values: dict[str, Any] = {"status": status}
+        if cause is not None and status != "interrupted":
+            raise ValueError(f"an interruption cause is for interrupted runs, not {status!r} ones")
+        values: dict[str, Any] = {"status": status, "interruption_cause": check_cause(cause)}
         now = utcnow()
         if status in ENDED_STATUSES:
             values["finished_at"] = now
@@ -138,7 +143,7 @@ class RunsRepository(Repository):
 
     def heartbeat(self, run_id: int, steps_done: int, owner: Optional[str] = None,
                   epoch: Optional[int] = None) -> None:
-        """Stamp a run's heartbeat and progress. With ``owner``, a run that a reader marked
+        """Stamp a run's heartbeat and progress. With ``owner``, a run that a sweep marked
         ``interrupted`` while this owner was only slow (a busy database) is ``running`` again
         (until it is requeued, which takes a new lease).  With ``epoch`` it holds only while
         that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
@@ -157,7 +162,7 @@ class RunsRepository(Repository):
                 s.execute(
                     update(Run)
                     .where(Run.id == run_id, Run.owner == owner, Run.status == "interrupted", *fence)
-                    .values(status="running", finished_at=None, error=None)
+                    .values(status="running", finished_at=None, error=None, interruption_cause=None)
                     .execution_options(synchronize_session=False)
                 )
 
@@ -238,8 +243,11 @@ class RunsRepository(Repository):
         return [(int(rid), owner, beat or started or created) for rid, owner, beat, started, created in rows]
 
     def mark_interrupted(self, reasons: Mapping[int, str]) -> list[int]:
-        """Set each run still ``running`` to ``interrupted`` with its reason as the error;
-        return the ids changed (a run that ended meanwhile is left as it is)."""
+        """Set each run still ``running`` to ``interrupted``, cause ``stale`` (its worker
+        died), with its reason as the error; return the ids changed (a run that ended
+        meanwhile is left as it is).  No reasons: nothing is written."""
+        if not reasons:
+            return []
         now = utcnow()
         changed = []
         with self.db.session(write=True) as s:
@@ -247,7 +255,8 @@ class RunsRepository(Repository):
                 res = s.execute(
                     update(Run)
                     .where(Run.id == int(run_id), Run.status == "running")
-                    .values(status="interrupted", finished_at=now, error=str(reason))
+                    .values(status="interrupted", finished_at=now, error=str(reason),
+                            interruption_cause="stale")
                     .execution_options(synchronize_session=False)
                 )
                 if res.rowcount == 1:

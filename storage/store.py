@@ -165,6 +165,7 @@ class RunStore:
     set_diagnostic_status = _Via("diagnostics")
     request_cancel_diagnostic = _Via("diagnostics")
     diagnostic_cancel_requested = _Via("diagnostics")
+    running_diagnoses_heartbeats = _Via("diagnostics")
     delete_diagnostic = _Via("diagnostics")
     add_diagnostic_results = _Via("diagnostics")
     diagnostic_results = _Via("diagnostics")

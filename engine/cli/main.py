@@ -595,10 +595,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
-    from engine.runner.liveness import check_stale
-
     store = _open_store(args.db, create=False)
-    check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
@@ -612,10 +609,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
-    from engine.runner.liveness import check_stale
-
     store = _open_store(args.db, create=False)
-    check_stale(store)
     run_id = store.resolve_runs([args.run])[0]
     r = store.get_run(run_id)
     print(f"run {r.id}: {r.name}  [{r.status}]  steps {r.steps_done}/{r.steps}")
@@ -767,7 +761,6 @@ def _diagnose(args) -> int:
 
     store = _open_store(args.db, create=False)
     if args.list:
-        diagnosis.check_stale_diagnoses(store)
         run_id = store.resolve_runs([args.run])[0] if args.run else None
         frame = store.diagnostics_frame(run_id)
         if frame.empty:
