@@ -72,7 +72,8 @@ __all__ = ["RunStore", "Identity"]
 
 
 class _Via:
-    """A store attribute that is the repository ``repository``'s method of the same name."""
+    """A store attribute that is the repository ``repository``'s method of the same name
+    (read from the class, a function of the store: ``RunStore.get_run(store, 1)``)."""
 
     def __init__(self, repository: str):
         self.repository = repository
@@ -83,7 +84,13 @@ class _Via:
 
     def __get__(self, store: Any, owner: Optional[type] = None) -> Any:
         if store is None:
-            return self
+            repository, name = self.repository, self.name
+
+            def method(store: RunStore, *args: Any, **kwargs: Any) -> Any:
+                return getattr(getattr(store, repository), name)(*args, **kwargs)
+
+            method.__name__ = method.__qualname__ = name
+            return method
         return getattr(getattr(store, self.repository), self.name)
 
 

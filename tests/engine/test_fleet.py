@@ -107,7 +107,7 @@ def test_sigterm_stops_a_worker_and_leaves_its_run_resumable(tmp_path):
     out, _ = worker.communicate(timeout=300)
     assert worker.returncode == 128 + signal.SIGTERM, out
     run = store.get_run(run_id)
-    assert run.status == "interrupted" and run.checkpoint_step is not None
+    assert run.status == "interrupted" and run.checkpoint_step is not None and run.interruption_cause == "signal"
     assert liveness.requeue_orphaned_runs(store) == []  # stopped on purpose: not taken by another worker
     assert [w.status for w in store.list_workers()] == ["stopped"]
 

@@ -18,6 +18,9 @@ def test_every_by_name_method_of_the_store_is_its_repositorys_method_of_that_nam
         bound = getattr(store, name)
         assert bound.__self__ is getattr(store, via.repository) and bound.__name__ == name, name
     assert store.metrics.read.__self__ is store.metrics  # store.metrics(ids) is the repository's read
+    rid = RunStore.create_run(store, name="via the class", config={}, estimator="basis", rank=4, lam=0.0, seed=0,
+                              preset="tiny", steps=10)  # as a test that wraps a method calls the original
+    assert RunStore.get_run(store, rid).name == "via the class"
     store.close()
 
 
