@@ -4,17 +4,15 @@ The store is one :class:`storage.database.Database` (engine, sessions, dialect) 
 repositories over it, each a class that is handed the database and holds nothing else
 it does not declare:
 
-==================  ==========================================================  =========================
-``store.runs``      the run lifecycle and edits (create, status, heartbeat, tags…)  :mod:`storage.runs`
-``store.queue``     claims, requeue, queued-run ownership                         :mod:`storage.queue`
-``store.metrics``   metric rows: appends, reads, truncation on resume              :mod:`storage.metrics`
-``store.workers``   worker registration and heartbeats                            :mod:`storage.workers`
-``store.diagnostics``  estimator diagnoses and their result rows                  :mod:`storage.diagnostics`
-``store.reports``   stored reports                                                :mod:`storage.reports`
-``store.frames``    pandas frames of runs, workers and diagnoses                  :mod:`storage.frames`
-``store.views``     saved Compare views                                           :mod:`storage.views`
-``store.identities``  the database's identity and lineage                         :mod:`storage.identity`
-==================  ==========================================================  =========================
+- ``store.runs``: the run lifecycle and edits: create, status, heartbeat, tags, notes (:mod:`storage.runs`);
+- ``store.queue``: claims, requeue, queued-run ownership (:mod:`storage.queue`);
+- ``store.metrics``: metric rows: appends, reads, truncation on resume (:mod:`storage.metrics`);
+- ``store.workers``: worker registration and heartbeats (:mod:`storage.workers`);
+- ``store.diagnostics``: estimator diagnoses and their result rows (:mod:`storage.diagnostics`);
+- ``store.reports``: stored reports (:mod:`storage.reports`);
+- ``store.frames``: pandas frames of runs, workers and diagnoses (:mod:`storage.frames`);
+- ``store.views``: saved Compare views (:mod:`storage.views`);
+- ``store.identities``: the database's identity and lineage (:mod:`storage.identity`).
 
 Each method uses its own short session (``with db.session(write) as s:``); write methods
 take SQLite's write lock at BEGIN and wait up to the busy timeout for it.  A database error
