@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
-from sqlalchemy import Engine, Table, exc
+from sqlalchemy import Engine, FromClause, exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -61,7 +61,7 @@ class Database:
         except exc.SQLAlchemyError as e:
             raise storage_error(e, f"database error on {self.url}") from e
 
-    def insert(self, table: Table) -> Any:
+    def insert(self, table: FromClause) -> Any:
         """``INSERT`` into ``table`` in this dialect's form, which offers ``on_conflict_do_nothing``."""
         return (postgresql if self.is_postgresql else sqlite).insert(table)
 
