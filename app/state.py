@@ -6,7 +6,10 @@
   (``$BASIS_LAB_DB_URL`` or the default SQLite file), read on every call, so a
   process (or a test) with another URL gets its own pair. The job manager (and
   with it JAX) starts when a page first trains, resumes, cancels or diagnoses,
-  so pages that only read or fill the Launch form load no framework.
+  so pages that only read or fill the Launch form load no framework. Pages only read:
+  runs whose worker died are marked ``interrupted`` by the ``Lab``'s sweep, a heartbeat
+  of the dashboard process (``engine.runner.liveness.sweep``; the job manager's own
+  heartbeat sweeps once it has started), never by a page render.
 - The selection: the run ids the user picked (Runs table, Compare picker, or the
   runs just launched), kept in ``st.session_state`` under ``SELECTED``.
 - ``metrics(store, ids)``: this session's ``storage.MetricsFeed`` for the URL, so a
@@ -30,6 +33,7 @@ import streamlit as st
 
 from app.text import plain
 from engine.config import Sweep
+from engine.runner import liveness
 from storage import BasisLabError, MetricsFeed, RunStore, StorageError, UserError, resolve_url
 
 if TYPE_CHECKING:
@@ -49,12 +53,19 @@ MAX_CONCURRENT = 1
 
 
 class Lab:
-    """The database and the one job manager that trains into it, started on first use."""
+    """The database and the one job manager that trains into it, started on first use, and
+    the sweep that marks runs whose worker died ``interrupted`` (on a heartbeat, not in pages)."""
 
     def __init__(self, store: RunStore):
         self.store = store
         self._manager: JobManager | None = None
         self._lock = threading.Lock()
+        self._sweeper = liveness.Heartbeat(self._sweep, name="basis-dashboard-sweep").start()
+
+    def _sweep(self) -> None:
+        """``liveness.sweep`` until the job manager starts (its heartbeat sweeps from then on)."""
+        if self.started_manager() is None:
+            liveness.sweep(self.store)
 
     @property
     def manager(self) -> JobManager:
@@ -72,7 +83,8 @@ class Lab:
             return self._manager
 
     def close(self, cancel_running: bool = False) -> None:
-        """Shut the job manager down, if it started, and close the store."""
+        """Stop the sweep, shut the job manager down, if it started, and close the store."""
+        self._sweeper.stop()
         with self._lock:
             manager, self._manager = self._manager, None
         if manager is not None:

@@ -6,6 +6,7 @@ See :mod:`storage.db` for where the database lives (``BASIS_LAB_DB_URL``, defaul
 (Alembic, ``storage/migrations``), and :mod:`storage.feed` for reading metrics incrementally.
 """
 
+from .database import Database
 from .db import (
     BUSY_TIMEOUT_S,
     DEFAULT_DB_PATH,
@@ -47,6 +48,7 @@ __all__ = [
     "Base",
     "DEFAULT_DB_PATH",
     "DIAGNOSTIC_RESULT_COLUMNS",
+    "Database",
     "DatabaseBusyError",
     "DatabaseFullError",
     "DatabaseUnreachableError",

@@ -1,38 +1,39 @@
 """Estimator diagnoses of a run: their lifecycle and result rows.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.diagnostics`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import delete, insert, select, update
 
+from .database import Repository
 from .db import rowcount
 from .errors import StorageError
 from .models import Diagnostic, DiagnosticResult, Run, new_uid, utcnow
-from .part import StorePart
 from .records import (
     DIAGNOSTIC_RESULT_COLUMNS,
     ENDED_STATUSES,
     KEY_VALUES,
-    _check_status,
-    _json_normal,
-    _not_found,
+    check_status,
+    json_normal,
+    run_not_found,
 )
 
 
-class DiagnosticsMixin(StorePart):
+class DiagnosticsRepository(Repository):
     """Estimator diagnoses of a run: their lifecycle and result rows."""
 
     def create_diagnostic(self, run_id: int, step: Optional[int], settings: Optional[dict] = None) -> int:
         """Queue an estimator-diagnostics job on the run's checkpoint at ``step``; its id."""
-        settings = _json_normal(dict(settings or {}), "diagnostic settings")
-        with self._session(write=True) as s:
+        settings = json_normal(dict(settings or {}), "diagnostic settings")
+        with self.db.session(write=True) as s:
             if s.execute(select(Run.id).where(Run.id == run_id)).first() is None:
-                raise _not_found(run_id)
+                raise run_not_found(run_id)
             diag = Diagnostic(uid=new_uid(), run_id=int(run_id), step=None if step is None else int(step),
                               status="queued", settings=settings, created_at=utcnow(), notes="")
             s.add(diag)
@@ -42,7 +43,7 @@ class DiagnosticsMixin(StorePart):
     def claim_diagnostic(self, diag_id: int, owner: str) -> bool:
         """Atomically move a queued diagnostic to running; False if it is no longer queued."""
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Diagnostic)
                 .where(Diagnostic.id == diag_id, Diagnostic.status == "queued")
@@ -52,9 +53,9 @@ class DiagnosticsMixin(StorePart):
             return rowcount(res) == 1
 
     def set_diagnostic_status(self, diag_id: int, status: str, error: Optional[str] = None) -> None:
-        _check_status(status)
+        check_status(status)
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             diag = s.get(Diagnostic, diag_id)
             if diag is None:
                 raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
@@ -67,11 +68,19 @@ class DiagnosticsMixin(StorePart):
             if error is not None:
                 diag.error = str(error)
 
+    def running_diagnoses_heartbeats(self) -> list[tuple[int, Optional[str], Optional[datetime]]]:
+        """``(diagnostic id, owner, last sign of life)`` of every running diagnosis, by id; the
+        last sign of life is the heartbeat, else the start."""
+        with self.db.session() as s:
+            rows = s.execute(select(Diagnostic.id, Diagnostic.owner, Diagnostic.heartbeat_at, Diagnostic.started_at)
+                             .where(Diagnostic.status == "running").order_by(Diagnostic.id)).all()
+        return [(int(i), owner, beat or started) for i, owner, beat, started in rows]
+
     def request_cancel_diagnostic(self, diag_id: int) -> bool:
         """Queued -> cancelled now; running -> flag for the process computing it (it keeps
         the results of the work done and ends ``cancelled``); False if it already ended."""
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Diagnostic).where(Diagnostic.id == diag_id, Diagnostic.status == "queued")
                 .values(status="cancelled", finished_at=now, cancel_requested=True,
@@ -92,12 +101,12 @@ class DiagnosticsMixin(StorePart):
 
     def diagnostic_cancel_requested(self, diag_id: int) -> bool:
         """Whether someone asked diagnostic ``diag_id`` to stop (False when it is gone)."""
-        with self._session() as s:
+        with self.db.session() as s:
             return bool(s.execute(select(Diagnostic.cancel_requested).where(Diagnostic.id == diag_id)).scalar())
 
     def delete_diagnostic(self, diag_id: int) -> None:
         """Delete a diagnostic and its result rows; a running one must be cancelled first."""
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             status = s.execute(select(Diagnostic.status).where(Diagnostic.id == diag_id).with_for_update()).scalar()
             if status is None:
                 raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
@@ -127,7 +136,7 @@ class DiagnosticsMixin(StorePart):
             params.append({"diagnostic_id": int(diag_id), **p})
         if not params:
             return
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             if s.get(Diagnostic, diag_id) is None:
                 raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
             s.execute(insert(DiagnosticResult.__table__), params)
@@ -139,7 +148,7 @@ class DiagnosticsMixin(StorePart):
         rt = DiagnosticResult.__table__
         columns = (*DIAGNOSTIC_RESULT_COLUMNS, *((KEY_VALUES,) if key_values else ()))
         stmt = select(*(rt.c[c] for c in columns)).where(rt.c.diagnostic_id == int(diag_id))
-        with self._session() as s:
+        with self.db.session() as s:
             rows = [tuple(r) for r in s.execute(stmt.order_by(rt.c.id))]
         frame = pd.DataFrame.from_records(rows, columns=list(columns))
         for col in ("rank", "keys", "batches"):

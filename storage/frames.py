@@ -1,6 +1,6 @@
 """pandas frames of runs, workers and diagnoses for tables and exports.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.frames`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,27 @@ from typing import Callable, Optional
 import pandas as pd
 from sqlalchemy import select
 
+from .database import Database, Repository
 from .models import Diagnostic, Metric, Run
-from .part import StorePart
-from .records import _DIAGNOSTIC_FIELDS, _INT_FIELDS, _TIME_FIELDS, LAST_METRICS, SCALAR_FIELDS, RunRecord, WorkerRecord
+from .records import (
+    DIAGNOSTIC_FIELDS,
+    LAST_METRICS,
+    RUN_INT_FIELDS,
+    RUN_TIME_FIELDS,
+    SCALAR_FIELDS,
+    RunRecord,
+    WorkerRecord,
+)
+from .workers import WorkersRepository
 
 
-class FramesMixin(StorePart):
-    """pandas frames of runs, workers and diagnoses for tables and exports."""
+class FramesRepository(Repository):
+    """pandas frames of runs, workers and diagnoses for tables and exports; the workers'
+    come from the ``workers`` repository."""
+
+    def __init__(self, db: Database, workers: WorkersRepository):
+        super().__init__(db)
+        self.workers = workers
 
     list_workers: Callable[[], list[WorkerRecord]]  # WorkersMixin's
 
@@ -35,7 +49,7 @@ class FramesMixin(StorePart):
             )
 
         stmt = select(Run, *(last(m).label(col) for col, m in LAST_METRICS.items())).order_by(Run.id)
-        with self._session() as s:
+        with self.db.session() as s:
             records = []
             for run, *lasts in s.execute(stmt):
                 rec = RunRecord.from_row(run)
@@ -43,9 +57,9 @@ class FramesMixin(StorePart):
                 row.update(zip(LAST_METRICS, lasts))
                 records.append(row)
         frame = pd.DataFrame.from_records(records, columns=[*SCALAR_FIELDS, *LAST_METRICS])
-        for col in _TIME_FIELDS:
+        for col in RUN_TIME_FIELDS:
             frame[col] = pd.to_datetime(frame[col], utc=True)
-        for col in _INT_FIELDS:
+        for col in RUN_INT_FIELDS:
             frame[col] = frame[col].astype("Int64")
         frame["id"] = frame["id"].astype("int64")
         frame["history_version"] = frame["history_version"].astype("int64")
@@ -57,7 +71,7 @@ class FramesMixin(StorePart):
 
     def workers_frame(self) -> pd.DataFrame:
         cols = [f.name for f in fields(WorkerRecord)]
-        frame = pd.DataFrame.from_records([[getattr(w, c) for c in cols] for w in self.list_workers()], columns=cols)
+        frame = pd.DataFrame.from_records([[getattr(w, c) for c in cols] for w in self.workers.list_workers()], columns=cols)
         for col in ("started_at", "heartbeat_at"):
             frame[col] = pd.to_datetime(frame[col], utc=True)
         for col in ("pid", "current_run_id", "concurrent"):
@@ -66,12 +80,12 @@ class FramesMixin(StorePart):
 
     def diagnostics_frame(self, run_id: Optional[int] = None) -> pd.DataFrame:
         """One row per diagnostic (of ``run_id``, or all), by id."""
-        stmt = select(*(getattr(Diagnostic, c) for c in _DIAGNOSTIC_FIELDS)).order_by(Diagnostic.id)
+        stmt = select(*(getattr(Diagnostic, c) for c in DIAGNOSTIC_FIELDS)).order_by(Diagnostic.id)
         if run_id is not None:
             stmt = stmt.where(Diagnostic.run_id == int(run_id))
-        with self._session() as s:
+        with self.db.session() as s:
             rows = [tuple(r) for r in s.execute(stmt)]
-        frame = pd.DataFrame.from_records(rows, columns=list(_DIAGNOSTIC_FIELDS))
+        frame = pd.DataFrame.from_records(rows, columns=list(DIAGNOSTIC_FIELDS))
         for col in ("created_at", "started_at", "finished_at", "heartbeat_at"):
             frame[col] = pd.to_datetime(frame[col], utc=True)
         frame["step"] = frame["step"].astype("Int64")

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from .errors import LeaseLostError
 from .models import Run
-from .records import _not_found
+from .records import run_not_found
 
 
 def hold(s: Session, run_id: int, epoch: Optional[int]) -> int:
@@ -32,7 +32,7 @@ def hold(s: Session, run_id: int, epoch: Optional[int]) -> int:
     None) is no longer the run's."""
     current = s.execute(select(Run.epoch).where(Run.id == run_id).with_for_update()).scalar()
     if current is None:
-        raise _not_found(run_id)
+        raise run_not_found(run_id)
     if epoch is not None and int(current) != int(epoch):
         raise LeaseLostError(run_id, epoch, current)
     return int(current)
@@ -43,5 +43,5 @@ def refused(s: Session, run_id: int, epoch: Optional[int]) -> Exception:
     run is gone, or its lease moved on."""
     current = s.execute(select(Run.epoch).where(Run.id == run_id)).scalar()
     if current is None:
-        return _not_found(run_id)
+        return run_not_found(run_id)
     return LeaseLostError(run_id, -1 if epoch is None else epoch, current)

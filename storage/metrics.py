@@ -5,7 +5,7 @@ already is skipped (``INSERT … ON CONFLICT DO NOTHING`` on both backends). The
 meet one are a write retried after its commit went through unseen, which holds the same
 values; a resume that recomputes stored steps deletes them first (``delete_metrics_after``).
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.metrics`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -13,17 +13,16 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 from sqlalchemy import and_, delete, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
+from .database import Repository
 from .db import rowcount
 from .lease import hold
 from .limits import check_int
 from .models import Metric, Run
-from .part import StorePart
-from .records import METRIC_COLUMNS, _ids, _metrics_frame, empty_metrics_frame
+from .records import METRIC_COLUMNS, as_ids, empty_metrics_frame, metrics_frame
 
 
-class MetricsMixin(StorePart):
+class MetricsRepository(Repository):
     """The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume."""
 
     def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]], *,
@@ -44,10 +43,9 @@ class MetricsMixin(StorePart):
             return
         check_int("step", min(p["step"] for p in params))
         check_int("step", max(p["step"] for p in params))
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
-            dialect = postgresql if self._pg else sqlite
-            s.execute(dialect.insert(Metric.__table__).on_conflict_do_nothing(
+            s.execute(self.db.insert(Metric.__table__).on_conflict_do_nothing(
                 index_elements=["run_id", "name", "step"]), params)
 
     def delete_metrics_after(self, run_id: int, step: int, *, epoch: Optional[int] = None) -> int:
@@ -55,7 +53,7 @@ class MetricsMixin(StorePart):
         how many.  When it deleted any, bumps ``history_version`` so incremental readers
         re-read the run.  Fenced by ``epoch`` as :meth:`add_metrics`."""
         mt = Metric.__table__
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
             n = rowcount(s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))))
             if n:
@@ -66,7 +64,7 @@ class MetricsMixin(StorePart):
                 )
         return int(n or 0)
 
-    def metrics(
+    def read(
         self,
         run_ids: Sequence[int],
         *,
@@ -74,8 +72,10 @@ class MetricsMixin(StorePart):
         after_id: int = 0,
     ) -> pd.DataFrame:
         """Metric rows of ``run_ids`` with id > ``after_id`` (all of them, unsampled), by id."""
-        ids = _ids(run_ids)
+        ids = as_ids(run_ids)
         return self.metrics_after({i: int(after_id) for i in ids}, names=names)
+
+    __call__ = read  # ``store.metrics(run_ids)``: the store's read before it had repositories
 
     def metrics_after(self, marks: Mapping[int, int], *, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
         """Metric rows with id > ``marks[run_id]`` for each run in ``marks``, by id (one query)."""
@@ -89,17 +89,17 @@ class MetricsMixin(StorePart):
         stmt = select(*(mt.c[c] for c in METRIC_COLUMNS)).where(cond)
         if names is not None:
             stmt = stmt.where(mt.c.name.in_([names] if isinstance(names, str) else list(names)))
-        with self._session() as s:
+        with self.db.session() as s:
             # plain tuples: DataFrame.from_records is ~8x slower on Row objects
             rows = [tuple(r) for r in s.connection().execute(stmt.order_by(mt.c.id))]
-        return _metrics_frame(rows)
+        return metrics_frame(rows)
 
     def history_versions(self, run_ids: Iterable[int]) -> dict[int, int]:
         """``{run_id: history_version}`` for those of ``run_ids`` that exist."""
-        ids = _ids(run_ids)
+        ids = as_ids(run_ids)
         if not ids:
             return {}
-        with self._session() as s:
+        with self.db.session() as s:
             rows = s.execute(select(Run.id, Run.history_version).where(Run.id.in_(ids))).all()
         return {int(rid): int(v or 0) for rid, v in rows}
 
@@ -115,13 +115,13 @@ class MetricsMixin(StorePart):
         order = func.row_number().over(partition_by=(mt.c.run_id, mt.c.name), order_by=(mt.c.step.desc(), mt.c.id.desc()))
         inner = select(mt.c.run_id, mt.c.name, mt.c.step, mt.c.wall_time, mt.c.value, order.label("nth"))
         if run_ids is not None:
-            inner = inner.where(mt.c.run_id.in_(_ids(run_ids)))
+            inner = inner.where(mt.c.run_id.in_(as_ids(run_ids)))
         if names is not None:
             inner = inner.where(mt.c.name.in_([names] if isinstance(names, str) else list(names)))
         sub = inner.subquery()
         stmt = (select(sub.c.run_id, sub.c.name, sub.c.step, sub.c.wall_time, sub.c.value)
                 .where(sub.c.nth == 1).order_by(sub.c.run_id, sub.c.name))
-        with self._session() as s:
+        with self.db.session() as s:
             rows = [tuple(r) for r in s.connection().execute(stmt)]
         frame = pd.DataFrame.from_records(rows, columns=["run_id", "name", "step", "wall_time", "value"])
         return frame.astype({"run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"})
@@ -129,5 +129,5 @@ class MetricsMixin(StorePart):
     def metric_names(self) -> list[str]:
         """Every metric name any run has recorded, sorted."""
         mt = Metric.__table__
-        with self._session() as s:
+        with self.db.session() as s:
             return sorted(s.execute(select(mt.c.name).distinct()).scalars())

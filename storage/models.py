@@ -107,6 +107,8 @@ class Run(Base):
     steps: Mapped[Optional[int]] = mapped_column(BigInteger, index=True)
     steps_done: Mapped[int] = mapped_column(BigInteger, default=0)
     error: Mapped[Optional[str]] = mapped_column(Text)
+    # why an interrupted run stopped (storage.records.INTERRUPTION_CAUSES); NULL otherwise
+    interruption_cause: Mapped[Optional[str]] = mapped_column(String(16))
     notes: Mapped[str] = mapped_column(Text, default="")
     versions: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     git_commit: Mapped[Optional[str]] = mapped_column(String(64))

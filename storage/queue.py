@@ -1,6 +1,6 @@
 """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.queue`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Iterable, NamedTuple, Optional, Union
 
 from sqlalchemy import select, update
 
+from .database import Repository
 from .db import rowcount
 from .models import Run, utcnow
-from .part import StorePart
-from .records import RESUMABLE_STATUSES, _ids, _not_found
+from .records import RESUMABLE_STATUSES, as_ids, run_not_found
 
 
 class Lease(NamedTuple):
@@ -22,14 +22,14 @@ class Lease(NamedTuple):
     epoch: int
 
 
-class QueueMixin(StorePart):
+class QueueRepository(Repository):
     """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership."""
 
     def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
         """Atomically move a queued run to running under a new lease; the lease's epoch, or
         None if the run is no longer queued."""
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_not(True))
@@ -51,7 +51,7 @@ class QueueMixin(StorePart):
         """
         while True:
             now = utcnow()
-            with self._session(write=True) as s:
+            with self.db.session(write=True) as s:
                 stmt = (
                     select(Run.id)
                     .where(Run.status == "queued", Run.cancel_requested.is_not(True), Run.owner.is_(None))
@@ -66,7 +66,7 @@ class QueueMixin(StorePart):
                     update(Run)
                     .where(Run.id == run_id, Run.status == "queued")
                     .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
-                            finished_at=None, error=None, epoch=Run.epoch + 1)
+                            finished_at=None, error=None, interruption_cause=None, epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
                 )
                 if rowcount(res) == 1:
@@ -81,12 +81,12 @@ class QueueMixin(StorePart):
         Bumps the epoch: whoever trained the run before has lost it from here on.  Runs in any other status are left alone;
         an unknown id raises :class:`RunNotFoundError` and moves nothing.
         """
-        ids = _ids(run_ids)
-        with self._session(write=True) as s:
+        ids = as_ids(run_ids)
+        with self.db.session(write=True) as s:
             found = set(s.execute(select(Run.id).where(Run.id.in_(ids))).scalars())
             missing = [i for i in ids if i not in found]
             if missing:
-                raise _not_found(missing[0])
+                raise run_not_found(missing[0])
             moved = s.execute(
                 select(Run.id).where(Run.id.in_(ids), Run.status.in_(RESUMABLE_STATUSES)).with_for_update()
             ).scalars().all()
@@ -94,7 +94,8 @@ class QueueMixin(StorePart):
                 s.execute(
                     update(Run)
                     .where(Run.id.in_(moved), Run.status.in_(RESUMABLE_STATUSES))
-                    .values(status="queued", error=None, finished_at=None, cancel_requested=False,
+                    .values(status="queued", error=None, interruption_cause=None, finished_at=None,
+                            cancel_requested=False,
                             owner=owner, worker_id=None, heartbeat_at=utcnow() if owner else None,
                             epoch=Run.epoch + 1)
                     .execution_options(synchronize_session=False)
@@ -103,10 +104,10 @@ class QueueMixin(StorePart):
 
     def touch_queued(self, run_ids: Iterable[int], owner: str) -> None:
         """Stamp the heartbeat of queued runs that ``owner`` will train (they are not orphans)."""
-        ids = _ids(run_ids)
+        ids = as_ids(run_ids)
         if not ids:
             return
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             s.execute(
                 update(Run)
                 .where(Run.id.in_(ids), Run.status == "queued", Run.owner == owner)
@@ -116,7 +117,7 @@ class QueueMixin(StorePart):
 
     def queued_owners(self) -> list[tuple[int, str, Optional[datetime]]]:
         """``(run_id, owner, last sign of life)`` of queued runs that a process owns."""
-        with self._session() as s:
+        with self.db.session() as s:
             rows = s.execute(
                 select(Run.id, Run.owner, Run.heartbeat_at, Run.created_at)
                 .where(Run.status == "queued", Run.owner.is_not(None))
@@ -125,10 +126,10 @@ class QueueMixin(StorePart):
 
     def release_queued(self, run_ids: Iterable[int]) -> list[int]:
         """Hand queued runs to any worker (owner None); the ids changed."""
-        ids = _ids(run_ids)
+        ids = as_ids(run_ids)
         if not ids:
             return []
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             changed = s.execute(
                 select(Run.id).where(Run.id.in_(ids), Run.status == "queued").with_for_update()
             ).scalars().all()
@@ -141,7 +142,7 @@ class QueueMixin(StorePart):
 
     def adopt_queued(self, owner: str) -> list[int]:
         """Make ``owner`` the owner of every queued run no process owns; their ids."""
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             ids = s.execute(
                 select(Run.id).where(Run.status == "queued", Run.owner.is_(None), Run.cancel_requested.is_not(True))
                 .order_by(Run.id).with_for_update(skip_locked=True)

@@ -1,5 +1,5 @@
-"""What the store hands out: run and worker records, the status names, and small
-value checks shared by the store's parts."""
+"""What the store hands out: run and worker records, the status names, and the value
+checks and conversions every repository of the store shares (public: the one definition)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ ACTIVE_STATUSES = ("queued", "running")
 ENDED_STATUSES = ("finished", "failed", "cancelled", "interrupted")
 RESUMABLE_STATUSES = ("failed", "cancelled", "interrupted")  # what requeue() moves back to queued
 WORKER_STATUSES = ("active", "stopped")
+# why an interrupted run stopped (``runs.interruption_cause``; revision 0008):
+INTERRUPTION_CAUSES = (
+    "signal",  # its process was told to stop (a signal, the dashboard exiting): stopped on purpose
+    "stale",  # its worker died (its process is gone, or silent past the timeout): any worker may resume it
+    "crash",  # its training thread raised past the run
+    "disk_full",  # the database's or the checkpoints' disk is full
+)
 LAST_METRICS = {"last_train_loss": "train_loss", "last_val_loss": "val_loss", "last_mean_cos": "cos_mean"}
 METRIC_COLUMNS = ("id", "run_id", "step", "wall_time", "name", "value")
 DIAGNOSTIC_RESULT_COLUMNS = ("layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse",
@@ -58,6 +65,7 @@ class RunRecord:
     checkpoint_step: Optional[int]
     history_version: int
     epoch: int = 0
+    interruption_cause: Optional[str] = None  # one of INTERRUPTION_CAUSES while interrupted (None: unknown)
 
     @classmethod
     def from_row(cls, run: Run) -> "RunRecord":
@@ -91,6 +99,7 @@ class RunRecord:
             checkpoint_step=run.checkpoint_step,
             history_version=run.history_version or 0,
             epoch=run.epoch or 0,
+            interruption_cause=run.interruption_cause,
         )
 
 
@@ -112,29 +121,39 @@ class WorkerRecord:
 
 
 SCALAR_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name not in ("config", "versions"))
-_TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
-_INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
-_DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
+RUN_TIME_FIELDS = ("created_at", "started_at", "finished_at", "heartbeat_at")
+RUN_INT_FIELDS = ("rank", "seed", "steps", "steps_done", "checkpoint_step")
+DIAGNOSTIC_FIELDS = ("id", "uid", "run_id", "step", "status", "settings", "created_at", "started_at",
                       "finished_at", "heartbeat_at", "owner", "error", "notes", "cancel_requested")
 
 
-def _check_status(status: str) -> str:
+def check_status(status: str) -> str:
+    """``status`` if it is a run status, else a ValueError listing them."""
     if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
     return status
 
 
-def _not_found(ref: Any) -> RunNotFoundError:
+def check_cause(cause: Optional[str]) -> Optional[str]:
+    """``cause`` if it is None or one of :data:`INTERRUPTION_CAUSES`, else a ValueError listing them."""
+    if cause is not None and cause not in INTERRUPTION_CAUSES:
+        raise ValueError(f"unknown interruption cause {cause!r}; expected one of {', '.join(INTERRUPTION_CAUSES)}")
+    return cause
+
+
+def run_not_found(ref: Any) -> RunNotFoundError:
+    """The error for a run id (or name) that names no run."""
     return RunNotFoundError(f"no run {ref}; list the runs to see their ids")
 
 
-def _ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
+def as_ids(run_ids: Union[int, Iterable[int]]) -> list[int]:
+    """One id or many as a list of ints, without duplicates, in order."""
     if isinstance(run_ids, int) or hasattr(run_ids, "__index__"):  # one id (also numpy ints)
         return [int(run_ids)]  # type: ignore[arg-type]
     return [int(r) for r in dict.fromkeys(run_ids)]
 
 
-def _json_normal(value: Any, what: str) -> Any:
+def json_normal(value: Any, what: str) -> Any:
     """``value`` as JSON gives it back (tuples -> lists, numpy scalars -> numbers)."""
     try:
         normal = json.loads(json_dumps(value))
@@ -143,7 +162,8 @@ def _json_normal(value: Any, what: str) -> Any:
     return check_utf8(what, normal)
 
 
-def _tags(tags: Optional[Iterable[str]]) -> list[str]:
+def clean_tags(tags: Optional[Iterable[str]]) -> list[str]:
+    """Tags as stored: stripped, without duplicates, in order; an empty or too long one is a ValueError."""
     if tags is None:
         return []
     if isinstance(tags, str):
@@ -159,10 +179,12 @@ def _tags(tags: Optional[Iterable[str]]) -> list[str]:
 
 
 def empty_metrics_frame() -> pd.DataFrame:
-    return _metrics_frame([])
+    """A metrics frame (:data:`METRIC_COLUMNS`, typed) with no rows."""
+    return metrics_frame([])
 
 
-def _metrics_frame(rows: list) -> pd.DataFrame:
+def metrics_frame(rows: list) -> pd.DataFrame:
+    """Metric rows (tuples in :data:`METRIC_COLUMNS` order) as a typed frame."""
     frame = pd.DataFrame.from_records(rows, columns=list(METRIC_COLUMNS))
     return frame.astype(
         {"id": "int64", "run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"}

@@ -1,8 +1,8 @@
 """Reports built from the runs: stored, listed, read, replaced in place by key, deleted.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session``. The store
-keeps a report's content as the text it is given (JSON written by
-``engine.analysis.report``) and knows nothing of what is inside it.
+The repository ``store.reports`` of :class:`storage.store.RunStore`, over its
+:class:`storage.database.Database`. It keeps a report's content as the text it is given
+(JSON written by ``engine.analysis.report``) and knows nothing of what is inside it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any, Iterable, Mapping, Optional
 from sqlalchemy import delete, select
 from sqlalchemy.orm import defer
 
+from .database import Repository
 from .db import rowcount
 from .errors import StorageError
 from .limits import check_utf8
 from .models import Report, new_uid, utcnow
-from .part import StorePart
-from .records import _json_normal
+from .records import json_normal
 
 REPORT_TITLE_MAX = 200
 
@@ -47,12 +47,12 @@ class ReportRecord:
                    created_at=r.created_at, content=r.content if content else None)
 
 
-def _no_report(report_id: Any) -> StorageError:
+def report_not_found(report_id: Any) -> StorageError:
     return StorageError(f"no report {report_id}; list the stored reports (`python -m engine report --list`) to see "
                         "their ids")
 
 
-class ReportsMixin(StorePart):
+class ReportsRepository(Repository):
     """Reports built from the runs: stored, listed, read, replaced in place by key, deleted."""
 
     def save_report(self, *, title: str, content: str, run_ids: Iterable[int], selection: Mapping[str, Any],
@@ -64,11 +64,11 @@ class ReportsMixin(StorePart):
         if not isinstance(content, str) or not content:
             raise ValueError("a report's content must be non-empty text (the report as JSON)")
         values = dict(title=title, content=content, run_ids=[int(i) for i in run_ids],
-                      selection=_json_normal(dict(selection), "report selection"),
+                      selection=json_normal(dict(selection), "report selection"),
                       at_step=None if at_step is None else int(at_step), sweep_id=sweep_id, created_at=utcnow())
         for attempt in range(2):
             try:
-                with self._session(write=True) as s:
+                with self.db.session(write=True) as s:
                     row = s.scalars(select(Report).where(Report.key == key)).first() if key is not None else None
                     if row is None:
                         row = Report(uid=new_uid(), key=key, **values)
@@ -90,20 +90,20 @@ class ReportsMixin(StorePart):
         stmt = select(Report).options(defer(Report.content)).order_by(Report.id.desc())
         if sweep_id is not None:
             stmt = stmt.where(Report.sweep_id == sweep_id)
-        with self._session() as s:
+        with self.db.session() as s:
             out = [ReportRecord.from_row(r, content=False) for r in s.scalars(stmt)]
         if run_id is not None:
             out = [r for r in out if int(run_id) in r.run_ids]
         return out
 
     def get_report(self, report_id: int) -> ReportRecord:
-        with self._session() as s:
+        with self.db.session() as s:
             row = s.get(Report, int(report_id))
             if row is None:
-                raise _no_report(report_id)
+                raise report_not_found(report_id)
             return ReportRecord.from_row(row)
 
     def delete_report(self, report_id: int) -> None:
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             if rowcount(s.execute(delete(Report.__table__).where(Report.__table__.c.id == int(report_id)))) != 1:
-                raise _no_report(report_id)
+                raise report_not_found(report_id)

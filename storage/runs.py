@@ -1,6 +1,6 @@
 """The run lifecycle and edits: create, status, heartbeat, notes, tags, cancel, read, rename, delete.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.runs`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from sqlalchemy import delete, select, update
 
+from .database import Repository
 from .db import rowcount
 from .errors import InvalidValueError, RunNotFoundError, StorageError
 from .lease import hold, refused
 from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_utf8
 from .models import Metric, Run, new_uid, utcnow
-from .part import StorePart
 from .records import (
     ENDED_STATUSES,
     RunRecord,
-    _check_status,
-    _json_normal,
-    _not_found,
-    _tags,
+    check_cause,
+    check_status,
+    clean_tags,
+    json_normal,
+    run_not_found,
 )
 
 
@@ -44,9 +45,9 @@ def _new_run(
     owner: Optional[str] = None,
 ) -> Run:
     """The row of a new run, every value checked against what the schema holds."""
-    _check_status(status)
-    config = _json_normal(dict(config), "run config")
-    versions = _json_normal(dict(versions or {}), "run versions")
+    check_status(status)
+    config = json_normal(dict(config), "run config")
+    versions = json_normal(dict(versions or {}), "run versions")
     if sweep_id is not None and not (0 < len(str(sweep_id)) <= 64):
         raise InvalidValueError(f"a sweep id must be 1 to 64 characters (got {sweep_id!r})")
     check_utf8("sweep id", sweep_id)
@@ -72,7 +73,7 @@ def _new_run(
         device=device,
         cancel_requested=False,
         sweep_id=None if sweep_id is None else str(sweep_id),
-        tags=_tags(tags),
+        tags=clean_tags(tags),
         history_version=0,
         epoch=1 if status == "running" else 0,  # a run created running is claimed by its creator
         owner=owner,
@@ -87,7 +88,7 @@ def _name(name: Any) -> str:
     return check_text("name", name, NAME_MAX)
 
 
-class RunsMixin(StorePart):
+class RunsRepository(Repository):
     """The run lifecycle and edits: create, status, heartbeat, notes, tags, cancel, read, rename, delete."""
 
     def create_run(self, **fields: Any) -> int:
@@ -113,23 +114,27 @@ class RunsMixin(StorePart):
                                         if len(runs) > 1 else str(e)) from None
         if not rows:
             return []
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             s.add_all(rows)
             s.flush()
             return [int(run.id) for run in rows]
 
     def set_status(self, run_id: int, status: str, *, error: Optional[str] = None,
-                   epoch: Optional[int] = None) -> None:
-        """Set the run's status (and error).  With ``epoch`` (an owner's write) it holds only
-        while that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
-        _check_status(status)
-        values: dict[str, Any] = {"status": status}
+                   epoch: Optional[int] = None, cause: Optional[str] = None) -> None:
+        """Set the run's status (and error); ``cause``, one of ``INTERRUPTION_CAUSES``, says
+        why an ``interrupted`` run stopped (any other status clears it).  With ``epoch`` (an
+        owner's write) it holds only while that is still the run's lease, else
+        :class:`LeaseLostError` and nothing changes."""
+        check_status(status)
+        if cause is not None and status != "interrupted":
+            raise ValueError(f"an interruption cause is for interrupted runs, not {status!r} ones")
+        values: dict[str, Any] = {"status": status, "interruption_cause": check_cause(cause)}
         now = utcnow()
         if status in ENDED_STATUSES:
             values["finished_at"] = now
         if error is not None:
             values["error"] = as_utf8(str(error))
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
             run = s.get_one(Run, run_id)
             if status == "running" and run.started_at is None:
@@ -139,13 +144,13 @@ class RunsMixin(StorePart):
 
     def heartbeat(self, run_id: int, steps_done: int, owner: Optional[str] = None,
                   epoch: Optional[int] = None) -> None:
-        """Stamp a run's heartbeat and progress. With ``owner``, a run that a reader marked
+        """Stamp a run's heartbeat and progress. With ``owner``, a run that a sweep marked
         ``interrupted`` while this owner was only slow (a busy database) is ``running`` again
         (until it is requeued, which takes a new lease).  With ``epoch`` it holds only while
         that is still the run's lease, else :class:`LeaseLostError` and nothing changes."""
         now = utcnow()
         fence = [] if epoch is None else [Run.epoch == int(epoch)]
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Run)
                 .where(Run.id == run_id, *fence)
@@ -158,14 +163,14 @@ class RunsMixin(StorePart):
                 s.execute(
                     update(Run)
                     .where(Run.id == run_id, Run.owner == owner, Run.status == "interrupted", *fence)
-                    .values(status="running", finished_at=None, error=None)
+                    .values(status="running", finished_at=None, error=None, interruption_cause=None)
                     .execution_options(synchronize_session=False)
                 )
 
     def append_notes(self, run_id: int, text: str, *, epoch: Optional[int] = None) -> None:
         """Add a line to a run's notes (what happened to it: resumed, restarted); fenced
         by ``epoch`` as :meth:`set_status`."""
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
             run = s.get_one(Run, run_id)
             text = as_utf8(str(text))
@@ -181,10 +186,10 @@ class RunsMixin(StorePart):
     def run_lease(self, run_id: int) -> tuple[int, bool]:
         """``(epoch, cancel_requested)`` of the run: what its owner polls to learn whether it
         still holds the run and whether to stop."""
-        with self._session() as s:
+        with self.db.session() as s:
             row = s.execute(select(Run.epoch, Run.cancel_requested).where(Run.id == run_id)).first()
         if row is None:
-            raise _not_found(run_id)
+            raise run_not_found(run_id)
         return int(row[0] or 0), bool(row[1])
 
     def set_device(self, run_id: int, device: str, *, epoch: Optional[int] = None) -> None:
@@ -194,12 +199,12 @@ class RunsMixin(StorePart):
 
     def set_tags(self, run_id: int, tags: Iterable[str]) -> None:
         """Replace the run's tags (stripped, without duplicates, in order)."""
-        self._update_run(run_id, tags=_tags(tags))
+        self._update_run(run_id, tags=clean_tags(tags))
 
     def request_cancel(self, run_id: int) -> bool:
         """Queued -> cancelled now; running -> flag for the worker; False if already ended."""
         now = utcnow()
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status == "queued")
@@ -217,20 +222,20 @@ class RunsMixin(StorePart):
             if rowcount(res) == 1:
                 return True
             if s.execute(select(Run.id).where(Run.id == run_id)).first() is None:
-                raise _not_found(run_id)
+                raise run_not_found(run_id)
             return False
 
     def cancel_requested(self, run_id: int) -> bool:
-        with self._session() as s:
+        with self.db.session() as s:
             flag = s.execute(select(Run.cancel_requested).where(Run.id == run_id)).first()
         if flag is None:
-            raise _not_found(run_id)
+            raise run_not_found(run_id)
         return bool(flag[0])
 
     def active_runs_heartbeats(self) -> list[tuple[int, Optional[str], Optional[datetime]]]:
         """``(run_id, owner, last sign of life)`` of every running run, by id; the last sign
         of life is the heartbeat, else the start, else the creation time."""
-        with self._session() as s:
+        with self.db.session() as s:
             rows = s.execute(
                 select(Run.id, Run.owner, Run.heartbeat_at, Run.started_at, Run.created_at)
                 .where(Run.status == "running")
@@ -239,16 +244,20 @@ class RunsMixin(StorePart):
         return [(int(rid), owner, beat or started or created) for rid, owner, beat, started, created in rows]
 
     def mark_interrupted(self, reasons: Mapping[int, str]) -> list[int]:
-        """Set each run still ``running`` to ``interrupted`` with its reason as the error;
-        return the ids changed (a run that ended meanwhile is left as it is)."""
+        """Set each run still ``running`` to ``interrupted``, cause ``stale`` (its worker
+        died), with its reason as the error; return the ids changed (a run that ended
+        meanwhile is left as it is).  No reasons: nothing is written."""
+        if not reasons:
+            return []
         now = utcnow()
         changed = []
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             for run_id, reason in reasons.items():
                 res = s.execute(
                     update(Run)
                     .where(Run.id == int(run_id), Run.status == "running")
-                    .values(status="interrupted", finished_at=now, error=str(reason))
+                    .values(status="interrupted", finished_at=now, error=str(reason),
+                            interruption_cause="stale")
                     .execution_options(synchronize_session=False)
                 )
                 if rowcount(res) == 1:
@@ -256,18 +265,18 @@ class RunsMixin(StorePart):
         return sorted(changed)
 
     def get_run(self, run_id: int) -> RunRecord:
-        with self._session() as s:
+        with self.db.session() as s:
             run = s.get(Run, run_id)
             if run is None:
-                raise _not_found(run_id)
+                raise run_not_found(run_id)
             return RunRecord.from_row(run)
 
     def list_runs(self, statuses: Optional[Sequence[str]] = None) -> list[RunRecord]:
         stmt = select(Run).order_by(Run.id)
         if statuses is not None:
             statuses = [statuses] if isinstance(statuses, str) else list(statuses)
-            stmt = stmt.where(Run.status.in_([_check_status(st) for st in statuses]))
-        with self._session() as s:
+            stmt = stmt.where(Run.status.in_([check_status(st) for st in statuses]))
+        with self.db.session() as s:
             return [RunRecord.from_row(r) for r in s.scalars(stmt)]
 
     def rename_run(self, run_id: int, name: str) -> None:
@@ -278,7 +287,7 @@ class RunsMixin(StorePart):
 
     def _update_run(self, run_id: int, *, epoch: Optional[int] = None, **values: Any) -> None:
         fence = [] if epoch is None else [Run.epoch == int(epoch)]
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Run).where(Run.id == run_id, *fence).values(**values).execution_options(synchronize_session=False)
             )
@@ -288,10 +297,10 @@ class RunsMixin(StorePart):
     def delete_run(self, run_id: int, *, force: bool = False) -> None:
         """Delete a run, its metrics and diagnostics.  A running run must be cancelled first
         unless ``force``."""
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             status = s.execute(select(Run.status).where(Run.id == run_id).with_for_update()).scalar()
             if status is None:
-                raise _not_found(run_id)
+                raise run_not_found(run_id)
             if status == "running" and not force:
                 raise StorageError(f"run {run_id} is running; cancel it first, then delete it once it stops")
             s.execute(delete(Metric.__table__).where(Metric.__table__.c.run_id == run_id))
@@ -301,7 +310,7 @@ class RunsMixin(StorePart):
         """Ids for run ids or exact run names, in order, without duplicates."""
         if isinstance(refs, (str, int)):
             refs = [refs]
-        with self._session() as s:
+        with self.db.session() as s:
             rows = s.execute(select(Run.id, Run.name)).all()
         ids = {rid for rid, _ in rows}
         by_name: dict[str, list[int]] = {}

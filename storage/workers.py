@@ -1,6 +1,6 @@
 """Workers: registration, heartbeats and their records.
 
-A part of :class:`storage.store.RunStore`; it uses the store's ``_session`` and ``_pg``."""
+The repository ``store.workers`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
 from __future__ import annotations
 
@@ -8,17 +8,14 @@ from typing import Any, Optional
 
 from sqlalchemy import select, update
 
+from .database import Repository
 from .db import rowcount
 from .errors import InvalidValueError, StorageError
 from .models import Worker, utcnow
-from .part import StorePart
-from .records import *  # noqa: F403
-from .records import (
-    WorkerRecord,
-)
+from .records import WorkerRecord
 
 
-class WorkersMixin(StorePart):
+class WorkersRepository(Repository):
     """Workers: registration, heartbeats and their records."""
 
     def register_worker(self, worker_id: str, host: str, pid: int, device: Optional[str] = None,
@@ -30,7 +27,7 @@ class WorkersMixin(StorePart):
         now = utcnow()
         values = dict(host=str(host), pid=int(pid), device=device, started_at=now, heartbeat_at=now,
                       current_run_id=None, status="active", concurrent=int(concurrent))
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             worker = s.get(Worker, worker_id, with_for_update=True)
             if worker is None:
                 s.add(Worker(id=worker_id, **values))
@@ -47,7 +44,7 @@ class WorkersMixin(StorePart):
         self._update_worker(worker_id, current_run_id=None, status="stopped")
 
     def _update_worker(self, worker_id: str, **values: Any) -> None:
-        with self._session(write=True) as s:
+        with self.db.session(write=True) as s:
             res = s.execute(
                 update(Worker).where(Worker.id == str(worker_id))
                 .values(heartbeat_at=utcnow(), **values)
@@ -59,5 +56,5 @@ class WorkersMixin(StorePart):
     def list_workers(self) -> list[WorkerRecord]:
         """Every registered worker, newest start first.  Whether a silent one is gone is the
         caller's policy (see ``engine/runner/liveness.py``)."""
-        with self._session() as s:
+        with self.db.session() as s:
             return [WorkerRecord.from_row(w) for w in s.scalars(select(Worker).order_by(Worker.started_at.desc(), Worker.id))]

@@ -1,8 +1,8 @@
 """Run detail: one run's status, error, notes, every chart, its config and its environment;
 Stop it while active, Resume it when it ended resumable, Clone it to Launch.
 
-Like the Runs page it first marks runs whose worker died ``interrupted``
-(``liveness.check_stale``). Names, notes and error text are shown as plain text."""
+It only reads: runs whose worker died are marked ``interrupted`` by the dashboard's sweep
+(``app.state.Lab``), not here. Names, notes and error text are shown as plain text."""
 
 import json
 from datetime import datetime
@@ -16,13 +16,11 @@ from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
 from engine.core.units import format_seconds
-from engine.runner import liveness
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
-liveness.check_stale(store)
 records = {r.id: r for r in store.list_runs()}
 if not records:
     st.info("No runs yet: launch one, then open it here.")
@@ -46,7 +44,6 @@ st.query_params["run"] = str(run_id)
 
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
-    liveness.check_stale(store)
     try:
         run = store.get_run(run_id)
     except RunNotFoundError:

@@ -43,7 +43,6 @@ if st.session_state.get("estimators.run") not in records:
 run_id = st.selectbox("Run", sorted(records, reverse=True), key="estimators.run",
                       format_func=lambda i: f"#{i} {records[i].name}")
 run = records[run_id]
-diagnosis.check_stale_diagnoses(store)
 diags = store.diagnostics_frame(run_id)
 
 with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_chart:"):

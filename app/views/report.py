@@ -16,14 +16,13 @@ from app import state, viewstate
 from app.display import plain, plot
 from engine.analysis import report as rep
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
-from engine.runner import liveness, reports
+from engine.runner import reports
 from storage import StorageError
 
 WRAPPED_COLUMNS = 3  # a table this narrow holds text (item · value, claim · verdict · numbers)
 lab = state.lab()
 store = lab.store
 st.title("Reports")
-liveness.check_stale(store)
 
 
 def _markdown_zip(report: rep.Report, stem: str) -> bytes:

@@ -1,8 +1,8 @@
 """Runs: every run in the database, live; select runs to compare, resume, clone, stop,
 delete, rename, annotate, export; and the workers that train them.
 
-The table refreshes in a fragment, which first marks runs whose worker died
-``interrupted`` (``liveness.check_stale``). Delete and rename open a modal dialog from a
+The table refreshes in a fragment; it only reads (runs whose worker died are marked
+``interrupted`` by the dashboard's sweep, ``app.state.Lab``, not by a render). Delete and rename open a modal dialog from a
 full run; while one is open the table does not refresh (a refresh would close it).
 A refused action's error is kept in session state and drawn outside the fragment,
 so a refresh does not wipe it; it stays until dismissed or the next action.
@@ -228,7 +228,6 @@ def _where_filter(view, text: str):
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
-    liveness.check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         st.info("No runs yet. Launch a sweep from the form, or from a terminal with `python -m engine sweep`.")
@@ -309,7 +308,6 @@ def _table(has_active: bool) -> None:
 
 st.title("Runs")
 try:
-    liveness.check_stale(store)  # a run whose worker died shows interrupted, here and in the filters
     runs = tables.runs_view(store.runs_frame())
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import threading
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -359,17 +358,8 @@ def run_diagnosis(
 
 def check_stale_diagnoses(store: RunStore, timeout_s: float = liveness.STALE_AFTER_S) -> list[int]:
     """Mark ``running`` diagnoses whose process died (or that stopped beating for
-    ``timeout_s``) ``interrupted``; their ids."""
-    frame = store.diagnostics_frame()
-    frame = frame[frame["status"] == "running"]
-    rows = []
-    for diag_id, owner, beat, started in zip(frame["id"], frame["owner"], frame["heartbeat_at"], frame["started_at"]):
-        last = beat if pd.notna(beat) else started
-        rows.append((int(diag_id), owner, None if pd.isna(last) else last.to_pydatetime()))
-    stale = liveness.stale_runs(rows, datetime.now(timezone.utc), timeout_s)
-    for diag_id, reason in stale.items():
-        store.set_diagnostic_status(diag_id, "interrupted", error=f"{reason}; run the diagnosis again")
-    return sorted(stale)
+    ``timeout_s``) ``interrupted``; their ids (``liveness.mark_stale_diagnoses``)."""
+    return liveness.mark_stale_diagnoses(store, timeout_s)
 
 
 def results_csv(store: RunStore, diag_id: int, results: pd.DataFrame | None = None) -> bytes:

@@ -22,8 +22,9 @@ that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; any
-reader marks them ``interrupted`` by the rule ``engine.runner.liveness`` states.
+Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; the heartbeat
+of every job manager sweeps them (``liveness.sweep``): they end ``interrupted``, cause
+``stale``, by the rule ``engine.runner.liveness`` states. Readers write nothing.
 
 Faults: a database that cannot be reached (PostgreSQL restarting) is waited for, the
 run's writes buffered (``StoreWriter``). A full disk, the database's or the checkpoints',
@@ -470,7 +471,7 @@ class JobManager:
         if epoch is None:
             if self._interrupt.is_set():
                 self.writer.call(run_id, self.store.set_status, run_id, "interrupted",
-                                 error="interrupted before it started; resume it to train it")
+                                 error="interrupted before it started; resume it to train it", cause="signal")
                 self.writer.flush()
                 return
             epoch = self.store.claim(run_id, self.owner, self.worker_id)
@@ -490,7 +491,7 @@ class JobManager:
         except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
             log.exception("run %s crashed the worker", run_id)
             outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
-                                             f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False)
+                                             f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False, "crash")
         self.outcomes[run_id] = outcome
         if outcome.status == LOST:
             with self._lock:
@@ -514,7 +515,7 @@ class JobManager:
             waiting = dict(self._unreleased)
         for run_id, (epoch, outcome) in waiting.items():
             try:
-                self.store.set_status(run_id, outcome.status, error=outcome.error, epoch=epoch)
+                self.store.set_status(run_id, outcome.status, error=outcome.error, epoch=epoch, cause=outcome.cause)
             except (LeaseLostError, RunNotFoundError):
                 pass  # another claim took it, or it was deleted: not ours to release any more
             except StorageError as e:
@@ -529,8 +530,9 @@ class JobManager:
             return set(self._unreleased)
 
     def _beat(self) -> None:
-        """The worker's sign of life, and its queued runs' (so no reader releases them);
-        the ends of runs not stored yet are tried again."""
+        """The worker's sign of life, and its queued runs' (so no sweep releases them); the
+        ends of runs not stored yet are tried again; runs and diagnoses whose worker died
+        are marked interrupted (``liveness.sweep``)."""
         if self._unreleased:
             self._release()
         with self._lock:
@@ -539,6 +541,10 @@ class JobManager:
         self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
         if queued:
             self.writer.call(None, self.store.touch_queued, queued, self.owner)
+        try:
+            liveness.sweep(self.store)
+        except StorageError as e:  # busy or unreachable: the next beat sweeps again
+            log.debug("the staleness sweep failed: %s", e)
 
 
 LOST = "lost"  # what ``execute`` returns for a run whose lease another claim took
@@ -567,6 +573,7 @@ def execute(
     says it is not ``released`` (the caller writes it later)."""
     writer.forget(run_id)  # a failure of an earlier training of this run is not this one's
     run = store.get_run(run_id)
+    cause = None  # why it is interrupted, when it is
     steps_done = [run.steps_done]
     notes: list[str] = []
     lost: list[LeaseLostError] = []
@@ -643,9 +650,9 @@ def execute(
             raise lost[0]
         failure = writer.failure(run_id)
         if failure is not None:
-            status, error = _ended_by(failure, run_id, store)
+            status, error, cause = _ended_by(failure, run_id, store)
         elif interrupted.is_set():
-            status, error = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint"
+            status, error, cause = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint", "signal"
         elif stop.is_set():
             status, error = "cancelled", None
         else:
@@ -656,7 +663,7 @@ def execute(
         status, error = "failed", str(e)
         steps_done[0] = e.step  # the steps run past it before the loss was read are not progress
     except CheckpointDiskFull as e:
-        status, error = "interrupted", disk_full(run_id, e.path, str(e))
+        status, error, cause = "interrupted", disk_full(run_id, e.path, str(e)), "disk_full"
     except (ConfigError, CheckpointError) as e:
         status, error = "failed", str(e)
     except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
@@ -670,7 +677,7 @@ def execute(
         writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch)
 
         def end() -> None:
-            store.set_status(run_id, status, error=error, epoch=epoch)
+            store.set_status(run_id, status, error=error, epoch=epoch, cause=cause)
             released.set()
 
         writer.final(run_id, end)
@@ -680,7 +687,7 @@ def execute(
         message = str(lost[0])
         log.warning("%s", message)
         return Outcome(LOST, message)
-    return Outcome(status, error, released.is_set())
+    return Outcome(status, error, released.is_set(), cause)
 
 
 class Outcome(NamedTuple):
@@ -691,6 +698,7 @@ class Outcome(NamedTuple):
     status: str
     error: str | None
     released: bool = True
+    cause: str | None = None  # why it is interrupted (``storage.records.INTERRUPTION_CAUSES``), when it is
 
 
 def disk_full(run_id: int, where, detail: str) -> str:
@@ -699,14 +707,15 @@ def disk_full(run_id: int, where, detail: str) -> str:
             f"(it continues from its last checkpoint); {detail}")
 
 
-def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None]:
-    """(status, error) of a run whose writes the database refused for good: ``interrupted``
-    (resumable) when its disk is full, ``cancelled`` when the run was deleted, else ``failed``."""
+def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None, str | None]:
+    """(status, error, interruption cause) of a run whose writes the database refused for good:
+    ``interrupted`` (resumable) when its disk is full, ``cancelled`` when the run was deleted,
+    else ``failed``."""
     if isinstance(failure, DatabaseFullError):
         url = store.engine.url
         where = (Path(url.database).parent if url.get_backend_name() == "sqlite" and url.database
                  else f"the disk of the database server ({store.url})")
-        return "interrupted", disk_full(run_id, where, f"the database refused a write: {failure.reason}")
+        return "interrupted", disk_full(run_id, where, f"the database refused a write: {failure.reason}"), "disk_full"
     if isinstance(failure, RunNotFoundError):
-        return "cancelled", None
-    return "failed", f"the database refused a write of the run: {failure}"
+        return "cancelled", None, None
+    return "failed", f"the database refused a write of the run: {failure}", None

@@ -2,7 +2,10 @@
 
 A live run, diagnosis or worker stamps its row every ``HEARTBEAT_S`` seconds through a
 ``Heartbeat``. Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``)
-and marks runs interrupted on request (``RunStore.mark_interrupted``); the rule lives here.
+and marks runs interrupted on request (``RunStore.mark_interrupted``, cause ``stale``); the
+rule lives here, and ``sweep`` applies it. The sweep runs on the heartbeat of every job
+manager (workers, ``run``/``sweep``, the dashboard's) and of the dashboard process itself
+(``app.state.Lab``), never in a reader: a page render, ``list`` or ``show`` writes nothing.
 A running run whose owner is ``this-host:pid`` is stale exactly when that process is gone: a
 live process on this host is never declared dead by the timeout alone (it may be stopped,
 swapping or waiting on a hung disk, and would wake to find its run trained by another).
@@ -49,11 +52,10 @@ def _stale_after(default: float = 60.0) -> float:
 
 STALE_AFTER_S = _stale_after()  # silent this long (on another host): its worker is dead
 HEARTBEAT_S = min(2.0, STALE_AFTER_S / 3)  # period of every heartbeat (several within the timeout)
-STALE_PREFIX = "interrupted: "  # the error of a run whose worker died (not stopped on purpose)
 ENV_HOST = "BASIS_LAB_HOST"
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "host_name", "current_owner", "pid_alive", "stale_runs", "check_stale",
-           "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
+           "sweep", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
 
 
 class Heartbeat:
@@ -154,18 +156,33 @@ def stale_runs(
         o_host, _, o_pid = (owner or "").rpartition(":")
         if o_host == host and o_pid.isdigit():
             if not pid_alive(int(o_pid)):
-                stale[run_id] = f"{STALE_PREFIX}worker {owner} is no longer running"
+                stale[run_id] = f"worker {owner} is no longer running"
         elif last is None or last < cutoff:
-            stale[run_id] = f"{STALE_PREFIX}no heartbeat from {owner or 'its worker'} since {last}"
+            stale[run_id] = f"no heartbeat from {owner or 'its worker'} since {last}"
     return stale
 
 
 def check_stale(store) -> list[int]:
-    """Mark runs whose worker died ``interrupted`` and release queued runs whose queuing
-    process died to any worker; the ids marked interrupted. Called on every read that
-    shows statuses (``list``, ``show``, the dashboard's pages)."""
+    """Mark runs whose worker died ``interrupted`` (cause ``stale``) and release queued runs
+    whose queuing process died to any worker; the ids marked interrupted."""
     release_orphans(store)
     return mark_stale_interrupted(store)
+
+
+def sweep(store) -> list[int]:
+    """The sweep a heartbeat makes: ``check_stale``, then running diagnoses whose process
+    died marked ``interrupted``; the run ids marked interrupted. Writes only what is stale."""
+    interrupted = check_stale(store)
+    mark_stale_diagnoses(store)
+    return interrupted
+
+
+def mark_stale_diagnoses(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
+    """Mark ``running`` diagnoses whose process died (the runs' rule) ``interrupted``; their ids."""
+    stale = stale_runs(store.running_diagnoses_heartbeats(), datetime.now(timezone.utc), timeout_s)
+    for diag_id, reason in stale.items():
+        store.set_diagnostic_status(diag_id, "interrupted", error=f"{reason}; run the diagnosis again")
+    return sorted(stale)
 
 
 def mark_stale_interrupted(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
@@ -198,5 +215,5 @@ def worker_states(frame, timeout_s: float = STALE_AFTER_S, now: Optional[datetim
 def requeue_orphaned_runs(store) -> list[int]:
     """Queue again, for any worker, the interrupted runs whose worker died (not those a
     signal or a user stopped on purpose); they resume from their newest checkpoint."""
-    ids = [r.id for r in store.list_runs(statuses=["interrupted"]) if (r.error or "").startswith(STALE_PREFIX)]
+    ids = [r.id for r in store.list_runs(statuses=["interrupted"]) if r.interruption_cause == "stale"]
     return store.requeue(ids) if ids else []

@@ -21,7 +21,7 @@ def _sweep(store, tags=("reproduce", HOSTILE)):
         ids.append(fake_run(store, dataclasses.replace(TINY, estimator="exact", seed=seed)))
         for rank in (1, 8):
             ids.append(fake_run(store, dataclasses.replace(TINY, rank=rank, seed=seed), final=6.0 + 0.4 / rank + 0.01 * seed))
-    with store._session(write=True) as s:
+    with store.db.session(write=True) as s:
         from storage.models import Run
         for run in s.query(Run).filter(Run.id.in_(ids)):
             run.sweep_id, run.tags = "sw-page", list(tags)

@@ -22,7 +22,7 @@ import pytest
 from app import display, form, state, tables
 from engine.core.text import unlinked
 from engine.runner import liveness
-from storage import RunStore
+from storage import Database, RunStore
 from tests.support.browser import CHROMIUM_ARGS, ROOT, choose, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, dead_pid, fake_run, wait_for
@@ -103,16 +103,36 @@ def test_progress_is_floored_to_a_whole_percent(store):
     assert tables.runs_view(store.runs_frame()).loc[0, "progress"] == pytest.approx(0.99)  # never 100 % early
 
 
-def test_a_run_whose_worker_died_shows_interrupted_on_read(url, store):
+def test_pages_only_read_and_the_dashboards_sweep_marks_a_dead_workers_run(url, store, monkeypatch):
+    """A run whose worker died stays as stored while the Runs, Run detail and Reports pages
+    render (no write session is opened by the script's thread); the dashboard's sweep, on its
+    own heartbeat thread, marks it interrupted (cause ``stale``), and Resume all offers it."""
     run_id = fake_run(store, TINY, status="queued", steps_done=5)
     assert store.claim(run_id, f"{socket.gethostname()}:{dead_pid()}")
-    assert store.get_run(run_id).status == "running"
+    writes, session = [], Database.session
+
+    def watched(self, write=False):
+        name = threading.current_thread().name
+        if write and not name.startswith("basis-"):  # the heartbeats' threads: basis-dashboard-sweep, …
+            writes.append(name)
+        return session(self, write)
+
+    monkeypatch.setattr(Database, "session", watched)
+    sweep = liveness.sweep
+    monkeypatch.setattr(liveness, "sweep", lambda store: [])  # held while the pages render
+    at = app(selected=[run_id]).run()
+    assert not at.exception
+    for name in ("detail", "report", "runs"):
+        page(at, name)
+    assert writes == [] and store.get_run(run_id).status == "running"
+    monkeypatch.setattr(liveness, "sweep", sweep)
+    wait_for(lambda: store.get_run(run_id).status == "interrupted", timeout=120, what="the dashboard's sweep")
+    assert store.get_run(run_id).interruption_cause == "stale"
+    assert "no longer running" in store.get_run(run_id).error
     at = app().run()
     assert runs_table(at)["status"].tolist() == ["⚠ interrupted"]
-    assert store.get_run(run_id).status == "interrupted"
-    assert store.get_run(run_id).error.startswith(liveness.STALE_PREFIX)
-    button(at, "Resume all")  # there is something to resume
     assert not button(at, "Resume all").disabled
+    assert writes == []
 
 
 # ----------------------------------------------------------------------------- resume

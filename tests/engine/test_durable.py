@@ -16,12 +16,12 @@ import pytest
 
 from engine.cli.main import main
 from engine.config import RunConfig
-from engine.runner import jobs
+from engine.runner import jobs, liveness
 from engine.training.build import initial_params, optimizer_for
 from engine.training.checkpoints import RunCheckpoints, run_dir
 from engine.training.steps import init_state
 from storage import RunStore
-from tests.support.runs import trajectory, wait_for
+from tests.support.runs import dead_pid, trajectory, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--preset", "tiny", "--eval-interval", "20", "--probe-interval", "20", "--val-batches", "2"]
@@ -68,8 +68,9 @@ def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
     assert store.get_run(run_id).steps_done < 160
-    assert main(["list"]) == 0  # the dead owner is seen on read
-    assert store.get_run(run_id).status == "interrupted"
+    assert main(["list"]) == 0 and store.get_run(run_id).status == "running"  # a read writes nothing
+    assert liveness.check_stale(store) == [run_id]  # a sweep (a worker's or `resume`'s) sees the dead owner
+    assert store.get_run(run_id).interruption_cause == "stale"
 
     assert main(["resume", str(run_id)]) == 0
     resumed = store.get_run(run_id)
@@ -157,6 +158,30 @@ def test_run_ids_are_never_reused_after_a_delete(lab):
     store.delete_run(ids[-1])
     new = store.create_run(name="new", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     assert new == ids[-1] + 1
+
+
+def _dump(url: str) -> list[str]:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
+        lines = list(con.iterdump())
+    con.close()
+    return lines
+
+
+def test_list_show_and_the_diagnoses_list_write_nothing(lab, capsys):
+    """Reads leave a run and a diagnosis whose worker died as stored: marking them is the sweep's."""
+    url, _ = lab
+    store = RunStore(url)
+    run_id = store.create_run(name="dead", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+                              steps=10)
+    assert store.claim(run_id, f"{liveness.host_name()}:{dead_pid()}")
+    diag_id = store.create_diagnostic(run_id, None)
+    assert store.claim_diagnostic(diag_id, f"{liveness.host_name()}:{dead_pid()}")
+    before = _dump(url)
+    assert main(["list"]) == 0 and main(["show", str(run_id)]) == 0 and main(["diagnose", "--list"]) == 0
+    assert "running" in capsys.readouterr().out
+    assert _dump(url) == before
+    assert liveness.sweep(store) == [run_id] and _dump(url) != before  # what the reads left to the sweep
+    assert store.diagnostics_frame()["status"].tolist() == ["interrupted"]
 
 
 @pytest.mark.parametrize("command", [["list"], ["show", "1"], ["export", "--out", "x.csv"], ["cancel", "1"],

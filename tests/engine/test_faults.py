@@ -99,6 +99,7 @@ def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no
     store = RunStore(url)
     run = store.get_run(1)
     assert run.status == "interrupted" and run.error.startswith(f"disk full: free space on {ckpt}"), run.error
+    assert run.interruption_cause == "disk_full"
     assert run.checkpoint_step == EVERY
     assert not list(ckpt.rglob("*.orbax-checkpoint-tmp*"))  # the failed save left nothing behind
     stale = ckpt / f"run-{run.uid}" / f"epoch-{run.epoch}" / f"{3 * EVERY}.orbax-checkpoint-tmp-1600000000"
@@ -165,6 +166,7 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
         full.clear()  # space is back: the worker stores the run's end at its next beat
         wait_for(lambda: store.get_run(run_id).status == "interrupted", timeout=60, what="the run released")
         assert store.get_run(run_id).error == outcome.error and manager.unreleased() == set()
+        assert outcome.cause == store.get_run(run_id).interruption_cause == "disk_full"
         assert manager.resume([run_id]) == [run_id]
         twin = manager.submit(CONFIG.replace(name="twin"))[0]
         assert manager.wait([run_id, twin], timeout=900)

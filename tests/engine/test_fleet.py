@@ -13,7 +13,7 @@ from engine.cli.main import main
 from engine.config import RunConfig
 from engine.runner import jobs, liveness
 from storage import RunStore
-from tests.support.runs import wait_for
+from tests.support.runs import dead_pid, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = RunConfig(preset="tiny", steps=10, eval_interval=5, probe_interval=0, val_batches=1, checkpoint_interval=5)
@@ -107,9 +107,33 @@ def test_sigterm_stops_a_worker_and_leaves_its_run_resumable(tmp_path):
     out, _ = worker.communicate(timeout=300)
     assert worker.returncode == 128 + signal.SIGTERM, out
     run = store.get_run(run_id)
-    assert run.status == "interrupted" and run.checkpoint_step is not None
+    assert run.status == "interrupted" and run.checkpoint_step is not None and run.interruption_cause == "signal"
     assert liveness.requeue_orphaned_runs(store) == []  # stopped on purpose: not taken by another worker
     assert [w.status for w in store.list_workers()] == ["stopped"]
+
+
+def test_a_workers_heartbeat_marks_a_stale_run_interrupted(db_url):
+    """A run and a diagnosis whose process died after a job manager started are marked
+    ``interrupted`` by that manager's heartbeat (no reader, no claim: it pulls nothing);
+    the run's cause is ``stale``, so any worker may take it again."""
+    store = RunStore(db_url)
+    manager = jobs.JobManager(store)
+    try:
+        run_id = store.create_run(name="dead", config=QUICK.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0,
+                                  preset="tiny", steps=10)
+        assert store.claim(run_id, f"{liveness.host_name()}:{dead_pid()}")
+        diag_id = store.create_diagnostic(run_id, None)
+        assert store.claim_diagnostic(diag_id, f"{liveness.host_name()}:{dead_pid()}")
+        wait_for(lambda: store.get_run(run_id).status == "interrupted", timeout=300, what="the heartbeat's sweep")
+        run = store.get_run(run_id)
+        assert run.interruption_cause == "stale" and "no longer running" in run.error
+        wait_for(lambda: store.diagnostics_frame()["status"].tolist() == ["interrupted"], timeout=300,
+                 what="the diagnosis swept")
+        assert liveness.requeue_orphaned_runs(store) == [run_id]
+        assert store.get_run(run_id).status == "queued" and store.get_run(run_id).interruption_cause is None
+    finally:
+        manager.shutdown()
+        store.close()
 
 
 def test_queue_only_runs_wait_for_a_worker_and_an_owned_queue_is_not_claimed(db_url, capsys):

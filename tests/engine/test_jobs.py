@@ -128,7 +128,7 @@ def test_a_failing_run_does_not_stop_the_queue(store):
 def test_stale_running_row_is_marked_interrupted_at_start_up(store):
     run_id = store.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
     assert store.claim(run_id, "localhost-that-died:999999999")
-    with store._session(write=True) as s:  # an old heartbeat, as a dead process leaves it
+    with store.db.session(write=True) as s:  # an old heartbeat, as a dead process leaves it
         from datetime import datetime, timedelta, timezone
 
         from storage.models import Run
@@ -147,3 +147,24 @@ def test_run_rows_record_the_environment(store):
     assert run.versions["jax"] and run.device.startswith("cpu")
     assert RunConfig.from_dict(run.config) == dataclasses.replace(TINY, steps=2)
     manager.shutdown()
+
+
+def test_a_run_that_crashes_its_worker_thread_ends_interrupted_with_cause_crash(store, monkeypatch):
+    from engine.runner import jobs
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(jobs, "execute", crash)
+    manager = JobManager(store)
+    try:
+        run_id = manager.submit(TINY)[0]
+        assert manager.wait([run_id], timeout=120)
+        wait = time.monotonic() + 60
+        while store.get_run(run_id).status == "running" and time.monotonic() < wait:  # stored at the next beat
+            time.sleep(0.2)
+    finally:
+        manager.shutdown()
+    run = store.get_run(run_id)
+    assert manager.outcomes[run_id].cause == "crash"
+    assert (run.status, run.interruption_cause) == ("interrupted", "crash") and "RuntimeError: boom" in run.error

@@ -127,7 +127,7 @@ def test_mark_stale_interrupted(store):
     assert status == {dead_old: "interrupted", dead_fresh: "interrupted", remote_old: "interrupted",
                       live: "running", remote_fresh: "running", queued: "queued"}
     rec = store.get_run(dead_old)
-    assert rec.finished_at is not None and "interrupted" in rec.error
+    assert rec.finished_at is not None and rec.interruption_cause == "stale" and "no longer running" in rec.error
     assert mark_stale_interrupted(store) == []  # idempotent
 
 

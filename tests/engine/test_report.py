@@ -54,7 +54,7 @@ def lab(tmp_path_factory):
         for rank in RANKS:
             config = dataclasses.replace(BASE, rank=rank, seed=seed)
             ids.append(fake_run(store, config, final=6.0 + 0.5 / rank + 0.002 * seed, saved=SAVED[rank]))
-    with store._session(write=True) as s:  # one sweep, as `reproduce` queues it
+    with store.db.session(write=True) as s:  # one sweep, as `reproduce` queues it
         from storage.models import Run
         for run in s.query(Run).filter(Run.id.in_(ids)):
             run.sweep_id, run.tags = "sw-fixture", ["reproduce", HOSTILE_TAG]
@@ -285,7 +285,7 @@ def test_a_sweep_tagged_reproduce_gets_its_report_when_its_last_run_ends(tmp_pat
     first = fake_run(store, dataclasses.replace(BASE, estimator="exact", lam=0.0))
     second = fake_run(store, BASE, status="queued")
     plain = fake_run(store, BASE)
-    with store._session(write=True) as s:
+    with store.db.session(write=True) as s:
         from storage.models import Run
         for run in s.query(Run).filter(Run.id.in_([first, second])):
             run.sweep_id, run.tags = "sw-auto", ["reproduce"]

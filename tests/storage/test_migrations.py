@@ -86,7 +86,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0007"
+    assert schema_revision(eng) == head_revision() == "0008"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -384,3 +384,36 @@ def test_every_database_has_its_own_identity_and_two_first_opens_agree(db_url):
     assert RunStore(db_url).identity() == first
     for s in (st, a, b):
         s.close()
+
+
+def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(db_url):
+    """A 0007 database's interrupted runs get the interruption cause their error text (as the
+    code before 0008 wrote it) meant; a text none of those begins, and every run not
+    interrupted, get none; the error texts stay as they were."""
+    eng = _at_revision(db_url, "0007")
+    old = [  # (status, error as the code before 0008 wrote it, the cause 0008 must give it)
+        ("interrupted", "interrupted: worker vm:41 is no longer running", "stale"),
+        ("interrupted", "interrupted: no heartbeat from gpu-3:7 since 2026-11-01 10:00:00+00:00", "stale"),
+        ("interrupted", "interrupted by a signal; resume it to continue from its checkpoint", "signal"),
+        ("interrupted", "interrupted before it started; resume it to train it", "signal"),
+        ("interrupted", "disk full: free space on /data and run `python -m engine resume 5` (it continues from its "
+                        "last checkpoint); [Errno 28] No space left on device", "disk_full"),
+        ("interrupted", "the worker vm:9 stopped training it (RuntimeError: boom); resume it", "crash"),
+        ("interrupted", "the disk is full", None),  # a text the old code did not write
+        ("interrupted", None, None),
+        ("failed", "interrupted: a failed run's text", None),
+        ("finished", None, None),
+    ]
+    runs = "INSERT INTO runs (uid, name, status, error, config, tags, notes, versions, steps_done, history_version, " \
+           "epoch, cancel_requested) VALUES (:uid, :name, :status, :error, '{}', '[]', '', '{}', 0, 0, 1, false)"
+    with eng.begin() as con:
+        con.execute(text(runs), [dict(uid=f"{i:032d}", name=f"r{i}", status=status, error=error)
+                                 for i, (status, error, _) in enumerate(old)])
+    eng.dispose()
+    st = RunStore(db_url)
+    assert schema_revision(st.engine) == head_revision() == "0008"
+    got = st.list_runs()
+    assert [(r.status, r.error, r.interruption_cause) for r in got] == old
+    frame = st.runs_frame()
+    assert frame["interruption_cause"].tolist()[:6] == ["stale", "stale", "signal", "signal", "disk_full", "crash"]
+    st.close()

@@ -144,3 +144,25 @@ def test_requeue_moves_ended_runs_back_to_queued(store):
     with pytest.raises(RunNotFoundError):
         store.requeue([canc, 999])
     assert store.get_run(canc).status == "queued"
+
+
+def test_an_interruption_cause_is_kept_while_interrupted_and_cleared_by_what_restarts_the_run(store):
+    rid = new_run(store, "x")
+    epoch = store.claim(rid, "h:1")
+    store.set_status(rid, "interrupted", error="disk full: free space", cause="disk_full", epoch=epoch)
+    assert store.get_run(rid).interruption_cause == "disk_full"
+    with pytest.raises(ValueError, match="unknown interruption cause 'tired'; expected one of signal, stale"):
+        store.set_status(rid, "interrupted", cause="tired")
+    with pytest.raises(ValueError, match="for interrupted runs, not 'failed'"):
+        store.set_status(rid, "failed", cause="crash")
+    assert (store.get_run(rid).status, store.get_run(rid).interruption_cause) == ("interrupted", "disk_full")
+    assert store.requeue(rid) == [rid] and store.get_run(rid).interruption_cause is None
+    assert store.claim_next("h:2") == (rid, epoch + 2)
+    assert store.mark_interrupted({rid: "worker h:2 is no longer running"}) == [rid]
+    assert store.get_run(rid).interruption_cause == "stale"
+    store.heartbeat(rid, 3, owner="h:2")  # only slow after all: running again
+    assert (store.get_run(rid).status, store.get_run(rid).interruption_cause) == ("running", None)
+    store.set_status(rid, "interrupted", cause="signal")
+    store.set_status(rid, "finished")
+    assert store.get_run(rid).interruption_cause is None
+    assert store.mark_interrupted({}) == []

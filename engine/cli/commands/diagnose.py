@@ -39,10 +39,10 @@ def run(args) -> int:
     from engine.runner import diagnosis
 
     store = arguments.open_store(args.db, create=False)
-    if args.list or args.cancel is not None or args.delete is not None:
+    if args.list:
+        return _list(args, store)
+    if args.cancel is not None or args.delete is not None:
         diagnosis.check_stale_diagnoses(store)
-        if args.list:
-            return _list(args, store)
         return _cancel(args, store) if args.cancel is not None else _delete(args, store)
     if not args.run and args.rerun is None:
         raise CliError("name the run to diagnose (id or name), or pass --list, --rerun, --cancel or --delete")

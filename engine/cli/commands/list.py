@@ -14,10 +14,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.runner.liveness import check_stale
-
     store = arguments.open_store(args.db, create=False)
-    check_stale(store)
     frame = store.runs_frame()
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")

@@ -14,10 +14,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from engine.cli.output import print_summary
-    from engine.runner.liveness import check_stale
 
     store = arguments.open_store(args.db, create=False)
-    check_stale(store)
     run_id = store.resolve_runs([args.run])[0]
     r = store.get_run(run_id)
     print(f"run {r.id}: {r.name}  [{r.status}]  steps {r.steps_done}/{r.steps}")
