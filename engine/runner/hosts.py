@@ -126,15 +126,17 @@ def follow() -> int:
     """Follower: train every run the leader announces, in lockstep with it, writing no
     database; return 0 when the leader announces the end."""
     from engine.config import ConfigError, RunConfig
-    from engine.training.checkpoints import CheckpointError, Recorded, RunCheckpoints
+    from engine.runner.paths import resume_limit
+    from engine.training.checkpoints import CheckpointError, RunCheckpoints
     from engine.training.loop import TrainingDiverged, train
 
     while (run := receive()) is not None:
         config = RunConfig.from_dict(run["config"])
         try:
             with RunCheckpoints(Path(run["checkpoints"]), keep=run["keep"], epoch=run.get("epoch"),
-                                borrowed=run.get("borrowed", ())) as checkpoints:
-                for _ in train(config, checkpoints=Recorded(checkpoints, run.get("recorded")), resume=True):
+                                borrowed=run.get("borrowed", ()),
+                                resume_limit=resume_limit(run.get("recorded"))) as checkpoints:
+                for _ in train(config, checkpoints=checkpoints, resume=True):
                     pass
         except (TrainingDiverged, ConfigError, CheckpointError) as e:  # the leader records it
             print(f"follower: run {run['uid']} ended: {e}", file=sys.stderr)

@@ -34,7 +34,7 @@ full), or a run crash its thread, the manager keeps trying to store the end at e
 of its heartbeat: a live process never holds the lease of a run it no longer trains.
 
 Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
-which ``execute`` carries into every write of the run (metrics, heartbeats, status,
+which its ``engine.runner.execution.RunExecution`` carries into every write of the run (metrics, heartbeats, status,
 notes, checkpoint step) and into the checkpoint folder (``epoch-<E>``). An owner that
 stalled past the timeout and was replaced finds at its next write, heartbeat or poll
 that its lease is gone (``LeaseLostError``): it stops at once without a checkpoint or
@@ -52,36 +52,25 @@ import queue
 import subprocess
 import threading
 import time
-import traceback
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable
 
-import jax
-
-from engine.config import ConfigError, RunConfig
+from engine.config import RunConfig
 from engine.core import checks
 from engine.errors import TASK_FAILURES
-from engine.runner import hosts, liveness
+from engine.runner import liveness
+from engine.runner.diagnosis_jobs import DiagnosisJobs
+from engine.runner.execution import LOST, Outcome, RunExecution, device_kind
 from engine.runner.paths import checkpoint_root, run_folders
 from engine.runner.writer import StoreWriter
-from engine.training import parallel
-from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, Recorded, RunCheckpoints
-from engine.training.loop import Record, TrainingDiverged, train
-from storage import (
-    DatabaseBusyError,
-    DatabaseFullError,
-    Lease,
-    LeaseLostError,
-    RunNotFoundError,
-    RunStore,
-    StorageError,
-)
+from engine.training.checkpoints import CheckpointError, RunCheckpoints
+from engine.training.loop import Record
+from storage import Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
-CANCEL_POLL_S = 0.25
 PULL_POLL_S = 1.0
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
              "streamlit")
@@ -102,13 +91,6 @@ def environment() -> dict:
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"versions": versions, "git_commit": commit, "device": device_kind()}
-
-
-def device_kind(count: int = 1) -> str:
-    """``gpu: NVIDIA H200``, and ``gpu: NVIDIA H200 × 4`` for a run on 4 such devices
-    (``app.tables.device_parts`` reads it back)."""
-    dev = jax.devices()[0]
-    return f"{dev.platform}: {dev.device_kind}" + (f" × {count}" if count > 1 else "")
 
 
 def new_sweep_id() -> str:
@@ -133,6 +115,12 @@ def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id:
         owner=owner,
         **env,
     )
+
+
+def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
+               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
+    """Queue one run; ``owner`` None leaves it to any worker."""
+    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
 
 
 def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
@@ -180,30 +168,6 @@ def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
         return None
 
 
-class _Checkpoints(Recorded):
-    """A run's ``RunCheckpoints`` under its owner's lease: saves go to the lease's epoch
-    folder and only while the lease holds, each saved step is recorded in the database
-    (fenced), and a resume trusts only checkpoints at or before the recorded step."""
-
-    def __init__(self, inner: RunCheckpoints, store: RunStore, writer: StoreWriter, run_id: int, epoch: int,
-                 recorded: int | None):
-        super().__init__(inner, recorded)
-        self.store, self.writer, self.run_id, self.epoch = store, writer, run_id, epoch
-
-    def save(self, step, state, extra, *, final=False):
-        lost = self.writer.lost(self.run_id, self.epoch)
-        if lost is not None:
-            raise lost
-        try:
-            current, _ = self.store.run_lease(self.run_id)
-        except DatabaseBusyError:
-            current = self.epoch  # cannot tell now; the save goes to this lease's own folder anyway
-        if current != self.epoch:
-            raise LeaseLostError(self.run_id, self.epoch, current)
-        self.inner.save(step, state, extra, final=final)
-        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
-
-
 class JobManager:
     """Trains runs in background threads, at most ``max_concurrent`` at once.
 
@@ -248,8 +212,7 @@ class JobManager:
         self._idle = threading.Condition(self._lock)
         self._last_busy = time.monotonic()
         self._env: dict | None = None
-        self._diagnoses: dict[int, tuple[int, int]] = {}  # diagnosis id → progress, while it computes
-        self._diagnosis_stops: dict[int, threading.Event] = {}  # diagnosis id → its cancel event
+        self.diagnoses = DiagnosisJobs(store, self.owner, self.checkpoint_root)
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
         self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
@@ -287,55 +250,22 @@ class JobManager:
         self._enqueue(ids)
         return ids
 
-    def diagnose(self, run_id: int, **settings) -> int:
-        """Start a diagnosis of ``run_id`` (``engine.runner.diagnosis.plan_diagnosis``'s settings) on a
-        thread of its own; its id, once the settings are validated and its row stored.
-        ``diagnosis_progress(id)`` follows it while it computes."""
-        from engine.runner import diagnosis
+    # diagnoses, on threads of their own (``engine.runner.diagnosis_jobs``)
 
-        plan = diagnosis.plan_diagnosis(self.store, run_id, checkpoints=self.checkpoint_root, **settings)
-        return self.start_diagnosis(plan)
+    def diagnose(self, run_id: int, **settings) -> int:
+        return self.diagnoses.diagnose(run_id, **settings)
 
     def rerun_diagnosis(self, diag_id: int) -> int:
-        """Run stored diagnosis ``diag_id`` again with its settings, as a new diagnosis; its id."""
-        from engine.runner import diagnosis
-
-        return self.start_diagnosis(diagnosis.replan(self.store, diag_id, self.checkpoint_root))
+        return self.diagnoses.rerun(diag_id)
 
     def cancel_diagnosis(self, diag_id: int) -> bool:
-        """Stop a diagnosis (computed here or by any process): at once when queued, after
-        its current step when running; it keeps the results of the work done."""
-        event = self._diagnosis_stops.get(diag_id)
-        if event is not None:
-            event.set()
-        return self.store.request_cancel_diagnostic(diag_id)
+        return self.diagnoses.cancel(diag_id)
 
     def start_diagnosis(self, plan) -> int:
-        """Store and start ``plan`` (``engine.runner.diagnosis.Plan``) on a thread of its own; its id."""
-        from engine.runner import diagnosis
-
-        diag_id = diagnosis.start(self.store, plan)
-        self._diagnoses[diag_id] = (0, plan.work)
-        stop = self._diagnosis_stops[diag_id] = threading.Event()
-
-        def progress(done: int, total: int) -> None:
-            self._diagnoses[diag_id] = (done, total)
-
-        def job() -> None:
-            try:
-                diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress, cancel=stop)
-            except TASK_FAILURES:  # recorded on the diagnosis by execute
-                log.warning("diagnosis %s failed", diag_id, exc_info=True)
-            finally:
-                self._diagnoses.pop(diag_id, None)
-                self._diagnosis_stops.pop(diag_id, None)
-
-        threading.Thread(target=job, name=f"basis-diagnosis-{diag_id}", daemon=True).start()
-        return diag_id
+        return self.diagnoses.start(plan)
 
     def diagnosis_progress(self, diag_id: int) -> tuple[int, int] | None:
-        """``(settings done, total)`` of a diagnosis this manager is computing, else None."""
-        return self._diagnoses.get(diag_id)
+        return self.diagnoses.progress_of(diag_id)
 
     def _enqueue(self, ids: list[int]) -> None:
         for run_id in ids:
@@ -467,27 +397,22 @@ class JobManager:
 
     def _run(self, run_id: int, epoch: int | None) -> None:
         """Train ``run_id``: under ``epoch`` when ``_next`` claimed it, else claim it first."""
-        event = self._events.get(run_id) or threading.Event()
+        on_step, on_record = self.on_step, self.on_record
+        run = RunExecution(
+            self.store, self.writer, run_id, owner=self.owner, epoch=epoch,
+            stop=self._events.get(run_id) or threading.Event(), interrupted=self._interrupt,
+            checkpoints=self.checkpoint_root,
+            on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
+            on_record=(lambda record: on_record(run_id, record)) if on_record else None,
+        )
         if epoch is None:
-            if self._interrupt.is_set():
-                self.writer.call(run_id, self.store.set_status, run_id, "interrupted",
-                                 error="interrupted before it started; resume it to train it", cause="signal")
-                self.writer.flush()
-                return
-            epoch = self.store.claim(run_id, self.owner, self.worker_id)
-            if epoch is None:
-                return  # cancelled (or deleted, or claimed elsewhere) while queued
+            if not run.claim(self.worker_id):
+                return  # interrupted before it started, or cancelled (deleted, claimed elsewhere) while queued
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
-        on_step, on_record = self.on_step, self.on_record
         try:
-            outcome = execute(
-                self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
-                interrupted=self._interrupt, checkpoints=self.checkpoint_root,
-                on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
-                on_record=(lambda record: on_record(run_id, record)) if on_record else None,
-            )
+            outcome = run.execute()
         except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
             log.exception("run %s crashed the worker", run_id)
             outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
@@ -501,7 +426,7 @@ class JobManager:
         (log.warning if outcome.status in ("failed", "interrupted") else log.info)("%s", line)
         if not outcome.released:
             with self._lock:
-                self._unreleased[run_id] = (epoch, outcome)
+                self._unreleased[run_id] = (run.lease, outcome)
             self._release()
             return
         if not self._interrupt.is_set():
@@ -545,177 +470,3 @@ class JobManager:
             liveness.sweep(self.store)
         except StorageError as e:  # busy or unreachable: the next beat sweeps again
             log.debug("the staleness sweep failed: %s", e)
-
-
-LOST = "lost"  # what ``execute`` returns for a run whose lease another claim took
-
-
-def execute(
-    store: RunStore,
-    writer: StoreWriter,
-    run_id: int,
-    *,
-    epoch: int,
-    owner: str,
-    stop: threading.Event,
-    interrupted: threading.Event,
-    checkpoints: Path,
-    on_step: Callable[[int, float | None], None] | None = None,
-    on_record: Callable[[Record], None] | None = None,
-) -> Outcome:
-    """Train the claimed run ``run_id`` to its end under the lease ``epoch``; return its
-    ``Outcome``: (status, error) as written, or (``LOST``, the reason) when another claim
-    took the run: then nothing more was written to it, not even a checkpoint.
-
-    A database that cannot be reached is waited for (the writer retries). A full disk, of
-    the database or of the checkpoints, ends the run ``interrupted`` with the one-line reason
-    ``disk full: … resume N``; should the database refuse even that status, the outcome
-    says it is not ``released`` (the caller writes it later)."""
-    writer.forget(run_id)  # a failure of an earlier training of this run is not this one's
-    run = store.get_run(run_id)
-    cause = None  # why it is interrupted, when it is
-    steps_done = [run.steps_done]
-    notes: list[str] = []
-    lost: list[LeaseLostError] = []
-
-    def lease_lost() -> bool:
-        refusal = writer.lost(run_id, epoch)
-        if refusal is not None and not lost:
-            lost.append(refusal)
-        return bool(lost)
-
-    last_poll = [time.monotonic()]
-
-    def should_stop() -> bool:
-        if stop.is_set() or interrupted.is_set() or lease_lost():
-            return True
-        if writer.failure(run_id) is not None:
-            return True  # deleted meanwhile, or the database refuses writes
-        if time.monotonic() - last_poll[0] >= CANCEL_POLL_S:
-            last_poll[0] = time.monotonic()
-            try:
-                current, cancel = store.run_lease(run_id)
-                if current != epoch:
-                    lost.append(LeaseLostError(run_id, epoch, current))
-                    return True
-                if cancel:
-                    stop.set()
-            except RunNotFoundError:
-                stop.set()
-            except StorageError:
-                pass  # busy: look again at the next poll
-        return stop.is_set()
-
-    def stepped(step: int, loss: float | None) -> None:
-        steps_done[0] = step
-        if on_step:
-            on_step(step, loss)
-
-    def resumed(step: int, skipped: list[str]) -> None:
-        steps_done[0] = step
-        had_history = run.steps_done > 0 or run.checkpoint_step is not None
-        if step:
-            notes.append(f"resumed from the checkpoint at step {step}")
-        elif had_history:
-            notes.append(f"restarted from step 0: no readable checkpoint in {ckpt_dir} (is the checkpoint "
-                         "directory shared with the machine that trained it?)")
-        notes.extend(f"skipped: {s}" for s in skipped)
-        # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
-        # that neither records; what this claim recomputes is deleted before it is written
-        writer.call(run_id, store.delete_metrics_after, run_id, step if step else -1, epoch=epoch)
-        writer.heartbeat(run_id, step, owner=owner, epoch=epoch)
-
-    heartbeat = liveness.Heartbeat(lambda: writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch),
-                                   name=f"basis-heartbeat-{run_id}").start()
-    try:
-        folders = run_folders(store, run.uid, checkpoints)
-        ckpt_dir = folders.own
-        config = RunConfig.from_dict(run.config)
-        writer.call(run_id, store.set_device, run_id, device_kind(parallel.device_count(config)), epoch=epoch)
-        # the followers of a multi-host run train it too; first, as opening checkpoints is collective there
-        hosts.announce({"uid": run.uid, "config": run.config, "checkpoints": str(ckpt_dir),
-                        "borrowed": [str(p) for p in folders.borrowed], "keep": config.checkpoint_keep,
-                        "epoch": epoch, "recorded": run.checkpoint_step})
-        ckpt = _Checkpoints(folders.open(keep=config.checkpoint_keep, name=f"run {run_id}", epoch=epoch),
-                            store, writer, run_id, epoch, run.checkpoint_step)
-        for record in train(config, should_stop=should_stop, on_step=stepped, checkpoints=ckpt, resume=True,
-                            on_resume=resumed):
-            if lease_lost():
-                break
-            writer.metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
-                           epoch=epoch)
-            if on_record:
-                on_record(record)
-        if lease_lost():
-            raise lost[0]
-        failure = writer.failure(run_id)
-        if failure is not None:
-            status, error, cause = _ended_by(failure, run_id, store)
-        elif interrupted.is_set():
-            status, error, cause = "interrupted", "interrupted by a signal; resume it to continue from its checkpoint", "signal"
-        elif stop.is_set():
-            status, error = "cancelled", None
-        else:
-            status, error = "finished", None
-    except LeaseLostError as e:
-        lost[:] = [e]
-    except TrainingDiverged as e:
-        status, error = "failed", str(e)
-        steps_done[0] = e.step  # the steps run past it before the loss was read are not progress
-    except CheckpointDiskFull as e:
-        status, error, cause = "interrupted", disk_full(run_id, e.path, str(e)), "disk_full"
-    except (ConfigError, CheckpointError) as e:
-        status, error = "failed", str(e)
-    except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
-        status, error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
-    finally:
-        heartbeat.stop()
-    released = threading.Event()
-    if not lost:
-        if notes:
-            writer.final(run_id, store.append_notes, run_id, "; ".join(notes), epoch=epoch)
-        writer.heartbeat(run_id, steps_done[0], owner=owner, epoch=epoch)
-
-        def end() -> None:
-            store.set_status(run_id, status, error=error, epoch=epoch, cause=cause)
-            released.set()
-
-        writer.final(run_id, end)
-        writer.flush()
-        lease_lost()  # the final writes themselves may find the lease gone
-    if lost:  # what it still queued under this lease is dropped by the writer, not written
-        message = str(lost[0])
-        log.warning("%s", message)
-        return Outcome(LOST, message)
-    return Outcome(status, error, released.is_set(), cause)
-
-
-class Outcome(NamedTuple):
-    """How ``execute`` left a run: its ``status`` and ``error``, and whether that status is
-    stored (``released``: False when the database refused it, e.g. its disk is full, so
-    the run still reads ``running`` under this lease)."""
-
-    status: str
-    error: str | None
-    released: bool = True
-    cause: str | None = None  # why it is interrupted (``storage.records.INTERRUPTION_CAUSES``), when it is
-
-
-def disk_full(run_id: int, where, detail: str) -> str:
-    """The one-line reason of a run stopped by a full disk, naming the disk and the resume."""
-    return (f"disk full: free space on {where} and run `python -m engine resume {run_id}` "
-            f"(it continues from its last checkpoint); {detail}")
-
-
-def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None, str | None]:
-    """(status, error, interruption cause) of a run whose writes the database refused for good:
-    ``interrupted`` (resumable) when its disk is full, ``cancelled`` when the run was deleted,
-    else ``failed``."""
-    if isinstance(failure, DatabaseFullError):
-        url = store.engine.url
-        where = (Path(url.database).parent if url.get_backend_name() == "sqlite" and url.database
-                 else f"the disk of the database server ({store.url})")
-        return "interrupted", disk_full(run_id, where, f"the database refused a write: {failure.reason}"), "disk_full"
-    if isinstance(failure, RunNotFoundError):
-        return "cancelled", None, None
-    return "failed", f"the database refused a write of the run: {failure}", None

@@ -50,8 +50,17 @@ class RunFolders:
         """Whether any of the folders is there (a run that never saved has none)."""
         return any(p.is_dir() for p in (self.own, *self.borrowed))
 
-    def open(self, *, keep: int, name: str | None = None, epoch: int | None = None) -> RunCheckpoints:
-        return RunCheckpoints(self.own, keep=keep, name=name, epoch=epoch, borrowed=self.borrowed)
+    def open(self, *, keep: int, name: str | None = None, epoch: int | None = None, **options) -> RunCheckpoints:
+        """The run's ``RunCheckpoints``, writing into ``own`` (``options``: its ``resume_limit``,
+        ``guard`` and ``on_saved``)."""
+        return RunCheckpoints(self.own, keep=keep, name=name, epoch=epoch, borrowed=self.borrowed, **options)
+
+
+def resume_limit(recorded: int | None) -> int:
+    """The newest checkpoint step a resume of a run may take: the step its database records
+    (written by the lease holder after the metrics of every step before it, so resuming there
+    leaves no gap in the stored history), or -1 (none) when it records none."""
+    return -1 if recorded is None else recorded
 
 
 def database_dir(root: str | os.PathLike, lineage: tuple[str, ...], uid: str) -> Path:

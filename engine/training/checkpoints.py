@@ -93,7 +93,7 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -239,10 +239,20 @@ class RunCheckpoints:
     ``borrowed`` are other directories of the same run, the nearest first: those the
     databases this one was copied from keep (``engine.runner.paths.RunFolders``). They
     are read (for one step, ``directory``'s checkpoint first, then the nearest) but never
-    written, pruned or deleted: ``checkpoints()`` and retention see ``directory`` alone."""
+    written, pruned or deleted: ``checkpoints()`` and retention see ``directory`` alone.
+
+    A run's owner opens them as it trusts them: ``resume_limit`` bounds what a resume sees
+    (``latest_step``, ``restore_latest_valid``: steps at or before it; the runner passes the
+    newest step its database records, -1 when it records none), ``guard(step)`` is called
+    before every save and may raise to refuse it (the runner: its lease is gone,
+    ``storage.LeaseLostError``), and ``on_saved(step)`` after every complete save (the
+    runner records the step). The followers of a multi-host run open them alike, so
+    every process makes the same (collective) calls."""
 
     def __init__(self, directory: str | os.PathLike, *, keep: int, name: str | None = None,
-                 epoch: int | None = None, borrowed: Sequence[str | os.PathLike] = ()):
+                 epoch: int | None = None, borrowed: Sequence[str | os.PathLike] = (),
+                 resume_limit: int | None = None, guard: Callable[[int], None] | None = None,
+                 on_saved: Callable[[int], None] | None = None):
         if not checks.is_whole(keep, 1):
             raise CheckpointError(f"keep must be an integer >= 1 (got {keep!r}): fix by keeping at least one")
         if epoch is not None and not checks.is_whole(epoch, 0):
@@ -251,6 +261,7 @@ class RunCheckpoints:
         self.borrowed = [Path(b).expanduser().absolute() for b in borrowed]
         self.keep = keep
         self.epoch = epoch
+        self.resume_limit, self.guard, self.on_saved = resume_limit, guard, on_saved
         self.name = name or self.directory.name
         self.write_dir = self.directory if epoch is None else self.directory / f"epoch-{epoch}"
         self._lock = threading.RLock()
@@ -336,7 +347,14 @@ class RunCheckpoints:
         checkpoint of ``step``, with the checksums of both, replacing one already there;
         returns once it is complete on disk, so the caller may donate ``state``'s
         buffers afterwards. ``final=True`` marks the run's last step, which is then
-        always kept."""
+        always kept. ``guard`` may refuse it first; ``on_saved`` hears of it after."""
+        if self.guard is not None:
+            self.guard(step)
+        self._write(step, state, extra, final=final)
+        if self.on_saved is not None:
+            self.on_saved(step)
+
+    def _write(self, step: int, state, extra: dict, *, final: bool) -> None:
         if not isinstance(extra, dict):
             raise CheckpointError(f"checkpoint metadata must be a dict (got {type(extra).__name__}): fix the caller")
         try:
@@ -426,7 +444,8 @@ class RunCheckpoints:
             return sorted({step for step, _, _, _ in self._everything()})
 
     def latest_step(self) -> int | None:
-        steps = self.steps()
+        """The newest step a resume may take (at most ``resume_limit``), None when none."""
+        steps = [s for s in self.steps() if self.resume_limit is None or s <= self.resume_limit]
         return steps[-1] if steps else None
 
     def restore(self, target_state, step: int | None = None, *, epoch: int | None = None):
@@ -499,9 +518,10 @@ class RunCheckpoints:
 
     def restore_latest_valid(self, target_state, *, max_step: int | None = None) -> tuple[int, Any, dict, list[str]]:
         """``(step, state, extra, skipped)`` of the newest checkpoint (of any epoch; at
-        most ``max_step`` when given) that is readable and matches its checksums;
-        ``skipped`` holds one message per newer one that was not, each also logged as one
-        warning line. Raises ``CheckpointError`` when there is none."""
+        most ``max_step``, by default ``resume_limit``) that is readable and matches its
+        checksums; ``skipped`` holds one message per newer one that was not, each also logged
+        as one warning line. Raises ``CheckpointError`` when there is none."""
+        max_step = self.resume_limit if max_step is None else max_step
         skipped: list[str] = []
         with self._lock:
             for step, _, epoch, folder in reversed(self._everything()):
@@ -544,29 +564,6 @@ class RunCheckpoints:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class Recorded:
-    """A run's ``RunCheckpoints`` as its owner trusts them: a resume sees only steps at
-    or before ``recorded``, the newest step the database records (None: it records
-    none, so the run starts afresh). The runner's owner (``engine.runner.jobs``) and
-    the followers of a multi-host run (``engine.runner.hosts``) read through it alike,
-    so every process makes the same (collective) checkpoint calls."""
-
-    def __init__(self, inner: RunCheckpoints, recorded: int | None):
-        self.inner, self.recorded = inner, recorded
-
-    def latest_step(self) -> int | None:
-        if self.recorded is None:
-            return None  # no lease holder ever recorded one: its metrics may not all be stored
-        steps = [s for s in self.inner.steps() if s <= self.recorded]
-        return steps[-1] if steps else None
-
-    def restore_latest_valid(self, target):
-        return self.inner.restore_latest_valid(target, max_step=self.recorded)
-
-    def save(self, step: int, state, extra: dict, *, final: bool = False) -> None:
-        self.inner.save(step, state, extra, final=final)
 
 
 def _epoch_folders(directory: Path) -> list[tuple[int, Path]]:

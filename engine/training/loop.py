@@ -20,7 +20,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -31,11 +31,11 @@ from engine.config import CHECKPOINT_SECONDS, RunConfig
 from engine.errors import BasisLabError
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
-from engine.training import parallel
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
+from engine.training.devices import DeviceLayout, device_layout
 from engine.training.inputs import load_data
-from engine.training.steps import init_state, make_eval_step, make_optimizer, make_train_block, make_train_step
+from engine.training.steps import init_state, make_optimizer, make_train_block
 
 
 class TrainingDiverged(BasisLabError, RuntimeError):
@@ -74,15 +74,15 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
 
 
 class Checkpointer(Protocol):
-    """Where a run's checkpoints live (``engine.training.checkpoints.RunCheckpoints``). ``save`` may
-    raise to end the run without writing (the runner's checkpointer does when the run's
-    lease was taken by another claim: ``storage.LeaseLostError``); ``train`` lets it through."""
+    """What ``train`` asks of a run's checkpoints (``engine.training.checkpoints.RunCheckpoints``).
+    ``save`` may raise to end the run without writing (the runner's ``guard`` does when the
+    run's lease was taken by another claim: ``storage.LeaseLostError``); ``train`` lets it through."""
 
     def latest_step(self) -> int | None: ...
 
     def save(self, step: int, state, extra: dict, *, final: bool = False) -> None: ...
 
-    def restore_latest_valid(self, target) -> tuple[int, Any, dict, list[str]]: ...
+    def restore_latest_valid(self, target) -> tuple[int, object, dict, list[str]]: ...
 
 
 @dataclass
@@ -135,154 +135,205 @@ def train(
     minute of training after the last), when ``should_stop`` ends it, and at its
     last step; with ``resume`` it continues from the latest checkpoint exactly as an
     uninterrupted run would (no step-0 record then). ``on_resume(step, notes)`` is
-    called before the first record with the step it continues from (0: from the
-    start) and why newer checkpoints were skipped, so the caller can drop the
-    records it already holds past that step.
+    called before the first record with the step it continues from (0: the start)
+    and why newer checkpoints were skipped (the caller drops its records past it).
 
     Steps between two records run as compiled blocks of up to ``max_block`` steps
-    (default ``block_limit`` of the backend: 1 on a CPU), one dispatch per block; a
-    block computes what its steps one by one compute (same batches, same sketch keys),
-    and ``should_stop`` is checked before every block. On several devices
-    (``RunConfig.devices`` > 1) every step is a block of one: the sharded step runs
-    step by step.
+    (default ``block_limit`` of the backend: 1 on a CPU; on several devices, always 1),
+    one dispatch per block; a block computes what its steps one by one compute (same
+    batches, same sketch keys), and ``should_stop`` is checked before every block.
     """
-    cfg = model_config(config)
-    layout = parallel.make_layout(config)  # None: one device, the plain step
-    param_key, sketch_root = run_keys(config.seed)
-    val: Any  # the validation batches: on the host, then on the device(s)
-    train_tokens, val = load_data(config)
-    sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
-    optimizer = optimizer_for(config)
-    probe_names, probe = make_dw_probe(cfg)
-    state = init_state(init_params(cfg, param_key), optimizer)
-    tokens_per_step = config.effective_batch_size * config.effective_seq_len
-    shape = (config.effective_batch_size, config.effective_seq_len + 1)
-
-    start = time.perf_counter()
-    example = np.zeros(shape, np.int32)  # shapes alone decide the compiled step and the memory figures
-    key0 = sketch_key(sketch_root, 0)
-    put_batch: Callable[[np.ndarray], Any]
-    put_key: Callable[[jax.Array], Any]
-    if layout is None:
-        eval_fn, val = make_eval_step(cfg), jnp.asarray(val)
-        put_batch, put_key, local_rows, stop_now = jnp.asarray, (lambda k: k), (lambda b: b), should_stop
-        step_fn = make_train_step(cfg, optimizer).lower(state, put_batch(example), key0).compile()
-    else:
-        eval_fn, val = parallel.make_eval_step(cfg, layout), layout.put(val, layout.rows(1))
-        put_batch, put_key = (lambda b: layout.put(b, layout.rows())), layout.put_key
-        local_rows, stop_now = layout.local_rows_of, (lambda: parallel.agree(should_stop()))
-        state = layout.put_state(state)
-        sharded = parallel.make_train_step(cfg, optimizer, layout, state, config.dw_comm)
-        step_fn = sharded.lower(state, put_batch(example), put_key(key0)).compile()
-    window, done, offset = _Window(), 0, 0.0
-    extra: dict | None = None
-    notes: list[str] = []
-    if checkpoints is not None and resume and checkpoints.latest_step() is not None:
-        try:
-            _, state, extra, notes = checkpoints.restore_latest_valid(state)
-        except ValueError as e:  # CheckpointError: none is readable
-            notes = [str(e)]
-    if on_resume is not None and resume:
-        on_resume(int(extra["step"]) if extra else 0, notes)
-    if extra is not None:
-        sampler.set_state(extra["sampler"])
-        window.checked, window.seconds = list(extra["window"]["losses"]), float(extra["window"]["seconds"])
-        done, offset = int(extra["step"]), float(extra["wall_time"])
-    else:
-        loss, se = eval_fn(state.params, val)
-        initial = {"val_loss": float(loss), "val_loss_se": float(se)}
-        initial.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
-        yield Record(0, time.perf_counter() - start, initial)
-    last_saved, last_saved_at = done, time.perf_counter()
-
-    def wall() -> float:
-        return offset + time.perf_counter() - start
-
-    # several processes must checkpoint at the same steps: process 0's wall clock decides
-    _due = (lambda due: due) if layout is None else parallel.agree
-
-    def save(step: int, *, final: bool = False) -> None:
-        nonlocal last_saved, last_saved_at
-        if checkpoints is None or (step == last_saved and not final):
-            return
-        window.read(config.lr)  # the losses still on the device belong to the saved window too
-        extra = {"step": step, "sampler": sampler.state(), "window": window.state(), "wall_time": wall(),
-                 "config": config.to_dict()}
-        checkpoints.save(step, state, extra, final=final)
-        last_saved, last_saved_at = step, time.perf_counter()
-
-    # Step time is wall time between syncs, less probes, evals, writes and checkpoints.
-    segment = time.perf_counter()
-
-    def lap() -> None:
-        jax.block_until_ready(state)
-        window.seconds += time.perf_counter() - segment
-
-    # a scanned block runs one device's steps; on several devices (a layout) each step is its own dispatch
-    if layout is not None:
-        limit = 1
-    else:
-        limit = max_block if max_block is not None else block_limit(jax.default_backend())
-    step = done
+    training = _Training(config, device_layout(config), checkpoints, max_block)
+    if not (resume and training.resume(on_resume)):
+        yield training.initial_record()
+    training.begin()
+    step = training.done
     while step < config.steps:
-        if stop_now():
-            window.read(config.lr)
-            save(step)
+        if training.devices.agree(should_stop()):
+            training.stop(step)
             return
         first = step + 1
-        last = _block_end(config, first, bool(probe_names), limit, last_saved if checkpoints is not None else None)
-        batches = np.stack([sampler.next() for _ in range(first, last + 1)])
-        probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
-        eval_now = last % config.effective_eval_interval == 0 or last == config.steps
-        values: dict[str, float] = {}
-        if probe_now:
-            lap()
-            # on several devices: device 0's rows and sketch, as its step draws them
-            probe_batch, probe_key = jnp.asarray(batches[0]), sketch_key(sketch_root, first)
-            if layout is not None:
-                probe_batch = layout.put(local_rows(batches[0]), layout.replicated)
-                probe_key = jax.random.wrap_key_data(layout.put_key(jax.random.fold_in(probe_key, 0)))
-            cos, rel = (np.asarray(a) for a in probe(state.params, probe_batch, probe_key))
-            values.update({f"cos/{n}": float(c) for n, c in zip(probe_names, cos)})
-            values.update({f"rel_err/{n}": float(r) for n, r in zip(probe_names, rel)})
-            values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
-            segment = time.perf_counter()
-        if last == first:
-            state, loss = step_fn(state, put_batch(batches[0]), put_key(sketch_key(sketch_root, first)))
-            losses = loss[None]
-        else:
-            block = _train_block(cfg, config.optimizer, config.lr, config.momentum, config.weight_decay)
-            state, losses = block(state, jnp.asarray(batches), sketch_root, jnp.int32(first))
-        window.losses.append((first, losses))
+        last = training.block_end(first)
+        batches = training.batches(first, last)
+        probe_now, eval_now = training.probes(first), training.evaluates(last)
+        values = training.probe(first, batches[0]) if probe_now else {}
+        training.step(first, last, batches)
         if probe_now or eval_now:
-            window.read(config.lr)
+            training.window.read(config.lr)
         if on_step:
             for s in range(first, last + 1):
-                on_step(s, window.checked[-1] if s == last and (probe_now or eval_now) else None)
+                on_step(s, training.window.checked[-1] if s == last and (probe_now or eval_now) else None)
         step = last
         if eval_now:
-            lap()
-            val_loss, val_se = eval_fn(state.params, val)
-            values.update(
-                train_loss=float(np.mean(window.checked)),
-                val_loss=float(val_loss),
-                val_loss_se=float(val_se),
-                tokens_per_s=len(window.checked) * tokens_per_step / window.seconds,
-            )
-            if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
-                values["mem_peak_bytes"] = float(peak)
-            window = _Window()
+            values.update(training.evaluate(step))
         if values:
             if not eval_now:
-                lap()
-            yield Record(step, wall(), values)
-        if step == config.steps:
-            save(step, final=True)
-        elif _due(_checkpoint_due(config, step, eval_now, last_saved, time.perf_counter() - last_saved_at)):
-            lap()
-            save(step)
-        if values or step == last_saved:
-            segment = time.perf_counter()
+                training.lap()
+            yield Record(step, training.wall(), values)
+        training.checkpoint(step, eval_now)
+        if values or step == training.last_saved:
+            training.segment = time.perf_counter()
+
+
+class _Training:
+    """One training of a run: what its loop holds between steps, and the steps it takes.
+
+    ``state`` is the ``TrainState`` on the devices; ``window`` the train losses since the
+    last eval; ``done`` the step it starts from (a checkpoint's, else 0) and ``offset``
+    the wall time before it; ``last_saved`` / ``last_saved_at`` the step and clock of the
+    newest checkpoint; ``segment`` the clock since which step time accrues (wall time
+    between syncs, less probes, evals, writes and checkpoints)."""
+
+    def __init__(self, config: RunConfig, devices: DeviceLayout, checkpoints: Checkpointer | None,
+                 max_block: int | None):
+        self.config, self.devices, self.checkpoints = config, devices, checkpoints
+        self.cfg = cfg = model_config(config)
+        param_key, self.sketch_root = run_keys(config.seed)
+        train_tokens, val = load_data(config)
+        self.sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len,
+                                         config.seed)
+        optimizer = optimizer_for(config)
+        self.probe_names, self.probe_fn = make_dw_probe(cfg)
+        state = init_state(init_params(cfg, param_key), optimizer)
+        self.tokens_per_step = config.effective_batch_size * config.effective_seq_len
+        self.start = time.perf_counter()
+        # shapes alone decide the compiled step and the memory figures
+        self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
+        self.key0 = sketch_key(self.sketch_root, 0)
+        self.eval_fn, self.val = devices.eval_step(cfg), devices.put_val(val)
+        self.state = devices.put_state(state)
+        step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
+        self.step_fn = step.lower(self.state, devices.put_batch(self.example), devices.put_key(self.key0)).compile()
+        self.limit = devices.block_limit(max_block if max_block is not None else block_limit(jax.default_backend()))
+        self.window, self.done, self.offset = _Window(), 0, 0.0
+        self.last_saved, self.last_saved_at, self.segment = 0, self.start, self.start
+
+    # ------------------------------------------------------------------ start
+
+    def resume(self, on_resume: Callable[[int, list[str]], None] | None) -> bool:
+        """Continue from the newest valid checkpoint, if any; whether one was restored.
+        ``on_resume`` hears the step it continues from (0: none) and why newer ones were skipped."""
+        extra: dict | None = None
+        notes: list[str] = []
+        if self.checkpoints is not None and self.checkpoints.latest_step() is not None:
+            try:
+                _, self.state, extra, notes = self.checkpoints.restore_latest_valid(self.state)
+            except ValueError as e:  # CheckpointError: none is readable
+                notes = [str(e)]
+        if on_resume is not None:
+            on_resume(int(extra["step"]) if extra else 0, notes)
+        if extra is None:
+            return False
+        self.sampler.set_state(extra["sampler"])
+        self.window.checked, self.window.seconds = list(extra["window"]["losses"]), float(extra["window"]["seconds"])
+        self.done, self.offset = int(extra["step"]), float(extra["wall_time"])
+        return True
+
+    def initial_record(self) -> Record:
+        """Step 0: the validation loss of the initial parameters and the memory figures."""
+        loss, se = self.eval_fn(self.state.params, self.val)
+        values = {"val_loss": float(loss), "val_loss_se": float(se)}
+        rows = jnp.asarray(self.devices.local_rows(self.example))
+        values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
+        return Record(0, time.perf_counter() - self.start, values)
+
+    def begin(self) -> None:
+        """Start the clocks of checkpoints and step time at ``done``."""
+        self.last_saved, self.last_saved_at = self.done, time.perf_counter()
+        self.segment = time.perf_counter()
+
+    # ------------------------------------------------------------------ steps
+
+    def block_end(self, first: int) -> int:
+        """The last step of the block that starts at ``first`` (``_block_end``)."""
+        saved = self.last_saved if self.checkpoints is not None else None
+        return _block_end(self.config, first, bool(self.probe_names), self.limit, saved)
+
+    def probes(self, first: int) -> bool:
+        interval = self.config.probe_interval
+        return bool(self.probe_names) and bool(interval) and first % interval == 0
+
+    def evaluates(self, last: int) -> bool:
+        return last % self.config.effective_eval_interval == 0 or last == self.config.steps
+
+    def probe(self, first: int, batch: np.ndarray) -> dict[str, float]:
+        """The dW probe of step ``first``, before it runs (on several devices: device 0's
+        rows and sketch, as its step draws them); its time is not step time."""
+        self.lap()
+        rows, key = self.devices.probe_inputs(batch, sketch_key(self.sketch_root, first))
+        cos, rel = (np.asarray(a) for a in self.probe_fn(self.state.params, rows, key))
+        values = {f"cos/{n}": float(c) for n, c in zip(self.probe_names, cos)}
+        values.update({f"rel_err/{n}": float(r) for n, r in zip(self.probe_names, rel)})
+        values.update(cos_mean=float(cos.mean()), rel_err_mean=float(rel.mean()))
+        self.segment = time.perf_counter()
+        return values
+
+    def batches(self, first: int, last: int) -> np.ndarray:
+        """The sampler's next batches, one per step ``first..last``."""
+        return np.stack([self.sampler.next() for _ in range(first, last + 1)])
+
+    def step(self, first: int, last: int, batches: np.ndarray) -> None:
+        """Steps ``first..last``: one step, or one compiled block of them; their losses
+        stay on the device, in the window."""
+        if last == first:
+            key = self.devices.put_key(sketch_key(self.sketch_root, first))
+            self.state, loss = self.step_fn(self.state, self.devices.put_batch(batches[0]), key)
+            losses = loss[None]
+        else:
+            c = self.config
+            block = _train_block(self.cfg, c.optimizer, c.lr, c.momentum, c.weight_decay)
+            self.state, losses = block(self.state, jnp.asarray(batches), self.sketch_root, jnp.int32(first))
+        self.window.losses.append((first, losses))
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The eval record's values at ``step``: the window's mean train loss and throughput,
+        the validation loss (and at the last step the compiled step's peak memory); the
+        window starts afresh."""
+        self.lap()
+        val_loss, val_se = self.eval_fn(self.state.params, self.val)
+        checked = self.window.checked
+        values = dict(train_loss=float(np.mean(checked)), val_loss=float(val_loss), val_loss_se=float(val_se),
+                      tokens_per_s=len(checked) * self.tokens_per_step / self.window.seconds)
+        if step == self.config.steps and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
+            values["mem_peak_bytes"] = float(peak)
+        self.window = _Window()
+        return values
+
+    # ------------------------------------------------------------------ time and checkpoints
+
+    def wall(self) -> float:
+        return self.offset + time.perf_counter() - self.start
+
+    def lap(self) -> None:
+        """Close the current segment of step time (after the device has finished it)."""
+        jax.block_until_ready(self.state)
+        self.window.seconds += time.perf_counter() - self.segment
+
+    def checkpoint(self, step: int, eval_now: bool) -> None:
+        """Save at the last step (final), and whenever ``_checkpoint_due`` says so (on
+        several processes: as process 0's clock says)."""
+        if step == self.config.steps:
+            self.save(step, final=True)
+        elif self.devices.agree(_checkpoint_due(self.config, step, eval_now, self.last_saved,
+                                                time.perf_counter() - self.last_saved_at)):
+            self.lap()
+            self.save(step)
+
+    def stop(self, step: int) -> None:
+        """End at ``step`` (asked to stop): its losses are checked, its state saved."""
+        self.window.read(self.config.lr)
+        self.save(step)
+
+    def save(self, step: int, *, final: bool = False) -> None:
+        """Checkpoint ``step`` (unless it is saved already): the state, the sampler, the loss
+        window (read first: the losses still on the device belong to it) and the wall time."""
+        if self.checkpoints is None or (step == self.last_saved and not final):
+            return
+        self.window.read(self.config.lr)
+        extra = {"step": step, "sampler": self.sampler.state(), "window": self.window.state(), "wall_time": self.wall(),
+                 "config": self.config.to_dict()}
+        self.checkpoints.save(step, self.state, extra, final=final)
+        self.last_saved, self.last_saved_at = step, time.perf_counter()
 
 
 BLOCK_STEPS = {"cpu": 1}  # most steps per compiled block, per backend; others: BLOCK_STEPS_DEFAULT

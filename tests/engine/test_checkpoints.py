@@ -498,3 +498,36 @@ def test_borrowed_folders_are_read_but_never_pruned_or_deleted(tmp_path):
         assert ckpt.restore(_small_state(0), step=30)[1]["by"] == "copy"  # its own first
         ckpt.delete_all()
     assert not mine.exists() and sorted(p.name for p in (original / "epoch-1").iterdir()) == theirs
+
+
+def test_an_owner_opens_them_as_it_trusts_them(tmp_path):
+    """``resume_limit`` bounds what a resume sees (-1: nothing), ``guard`` may refuse a save
+    (nothing is written then), ``on_saved`` hears of every complete save."""
+    directory = tmp_path / "run-9"
+    with RunCheckpoints(directory, keep=3, epoch=1) as ckpt:
+        for step in (10, 20, 30):
+            ckpt.save(step, _small_state(step), {"at": step})
+    with RunCheckpoints(directory, keep=3, epoch=2, resume_limit=20) as ckpt:
+        assert ckpt.steps() == [10, 20, 30] and ckpt.latest_step() == 20
+        step, _, extra, _ = ckpt.restore_latest_valid(_small_state(0))
+        assert (step, extra) == (20, {"at": 20})
+    with RunCheckpoints(directory, keep=3, epoch=2, resume_limit=-1) as ckpt:
+        assert ckpt.latest_step() is None
+
+    class Refused(Exception):
+        pass
+
+    guarded, saved = [], []
+
+    def guard(step):
+        guarded.append(step)
+        if step > 40:
+            raise Refused(step)
+
+    with RunCheckpoints(directory, keep=5, epoch=3, guard=guard, on_saved=saved.append) as ckpt:
+        ckpt.save(40, _small_state(40), {"at": 40})
+        with pytest.raises(Refused):
+            ckpt.save(50, _small_state(50), {"at": 50})
+        assert guarded == [40, 50] and saved == [40]
+        assert ckpt.checkpoints()[-1] == (40, 3) and 50 not in ckpt.steps()
+    assert not (directory / "epoch-3" / "50").exists()

@@ -255,3 +255,20 @@ def test_a_run_killed_after_a_periodic_checkpoint_resumes_every_metric_of_its_tw
         rest = list(train(config, checkpoints=ckpt, resume=True))
     assert [r.step for r in rest] == [6, 8] and "train_loss" in rest[0].values
     _assert_same_records([r for r in twin if r.step > 4], rest)
+
+
+def test_one_device_is_a_layout_that_does_nothing():
+    """On one device the loop's layout hands every array, key, flag and block size back as
+    it came (``Sharded`` does the work on several: ``test_scale``)."""
+    from engine.training.devices import SingleDevice, device_layout
+
+    layout = device_layout(TINY)
+    assert isinstance(layout, SingleDevice)
+    batch, key, state = np.arange(12, dtype=np.int32).reshape(3, 4), jax.random.key(3), {"w": np.ones(2)}
+    assert layout.put_key(key) is key and layout.put_state(state) is state and layout.local_rows(batch) is batch
+    np.testing.assert_array_equal(np.asarray(layout.put_batch(batch)), batch)
+    np.testing.assert_array_equal(np.asarray(layout.put_val(batch)), batch)
+    assert layout.agree(True) is True and layout.agree(False) is False and layout.block_limit(64) == 64
+    rows, probe_key = layout.probe_inputs(batch, key)
+    assert probe_key is key
+    np.testing.assert_array_equal(np.asarray(rows), batch)

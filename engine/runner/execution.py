@@ -1,0 +1,318 @@
+"""One run trained by this process, from its claim to its stored end: ``RunExecution``.
+
+A ``RunExecution`` claims its run (or is handed the lease a worker claimed), resumes it
+from its newest trusted checkpoint, trains it while its heartbeat beats, stops when it is
+asked to (cancel, a signal, a lost lease, a database that refuses its writes) and finishes
+by storing its notes and its end. ``engine.runner.jobs.JobManager`` runs one per run on its
+worker threads; the rules they keep (exactly-once leases, faults) are stated there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import jax
+
+from engine.config import ConfigError, RunConfig
+from engine.errors import TASK_FAILURES
+from engine.runner import hosts, liveness
+from engine.runner.paths import resume_limit, run_folders
+from engine.runner.writer import StoreWriter
+from engine.training import parallel
+from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, RunCheckpoints
+from engine.training.loop import Record, TrainingDiverged, train
+from storage import (
+    DatabaseBusyError,
+    DatabaseFullError,
+    LeaseLostError,
+    RunNotFoundError,
+    RunRecord,
+    RunStore,
+    StorageError,
+)
+
+log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.25  # how often a running run asks the database whether it was cancelled
+LOST = "lost"  # the status of an ``Outcome`` whose run another claim took
+
+
+class Outcome(NamedTuple):
+    """How a ``RunExecution`` left its run: its ``status`` and ``error``, and whether that
+    status is stored (``released``: False when the database refused it, e.g. its disk is
+    full, so the run still reads ``running`` under this lease)."""
+
+    status: str
+    error: str | None
+    released: bool = True
+    cause: str | None = None  # why it is interrupted (``storage.records.INTERRUPTION_CAUSES``), when it is
+
+
+def device_kind(count: int = 1) -> str:
+    """``gpu: NVIDIA H200``, and ``gpu: NVIDIA H200 × 4`` for a run on 4 such devices
+    (``app.tables.device_parts`` reads it back)."""
+    dev = jax.devices()[0]
+    return f"{dev.platform}: {dev.device_kind}" + (f" × {count}" if count > 1 else "")
+
+
+class RunExecution:
+    """The training of run ``run_id`` by this process, under its owner's lease ``epoch``.
+
+    State: ``run`` (the row as claimed), ``steps_done`` (the progress its heartbeat
+    reports), ``notes`` (how it resumed), ``lost`` (the refusal that showed another claim
+    took the run), ``status``/``error`` (its end) and ``released`` (whether that end is
+    stored), ``cause`` (why it is interrupted, when it is). ``stop`` is set to cancel it, ``interrupted`` to interrupt it (a signal)."""
+
+    def __init__(self, store: RunStore, writer: StoreWriter, run_id: int, *, owner: str, stop: threading.Event,
+                 interrupted: threading.Event, checkpoints: Path, epoch: int | None = None,
+                 on_step: Callable[[int, float | None], None] | None = None,
+                 on_record: Callable[[Record], None] | None = None):
+        self.store, self.writer, self.run_id, self.owner = store, writer, run_id, owner
+        self.stop_event, self.interrupted = stop, interrupted
+        self.checkpoint_root, self.epoch = checkpoints, epoch
+        self.on_step, self.on_record = on_step, on_record
+        self.run: RunRecord | None = None
+        self.steps_done = 0
+        self.notes: list[str] = []
+        self.lost: LeaseLostError | None = None
+        self.status: str | None = None
+        self.error: str | None = None
+        self.cause: str | None = None
+        self.released = threading.Event()
+        self.last_poll = time.monotonic()
+        self.checkpoint_dir: Path | None = None
+
+    @property
+    def row(self) -> RunRecord:
+        """The run's row as ``execute`` read it."""
+        if self.run is None:
+            raise RuntimeError(f"run {self.run_id} is read by execute() first")
+        return self.run
+
+    @property
+    def lease(self) -> int:
+        """The epoch of this process's lease on the run (after ``claim``)."""
+        if self.epoch is None:
+            raise RuntimeError(f"run {self.run_id} is claimed first")
+        return self.epoch
+
+    # ------------------------------------------------------------------ the life of a run
+
+    def claim(self, worker_id: str) -> bool:
+        """Take a new lease on the run unless one was handed over; False when it is not to
+        be trained: this process was interrupted before it started (then it is marked
+        ``interrupted``, resumable), or it was cancelled, deleted or claimed elsewhere while
+        queued."""
+        if self.epoch is not None:
+            return True
+        if self.interrupted.is_set():
+            self.writer.call(self.run_id, self.store.set_status, self.run_id, "interrupted",
+                             error="interrupted before it started; resume it to train it", cause="signal")
+            self.writer.flush()
+            return False
+        self.epoch = self.store.claim(self.run_id, self.owner, worker_id)
+        return self.epoch is not None
+
+    def execute(self) -> Outcome:
+        """Train the claimed run to its end and return its ``Outcome``: (status, error) as
+        written, or (``LOST``, the reason) when another claim took the run: then nothing more
+        was written to it, not even a checkpoint.
+
+        A database that cannot be reached is waited for (the writer retries). A full disk, of
+        the database or of the checkpoints, ends the run ``interrupted`` with the one-line
+        reason ``disk full: … resume N``; should the database refuse even that status, the
+        outcome says it is not ``released`` (the caller writes it later)."""
+        self.writer.forget(self.run_id)  # a failure of an earlier training of this run is not this one's
+        self.run = self.store.get_run(self.run_id)
+        self.steps_done = self.row.steps_done
+        heartbeat = liveness.Heartbeat(self.beat, name=f"basis-heartbeat-{self.run_id}").start()
+        try:
+            self.status, self.error, self.cause = self.train()
+        except LeaseLostError as e:
+            self.lost = e
+        except TrainingDiverged as e:
+            self.status, self.error = "failed", str(e)
+            self.steps_done = e.step  # the steps run past it before the loss was read are not progress
+        except CheckpointDiskFull as e:
+            self.status, self.error, self.cause = "interrupted", disk_full(self.run_id, e.path, str(e)), "disk_full"
+        except (ConfigError, CheckpointError) as e:
+            self.status, self.error = "failed", str(e)
+        except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
+            self.status, self.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+        finally:
+            heartbeat.stop()
+        if self.lost is None:
+            self.finish()
+        if self.lost is not None:  # what it still queued under this lease is dropped by the writer, not written
+            log.warning("%s", self.lost)
+            return Outcome(LOST, str(self.lost))
+        return Outcome(self.status or "failed", self.error, self.released.is_set(), self.cause)
+
+    def train(self) -> tuple[str, str | None, str | None]:
+        """Open the run's checkpoints under the lease, train from the newest trusted one and
+        store every record; (status, error, interruption cause) of how the training ended."""
+        config = RunConfig.from_dict(self.row.config)
+        self.writer.call(self.run_id, self.store.set_device, self.run_id,
+                         device_kind(parallel.device_count(config)), epoch=self.epoch)
+        with self.open_checkpoints(config) as checkpoints:
+            for record in train(config, should_stop=self.should_stop, on_step=self.note_step, checkpoints=checkpoints,
+                                resume=True, on_resume=self.resume_from):
+                if self.lease_lost():
+                    break
+                self.store_record(record)
+        if self.lease_lost() and self.lost is not None:
+            raise self.lost
+        return self.ending()
+
+    def open_checkpoints(self, config: RunConfig) -> RunCheckpoints:
+        """The run's checkpoints as its owner trusts them: a resume takes none newer than the
+        database records, a save goes to this lease's folder only while the lease holds and
+        is recorded after. The followers of a multi-host run are told first, as opening
+        checkpoints is collective there."""
+        folders = run_folders(self.store, self.row.uid, self.checkpoint_root)
+        self.checkpoint_dir = folders.own
+        hosts.announce({"uid": self.row.uid, "config": self.row.config, "checkpoints": str(folders.own),
+                        "borrowed": [str(p) for p in folders.borrowed], "keep": config.checkpoint_keep,
+                        "epoch": self.epoch, "recorded": self.row.checkpoint_step})
+        return folders.open(keep=config.checkpoint_keep, name=f"run {self.run_id}", epoch=self.epoch,
+                            resume_limit=resume_limit(self.row.checkpoint_step), guard=self.hold_lease,
+                            on_saved=self.record_checkpoint)
+
+    def ending(self) -> tuple[str, str | None, str | None]:
+        """(status, error, interruption cause) of a training that returned: the database refused its writes,
+        a signal interrupted it, it was cancelled, or it finished."""
+        failure = self.writer.failure(self.run_id)
+        if failure is not None:
+            return _ended_by(failure, self.run_id, self.store)
+        if self.interrupted.is_set():
+            return "interrupted", "interrupted by a signal; resume it to continue from its checkpoint", "signal"
+        if self.stop_event.is_set():
+            return "cancelled", None, None
+        return "finished", None, None
+
+    def finish(self) -> None:
+        """Store the run's notes, its last progress and its end (under the lease), and wait
+        for them to be written; the final writes may find the lease gone."""
+        if self.notes:
+            self.writer.final(self.run_id, self.store.append_notes, self.run_id, "; ".join(self.notes),
+                              epoch=self.epoch)
+        self.writer.heartbeat(self.run_id, self.steps_done, owner=self.owner, epoch=self.epoch)
+        self.writer.final(self.run_id, self.store_end)
+        self.writer.flush()
+        self.lease_lost()
+
+    def store_end(self) -> None:
+        self.store.set_status(self.run_id, self.status, error=self.error, epoch=self.epoch, cause=self.cause)
+        self.released.set()
+
+    # ------------------------------------------------------------------ what train calls back
+
+    def should_stop(self) -> bool:
+        """Whether to stop before the next step: cancelled, interrupted, the lease lost, the
+        database refusing the run's writes; the cancel flag and the lease are read from the
+        database every ``CANCEL_POLL_S``."""
+        if self.stop_event.is_set() or self.interrupted.is_set() or self.lease_lost():
+            return True
+        if self.writer.failure(self.run_id) is not None:
+            return True  # deleted meanwhile, or the database refuses writes
+        if time.monotonic() - self.last_poll >= CANCEL_POLL_S:
+            self.last_poll = time.monotonic()
+            self.poll()
+        return self.lost is not None or self.stop_event.is_set()
+
+    def poll(self) -> None:
+        """Read the run's lease and cancel flag: a lease of another claim is lost, a cancel
+        request (or the run deleted) stops it; a busy database is asked again next time."""
+        try:
+            current, cancel = self.store.run_lease(self.run_id)
+        except RunNotFoundError:
+            self.stop_event.set()
+            return
+        except StorageError:
+            return
+        if current != self.epoch:
+            self.lost = LeaseLostError(self.run_id, self.lease, current)
+        elif cancel:
+            self.stop_event.set()
+
+    def note_step(self, step: int, loss: float | None) -> None:
+        self.steps_done = step
+        if self.on_step:
+            self.on_step(step, loss)
+
+    def resume_from(self, step: int, skipped: list[str]) -> None:
+        """The training continues from ``step`` (0: the start): note why, and delete the
+        stored metrics it will compute again."""
+        self.steps_done = step
+        had_history = self.row.steps_done > 0 or self.row.checkpoint_step is not None
+        if step:
+            self.notes.append(f"resumed from the checkpoint at step {step}")
+        elif had_history:
+            self.notes.append(f"restarted from step 0: no readable checkpoint in {self.checkpoint_dir} (is the "
+                              "checkpoint directory shared with the machine that trained it?)")
+        self.notes.extend(f"skipped: {s}" for s in skipped)
+        # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
+        # that neither records; what this claim recomputes is deleted before it is written
+        self.writer.call(self.run_id, self.store.delete_metrics_after, self.run_id, step if step else -1,
+                         epoch=self.epoch)
+        self.writer.heartbeat(self.run_id, step, owner=self.owner, epoch=self.epoch)
+
+    def store_record(self, record: Record) -> None:
+        self.writer.metrics(self.run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
+                            epoch=self.epoch)
+        if self.on_record:
+            self.on_record(record)
+
+    def beat(self) -> None:
+        """The run's heartbeat: its progress, under its lease."""
+        self.writer.heartbeat(self.run_id, self.steps_done, owner=self.owner, epoch=self.epoch)
+
+    # ------------------------------------------------------------------ the lease
+
+    def lease_lost(self) -> bool:
+        """Whether another claim took the run (a write of it was refused as such, or a poll saw it)."""
+        refusal = self.writer.lost(self.run_id, self.lease)
+        if refusal is not None and self.lost is None:
+            self.lost = refusal
+        return self.lost is not None
+
+    def hold_lease(self, step: int) -> None:
+        """Before a checkpoint: raise ``LeaseLostError`` unless the lease still holds (a busy
+        database cannot tell; the save goes to this lease's own folder anyway)."""
+        refusal = self.writer.lost(self.run_id, self.lease)
+        if refusal is not None:
+            raise refusal
+        try:
+            current, _ = self.store.run_lease(self.run_id)
+        except DatabaseBusyError:
+            current = self.epoch
+        if current != self.epoch:
+            raise LeaseLostError(self.run_id, self.lease, current)
+
+    def record_checkpoint(self, step: int) -> None:
+        """After a checkpoint: record its step, fenced by the lease."""
+        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
+
+
+def disk_full(run_id: int, where, detail: str) -> str:
+    """The one-line reason of a run stopped by a full disk, naming the disk and the resume."""
+    return (f"disk full: free space on {where} and run `python -m engine resume {run_id}` "
+            f"(it continues from its last checkpoint); {detail}")
+
+
+def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None, str | None]:
+    """(status, error, interruption cause) of a run whose writes the database refused for good: ``interrupted``
+    (resumable) when its disk is full, ``cancelled`` when the run was deleted, else ``failed``."""
+    if isinstance(failure, DatabaseFullError):
+        url = store.engine.url
+        where = (Path(url.database).parent if url.get_backend_name() == "sqlite" and url.database
+                 else f"the disk of the database server ({store.url})")
+        return "interrupted", disk_full(run_id, where, f"the database refused a write: {failure.reason}"), "disk_full"
+    if isinstance(failure, RunNotFoundError):
+        return "cancelled", None, None
+    return "failed", f"the database refused a write of the run: {failure}", None

@@ -1,0 +1,75 @@
+"""``RunExecution``: one run's life here, its claim, its stop signals and its lease, read
+from a real database (no training; ``test_jobs``, ``test_durable`` and
+``test_exactly_once`` train runs through it end to end)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.runner.execution import RunExecution
+from engine.runner.writer import StoreWriter
+from storage import LeaseLostError, RunStore
+from tests.support.runs import new_run
+
+
+@pytest.fixture
+def lab(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'lab.db'}")
+    yield store, StoreWriter(store)
+    store.close()
+
+
+def _execution(lab, run_id, tmp_path, **kw) -> RunExecution:
+    store, writer = lab
+    args = dict(owner="here:1", stop=threading.Event(), interrupted=threading.Event(), checkpoints=tmp_path / "ckpt")
+    return RunExecution(store, writer, run_id, **{**args, **kw})
+
+
+def test_a_claim_takes_a_new_lease_once(lab, tmp_path):
+    store, _ = lab
+    run_id = new_run(store)
+    run = _execution(lab, run_id, tmp_path)
+    assert run.claim("w1") and run.epoch == store.run_lease(run_id)[0]
+    assert store.get_run(run_id).status == "running"
+    other = _execution(lab, run_id, tmp_path)
+    assert not other.claim("w2") and other.epoch is None  # not queued any more: trained by one owner
+
+
+def test_a_run_interrupted_before_its_claim_is_marked_interrupted_not_claimed(lab, tmp_path):
+    store, _ = lab
+    run_id = new_run(store)
+    interrupted = threading.Event()
+    interrupted.set()
+    run = _execution(lab, run_id, tmp_path, interrupted=interrupted)
+    assert not run.claim("w1") and run.epoch is None
+    row = store.get_run(run_id)
+    assert row.status == "interrupted" and "resume it" in row.error
+
+
+def test_a_cancel_request_stops_it_at_the_next_poll(lab, tmp_path):
+    store, _ = lab
+    run_id = new_run(store)
+    run = _execution(lab, run_id, tmp_path)
+    run.claim("w1")
+    assert not run.should_stop()
+    store.request_cancel(run_id)
+    run.last_poll = float("-inf")  # the poll is due
+    assert run.should_stop() and run.stop_event.is_set() and run.lost is None
+    assert run.ending() == ("cancelled", None)
+
+
+def test_a_lease_taken_by_another_claim_stops_it_and_refuses_its_checkpoints(lab, tmp_path):
+    store, _ = lab
+    run_id = new_run(store)
+    run = _execution(lab, run_id, tmp_path)
+    run.claim("w1")
+    run.hold_lease(10)  # the lease holds: the save may go on
+    store.set_status(run_id, "interrupted")
+    store.requeue([run_id])
+    assert _execution(lab, run_id, tmp_path).claim("w2")  # a new owner
+    run.last_poll = float("-inf")
+    assert run.should_stop() and isinstance(run.lost, LeaseLostError) and not run.stop_event.is_set()
+    with pytest.raises(LeaseLostError):
+        run.hold_lease(20)
