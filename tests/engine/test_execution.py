@@ -57,7 +57,7 @@ def test_a_cancel_request_stops_it_at_the_next_poll(lab, tmp_path):
     store.request_cancel(run_id)
     run.last_poll = float("-inf")  # the poll is due
     assert run.should_stop() and run.stop_event.is_set() and run.lost is None
-    assert run.ending() == ("cancelled", None)
+    assert run.ending() == ("cancelled", None, None)
 
 
 def test_a_lease_taken_by_another_claim_stops_it_and_refuses_its_checkpoints(lab, tmp_path):

@@ -150,12 +150,12 @@ def test_run_rows_record_the_environment(store):
 
 
 def test_a_run_that_crashes_its_worker_thread_ends_interrupted_with_cause_crash(store, monkeypatch):
-    from engine.runner import jobs
+    from engine.runner.execution import RunExecution
 
     def crash(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(jobs, "execute", crash)
+    monkeypatch.setattr(RunExecution, "execute", crash)
     manager = JobManager(store)
     try:
         run_id = manager.submit(TINY)[0]
