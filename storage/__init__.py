@@ -24,6 +24,7 @@ from .errors import DatabaseFullError, DatabaseUnreachableError, LeaseLostError
 from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .feed import MetricsFeed
+from .logs import ALERT, LOG_LEVELS, LogLine
 from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
@@ -42,6 +43,9 @@ from .store import (
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "ALERT",
+    "LOG_LEVELS",
+    "LogLine",
     "BUSY_TIMEOUT_S",
     "Base",
     "DEFAULT_DB_PATH",

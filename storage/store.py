@@ -34,6 +34,7 @@ from .db import ensure_schema, make_engine, masked_url, storage_error, write_eng
 from .diagnostics import DiagnosticsMixin
 from .errors import RunNotFoundError, StorageError  # noqa: F401
 from .frames import FramesMixin
+from .logs import LogsMixin
 from .metrics import MetricsMixin
 from .models import DatabaseIdentity, DatabaseLineage, new_uid
 from .queue import Lease, QueueMixin  # noqa: F401
@@ -72,7 +73,7 @@ class Identity:
 
 
 class RunStore(RunsMixin, QueueMixin, MetricsMixin, WorkersMixin, DiagnosticsMixin, ReportsMixin, FramesMixin,
-               ViewsMixin):
+               ViewsMixin, LogsMixin):
     """Runs, metrics, workers, diagnostics, reports and saved views in the BASIS Lab database (see :mod:`storage.db`).
 
     ``create=False`` refuses to make a new SQLite file (for commands that only read).
