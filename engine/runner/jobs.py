@@ -61,8 +61,9 @@ import jax
 
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
-from engine.runner import hosts, liveness
+from engine.runner import alerts, hosts, liveness
 from engine.runner.paths import checkpoint_root, run_folders
+from engine.runner.runlog import INFO, RunLog
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
 from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, Recorded, RunCheckpoints
@@ -484,22 +485,26 @@ class JobManager:
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
-        try:
-            outcome = execute(
-                self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
-                interrupted=self._interrupt, checkpoints=self.checkpoint_root,
-                on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
-                on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
-            )
-        except Exception as e:  # noqa: BLE001 — never keep a lease on a run this process no longer trains
-            log.exception("run %s crashed the worker", run_id)
-            outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
-                                             f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False)
+        with RunLog(self.store, self.writer, run_id, epoch) as run_log:
+            run_log.add(INFO, f"claimed by {self.owner} (lease {epoch})")
+            try:
+                outcome = execute(
+                    self.store, self.writer, run_id, epoch=epoch, owner=self.owner, stop=event,
+                    interrupted=self._interrupt, checkpoints=self.checkpoint_root,
+                    on_step=(lambda step, loss: self.on_step(run_id, step, loss)) if self.on_step else None,
+                    on_record=(lambda record: self.on_record(run_id, record)) if self.on_record else None,
+                )
+            except Exception as e:  # noqa: BLE001 — never keep a lease on a run this process no longer trains
+                log.exception("run %s crashed the worker", run_id)
+                outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
+                                                 f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False)
         self.outcomes[run_id] = outcome
         if outcome.status == LOST:
             with self._lock:
                 self.lost.add(run_id)
             return
+        run_log.end(outcome.status, outcome.error)
+        self.writer.flush()
         line = f"run {run_id} {outcome.status}" + (f": {outcome.error.splitlines()[0]}" if outcome.error else "")
         (log.warning if outcome.status in ("failed", "interrupted") else log.info)("%s", line)
         if not outcome.released:
@@ -507,6 +512,7 @@ class JobManager:
                 self._unreleased[run_id] = (epoch, outcome)
             self._release()
             return
+        alerts.notify_end(self.store, run_id, outcome.status, outcome.error)
         if not self._interrupt.is_set():
             report_if_sweep_ended(self.store, run_id)
 
@@ -526,6 +532,7 @@ class JobManager:
                 continue
             with self._lock:
                 self._unreleased.pop(run_id, None)
+            alerts.notify_end(self.store, run_id, outcome.status, outcome.error)
 
     def unreleased(self) -> set[int]:
         """Runs whose end this process could not store yet (see ``_release``)."""
