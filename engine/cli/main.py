@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("runs", nargs="+", help="run ids or names (running runs must be cancelled first)")
     cancel = sub.add_parser("cancel", parents=[db], help="stop queued or running runs (any process)")
     cancel.add_argument("runs", nargs="+", help="run ids or names")
+    add_tag_parser(sub, db)
+    add_logs_parser(sub, db)
     diag = sub.add_parser("diagnose", parents=[db], help="bias, variance and MSE of the dW estimators on a run's state",
                           description="Measure every estimator's squared bias, variance, MSE (relative to ‖dW‖²) and "
                                       "mean cosine on a run's checkpoint and the training batches that followed it; "
@@ -754,6 +756,47 @@ def _cancel(args) -> int:
     return 0
 
 
+def add_tag_parser(sub, db) -> None:
+    tag = sub.add_parser("tag", parents=[db], help="add or remove a run's tags (after launch too)",
+                         description="Add or remove a run's tags; with neither, print them.")
+    tag.add_argument("run", help="run id or name")
+    tag.add_argument("--add", action="append", metavar="LIST", help="comma list of tags to add")
+    tag.add_argument("--remove", action="append", metavar="LIST", help="comma list of tags to remove")
+
+
+def _tag(args) -> int:
+    from engine.runner.tags import edit_tags
+
+    store = _open_store(args.db, create=False)
+    run_id = store.resolve_runs([args.run])[0]
+    if args.add or args.remove:
+        tags = edit_tags(store, run_id, add=args.add or (), remove=args.remove or ())
+    else:
+        tags = store.get_run(run_id).tags
+    print(f"run {run_id}: tags {', '.join(tags) or '-'}")
+    return 0
+
+
+def add_logs_parser(sub, db) -> None:
+    logs = sub.add_parser("logs", parents=[db], help="a run's log: what it warned and logged, and how it ended")
+    logs.add_argument("run", help="run id or name")
+    logs.add_argument("--level", choices=("info", "warning", "error"), default="info",
+                      help="the least severe level shown (default: info, every line)")
+
+
+def _logs(args) -> int:
+    from storage import LOG_LEVELS
+
+    store = _open_store(args.db, create=False)
+    run_id = store.resolve_runs([args.run])[0]
+    lines = store.run_logs(run_id, levels=LOG_LEVELS[LOG_LEVELS.index(args.level):])
+    for line in lines:
+        print(f"{line.time:%Y-%m-%d %H:%M:%S}  {line.level:<7}  {line.text}")
+    if not lines:
+        print(f"run {run_id}: no log lines" + ("" if args.level == "info" else f" at {args.level} or above"))
+    return 0
+
+
 def _diagnose(args) -> int:
     from pathlib import Path
 
@@ -845,7 +888,7 @@ def _command(args) -> int:
         return _train(args, configs)
     commands = {"reproduce": _reproduce, "report": _report, "list": _list, "show": _show, "export": _export,
                 "summary": _summary, "delete": _delete, "cancel": _cancel, "resume": _resume, "diagnose": _diagnose,
-                "backup": _backup, "worker": _worker, "workers": _workers}
+                "backup": _backup, "worker": _worker, "workers": _workers, "tag": _tag, "logs": _logs}
     return commands[args.command](args)
 
 
