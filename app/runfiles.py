@@ -104,6 +104,6 @@ def checkpoints_section(store: RunStore, run: RunRecord) -> None:
                                     "size": st.column_config.TextColumn("size", width=90)})
         newest = found[-1]
         st.download_button(f"Download the newest (step {newest.step:,}, {_mib(newest.bytes)}, tar)",
-                           data=lambda: artifacts.archive(newest.folder), file_name=f"run-{run.id}-step-{newest.step}.tar",
+                           data=lambda: artifacts.archive_bytes(newest.folder), file_name=f"run-{run.id}-step-{newest.step}.tar",
                            mime="application/x-tar", icon=":material/download:", key="detail.checkpoint_download",
                            on_click="ignore")

@@ -10,7 +10,8 @@ The figure (``parallel_figure``, Plotly ``go.Parcoords``) has one axis per diffe
 and one per final metric (each run's value at its highest step, ``storage``'s
 ``final_metrics``): a numeric field (every value a number, none missing) on a numeric axis,
 any other field (text, lists, mappings, a value missing in some runs) on an axis of its
-distinct values in sorted order. Lines are coloured by the first metric axis (final val loss
+distinct values in order (numbers by value, then text). Exact backprop's rank and λ are
+shown as not set ("—"): it has neither (``effective``). Lines are coloured by the first metric axis (final val loss
 when present), lower is darker. A metric a run has no value of (or NaN: a diverged run)
 breaks its line at that axis.
 """
@@ -25,7 +26,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.config import RunConfig
-from engine.config.run import schema
+from engine.config.run import schema, stored
 from engine.core.text import PLOTLY, plain
 
 FINAL_METRICS = {  # metric name → axis title, in axis order (the first that runs have colours the lines)
@@ -35,11 +36,21 @@ FINAL_METRICS = {  # metric name → axis title, in axis order (the first that r
     "tokens_per_s": "tokens/s",
 }
 HIDDEN_FIELDS = ("name",)
+UNUSED_BY_EXACT = ("rank", "lam")
 LINE_SCALE = "Viridis"
 
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def effective(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as it acts: exact backprop (``RunConfig.is_exact``) has no rank and no λ
+    (they are None), as ``seed_group_key`` ignores them for exact runs."""
+    config, run = dict(config), stored(config)
+    if run is not None and run.is_exact:
+        config.update({k: None for k in UNUSED_BY_EXACT if k in config})
+    return config
 
 
 def differing(configs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -61,10 +72,11 @@ def config_diff(records: Iterable) -> pd.DataFrame:
     run, ``#id name``, by id; each cell the value as text ("—": not set). Empty (just
     ``field``) when the runs share every field, or there are fewer than two."""
     records = sorted(records, key=lambda r: r.id)
-    fields = differing([r.config for r in records]) if len(records) > 1 else []
+    configs = [effective(r.config) for r in records]
+    fields = differing(configs) if len(records) > 1 else []
     frame = pd.DataFrame({"field": fields})
-    for r in records if fields else ():
-        frame[f"#{r.id} {r.name}"] = [_shown(r.config.get(k)) for k in fields]
+    for r, config in zip(records, configs) if fields else ():
+        frame[f"#{r.id} {r.name}"] = [_shown(config.get(k)) for k in fields]
     return frame
 
 
@@ -72,11 +84,19 @@ def _numeric(values: list) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
+def _order(shown: str) -> tuple:
+    """Numbers first, in numeric order (a rank axis with exact's "—" reads 1, 8, 32, —), then text."""
+    try:
+        return (0, float(shown), "")
+    except ValueError:
+        return (1, 0.0, shown)
+
+
 def _dimension(label: str, values: list) -> dict:
     """A parcoords axis of ``values`` (one per run): numeric, or categorical with tick labels."""
     if _numeric(values):
         return {"label": label, "values": [float(v) for v in values]}
-    names = sorted({_shown(v) for v in values})
+    names = sorted({_shown(v) for v in values}, key=_order)
     codes = {n: i for i, n in enumerate(names)}
     return {"label": label, "values": [codes[_shown(v)] for v in values], "tickvals": list(range(len(names))),
             "ticktext": [plain(n if len(n) <= 24 else n[:23] + "…", PLOTLY) for n in names], "range": [-0.25, len(names) - 0.75]}
@@ -93,8 +113,8 @@ def parallel_figure(records: Iterable, finals: pd.DataFrame, *, metrics: Mapping
                       template="plotly_white")
     if len(records) < 2:
         return _note(fig, "Select two or more runs to see what sets them apart.")
-    fields = differing([r.config for r in records])
-    dims = [_dimension(plain(k, PLOTLY), [r.config.get(k) for r in records]) for k in fields]
+    configs = [effective(r.config) for r in records]
+    dims = [_dimension(plain(k, PLOTLY), [c.get(k) for c in configs]) for k in differing(configs)]
     wide = finals.pivot_table(index="run_id", columns="name", values="value", aggfunc="last") if len(finals) else pd.DataFrame()
     colour = None
     for name, label in metrics.items():

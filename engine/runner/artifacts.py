@@ -5,7 +5,8 @@
 those of the databases this one was copied from) without writing or deleting anything.
 ``archive`` writes an uncompressed tar of a checkpoint's folder (its arrays are already
 dense: compressing would cost time for little) into a temporary file, read from disk file
-by file, so that a large checkpoint is held in memory once, by whoever reads the result.
+by file, so that a large checkpoint is held in memory once, by whoever reads the result
+(``archive_bytes``: the dashboard's download, made only when its button is pressed).
 """
 
 from __future__ import annotations
@@ -75,3 +76,9 @@ def archive(folder: str | os.PathLike) -> IO[bytes]:
         raise
     out.seek(0)
     return out
+
+
+def archive_bytes(folder: str | os.PathLike) -> bytes:
+    """``archive(folder)``'s bytes (what a download hands the browser), its temporary file removed."""
+    with archive(folder) as out:
+        return out.read()

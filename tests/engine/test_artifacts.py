@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.runner.artifacts import archive, folder_bytes, run_checkpoints
+from engine.runner.artifacts import archive, archive_bytes, folder_bytes, run_checkpoints
 from engine.runner.paths import run_folders
 from engine.training.checkpoints import CheckpointError
 from tests.support.runs import new_run
@@ -42,6 +42,8 @@ def test_checkpoints_are_listed_by_step_with_their_size_and_the_newest_archives(
         assert names == {"40/" + str(p.relative_to(newest.folder)) for p in files}
         member = sorted(names)[0]
         assert tar.extractfile(member).read() == (newest.folder / member.removeprefix("40/")).read_bytes()
+        out.seek(0)
+        assert archive_bytes(newest.folder) == out.read()  # what the dashboard's download hands the browser
 
 
 def test_archiving_a_pruned_checkpoint_says_so(tmp_path):

@@ -76,3 +76,12 @@ def test_parallel_figure_escapes_text_and_says_why_when_there_is_nothing_to_draw
     assert not one.data and "two or more runs" in one.layout.annotations[0].text
     same = parallel_figure([_record(1), _record(2)], _finals({}))
     assert not same.data and "share their config" in same.layout.annotations[0].text
+
+
+def test_exact_backprop_has_no_rank_or_lam_and_ranks_sort_by_value():
+    records = [_record(1, estimator="exact", rank=32), _record(2, rank=32), _record(3, rank=8), _record(4, rank=128)]
+    diff = config_diff(records).set_index("field")
+    assert diff.loc["rank"].tolist() == ["—", "32", "8", "128"]
+    fig = parallel_figure(records, _finals({i: {"val_loss": 6.0 + i / 10} for i in range(1, 5)}))
+    rank = next(d for d in fig.data[0].dimensions if d.label == "rank")
+    assert list(rank.ticktext) == ["8", "32", "128", "—"] and list(rank.values) == [3, 1, 0, 2]
