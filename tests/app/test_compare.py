@@ -484,9 +484,10 @@ def test_compare_shows_a_parallel_coordinates_figure_and_the_config_diff(store):
     [trace] = fig["data"]
     assert trace["type"] == "parcoords"
     labels = [d["label"] for d in trace["dimensions"]]
-    assert labels[:3] == ["estimator", "rank", "lr"] and "final val loss" in labels
+    assert labels[:4] == ["estimator", "rank", "lam", "lr"] and "final val loss" in labels  # exact has no rank, λ
     diff = next(df.value for df in at.dataframe if "field" in df.value.columns)
-    assert list(diff["field"]) == ["estimator", "rank", "lr"]
+    assert list(diff["field"]) == ["estimator", "rank", "lam", "lr"]
     names = {r.id: r.name for r in store.list_runs()}
     assert list(diff.columns[1:]) == [f"#{i} {names[i]}" for i in (a, b, c)]
     assert diff.set_index("field").loc["rank", f"#{b} {names[b]}"] == "32"
+    assert diff.set_index("field").loc["rank", f"#{c} {names[c]}"] == "—"
