@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import display, gate, state
+from app import alerts, display, gate, state
 from storage import StorageError, masked_url
 
 # a local icon: a Material icon as page_icon is fetched from fonts.gstatic.com by every browser
@@ -49,4 +49,6 @@ except StorageError as e:
     st.error(display.plain(f"The database cannot be opened: {e}"))
     st.stop()
 
+with st.sidebar:
+    alerts.watcher(state.lab().store)  # a failed run raises a toast on every page (app.alerts)
 state.guarded(page.run)()

@@ -26,6 +26,7 @@ from .export import COLUMNS as CSV_COLUMNS
 from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .family import BasisLabError, InvalidValueError, UserError
 from .feed import MetricsFeed
+from .logs import ALERT, LOG_LEVELS, LogLine
 from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
@@ -44,6 +45,9 @@ from .store import (
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "ALERT",
+    "LOG_LEVELS",
+    "LogLine",
     "BUSY_TIMEOUT_S",
     "Base",
     "DEFAULT_DB_PATH",

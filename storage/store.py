@@ -45,6 +45,7 @@ from .diagnostics import DiagnosticsRepository
 from .errors import RunNotFoundError, StorageError  # noqa: F401
 from .frames import FramesRepository
 from .identity import Identity, IdentityRepository
+from .logs import LogsRepository
 from .metrics import MetricsRepository
 from .queue import Lease, QueueRepository  # noqa: F401
 from .records import (  # noqa: F401  (the store's public names, as before the split)
@@ -109,6 +110,7 @@ class RunStore:
         self.frames = FramesRepository(self.db, self.workers)
         self.views = ViewsRepository(self.db)
         self.identities = IdentityRepository(self.db)
+        self.logs = LogsRepository(self.db)
 
     @property
     def engine(self) -> Engine:
@@ -184,3 +186,7 @@ class RunStore:
     save_view = _Via("views")
     saved_views = _Via("views")
     delete_view = _Via("views")
+    add_run_logs = _Via("logs")
+    run_logs = _Via("logs")
+    alerts_after = _Via("logs")
+    last_log_id = _Via("logs")

@@ -3,7 +3,7 @@ quantity against the rank R at one step) and its Table 3 for the selected runs."
 
 import streamlit as st
 
-from app import state, viewstate
+from app import differences, state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames
 from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
@@ -262,7 +262,7 @@ def _view() -> None:
         _status_line(records_now, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
-    for section in (_loss, _cosine, _memory, _by_rank):
+    for section in (_loss, _cosine, _memory, _by_rank, _apart):
         with st.container():
             section(records_now, info, metrics)
 
@@ -394,6 +394,10 @@ def _by_rank(records_now: dict, info, metrics) -> None:
                                    (d3, "csv", "csv", "text/csv")):
         column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
                                mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
+
+
+def _apart(records_now: dict, info, metrics) -> None:
+    differences.section(store, records_now)
 
 
 def _live() -> None:

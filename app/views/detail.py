@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import confirm, form, state, tables, viewstate
+from app import confirm, form, runfiles, state, tables, viewstate
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -139,6 +139,9 @@ if dialog and dialog[0] == "stop":
     state.guarded(confirm.stop_dialog)(dialog[1])
 
 run = records[run_id]
+runfiles.tags_editor(store, run, [t for r in records.values() for t in r.tags or []])
+runfiles.log_section(store, run_id, active and not dialog)
+runfiles.checkpoints_section(store, run)
 left, right = st.columns(2)
 with left:
     st.subheader("Config")

@@ -19,6 +19,7 @@ from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
 from engine.runner.queries import where_ids
+from engine.runner.tags import replace_tags
 from storage import (
     ACTIVE_STATUSES,
     CSV_COLUMNS,
@@ -46,7 +47,7 @@ def _refuse(message: str) -> None:
     st.rerun()
 
 
-@st.dialog("Rename and annotate", dismissible=False)
+@st.dialog("Rename, tag and annotate", dismissible=False)
 def _edit_dialog(run_id: int) -> None:
     try:
         record = store.get_run(run_id)
@@ -56,11 +57,14 @@ def _edit_dialog(run_id: int) -> None:
         name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
         notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
                              max_chars=NOTES_MAX)
+        tags = st.text_input("Tags", value=", ".join(record.tags or []), placeholder="pilot, ablation",
+                             help="A comma list; `python -m engine tag` edits them too.")
         c1, c2 = st.columns(2)
         save = c1.form_submit_button("Save", type="primary")
         cancel = c2.form_submit_button("Cancel")
     if save:
         try:
+            replace_tags(store, run_id, tags)  # first: a refused tag leaves name and notes unsaved too
             store.rename_run(run_id, name)
             store.set_notes(run_id, notes)
         except (StorageError, ValueError) as e:
@@ -99,7 +103,7 @@ def _actions(view, chosen: list[int]) -> None:
         "delete": row.button("Delete…", icon=":material/delete:", disabled=not n, key="runs.delete",
                              help="Deletes runs, metrics and checkpoints (asks first, naming them). Running runs must be stopped first."),
         "edit": row.button("Rename…", icon=":material/edit:", disabled=n != 1, key="runs.edit",
-                           help="Rename the run or add notes."),
+                           help="Rename the run, edit its tags or add notes."),
         "detail": row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"),
     }
     if any(clicked.values()):

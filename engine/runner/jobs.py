@@ -60,10 +60,11 @@ from typing import Callable, Iterable
 from engine.config import RunConfig
 from engine.core import checks
 from engine.errors import TASK_FAILURES
-from engine.runner import liveness
+from engine.runner import alerts, liveness
 from engine.runner.diagnosis_jobs import DiagnosisJobs
 from engine.runner.execution import LOST, Outcome, RunExecution, device_kind
 from engine.runner.paths import checkpoint_root, run_folders
+from engine.runner.runlog import INFO, RunLog
 from engine.runner.writer import StoreWriter
 from engine.training.checkpoints import CheckpointError, RunCheckpoints
 from engine.training.loop import Record
@@ -411,17 +412,21 @@ class JobManager:
             with self._lock:
                 if self.pull:
                     self.started_runs += 1
-        try:
-            outcome = run.execute()
-        except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
-            log.exception("run %s crashed the worker", run_id)
-            outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
-                                             f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False, "crash")
+        with RunLog(self.store, self.writer, run_id, run.lease) as run_log:
+            run_log.add(INFO, f"claimed by {self.owner} (lease {run.lease})")
+            try:
+                outcome = run.execute()
+            except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
+                log.exception("run %s crashed the worker", run_id)
+                outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
+                                                 f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False, "crash")
         self.outcomes[run_id] = outcome
         if outcome.status == LOST:
             with self._lock:
                 self.lost.add(run_id)
             return
+        run_log.end(outcome.status, outcome.error)
+        self.writer.flush()
         line = f"run {run_id} {outcome.status}" + (f": {outcome.error.splitlines()[0]}" if outcome.error else "")
         (log.warning if outcome.status in ("failed", "interrupted") else log.info)("%s", line)
         if not outcome.released:
@@ -429,6 +434,7 @@ class JobManager:
                 self._unreleased[run_id] = (run.lease, outcome)
             self._release()
             return
+        alerts.notify_end(self.store, run_id, outcome.status, outcome.error)
         if not self._interrupt.is_set():
             report_if_sweep_ended(self.store, run_id)
 
@@ -448,6 +454,7 @@ class JobManager:
                 continue
             with self._lock:
                 self._unreleased.pop(run_id, None)
+            alerts.notify_end(self.store, run_id, outcome.status, outcome.error)
 
     def unreleased(self) -> set[int]:
         """Runs whose end this process could not store yet (see ``_release``)."""

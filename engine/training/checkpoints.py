@@ -315,6 +315,12 @@ class RunCheckpoints:
         with self._lock:
             return sorted((step, epoch) for step, epoch, _ in self._list(self._folders()))
 
+    def located(self) -> list[tuple[int, int, Path]]:
+        """``(step, epoch, folder of the step)`` of every complete checkpoint, ``directory``'s
+        and the borrowed ones, by step; of one step, the one a restore takes last."""
+        with self._lock:
+            return [(step, epoch, folder / str(step)) for step, _, epoch, folder in self._everything()]
+
     def _everything(self) -> list[tuple[int, int, int, Path]]:
         """``(step, rank, epoch, folder)`` of every complete checkpoint, of ``directory``
         (rank 0) and the borrowed ones (rank -1 the nearest, -2 the next…), so that sorted,

@@ -470,3 +470,24 @@ def test_colour_by_rank_leaves_exact_runs_out_and_orders_ranks_as_numbers(url, s
     colours = frames.grouped(info, "rank").set_index("run_id")["color"]
     assert colours[exact] != colours[ids[0]]  # exact is not drawn as a rank-16 curve
     assert [colours[i] for i in (ids[2], ids[1], ids[0])] == [charts.group_color(k) for k in range(3)]
+
+
+# ----------------------------------------------------------------------------- what sets runs apart
+
+
+def test_compare_shows_a_parallel_coordinates_figure_and_the_config_diff(store):
+    a = fake_run(store, dataclasses.replace(TINY, estimator="basis", rank=8), final=6.8)
+    b = fake_run(store, dataclasses.replace(TINY, estimator="basis", rank=32, lr=TINY.lr * 2), final=6.5)
+    c = fake_run(store, dataclasses.replace(TINY, estimator="exact"), final=6.6)
+    at = page(app(selected=[a, b, c]), "compare")
+    fig = figures(at)["Config fields that differ, and final metrics"]
+    [trace] = fig["data"]
+    assert trace["type"] == "parcoords"
+    labels = [d["label"] for d in trace["dimensions"]]
+    assert labels[:4] == ["estimator", "rank", "lam", "lr"] and "final val loss" in labels  # exact has no rank, λ
+    diff = next(df.value for df in at.dataframe if "field" in df.value.columns)
+    assert list(diff["field"]) == ["estimator", "rank", "lam", "lr"]
+    names = {r.id: r.name for r in store.list_runs()}
+    assert list(diff.columns[1:]) == [f"#{i} {names[i]}" for i in (a, b, c)]
+    assert diff.set_index("field").loc["rank", f"#{b} {names[b]}"] == "32"
+    assert diff.set_index("field").loc["rank", f"#{c} {names[c]}"] == "—"

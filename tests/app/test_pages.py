@@ -128,7 +128,7 @@ def test_rename_and_notes(store, url):
     run_id = fake_run(store, TINY)
     at = app(selected=[run_id]).run()
     button(at, "Rename").click().run()
-    at.text_input[-1].input("warm-up check")
+    next(t for t in at.text_input if t.label == "Name").input("warm-up check")
     at.text_area[0].input("lr too high?")
     button(at, "Save").click().run()
     record = store.get_run(run_id)

@@ -86,7 +86,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0008"
+    assert schema_revision(eng) == head_revision() == "0009"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -117,7 +117,7 @@ def test_migrations_build_exactly_the_models(db_url):
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
                                                    "diagnostic_results", "reports",
-                                                   "saved_views", "database_identity", "database_lineage"}
+                                                   "saved_views", "database_identity", "database_lineage", "run_logs"}
     eng.dispose()
 
 

@@ -8,6 +8,7 @@ from . import (
     delete,
     diagnose,
     export,
+    logs,
     report,
     reproduce,
     resume,
@@ -15,6 +16,7 @@ from . import (
     show,
     summary,
     sweep,
+    tag,
     worker,
     workers,
 )
@@ -23,5 +25,5 @@ from . import list as list_runs
 COMMANDS = {
     "run": run, "sweep": sweep, "reproduce": reproduce, "resume": resume, "worker": worker, "workers": workers,
     "list": list_runs, "show": show, "export": export, "summary": summary, "backup": backup, "report": report,
-    "delete": delete, "cancel": cancel, "diagnose": diagnose,
+    "delete": delete, "cancel": cancel, "diagnose": diagnose, "tag": tag, "logs": logs,
 }
