@@ -411,7 +411,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(db_ur
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
     st = RunStore(db_url)
-    assert schema_revision(st.engine) == head_revision() == "0008"
+    assert schema_revision(st.engine) == head_revision() == "0009"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
     frame = st.runs_frame()
