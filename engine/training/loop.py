@@ -10,8 +10,11 @@ of the same seed differ only by their estimator:
   in d as well, and the dW probe measures device 0's sketch of its own rows.
 
 ``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
-of the initial parameters and the memory figures), one at every eval interval
-and one at the last step. It checks ``should_stop`` before every step.
+of the initial parameters and the memory figures), one at every eval and probe
+interval and one at the last step. Every record carries the system metrics of its
+moment (``engine.training.system``), sampled outside the timed steps: a run with no
+sketched layer to probe still records them at every probe interval. It checks
+``should_stop`` before every step.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from engine.training.build import model_config, optimizer_for, run_keys, sketch_
 from engine.training.compiled import compiled_stats
 from engine.training.inputs import load_data
 from engine.training.steps import init_state, make_eval_step, make_optimizer, make_train_block, make_train_step
+from engine.training.system import SystemSampler
 
 
 class TrainingDiverged(RuntimeError):
@@ -157,6 +161,7 @@ def train(
     shape = (config.effective_batch_size, config.effective_seq_len + 1)
 
     start = time.perf_counter()
+    system = SystemSampler(jax.local_devices()[:1] if layout is None else layout.mesh.local_devices)
     example = np.zeros(shape, np.int32)  # shapes alone decide the compiled step and the memory figures
     key0 = sketch_key(sketch_root, 0)
     if layout is None:
@@ -187,6 +192,7 @@ def train(
         loss, se = eval_fn(state.params, val)
         first = {"val_loss": float(loss), "val_loss_se": float(se)}
         first.update(memory_figures(config, state.params, jnp.asarray(local_rows(example)), step_fn, key0))
+        first.update(system.sample())
         yield Record(0, time.perf_counter() - start, first)
     last_saved, last_saved_at = done, time.perf_counter()
 
@@ -229,6 +235,7 @@ def train(
         batches = np.stack([sampler.next() for _ in range(first, last + 1)])
         probe_now = bool(probe_names) and config.probe_interval and first % config.probe_interval == 0
         eval_now = last % config.effective_eval_interval == 0 or last == config.steps
+        sample_now = bool(config.probe_interval) and last % config.probe_interval == 0
         values: dict[str, float] = {}
         if probe_now:
             lap()
@@ -267,9 +274,10 @@ def train(
             if step == config.steps and (peak := compiled_stats(step_fn).get("device_peak_bytes")) is not None:
                 values["mem_peak_bytes"] = float(peak)
             window = _Window()
-        if values:
+        if values or sample_now:
             if not eval_now:
                 lap()
+            values.update(system.sample())
             yield Record(step, wall(), values)
         if step == config.steps:
             save(step, final=True)
@@ -303,8 +311,9 @@ def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: 
 def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int | None) -> int:
     """The last step of the block that starts at ``first``: it stops at the next eval
     step, the last step, the step before the next probe (a probe reads the parameters
-    before its step and is recorded after it, so a probe step is a block of its own)
-    and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
+    before its step and is recorded after it, so a probe step is a block of its own; a
+    run that does not probe still stops at every probe interval, where it samples its
+    system metrics) and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
     ``limit`` steps, a power of two."""
     last = min(config.steps, first + limit - 1, -(-first // config.effective_eval_interval) * config.effective_eval_interval)
     if probing and config.probe_interval:
@@ -312,6 +321,8 @@ def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_sa
             return first
         next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
         last = min(last, next_probe - 1)
+    elif config.probe_interval:
+        last = min(last, -(-first // config.probe_interval) * config.probe_interval)
     if config.checkpoint_interval is not None and last_saved is not None:
         last = min(last, max(first, last_saved + config.checkpoint_interval))
     n = last - first + 1

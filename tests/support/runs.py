@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from engine.config import RunConfig
+from engine.training.system import is_system
 from storage import RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
@@ -108,9 +109,10 @@ def wait_for(predicate, timeout: float = 600.0, what: str = "the condition", eve
 
 def trajectory(store: RunStore, run_id: int) -> dict:
     """``{(step, metric): value}`` of every stored metric of the run but the measured speed
-    (``tokens_per_s``), NaN as "nan" so that equal histories compare equal; asserts that no
-    (step, metric) is stored twice. A resumed run's must equal its uninterrupted twin's."""
+    (``tokens_per_s``) and the system metrics (``sys/*``: they measure the machine), NaN as
+    "nan" so that equal histories compare equal; asserts that no (step, metric) is stored
+    twice. A resumed run's must equal its uninterrupted twin's."""
     m = store.metrics([run_id])
     assert not m.duplicated(["step", "name"]).any(), "a (step, metric) stored twice"
-    m = m[m["name"] != "tokens_per_s"]
+    m = m[(m["name"] != "tokens_per_s") & ~m["name"].map(is_system)]
     return {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
