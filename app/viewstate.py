@@ -18,6 +18,8 @@ layers    1: the cosine chart one panel per sketched layer       0
 at        the step the rank figure and Table 3 read              (latest common)
 q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
           ``mem_saved_bytes``)
+metrics   metrics charted under "Any metric", comma separated    (none)
+          (``tokens_per_s,sys/cpu_percent``)
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -55,6 +57,7 @@ class ViewState:
     per_layer: bool = False
     at: int | None = None  # None: the latest common step
     quantity: str = "val_loss"
+    metrics: tuple[str, ...] = ()  # charted under "Any metric" (metric names hold no comma)
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     def with_runs(self, runs: Iterable[int] | None) -> "ViewState":
@@ -144,7 +147,8 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         group=q.get("group") or None,
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
         per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
-        at=at, quantity=quantity, problems=tuple(problems),
+        at=at, quantity=quantity, metrics=tuple(dict.fromkeys(m.strip() for m in q.get("metrics", "").split(",") if m.strip())),
+        problems=tuple(problems),
     )
 
 
@@ -176,6 +180,8 @@ def encode(view: ViewState) -> dict[str, str]:
         out["at"] = str(view.at)
     if view.quantity != DEFAULT.quantity:
         out["q"] = view.quantity
+    if view.metrics:
+        out["metrics"] = ",".join(view.metrics)
     return out
 
 
