@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.display import plot
 from engine.analysis import charts, frames
-from engine.training.system import SYSTEM_METRICS, axis_title, is_system
+from engine.training.system import SYSTEM_METRICS, axis_title, chart_title, is_system
 
 SYSTEM_HEIGHT = 260  # a small chart: Run detail shows several in a row
 
@@ -34,12 +34,6 @@ def metric_choices(metrics: pd.DataFrame, chosen: Sequence[str] = ()) -> list[st
     return sorted(names, key=order)
 
 
-def metric_title(name: str) -> str:
-    """A chart title for metric ``name``: a system metric's title, else the name."""
-    metric = SYSTEM_METRICS.get(name)
-    return metric.title if metric else name
-
-
 def metric_figure(metrics: pd.DataFrame, info: pd.DataFrame, name: str, *, x: str = "step", smoothing: float = 0.0,
                   pool: bool = True, log_y: bool = False, group_by: str | None = None, facet: bool = False,
                   height: int = 380) -> go.Figure:
@@ -51,10 +45,10 @@ def metric_figure(metrics: pd.DataFrame, info: pd.DataFrame, name: str, *, x: st
     if facet and group_by:
         panels = {label: frames.series(metrics, part, name, x=x, smoothing=smoothing, pool_seeds=pool)
                   for label, part in frames.facets(info, group_by).items()}
-        return charts.panels_figure(panels, x=x, y_title=y_title, title=f"{metric_title(name)}, by {group_by}",
+        return charts.panels_figure(panels, x=x, y_title=y_title, title=f"{chart_title(name)}, by {group_by}",
                                     log_y=log_y, shared_y=True)
     s = frames.series(metrics, frames.grouped(info, group_by), name, x=x, smoothing=smoothing, pool_seeds=pool)
-    return charts.line_figure(s, x=x, y_title=y_title, title=metric_title(name), log_y=log_y, height=height)
+    return charts.line_figure(s, x=x, y_title=y_title, title=chart_title(name), log_y=log_y, height=height)
 
 
 def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, persist: str, x: str,

@@ -64,9 +64,16 @@ def is_system(name: str) -> bool:
 
 
 def axis_title(name: str) -> str:
-    """The y-axis title of metric ``name``: ``sys/rss_mib (MiB)`` for a system metric, else the name."""
+    """The y-axis title of metric ``name`` under a chart titled by ``chart_title``: a system
+    metric's unit (``MiB``), else the name."""
     metric = SYSTEM_METRICS.get(name)
-    return f"{metric.title} ({metric.unit})" if metric else name
+    return metric.unit if metric else name
+
+
+def chart_title(name: str) -> str:
+    """A chart title for metric ``name``: a system metric's title, else the name."""
+    metric = SYSTEM_METRICS.get(name)
+    return metric.title if metric else name
 
 
 class SystemSampler:

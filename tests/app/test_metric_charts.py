@@ -41,7 +41,7 @@ def test_compare_charts_a_chosen_metric_pooled_over_seeds_and_writes_it_into_the
     at.multiselect(key="compare.metrics").set_value(["sys/cpu_percent", "tokens_per_s"]).run()
     assert not at.exception, [e.value for e in at.exception]
     cpu = figures(at)["Process CPU"]
-    assert cpu["layout"]["yaxis"]["title"]["text"] == "Process CPU (% of one core)"
+    assert cpu["layout"]["yaxis"]["title"]["text"] == "% of one core"
     traces = {t["name"]: t for t in cpu["data"]}
     pooled, upper = traces["basis R=8 · mean of 3/3 seeds"], traces["basis R=8 · mean of 3/3 seeds +std"]
     rows = store.metrics(ids[:3], names=["sys/cpu_percent"])

@@ -11,7 +11,7 @@ import pytest
 
 from engine.config import RunConfig
 from engine.training import loop
-from engine.training.system import MIB, PREFIX, SYSTEM_METRICS, SystemSampler, axis_title, is_system
+from engine.training.system import MIB, PREFIX, SYSTEM_METRICS, SystemSampler, axis_title, chart_title, is_system
 
 HOST = {"sys/cpu_percent", "sys/rss_mib", "sys/load1"}
 
@@ -19,7 +19,7 @@ HOST = {"sys/cpu_percent", "sys/rss_mib", "sys/load1"}
 def test_every_name_is_a_system_metric_with_a_title_and_a_unit():
     assert all(name.startswith(PREFIX) and is_system(name) for name in SYSTEM_METRICS)
     assert all(m.title and m.unit and m.name == name for name, m in SYSTEM_METRICS.items())
-    assert axis_title("sys/rss_mib") == "Process resident memory (MiB)"
+    assert axis_title("sys/rss_mib") == "MiB" and chart_title("sys/rss_mib") == "Process resident memory"
     assert axis_title("val_loss") == "val_loss" and not is_system("val_loss")
 
 
