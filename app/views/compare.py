@@ -1,5 +1,6 @@
-"""Compare: live loss, gradient-cosine and memory charts, the paper's central figure (a
-quantity against the rank R at one step) and its Table 3 for the selected runs."""
+"""Compare: live loss, gradient-cosine and memory charts, any other recorded metric
+(``app.metric_charts``: system metrics too), the paper's central figure (a quantity
+against the rank R at one step) and its Table 3 for the selected runs."""
 
 import streamlit as st
 
