@@ -18,6 +18,8 @@ layers    1: the cosine chart one panel per sketched layer       0
 at        the step the rank figure and Table 3 read              (latest common)
 q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
           ``mem_saved_bytes``)
+metrics   metrics charted under "Any metric", comma separated    (none)
+          (``tokens_per_s,sys/cpu_percent``)
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -55,6 +57,7 @@ class ViewState:
     per_layer: bool = False
     at: int | None = None  # None: the latest common step
     quantity: str = "val_loss"
+    metrics: tuple[str, ...] = ()  # charted under "Any metric" (metric names hold no comma)
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -141,38 +144,40 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         group=q.get("group") or None,
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
         per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
-        at=at, quantity=quantity, problems=tuple(problems),
+        at=at, quantity=quantity, metrics=tuple(dict.fromkeys(m.strip() for m in q.get("metrics", "").split(",") if m.strip())),
+        problems=tuple(problems),
     )
+
+
+def _bit(value: bool) -> str:
+    return "1" if value else "0"
+
+
+_PARAMS = (  # URL parameter, view field, the field's text (None: left out), in the URL's order
+    ("runs", "runs", lambda v: None if v is None else ",".join(map(str, v))),
+    ("sweep", "sweep", lambda v: v or None),
+    ("tag", "tag", lambda v: v or None),
+    ("pool", "pool", _bit),
+    ("x", "x", str),
+    ("smooth", "smoothing", lambda v: f"{v:g}"),
+    ("log", "log_y", _bit),
+    ("group", "group", lambda v: v or None),
+    ("facet", "facet", _bit),
+    ("layers", "per_layer", _bit),
+    ("at", "at", lambda v: None if v is None else str(v)),
+    ("q", "quantity", str),
+    ("metrics", "metrics", lambda v: ",".join(v) or None),
+)
 
 
 def encode(view: ViewState) -> dict[str, str]:
     """The URL query of ``view``: ``runs`` when set, the filters, and every other setting
     that differs from its default (``decode(encode(v)) == v``)."""
     out: dict[str, str] = {}
-    if view.runs is not None:
-        out["runs"] = ",".join(map(str, view.runs))
-    if view.sweep:
-        out["sweep"] = view.sweep
-    if view.tag:
-        out["tag"] = view.tag
-    if view.pool != DEFAULT.pool:
-        out["pool"] = "1" if view.pool else "0"
-    if view.x != DEFAULT.x:
-        out["x"] = view.x
-    if view.smoothing != DEFAULT.smoothing:
-        out["smooth"] = f"{view.smoothing:g}"
-    if view.log_y != DEFAULT.log_y:
-        out["log"] = "1" if view.log_y else "0"
-    if view.group:
-        out["group"] = view.group
-    if view.facet != DEFAULT.facet:
-        out["facet"] = "1" if view.facet else "0"
-    if view.per_layer != DEFAULT.per_layer:
-        out["layers"] = "1" if view.per_layer else "0"
-    if view.at is not None:
-        out["at"] = str(view.at)
-    if view.quantity != DEFAULT.quantity:
-        out["q"] = view.quantity
+    for param, name, text in _PARAMS:
+        value = getattr(view, name)
+        if value != getattr(DEFAULT, name) and (shown := text(value)) is not None:
+            out[param] = shown
     return out
 
 

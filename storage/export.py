@@ -70,7 +70,9 @@ COLUMNS = {  # column → what it holds (the README's column dictionary and the 
     "step": "the training step of the value (0: before the first update)",
     "wall_time_s": "seconds of training wall time at that step, across resumes",
     "metric": "(long) the metric's name: val_loss and train_loss in nats/token, tokens_per_s, cos_mean and "
-              "cos/<layer> (cosine of sketched to exact dW), rel_err_*, mem_*_bytes in bytes",
+              "cos/<layer> (cosine of sketched to exact dW), rel_err_*, mem_*_bytes in bytes, and the "
+              "system metrics sys/* (process CPU %, RSS MiB, host load, device memory MiB, GPU utilisation %, "
+              "GPU power W)",
     "value": "(long) the metric's value; wide files have one column per metric instead",
 }
 EXPORT_FORMATS = ("long", "wide")

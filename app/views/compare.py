@@ -1,9 +1,10 @@
-"""Compare: live loss, gradient-cosine and memory charts, the paper's central figure (a
-quantity against the rank R at one step) and its Table 3 for the selected runs."""
+"""Compare: live loss, gradient-cosine and memory charts, any other recorded metric
+(``app.metric_charts``: system metrics too), the paper's central figure (a quantity
+against the rank R at one step) and its Table 3 for the selected runs."""
 
 import streamlit as st
 
-from app import differences, state, viewstate
+from app import differences, metric_charts, state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames
 from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
@@ -26,7 +27,8 @@ _URL = "compare.url"  # the query this page last wrote (or applied)
 _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter (new ones join)
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
          "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
-         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity"}
+         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity",
+         "metrics": "compare.metrics"}
 NO_GROUP = "method"
 KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
@@ -65,7 +67,8 @@ def _current() -> viewstate.ViewState:
         sweep=values["sweep"], tag=values["tag"], pool=bool(values["pool"]), x=values["x"],
         smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
         facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
-        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"])
+        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"],
+        metrics=tuple(values["metrics"] or ()))
 
 
 def _write_url() -> dict[str, str]:
@@ -262,7 +265,7 @@ def _view() -> None:
         _status_line(records_now, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
-    for section in (_loss, _cosine, _memory, _by_rank, _apart):
+    for section in (_loss, _cosine, _memory, _any_metric, _by_rank, _apart):
         with st.container():
             section(records_now, info, metrics)
 
@@ -333,6 +336,11 @@ def _memory(records_now: dict, info, metrics) -> None:
     breakdown = frames.breakdown_frame(metrics, info, pool_seeds=pool)
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
+
+
+def _any_metric(records_now: dict, info, metrics) -> None:
+    metric_charts.any_metric_section(metrics, info, key=_KEYS["metrics"], persist=KEEP, x=x, smoothing=smoothing,
+                                     pool=pool, log_y=log_y, group_by=group_by, facet=facet)
 
 
 def _by_rank(records_now: dict, info, metrics) -> None:

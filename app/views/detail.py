@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from app import confirm, form, runfiles, state, tables, viewstate
+from app import confirm, form, metric_charts, runfiles, state, tables, viewstate
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
@@ -130,6 +130,7 @@ def _view() -> None:
     breakdown = frames.breakdown_frame(metrics, info, pool_seeds=False)
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
+    metric_charts.system_section(metrics, info)
 
 
 active = records[run_id].status in ACTIVE_STATUSES

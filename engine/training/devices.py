@@ -42,6 +42,10 @@ class SingleDevice:
     def local_rows(self, batch: np.ndarray) -> np.ndarray:
         return batch
 
+    def local_devices(self) -> list:
+        """The devices of this process the run trains on (what its system metrics read)."""
+        return jax.local_devices()[:1]
+
     def agree(self, flag: bool) -> bool:
         return flag
 
@@ -78,6 +82,9 @@ class Sharded:
 
     def put_val(self, val: np.ndarray) -> jax.Array:
         return self.layout.put(val, self.layout.rows(1))
+
+    def local_devices(self) -> list:
+        return list(self.layout.mesh.local_devices)
 
     def local_rows(self, batch: np.ndarray) -> np.ndarray:
         """Device 0's share of a host batch: the rows its memory figures and probe see."""

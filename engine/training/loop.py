@@ -10,8 +10,11 @@ of the same seed differ only by their estimator:
   in d as well, and the dW probe measures device 0's sketch of its own rows.
 
 ``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
-of the initial parameters and the memory figures), one at every eval interval
-and one at the last step. It checks ``should_stop`` before every step.
+of the initial parameters and the memory figures), one at every eval and probe
+interval and one at the last step. Every record carries the system metrics of its
+moment (``engine.training.system``), sampled outside the timed steps: a run with no
+sketched layer to probe still records them at every probe interval. It checks
+``should_stop`` before every step.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from engine.training.compiled import compiled_stats
 from engine.training.devices import DeviceLayout, device_layout
 from engine.training.inputs import load_data
 from engine.training.steps import init_state, make_optimizer, make_train_block
+from engine.training.system import SystemSampler
 
 
 class TrainingDiverged(BasisLabError, RuntimeError):
@@ -156,6 +160,7 @@ def train(
         last = training.block_end(first)
         batches = training.batches(first, last)
         probe_now, eval_now = training.probes(first), training.evaluates(last)
+        sample_now = bool(config.probe_interval) and last % config.probe_interval == 0
         values = training.probe(first, batches[0]) if probe_now else {}
         training.step(first, last, batches)
         if probe_now or eval_now:
@@ -166,9 +171,10 @@ def train(
         step = last
         if eval_now:
             values.update(training.evaluate(step))
-        if values:
+        if values or sample_now:
             if not eval_now:
                 training.lap()
+            values.update(training.system.sample())
             yield Record(step, training.wall(), values)
         training.checkpoint(step, eval_now)
         if values or step == training.last_saved:
@@ -197,6 +203,7 @@ class _Training:
         state = init_state(init_params(cfg, param_key), optimizer)
         self.tokens_per_step = config.effective_batch_size * config.effective_seq_len
         self.start = time.perf_counter()
+        self.system = SystemSampler(devices.local_devices())
         # shapes alone decide the compiled step and the memory figures
         self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
         self.key0 = sketch_key(self.sketch_root, 0)
@@ -235,6 +242,7 @@ class _Training:
         values = {"val_loss": float(loss), "val_loss_se": float(se)}
         rows = jnp.asarray(self.devices.local_rows(self.example))
         values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
+        values.update(self.system.sample())
         return Record(0, time.perf_counter() - self.start, values)
 
     def begin(self) -> None:
@@ -359,8 +367,9 @@ def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: 
 def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int | None) -> int:
     """The last step of the block that starts at ``first``: it stops at the next eval
     step, the last step, the step before the next probe (a probe reads the parameters
-    before its step and is recorded after it, so a probe step is a block of its own)
-    and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
+    before its step and is recorded after it, so a probe step is a block of its own; a
+    run that does not probe still stops at every probe interval, where it samples its
+    system metrics) and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
     ``limit`` steps, a power of two."""
     last = min(config.steps, first + limit - 1, -(-first // config.effective_eval_interval) * config.effective_eval_interval)
     if probing and config.probe_interval:
@@ -368,6 +377,8 @@ def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_sa
             return first
         next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
         last = min(last, next_probe - 1)
+    elif config.probe_interval:
+        last = min(last, -(-first // config.probe_interval) * config.probe_interval)
     if config.checkpoint_interval is not None and last_saved is not None:
         last = min(last, max(first, last_saved + config.checkpoint_interval))
     n = last - first + 1

@@ -36,11 +36,15 @@ def test_sweep_list_show_export(db, tmp_path, capsys):
         metrics = store.metrics([r.id for r in runs])
         if fmt == "long":
             assert len(frame) == len(metrics)
+            system = frame[frame["metric"].str.startswith("sys/")]  # the system metrics ride along
+            assert {"sys/cpu_percent", "sys/rss_mib", "sys/load1"} <= set(system["metric"])
+            assert set(system["step"]) == {0, 3, 6} and (system.loc[system.metric == "sys/rss_mib", "value"] > 0).all()
             merged = frame.merge(metrics, left_on=["run_id", "step", "metric"], right_on=["run_id", "step", "name"])
             assert len(merged) == len(metrics)
             assert (merged["value_x"] - merged["value_y"]).abs().max() < 1e-9
         else:
             assert len(frame) == metrics.groupby(["run_id", "step"]).ngroups
+            assert frame["sys/rss_mib"].notna().all()  # every (run, step) row has its system figures
             got = frame.set_index(["run_id", "step"])["val_loss"].dropna()
             want = metrics[metrics.name == "val_loss"].set_index(["run_id", "step"])["value"]
             pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)

@@ -53,6 +53,10 @@ def test_two_parallel_runs_and_a_reader_lose_nothing(store, db_url):
     probes = final[final.name == "cos_mean"]
     for run_id in ids:
         assert set(probes.loc[probes.run_id == run_id, "step"]) == set(range(4, 41, 4))
+    rss = final[final.name == "sys/rss_mib"]  # the system metrics are stored with every record
+    for run_id in ids:
+        assert set(rss.loc[rss.run_id == run_id, "step"]) == {0, *range(2, 41, 2)}
+    assert (rss["value"] > 0).all()
     exact_cos = probes.loc[probes.run_id == ids[1], "value"]
     assert exact_cos.sub(1.0).abs().max() < 1e-5  # exact against exact: the reference line
     assert probes.loc[probes.run_id == ids[0], "value"].max() < 0.999

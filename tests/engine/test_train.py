@@ -10,6 +10,7 @@ import engine.training.loop as train_mod
 from engine import data
 from engine.config import ConfigError, RunConfig
 from engine.training.loop import TrainingDiverged, train
+from engine.training.system import is_system
 
 TINY = RunConfig(preset="tiny", steps=6, eval_interval=3, probe_interval=2, val_batches=2, rank=4)
 
@@ -110,6 +111,8 @@ def test_records_carry_losses_probes_and_memory():
     assert by_step[6]["train_loss"] < first["val_loss"]
     times = [r.wall_time for r in records]
     assert times == sorted(times)
+    for r in records:  # every record carries the system metrics of its moment (no GPU here: no device figures)
+        assert {"sys/cpu_percent", "sys/rss_mib", "sys/load1"} <= set(r.values) and r.values["sys/rss_mib"] > 0
 
 
 def test_full_rank_probe_is_one():
@@ -171,7 +174,7 @@ def _assert_same_records(a, b):
     for x, y in zip(a, b):
         assert x.values.keys() == y.values.keys()
         for name in x.values:
-            if name in ("tokens_per_s",) or name.startswith("mem_"):
+            if name in ("tokens_per_s",) or name.startswith("mem_") or is_system(name):
                 continue
             # the block is lax.scan over the step's own computation: XLA may fuse it
             # differently, so float32 round-off (a few ulp per step) is all that may differ

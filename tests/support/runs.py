@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from engine.config import RunConfig
+from engine.training.system import is_system
 from storage import RunStore
 
 TINY = RunConfig(preset="tiny", steps=40, eval_interval=10, probe_interval=10)
@@ -35,9 +36,11 @@ class InSweep:
 
 def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
              steps_done: int | None = None, error: str | None = None, breakdown: bool = False,
-             saved: float = 12e6, saved_exact: float = 13e6) -> int:
+             saved: float = 12e6, saved_exact: float = 13e6, system: bool = False) -> int:
     """A run as a worker would have written it (metrics at step 0, every eval and probe
-    interval), without training: val loss decays from 10.8 towards ``final``."""
+    interval), without training: val loss decays from 10.8 towards ``final``. With
+    ``system``, the system metrics at every eval: ``sys/cpu_percent`` 100 + step + 10·seed,
+    ``sys/rss_mib`` 500 + step, ``sys/load1`` 1.5."""
     run_id = store.create_run(
         name=config.label(), config=config.to_dict(), estimator="exact" if config.is_exact else config.estimator,
         rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
@@ -59,6 +62,9 @@ def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", fi
         if step % config.effective_eval_interval == 0 or step == config.steps:
             v = final + (10.8 - final) * math.exp(-step / 10) + 0.01 * config.seed
             rows += [(step, wall, "val_loss", v), (step, wall, "train_loss", v - 0.1), (step, wall, "tokens_per_s", 1000.0)]
+            if system:
+                rows += [(step, wall, "sys/cpu_percent", 100.0 + step + 10 * config.seed),
+                         (step, wall, "sys/rss_mib", 500.0 + step), (step, wall, "sys/load1", 1.5)]
         if not config.is_exact and config.probe_interval and step % config.probe_interval == 0:
             cos = [0.5 + 0.1 * i for i in range(len(LAYERS))]
             rows += [(step, wall, f"cos/{n}", c) for n, c in zip(LAYERS, cos)]
@@ -108,9 +114,10 @@ def wait_for(predicate, timeout: float = 600.0, what: str = "the condition", eve
 
 def trajectory(store: RunStore, run_id: int) -> dict:
     """``{(step, metric): value}`` of every stored metric of the run but the measured speed
-    (``tokens_per_s``), NaN as "nan" so that equal histories compare equal; asserts that no
-    (step, metric) is stored twice. A resumed run's must equal its uninterrupted twin's."""
+    (``tokens_per_s``) and the system metrics (``sys/*``: they measure the machine), NaN as
+    "nan" so that equal histories compare equal; asserts that no (step, metric) is stored
+    twice. A resumed run's must equal its uninterrupted twin's."""
     m = store.metrics([run_id])
     assert not m.duplicated(["step", "name"]).any(), "a (step, metric) stored twice"
-    m = m[m["name"] != "tokens_per_s"]
+    m = m[(m["name"] != "tokens_per_s") & ~m["name"].map(is_system)]
     return {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
