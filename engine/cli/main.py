@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
     sub.add_parser("workers", parents=[db], help="the registered workers and what they train")
 
-    sub.add_parser("list", parents=[db, where], help="all runs (or those --where matches)")
+    listing = sub.add_parser("list", parents=[db, where], help="all runs (or those --where matches), newest first")
+    listing.add_argument("--wide", action="store_true", help="every column, nothing cut (default: fits 100 columns)")
     show = sub.add_parser("show", parents=[db], help="one run: config, environment, final metrics")
     show.add_argument("run", help="run id or name")
     export = sub.add_parser("export", parents=[db, where], help="metric histories as CSV",
@@ -595,6 +596,7 @@ def _print_summary(store, ids) -> None:
 
 
 def _list(args) -> int:
+    from engine.cli.listing import list_text
     from engine.runner.liveness import check_stale
 
     store = _open_store(args.db, create=False)
@@ -605,9 +607,7 @@ def _list(args) -> int:
         return 0
     if args.where:
         frame = frame[frame["id"].isin(_where_ids(store, args))]
-    cols = ["id", "name", "status", "sweep_id", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
-            "last_train_loss", "last_val_loss", "last_mean_cos", "owner", "created_at"]
-    print(frame[[c for c in cols if c in frame.columns]].to_string(index=False, na_rep="-"))
+    print(list_text(frame, wide=args.wide))
     return 0
 
 

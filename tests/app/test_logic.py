@@ -112,11 +112,11 @@ def test_runs_view_progress_duration_and_filters(store):
     now = datetime.now(timezone.utc) + timedelta(seconds=30)
     view = tables.runs_view(store.runs_frame(), now=now)
     assert list(view.columns) == tables.RUNS_COLUMNS
-    assert view["id"].tolist() == [a, b]
-    assert view["progress"].tolist() == [1.0, 0.25]
-    assert view["status"].tolist() == ["finished", "running"]
-    assert view.loc[1, "duration_s"] >= 30  # running: up to now
-    assert view.loc[0, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
+    assert view["id"].tolist() == [b, a]  # newest first
+    assert view["progress"].tolist() == [0.25, 1.0]
+    assert view["status"].tolist() == ["running", "finished"]
+    assert view.loc[0, "duration_s"] >= 30  # running: up to now
+    assert view.loc[1, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
     assert tables.filter_runs(view, "BASELINE")["id"].tolist() == [b]
     assert tables.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
     assert tables.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
