@@ -7,8 +7,11 @@ import dataclasses
 
 import pytest
 
+from engine.analysis import report as rep
 from engine.cli import main as cli
 from engine.cli.listing import WIDTH
+from engine.runner import reports
+from engine.runner.queries import run_table3
 from storage import RunStore
 from tests.support.runs import TINY, InSweep, fake_run
 
@@ -42,3 +45,43 @@ def test_list_fits_100_columns_newest_first_and_wide_shows_every_column(lab, cap
     assert max(len(line) for line in wide) > WIDTH
     assert all(c in wide[0] for c in ("estimator", "last_train_loss", "owner", "tags"))
     assert long_name.strip()[:190] in wide[1] and wide[1].split()[0] == str(second)
+
+
+def test_table3_counts_one_run_per_seed_and_names_the_shorter_duplicates(lab, capsys):
+    long = dataclasses.replace(TINY, steps=40)
+    ids = [fake_run(lab, dataclasses.replace(long, estimator="exact", seed=s)) for s in (0, 1)]
+    ids += [fake_run(lab, dataclasses.replace(long, rank=8, seed=s), final=6.3) for s in (0, 1)]
+    short = dataclasses.replace(TINY, steps=20)  # the same setup relaunched shorter: bookkeeping differs only
+    dup = [fake_run(lab, dataclasses.replace(short, rank=8, seed=0), final=6.3),
+           fake_run(lab, dataclasses.replace(short, estimator="exact", seed=0))]
+    table = run_table3(lab)
+    assert table["step"].tolist() == [40, 40]  # the 20-step relaunch does not pull the common step down
+    assert table["seeds"].tolist() == [2, 2]
+    assert table["duplicates"].tolist() == [f"{dup[1]} (see {ids[0]})", f"{dup[0]} (see {ids[2]})"]
+    assert not set(dup) & {int(i) for r in table["run_ids"] for i in r.split(", ")}
+
+    assert cli.main(["summary"]) == 0
+    out = capsys.readouterr().out
+    assert "Left out as duplicates" in out and f"{dup[0]} (see {ids[2]})" in out
+
+
+def test_the_report_names_interrupted_and_resumed_runs_and_how_to_gather_claims_a_and_b(lab):
+    sweep = InSweep(lab, LONG_SWEEP)
+    done = fake_run(sweep, dataclasses.replace(TINY, estimator="exact"))
+    resumed = fake_run(sweep, dataclasses.replace(TINY, rank=8))
+    lab.append_notes(resumed, "resumed from the checkpoint at step 20")
+    stopped = fake_run(sweep, dataclasses.replace(TINY, rank=32), status="interrupted", steps_done=30)
+    built = reports.build(lab, reports.selection_of(sweep=LONG_SWEEP))
+    notes = " ".join(built.notes)
+    assert f"#{stopped} at step 30 of 40" in notes and "engine resume --all" in notes
+    assert f"#{resumed} resumed from the checkpoint at step 20" in notes
+    assert f"#{done}" not in notes.split("interrupted and resumed")[-1]
+    how = [b for b in built.blocks() if b.kind == "list" and b.title.startswith("How to gather")]
+    assert len(how) == 1
+    text = " ".join(how[0].items)
+    assert f"engine diagnose {resumed} --estimators balanced,countsketch,basis,scalars" in text  # furthest finished
+    assert f"engine report --sweep {LONG_SWEEP}" in text
+    again = rep.Report.from_json(built.to_json())
+    assert again.gathering == built.gathering
+    html = rep.to_html(again)
+    assert "How to gather the data claims (a) and (b) need" in html and f"#{stopped} at step 30" in html
