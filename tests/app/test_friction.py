@@ -1,0 +1,78 @@
+"""The friction a new user met on the pages (issue 29): distinct colours by default, an
+honest pooled label while a seed trains, facets that share their x axis, one progress
+summary with an ETA instead of a bar per run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.analysis import charts, frames
+from engine.analysis.summary import summarize
+from storage import RunStore
+from tests.support.runs import TINY, fake_run
+
+PAPER_RANKS = (1, 8, 16, 32, 64)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    store = RunStore(f"sqlite:///{tmp_path / 'p.db'}")
+    yield store
+    store.close()
+
+
+def _runs(store, configs, **kw):
+    return [store.get_run(fake_run(store, c, **kw)) for c in configs]
+
+
+def test_every_chart_tells_the_ranks_of_one_estimator_apart_by_default(lab):
+    configs = [dataclasses.replace(TINY, estimator="exact")]
+    configs += [dataclasses.replace(TINY, rank=r, lam=0.01) for r in PAPER_RANKS]
+    records = _runs(lab, configs)
+    metrics = lab.metrics([r.id for r in records])
+    info = frames.describe_runs(records)
+    colours = dict(zip(info["rank"].fillna(0).astype(int), info["color"]))
+    assert colours[0] == charts.EXACT_COLOR
+    sketched = [colours[r] for r in PAPER_RANKS]
+    assert len(set(sketched)) == len(PAPER_RANKS) and charts.EXACT_COLOR not in sketched
+    assert sketched == list(charts.METHOD_PALETTE[:len(PAPER_RANKS)])  # R in order: blue, orange, green, red, purple
+
+    curves = charts.line_figure(frames.series(metrics, info, "val_loss"), y_title="loss")
+    assert len({t.line.color for t in curves.data}) == len(configs)
+    memory = frames.memory_frame(summarize(records, metrics), info)
+    assert memory.groupby("trace")["color"].first().nunique() == len(configs)  # the memory bars too
+    rank = frames.rank_frame(records, metrics, "val_loss")
+    by_rank = rank[rank["estimator"] != "exact"].set_index("rank")["color"]
+    assert [by_rank[r] for r in PAPER_RANKS] == sketched  # the rank figure's points match the curves
+    points = next(t for t in charts.rank_figure(rank, y_title="loss").data if t.error_y.array is not None)
+    assert list(points.marker.color) == sketched
+    assert charts.method_colors([("basis", 8, 0.01), ("basis", 8.0, 0.01)]) == charts.method_colors([("basis", 8, 0.01)])
+
+
+def test_a_pooled_curve_says_which_seeds_are_still_training(lab):
+    r8 = dataclasses.replace(TINY, rank=8)
+    records = _runs(lab, [dataclasses.replace(r8, seed=0)])
+    records += _runs(lab, [dataclasses.replace(r8, seed=1)], status="running", steps_done=20)
+    records += _runs(lab, [dataclasses.replace(r8, seed=2)], status="queued", steps_done=0)
+    info = frames.describe_runs(records)
+    metrics = lab.metrics([r.id for r in records])
+    metrics = metrics[metrics["run_id"] != records[2].id]
+    s = frames.series(metrics, info, "val_loss")
+    assert set(s["trace"]) == {"basis R=8 · mean of 2/3 seeds (1 still training, 1 queued)"}
+    assert s.loc[s["x"] > 20, "n"].eq(1).all()  # past the running seed's step: one seed
+    done = frames.describe_runs([records[0], dataclasses.replace(records[1], status="finished")])
+    assert set(frames.trace_labels(done, pool_seeds=True)) == {"basis R=8 · mean of 2 seeds"}
+
+
+@pytest.mark.parametrize("x", ["step", "wall_time"])
+def test_facet_panels_share_their_x_axis(lab, x):
+    records = _runs(lab, [dataclasses.replace(TINY, rank=8, lr=lr) for lr in (0.01, 0.02, 0.04, 0.08)])
+    info = frames.describe_runs(records)
+    metrics = lab.metrics([r.id for r in records])
+    panels = {name: frames.series(metrics, part, "val_loss", x=x) for name, part in frames.facets(info, "lr").items()}
+    fig = charts.panels_figure(panels, x=x, y_title="loss")
+    axes = sorted(k for k in fig.layout.to_plotly_json() if k.startswith("xaxis"))
+    assert len(axes) >= 4 and all(fig.layout[a].matches == "x" for a in axes[1:])
+    assert fig.layout.xaxis.matches is None
