@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import state, viewstate
 from app.display import plain, plot
-from engine.analysis import charts, frames
+from engine.analysis import charts, frames, progress
 from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
@@ -221,25 +221,16 @@ with st.popover("Share or save this view", icon=":material/share:"):
             st.rerun()
 
 
-PROGRESS_ROWS = 4  # progress bars the reserved area shows before it scrolls
-PROGRESS_ROW_PX = 58  # one bar with its text line, and the gap below it
-
-
-def _status_line(runs: dict, duplicates: dict[int, int]) -> None:
-    """Counts by status, and a progress bar per queued or running run in an area of fixed
-    height (room for as many bars as the selection has runs, up to ``PROGRESS_ROWS``, then
-    it scrolls): a run that ends and the next that starts do not move what is below."""
-    counts = {}
-    for run in runs.values():
-        counts[run.status] = counts.get(run.status, 0) + 1
-    st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
-    active = [r for r in runs.values() if r.status in ACTIVE_STATUSES]
-    height = PROGRESS_ROW_PX * min(len(runs), PROGRESS_ROWS) if active else "content"
-    with st.container(height=height, border=False):
-        for run in active:
-            steps = max(run.steps or 1, 1)
-            st.progress(min(run.steps_done / steps, 1.0),
-                        text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+def _status_line(runs: dict, metrics, duplicates: dict[int, int]) -> None:
+    """One progress summary of the selection (``engine.analysis.progress``): runs by status,
+    steps done of all, and the time left from the step rates the running runs show; one
+    bar while runs train. Its height does not change as runs end and start, so what is
+    below does not move."""
+    summary = progress.progress(runs.values(), metrics)
+    if summary.active:
+        st.progress(summary.fraction, text=plain(summary.text()))
+    else:
+        st.caption(plain(summary.text()))
     if duplicates:
         st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
                          "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
@@ -259,7 +250,7 @@ def _view() -> None:
     info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
     with st.container():
-        _status_line(records_now, duplicates)
+        _status_line(records_now, metrics, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
     for section in (_loss, _cosine, _memory, _by_rank):

@@ -11,6 +11,7 @@ import pytest
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from storage import RunStore
+from tests.support.pages import app, page, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import TINY, fake_run
 
 PAPER_RANKS = (1, 8, 16, 32, 64)
@@ -76,3 +77,15 @@ def test_facet_panels_share_their_x_axis(lab, x):
     axes = sorted(k for k in fig.layout.to_plotly_json() if k.startswith("xaxis"))
     assert len(axes) >= 4 and all(fig.layout[a].matches == "x" for a in axes[1:])
     assert fig.layout.xaxis.matches is None
+
+
+def test_compare_shows_one_progress_summary_with_the_time_left_not_a_bar_per_run(url, store):
+    ids = [fake_run(store, dataclasses.replace(TINY, rank=r, seed=s)) for r in (1, 8) for s in (0, 1)]
+    ids += [fake_run(store, dataclasses.replace(TINY, rank=32, seed=s), status="running", steps_done=20) for s in (0, 1)]
+    ids += [fake_run(store, dataclasses.replace(TINY, rank=64, seed=s), status="queued", steps_done=0) for s in (0, 1)]
+    at = page(app(selected=ids).run(), "compare")
+    bars = at.get("progress")
+    assert len(bars) == 1  # one summary, not one bar per queued or running run
+    text = bars[0].proto.text.replace("\\", "")  # markdown escapes of plain text
+    assert text.startswith("4 finished · 2 training · 2 queued — 200 of 320 steps (62 %) — about ")
+    assert "left at 200 steps/s" in text  # two running runs at 100 steps/s each

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from engine.analysis import progress
 from engine.analysis import report as rep
 from engine.cli import main as cli
 from engine.cli.listing import WIDTH
@@ -85,3 +86,22 @@ def test_the_report_names_interrupted_and_resumed_runs_and_how_to_gather_claims_
     assert again.gathering == built.gathering
     html = rep.to_html(again)
     assert "How to gather the data claims (a) and (b) need" in html and f"#{stopped} at step 30" in html
+
+
+def test_progress_counts_steps_and_estimates_the_time_left_from_observed_rates(lab):
+    finished = fake_run(lab, TINY)  # 40 steps; fake_run's wall time: 0.5 s + 0.01 s per step
+    running = fake_run(lab, dataclasses.replace(TINY, seed=1), status="running", steps_done=20)
+    queued = fake_run(lab, dataclasses.replace(TINY, seed=2), status="queued", steps_done=0)
+    failed = fake_run(lab, dataclasses.replace(TINY, seed=3), status="failed", steps_done=5, error="NaN")
+    records = [lab.get_run(i) for i in (finished, running, queued, failed)]
+    p = progress.progress(records, lab.metrics([r.id for r in records]))
+    assert p.counts == {"finished": 1, "running": 1, "queued": 1, "failed": 1}
+    assert (p.done, p.total) == (40 + 20, 3 * 40)  # a failed run is counted by status, not in the steps
+    assert p.rate == pytest.approx(100.0)  # validations at steps 0, 10, 20: 20 steps in 0.2 s
+    assert p.seconds_left == pytest.approx(60 / 100.0)
+    assert p.text().startswith("1 finished · 1 training · 1 queued · 1 failed — 60 of 120 steps (50 %) — about ")
+    assert "left at 100 steps/s" in p.text()
+    blind = progress.progress(records, lab.metrics([finished]))  # no running run has validated yet
+    assert blind.seconds_left is None and "known after the first validations" in blind.text()
+    ended = progress.progress(records[:1], lab.metrics([finished]))
+    assert ended.text() == "1 finished — 40 of 40 steps (100 %)"
