@@ -18,6 +18,9 @@ layers    1: the cosine chart one panel per sketched layer       0
 at        the step the rank figure and Table 3 read              (latest common)
 q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
           ``mem_saved_bytes``)
+where     the picker's run filter (``engine.analysis.where``)     none
+          as typed; without ``runs``, the view is every run it
+          matches
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -55,6 +58,7 @@ class ViewState:
     per_layer: bool = False
     at: int | None = None  # None: the latest common step
     quantity: str = "val_loss"
+    where: str | None = None  # the picker's filter text, as typed
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     def with_runs(self, runs: Iterable[int] | None) -> "ViewState":
@@ -144,7 +148,7 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         group=q.get("group") or None,
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
         per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
-        at=at, quantity=quantity, problems=tuple(problems),
+        at=at, quantity=quantity, where=q.get(WHERE) or None, problems=tuple(problems),
     )
 
 
@@ -176,6 +180,8 @@ def encode(view: ViewState) -> dict[str, str]:
         out["at"] = str(view.at)
     if view.quantity != DEFAULT.quantity:
         out["q"] = view.quantity
+    if view.where:
+        out[WHERE] = view.where
     return out
 
 

@@ -26,7 +26,8 @@ _URL = "compare.url"  # the query this page last wrote (or applied)
 _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter (new ones join)
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
          "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
-         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity"}
+         "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity",
+         "where": "compare.where"}
 NO_GROUP = "method"
 KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
@@ -36,8 +37,10 @@ _SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → con
 def _apply(view: viewstate.ViewState) -> None:
     """Set every control to show ``view`` (before the controls are drawn, or in a callback)."""
     runs, missing = viewstate.chosen(view, records.values())
+    if view.where and view.runs is None:  # a link with a filter and no run list: the runs it matches now
+        runs = _where_matches(view.where) or runs
     st.session_state["compare.pick"] = runs
-    st.session_state[_FOLLOW] = view.runs is None and (view.sweep is not None or view.tag is not None)
+    st.session_state[_FOLLOW] = view.runs is None and not view.where and (view.sweep is not None or view.tag is not None)
     for name, key in _KEYS.items():
         st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
@@ -65,7 +68,8 @@ def _current() -> viewstate.ViewState:
         sweep=values["sweep"], tag=values["tag"], pool=bool(values["pool"]), x=values["x"],
         smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
         facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
-        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"])
+        at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"],
+        where=(values["where"] or "").strip() or None)
 
 
 def _write_url() -> dict[str, str]:
@@ -97,20 +101,27 @@ def _filter_changed() -> None:
         state.set_selected(st.session_state["compare.pick"])
 
 
-def _where_picked() -> None:
-    """The filter box (``engine.analysis.where``, as on Runs) picks the runs it matches (a
-    callback); a bad filter, or one matching no run, keeps the pick and says why in one line."""
-    text = (st.session_state.get("compare.where") or "").strip()
+def _where_matches(text: str) -> list[int]:
+    """The runs the filter ``text`` matches; none, with the one-line reason kept for the
+    page, when it is bad or matches no run."""
     st.session_state.pop("compare.where_error", None)
-    if not text:
-        return
     try:
         matched = [i for i in where_ids(store, text) if i in records]
     except WhereError as e:
         st.session_state["compare.where_error"] = str(e)
-        return
+        return []
     if not matched:
         st.session_state["compare.where_error"] = "no run matches this filter; the runs picked stay"
+    return matched
+
+
+def _where_picked() -> None:
+    """The filter box (``engine.analysis.where``, as on Runs; kept in the URL's ``where``)
+    picks the runs it matches (a callback); a bad filter, or one matching no run, keeps the
+    pick and says why in one line."""
+    text = (st.session_state.get("compare.where") or "").strip()
+    st.session_state.pop("compare.where_error", None)
+    if not text or not (matched := _where_matches(text)):
         return
     st.session_state[_FOLLOW] = False
     st.session_state["compare.pick"] = matched
@@ -160,7 +171,7 @@ tags = sorted({t for r in records.values() for t in (r.tags or [])})
 for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
     if st.session_state.get(key) not in (None, *options):
         st.session_state[key] = None  # a filter value no run has any more
-st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked,
+st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked, persist_state=KEEP,
               help="The Runs page's filter: any run or config field or metric (its final value), with and, or, not, "
                    "( ), ==, !=, <, <=, >, >=, contains and in [..]. Enter picks every run it matches.")
 if where_error := st.session_state.get("compare.where_error"):

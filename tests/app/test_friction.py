@@ -89,3 +89,28 @@ def test_compare_shows_one_progress_summary_with_the_time_left_not_a_bar_per_run
     text = bars[0].proto.text.replace("\\", "")  # markdown escapes of plain text
     assert text.startswith("4 finished · 2 training · 2 queued — 200 of 320 steps (62 %) — about ")
     assert "left at 200 steps/s" in text  # two running runs at 100 steps/s each
+
+
+def test_compares_run_filter_is_kept_in_the_page_url(url, store):
+    ids = [fake_run(store, dataclasses.replace(TINY, rank=r)) for r in (1, 8, 32)]
+    at = page(app(selected=ids).run(), "compare")
+    at.text_input(key="compare.where").input("rank >= 8").run()
+    assert at.session_state["compare.pick"] == ids[1:]
+    written = {k: (v[0] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
+    assert written["where"] == "rank >= 8" and written["runs"] == f"{ids[1]},{ids[2]}"
+
+    linked = _compare_at({"where": "rank >= 8"})  # a link with the filter alone: the runs it matches now
+    assert linked.text_input(key="compare.where").value == "rank >= 8"
+    assert linked.session_state["compare.pick"] == ids[1:]
+    later = fake_run(store, dataclasses.replace(TINY, rank=64))
+    reopened = _compare_at(written)  # with its run list: exactly those runs, the filter text shown
+    assert reopened.session_state["compare.pick"] == ids[1:] and later not in reopened.session_state["compare.pick"]
+    assert reopened.text_input(key="compare.where").value == "rank >= 8"
+
+
+def _compare_at(query: dict):
+    at = app()
+    at.query_params.update(query)
+    at.switch_page("views/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
