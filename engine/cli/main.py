@@ -414,11 +414,14 @@ def _foreground(args, store, start_runs) -> int:
 
 def _train(args, configs: list[RunConfig]) -> int:
     from engine.runner.jobs import new_sweep_id, queue_runs
+    from engine.runner.queries import relaunch_warning
     from engine.training.inputs import check_data
 
     tags = _tags(args)
     store = _open_store(args.db)
     check_data(configs)
+    if (again := relaunch_warning(store, configs)) is not None:
+        print(f"warning: {again}", file=sys.stderr)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "
@@ -445,7 +448,7 @@ def _margin(value) -> float:
 def _reproduce(args) -> int:
     from engine.runner.estimates import grid_estimate
     from engine.runner.jobs import new_sweep_id, queue_runs
-    from engine.runner.queries import seed_plan
+    from engine.runner.queries import relaunch_warning, seed_plan
     from engine.training.inputs import check_data
 
     if args.steps < 1:
@@ -460,6 +463,8 @@ def _reproduce(args) -> int:
     check_data(configs)
     if (plan := seed_plan(store, configs, margin)) is not None:
         print(f"warning: {plan} (--seeds)", file=sys.stderr)
+    if (again := relaunch_warning(store, configs)) is not None:
+        print(f"warning: {again}", file=sys.stderr)
     seeds = ", ".join(map(str, sweep.seeds))
     print(f"the paper's grid: {len(configs)} runs (exact and basis R={','.join(map(str, sweep.ranks))}, "
           f"λ={sweep.lams[0]:g}; seeds {seeds}), {args.steps:,} steps each, tagged {', '.join(sweep.tags)}",

@@ -11,7 +11,7 @@ import pytest
 from engine.analysis import charts, frames
 from engine.analysis.summary import summarize
 from storage import RunStore
-from tests.support.pages import app, page, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, button, page, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import TINY, fake_run
 
 PAPER_RANKS = (1, 8, 16, 32, 64)
@@ -114,3 +114,29 @@ def _compare_at(query: dict):
     at.switch_page("views/compare.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def test_the_launch_form_shows_every_error_at_once(url, store):
+    at = page(app().run(), "launch")
+    at.text_input(key="launch.lams").input("1.5")
+    at.text_input(key="launch.seeds").input("zero")
+    at.number_input(key="launch.steps").set_value(0).run()
+    expected = {"Shrink λ must be in [0, 1) (got 1.5)", "Seeds: 'zero' is not a seed (integers >= 0: 0,1,2 or 0-4)",
+                "Steps must be an integer >= 1 (got 0)"}
+    shown = [e.value.replace("\\", "") for e in at.error]
+    [summary] = [e for e in shown if e.startswith("Fix the")]  # beside the form
+    assert {e for e in shown if e != summary} == expected  # and under each field, in its group
+    assert summary.startswith("Fix the 3 fields marked in the form:") and all(t in summary for t in expected)
+    assert not [b for b in at.button if b.label.startswith("Launch")]
+
+
+def test_the_launch_form_warns_naming_the_runs_a_launch_would_repeat(url, store):
+    from app import form
+
+    repeated = [fake_run(store, c, status="queued", steps_done=0) for c in form.DEFAULT_SWEEP.expand()[:2]]
+    at = app().run()
+    at.switch_page("views/launch.py").run()  # (page() would refuse its warning)
+    again = [w.value.replace("\\", "") for w in at.warning if "already in the database" in w.value]
+    assert len(again) == 1 and again[0].startswith(f"2 of the {len(form.DEFAULT_SWEEP.expand())} runs to launch")
+    assert all(f"#{i} {store.get_run(i).name} (queued)" in again[0] for i in repeated)
+    assert not button(at, "Launch").disabled  # a warning, not a refusal

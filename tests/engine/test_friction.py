@@ -105,3 +105,21 @@ def test_progress_counts_steps_and_estimates_the_time_left_from_observed_rates(l
     assert blind.seconds_left is None and "known after the first validations" in blind.text()
     ended = progress.progress(records[:1], lab.metrics([finished]))
     assert ended.text() == "1 finished — 40 of 40 steps (100 %)"
+
+
+def test_sweep_warns_but_launches_when_the_same_configs_and_seeds_exist(lab, capsys):
+    grid = ["sweep", "--queue-only", "--preset", "tiny", "--ranks", "exact,8", "--seeds", "0,1", "--steps", "6"]
+    assert cli.main(grid) == 0
+    first = capsys.readouterr()
+    assert "already in the database" not in first.err
+    queued = {r.id: r for r in lab.list_runs()}
+    assert cli.main([*grid[:-1], "7"]) == 0  # other steps: other configs, no warning
+    assert "already in the database" not in capsys.readouterr().err
+    lab.set_status(min(queued), "failed")  # a failed run is no reason to warn: relaunching it is the fix
+    assert cli.main([*grid[:-3], "0,1,2", "--steps", "6"]) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "already in the database" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: 3 of the 6 runs to launch")
+    named = {r.id for r in queued.values() if f"#{r.id} {r.name} (queued)" in warned[0]}
+    assert named == set(queued) - {min(queued)}
+    assert len(lab.list_runs()) == 4 + 4 + 6  # warned, not refused
