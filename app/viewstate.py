@@ -40,6 +40,7 @@ from engine.analysis.frames import RANK_QUANTITIES
 
 X_AXES = ("step", "wall_time")
 MAX_SMOOTHING = 0.99
+WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
 
 @dataclass(frozen=True)
@@ -152,36 +153,26 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
     )
 
 
+_PARAMS = {"sweep": "sweep", "tag": "tag", "pool": "pool", "x": "x", "smooth": "smoothing", "log": "log_y",
+           "group": "group", "facet": "facet", "layers": "per_layer", "at": "at", "q": "quantity", WHERE: "where"}
+
+
+def _param_text(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def encode(view: ViewState) -> dict[str, str]:
     """The URL query of ``view``: ``runs`` when set, the filters, and every other setting
     that differs from its default (``decode(encode(v)) == v``)."""
     out: dict[str, str] = {}
     if view.runs is not None:
         out["runs"] = ",".join(map(str, view.runs))
-    if view.sweep:
-        out["sweep"] = view.sweep
-    if view.tag:
-        out["tag"] = view.tag
-    if view.pool != DEFAULT.pool:
-        out["pool"] = "1" if view.pool else "0"
-    if view.x != DEFAULT.x:
-        out["x"] = view.x
-    if view.smoothing != DEFAULT.smoothing:
-        out["smooth"] = f"{view.smoothing:g}"
-    if view.log_y != DEFAULT.log_y:
-        out["log"] = "1" if view.log_y else "0"
-    if view.group:
-        out["group"] = view.group
-    if view.facet != DEFAULT.facet:
-        out["facet"] = "1" if view.facet else "0"
-    if view.per_layer != DEFAULT.per_layer:
-        out["layers"] = "1" if view.per_layer else "0"
-    if view.at is not None:
-        out["at"] = str(view.at)
-    if view.quantity != DEFAULT.quantity:
-        out["q"] = view.quantity
-    if view.where:
-        out[WHERE] = view.where
+    for name, attr in _PARAMS.items():
+        value = getattr(view, attr)
+        if value != getattr(DEFAULT, attr) and value not in (None, ""):
+            out[name] = _param_text(value)
     return out
 
 
@@ -203,8 +194,6 @@ def chosen(view: ViewState, records: Iterable) -> tuple[list[int], list[int]]:
     allowed = set(matching(records, view.sweep, view.tag))
     return [i for i in view.runs if i in allowed], [i for i in view.runs if i not in known]
 
-
-WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
 
 def where_of(query: Mapping[str, str | Sequence[str]]) -> str:

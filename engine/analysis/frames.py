@@ -15,8 +15,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from engine.analysis.charts import (SETUP_DASHES, group_color, method_colors, method_dash, method_key, seed_shade,
-                                    setup_symbol)
+from engine.analysis.charts import (
+    SETUP_DASHES,
+    group_color,
+    method_colors,
+    method_dash,
+    method_key,
+    seed_shade,
+    setup_symbol,
+)
 from engine.analysis.overlap import shared_runs
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key, stored
