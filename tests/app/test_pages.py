@@ -50,7 +50,7 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
 
     page(at, "runs")
     table = at.dataframe[0].value
-    assert table["name"].tolist() == ["exact s0", "basis R=2 s0", "basis R=8 s0"]
+    assert table["name"].tolist() == ["basis R=8 s0", "basis R=2 s0", "exact s0"]  # newest first
     assert table["status"].tolist() == ["✓ finished"] * 3 and table["progress"].tolist() == [1.0] * 3
     assert table["steps_done"].tolist() == [6] * 3 and np.isfinite(table["val_loss"]).all()
 
