@@ -112,7 +112,7 @@ def _actions(view, chosen: list[int]) -> None:
         st.rerun()
     if clicked["clone"]:
         try:
-            sweep = form.clone_sweep([store.get_run(i).config for i in ids])
+            sweep = form.clone_sweep([store.get_run(i).config for i in sorted(ids)])  # in launch order
         except (ConfigError, ValueError) as e:
             _refuse(f"These runs cannot be cloned: {e}")
         state.clone_to_launch(sweep)
