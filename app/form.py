@@ -175,6 +175,27 @@ def labelled(field: str | None, text: str) -> str:
     return text
 
 
+def read(values: Mapping[str, Any], cls: type = RunConfig) -> tuple[Sweep | None, list[RunConfig], list[tuple[str | None, str]]]:
+    """(the sweep, its runs, []) of the widget values, or (None, [], every problem) where
+    they do not read: each problem is ``field_note``'s (widget, message). All at once: the
+    field of each error is set to its default (``DEFAULT_SWEEP``'s) and the values read
+    again, until they read, or an error names no field or a field already named."""
+    values, found = dict(values), []
+    defaults = values_of(DEFAULT_SWEEP, cls)
+    while True:
+        try:
+            grid = to_sweep(values, cls)
+            configs = grid.expand()
+        except ConfigError as e:
+            widget, text = field_note(e)
+            found.append((widget, text))
+            if widget is None or widget not in defaults or any(w == widget for w, _ in found[:-1]):
+                return None, [], found
+            values[widget] = defaults[widget]
+            continue
+        return (None, [], found) if found else (grid, configs, [])
+
+
 def field_note(error: Exception) -> tuple[str | None, str]:
     """(the widget name, the message under the field's label) of a form error; the
     widget is None when the error is about no single field."""

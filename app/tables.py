@@ -34,7 +34,8 @@ def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     before it ends), ``steps_text`` ("done/total"), the worker (its ``host:pid``
     owner, else its worker id), the devices it trains on (count and kind, ``device_parts``),
     the last losses and mean cosine, start time (UTC,
-    naive) and duration in seconds (to ``now`` for running runs). Ordered by id."""
+    naive) and duration in seconds (to ``now`` for running runs). Newest first (by id,
+    descending): what was just launched is at the top."""
     if frame.empty:
         return pd.DataFrame(columns=RUNS_COLUMNS)
     now = now or datetime.now(timezone.utc)
@@ -77,7 +78,7 @@ def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
             "notes": frame["notes"],
         }
     )
-    return out.sort_values("id").reset_index(drop=True)
+    return out.sort_values("id", ascending=False).reset_index(drop=True)
 
 
 def sweeps_of(view: pd.DataFrame) -> list[str]:

@@ -20,6 +20,9 @@ q         the rank figure's quantity (``val_loss``, ``cos_mean``,  val_loss
           ``mem_saved_bytes``)
 metrics   metrics charted under "Any metric", comma separated    (none)
           (``tokens_per_s,sys/cpu_percent``)
+where     the picker's run filter (``engine.analysis.where``)     none
+          as typed; without ``runs``, the view is every run it
+          matches
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -39,6 +42,7 @@ from engine.analysis.frames import RANK_QUANTITIES
 
 X_AXES = ("step", "wall_time")
 MAX_SMOOTHING = 0.99
+WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class ViewState:
     at: int | None = None  # None: the latest common step
     quantity: str = "val_loss"
     metrics: tuple[str, ...] = ()  # charted under "Any metric" (metric names hold no comma)
+    where: str | None = None  # the picker's filter text, as typed
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -145,7 +150,7 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
         per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
         at=at, quantity=quantity, metrics=tuple(dict.fromkeys(m.strip() for m in q.get("metrics", "").split(",") if m.strip())),
-        problems=tuple(problems),
+        where=q.get(WHERE) or None, problems=tuple(problems),
     )
 
 
@@ -167,6 +172,7 @@ _PARAMS = (  # URL parameter, view field, the field's text (None: left out), in 
     ("at", "at", lambda v: None if v is None else str(v)),
     ("q", "quantity", str),
     ("metrics", "metrics", lambda v: ",".join(v) or None),
+    (WHERE, "where", lambda v: v or None),
 )
 
 
@@ -199,8 +205,6 @@ def chosen(view: ViewState, records: Iterable) -> tuple[list[int], list[int]]:
     allowed = set(matching(records, view.sweep, view.tag))
     return [i for i in view.runs if i in allowed], [i for i in view.runs if i not in known]
 
-
-WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
 
 def where_of(query: Mapping[str, str | Sequence[str]]) -> str:

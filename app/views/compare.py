@@ -6,7 +6,7 @@ import streamlit as st
 
 from app import differences, metric_charts, state, viewstate
 from app.display import plain, plot
-from engine.analysis import charts, frames
+from engine.analysis import charts, frames, progress
 from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
@@ -28,7 +28,7 @@ _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
          "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
          "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity",
-         "metrics": "compare.metrics"}
+         "metrics": "compare.metrics", "where": "compare.where"}
 NO_GROUP = "method"
 KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
@@ -38,8 +38,10 @@ _SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → con
 def _apply(view: viewstate.ViewState) -> None:
     """Set every control to show ``view`` (before the controls are drawn, or in a callback)."""
     runs, missing = viewstate.chosen(view, records.values())
+    if view.where and view.runs is None:  # a link with a filter and no run list: the runs it matches now
+        runs = _where_matches(view.where) or runs
     st.session_state["compare.pick"] = runs
-    st.session_state[_FOLLOW] = view.runs is None and (view.sweep is not None or view.tag is not None)
+    st.session_state[_FOLLOW] = view.runs is None and not view.where and (view.sweep is not None or view.tag is not None)
     for name, key in _KEYS.items():
         st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
@@ -68,7 +70,7 @@ def _current() -> viewstate.ViewState:
         smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
         facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
         at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"],
-        metrics=tuple(values["metrics"] or ()))
+        metrics=tuple(values["metrics"] or ()), where=(values["where"] or "").strip() or None)
 
 
 def _write_url() -> dict[str, str]:
@@ -100,20 +102,27 @@ def _filter_changed() -> None:
         state.set_selected(st.session_state["compare.pick"])
 
 
-def _where_picked() -> None:
-    """The filter box (``engine.analysis.where``, as on Runs) picks the runs it matches (a
-    callback); a bad filter, or one matching no run, keeps the pick and says why in one line."""
-    text = (st.session_state.get("compare.where") or "").strip()
+def _where_matches(text: str) -> list[int]:
+    """The runs the filter ``text`` matches; none, with the one-line reason kept for the
+    page, when it is bad or matches no run."""
     st.session_state.pop("compare.where_error", None)
-    if not text:
-        return
     try:
         matched = [i for i in where_ids(store, text) if i in records]
     except WhereError as e:
         st.session_state["compare.where_error"] = str(e)
-        return
+        return []
     if not matched:
         st.session_state["compare.where_error"] = "no run matches this filter; the runs picked stay"
+    return matched
+
+
+def _where_picked() -> None:
+    """The filter box (``engine.analysis.where``, as on Runs; kept in the URL's ``where``)
+    picks the runs it matches (a callback); a bad filter, or one matching no run, keeps the
+    pick and says why in one line."""
+    text = (st.session_state.get("compare.where") or "").strip()
+    st.session_state.pop("compare.where_error", None)
+    if not text or not (matched := _where_matches(text)):
         return
     st.session_state[_FOLLOW] = False
     st.session_state["compare.pick"] = matched
@@ -163,7 +172,7 @@ tags = sorted({t for r in records.values() for t in (r.tags or [])})
 for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
     if st.session_state.get(key) not in (None, *options):
         st.session_state[key] = None  # a filter value no run has any more
-st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked,
+st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked, persist_state=KEEP,
               help="The Runs page's filter: any run or config field or metric (its final value), with and, or, not, "
                    "( ), ==, !=, <, <=, >, >=, contains and in [..]. Enter picks every run it matches.")
 if where_error := st.session_state.get("compare.where_error"):
@@ -224,25 +233,16 @@ with st.popover("Share or save this view", icon=":material/share:"):
             st.rerun()
 
 
-PROGRESS_ROWS = 4  # progress bars the reserved area shows before it scrolls
-PROGRESS_ROW_PX = 58  # one bar with its text line, and the gap below it
-
-
-def _status_line(runs: dict, duplicates: dict[int, int]) -> None:
-    """Counts by status, and a progress bar per queued or running run in an area of fixed
-    height (room for as many bars as the selection has runs, up to ``PROGRESS_ROWS``, then
-    it scrolls): a run that ends and the next that starts do not move what is below."""
-    counts = {}
-    for run in runs.values():
-        counts[run.status] = counts.get(run.status, 0) + 1
-    st.caption(" · ".join(f"{n} {s}" for s, n in counts.items()))
-    active = [r for r in runs.values() if r.status in ACTIVE_STATUSES]
-    height = PROGRESS_ROW_PX * min(len(runs), PROGRESS_ROWS) if active else "content"
-    with st.container(height=height, border=False):
-        for run in active:
-            steps = max(run.steps or 1, 1)
-            st.progress(min(run.steps_done / steps, 1.0),
-                        text=plain(f"#{run.id} {run.name}: {run.status}, step {run.steps_done:,} of {steps:,}"))
+def _status_line(runs: dict, metrics, duplicates: dict[int, int]) -> None:
+    """One progress summary of the selection (``engine.analysis.progress``): runs by status,
+    steps done of all, and the time left from the step rates the running runs show; one
+    bar while runs train. Its height does not change as runs end and start, so what is
+    below does not move."""
+    summary = progress.progress(runs.values(), metrics)
+    if summary.active:
+        st.progress(summary.fraction, text=plain(summary.text()))
+    else:
+        st.caption(plain(summary.text()))
     if duplicates:
         st.caption(plain("Left out as duplicates (the same setup and seed as a run that trained further, which "
                          "stands for them): " + ", ".join(f"#{d} (see #{k})" for d, k in sorted(duplicates.items()))
@@ -262,7 +262,7 @@ def _view() -> None:
     info = frames.describe_runs(list(records_now.values()))
     metrics = state.metrics(store, list(records_now))
     with st.container():
-        _status_line(records_now, duplicates)
+        _status_line(records_now, metrics, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
     for section in (_loss, _cosine, _memory, _any_metric, _by_rank, _apart):

@@ -106,6 +106,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
             st.rerun()
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
+    _relaunch(lab, configs)
     _seed_plan(lab, configs)
     eta = format_seconds(total) if total is not None else "unknown (measure the step time above)"
     confirmed = confirm.large_launch(n, eta, "launch.confirm_large")
@@ -146,6 +147,17 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
         st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
 
 
+def _relaunch(lab: state.Lab, configs: list) -> None:
+    """Warn (the Launch button stays) when runs of this grid are already in the database with
+    the same config and seed (``engine.runner.queries.relaunch_warning``), naming them."""
+    try:
+        again = queries.relaunch_warning(lab.store, configs)
+    except StorageError:
+        return
+    if again is not None:
+        st.warning(plain(again), icon=":material/content_copy:")
+
+
 def _seed_plan(lab: state.Lab, configs: list) -> None:
     """Say, before anything starts, when the grid's seeds cannot decide whether a method matches
     exact backprop (``engine.runner.queries.seed_plan``, at the default margin)."""
@@ -183,6 +195,7 @@ def _reproduce(lab: state.Lab) -> None:
         estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
         st.markdown(f"**{len(configs)} runs**, {int(steps):,} steps each. Estimated time "
                     f"**{plain(estimate.text())}**, {state.MAX_CONCURRENT} at a time here.")
+        _relaunch(lab, configs)
         _seed_plan(lab, configs)
         if not estimate.known and st.button("Measure step time", icon=":material/timer:", key="reproduce.measure",
                                             help="Compiles the train step of each of the grid's models and times a few steps."):
@@ -227,16 +240,12 @@ st.caption(
     f"background, {state.MAX_CONCURRENT} at a time, and keep going if you leave this page."
 )
 values = {w.name: st.session_state.get(w.key) for w in WIDGETS}
-problem, configs, warnings = None, None, []
-try:
-    grid = form.to_sweep(values)
-    configs = grid.expand()
-    warnings = launch_warnings(configs)
-except ConfigError as e:
-    problem = form.field_note(e)
+grid, configs, problems = form.read(values)  # every error at once
+warnings = launch_warnings(configs) if configs else []
 notes: dict[str, list[tuple[str, str]]] = {}  # widget → what to show under it (error or warning, text)
-if problem and problem[0]:
-    notes.setdefault(problem[0], []).append(("error", problem[1]))
+for widget, text in problems:
+    if widget:
+        notes.setdefault(widget, []).append(("error", text))
 for w in warnings:
     if (target := form.widget_of(w.field)) is not None:
         notes.setdefault(target.name, []).append(("warning", form.labelled(w.field, w.text)))
@@ -264,8 +273,11 @@ with form_col:
                                                   ":material/warning:")
 
 with preview_col:
-    if problem:
-        st.error(plain(problem[1] if problem[0] is None else f"Fix the field marked in the form: {problem[1]}"),
-                 icon=":material/error:")
+    if problems:
+        marked = [text for widget, text in problems if widget]
+        head = (f"Fix the {len(marked)} fields marked in the form:" if len(marked) > 1 else
+                "Fix the field marked in the form:" if marked else "")
+        lines = [plain(text) for widget, text in problems if not widget] + [f"- {plain(text)}" for text in marked]
+        st.error("\n".join(([head] if head else []) + lines), icon=":material/error:")
     if configs:
         _preview(lab, grid, configs, warnings)

@@ -15,6 +15,7 @@ import zlib
 import streamlit as st
 
 from app import confirm, display, form, state, tables, viewstate
+from engine.analysis import progress
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
@@ -115,7 +116,7 @@ def _actions(view, chosen: list[int]) -> None:
         st.rerun()
     if clicked["clone"]:
         try:
-            sweep = form.clone_sweep([store.get_run(i).config for i in ids])
+            sweep = form.clone_sweep([store.get_run(i).config for i in sorted(ids)])  # in launch order
         except (ConfigError, ValueError) as e:
             _refuse(f"These runs cannot be cloned: {e}")
         state.clone_to_launch(sweep)
@@ -229,6 +230,14 @@ def _where_filter(view, text: str):
     return view[view["id"].isin(keep)].reset_index(drop=True)
 
 
+def _eta() -> str:
+    """The time left for every queued and running run, from the running runs' step rates
+    (``engine.analysis.progress``, as on Compare)."""
+    active = store.list_runs(statuses=ACTIVE_STATUSES)
+    running = [r.id for r in active if r.status == "running"]
+    return progress.progress(active, store.metrics(running, names=["val_loss"])).eta_text()
+
+
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
@@ -245,7 +254,8 @@ def _table(has_active: bool) -> None:
     view = _where_filter(tables.filter_runs(tables.runs_view(frame), text, statuses, estimators, sweeps, tags), where)
     counts = frame["status"].value_counts()
     head = st.container(horizontal=True, vertical_alignment="center")
-    head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all")
+    head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all"
+                 + (f" — the queued and running runs: {_eta()}" if has_active else ""))
     with head:
         _resume_all(frame)
         _backup()

@@ -1,9 +1,12 @@
 """Chart builders: pure functions from the frames of :mod:`engine.analysis.frames` to Plotly figures (the dashboard and the reports draw the same ones).
 
-Colours belong to the method: :func:`method_color` maps (estimator, rank, λ) to
-one colour, the same on every chart, page and sweep. Frames carry that colour in
-their ``color`` column. Exact-baseline bars in memory charts are light grey. Every
-axis has a title with its unit.
+Colours belong to the method within what is shown: :func:`method_colors` gives each
+method (estimator, rank, λ) of a selection its own colour from a categorical palette
+(exact backprop a neutral dark grey), the same on every chart of a page or report:
+the loss and cosine curves, the memory bars and the points of the rank figure. Frames
+carry that colour in their ``color`` column. Exact-baseline bars in memory charts are
+light grey. Every axis has a title with its unit. (:func:`method_color`, a hue family
+per estimator shaded by R, is the Estimators page's colour of an estimator.)
 """
 
 from __future__ import annotations
@@ -68,6 +71,30 @@ def method_color(estimator: str | None, rank=None, lam=None) -> str:
     saturation = 0.42 if shrunk else 0.80
     r, g, b = colorsys.hls_to_rgb(hue / 360.0, lightness, saturation)
     return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
+
+
+METHOD_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+                  "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
+# D3's category20 without its greys (grey is exact backprop's): strong colours first, then their light twins
+
+
+def method_key(estimator, rank=None, lam=None) -> tuple:
+    """(estimator, R, λ) as one hashable, comparable key: ``("exact", -1, 0.0)`` for exact
+    backprop (or a run without a rank), λ None as 0."""
+    if estimator in (None, "exact") or rank is None or pd.isna(rank):
+        return ("exact", -1, 0.0)
+    return (str(estimator), int(rank), 0.0 if lam is None or pd.isna(lam) else float(lam))
+
+
+def method_colors(methods) -> dict[tuple, str]:
+    """The one colour rule of run charts: each distinct method of ``methods`` ((estimator,
+    rank, λ) triples) → ``#rrggbb``, keyed by :func:`method_key`. Exact backprop is
+    ``EXACT_COLOR``; the sketched methods, sorted by estimator, R and λ, take
+    ``METHOD_PALETTE`` in turn (cycling past its 18), so the ranks of one estimator are
+    told apart at a glance on every chart, not as shades of one hue."""
+    keys = sorted({method_key(*m) for m in methods} - {method_key(None)})
+    colors = {k: METHOD_PALETTE[i % len(METHOD_PALETTE)] for i, k in enumerate(keys)}
+    return {method_key(None): EXACT_COLOR, **colors}
 
 
 GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -214,8 +241,9 @@ def panels_figure(
     shared_y: bool = True,
 ) -> go.Figure:
     """One subplot per named ``frames.series`` frame (e.g. one per layer, or per value of
-    a facet field), sharing the y axis (``log_y``: logarithmic); a trace keeps its colour
-    in every panel and appears once in the legend."""
+    a facet field), sharing the y axis (``log_y``: logarithmic) and the x axis (steps or
+    wall time: every panel spans the same range, and a zoom in one zooms all), a trace
+    keeps its colour in every panel and appears once in the legend."""
     names = list(panels)
     if not names:
         return _layout(_no_data(go.Figure(), "no points yet"), title, height_per_row)
@@ -232,6 +260,8 @@ def panels_figure(
         fig.update_yaxes(title_text=y_title, row=r + 1, col=1)
     if log_y:
         fig.update_yaxes(type="log")
+    for axis in [a for a in fig.layout if a.startswith("xaxis") and a != "xaxis"]:  # shared_xaxes: per column only
+        fig.layout[axis].matches = "x"
     return _clear_subplot_titles(_layout(fig, title, height_per_row * rows + 80))
 
 

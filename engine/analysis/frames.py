@@ -15,7 +15,16 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from engine.analysis.charts import SETUP_DASHES, group_color, method_color, method_dash, seed_shade, setup_symbol
+from engine.analysis.charts import (
+    SETUP_DASHES,
+    group_color,
+    method_colors,
+    method_dash,
+    method_key,
+    seed_shade,
+    setup_symbol,
+)
+from engine.analysis.overlap import shared_runs
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import comparable_key, differing_fields, method_label, seed_group_key, stored
 
@@ -25,7 +34,7 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     estimator, rank, lam, seed, preset, steps, ``key`` (comparable config),
     ``group`` (seed group), ``group_id`` (smallest run id of its group),
     ``group_size``, ``method``, ``color`` and ``dash`` (the method's colour and line
-    style, ``charts.method_color``/``method_dash``), ``setup`` (the trajectory and
+    style, ``charts.method_colors`` of these runs/``method_dash``), ``setup`` (the trajectory and
     measurement fields that differ across the selection, e.g. ``lr=0.02``; empty when all
     share one setup) with its ``symbol`` (``charts.setup_symbol`` of the setup's place
     in sorted order), and ``seed_color``: the run's shade of its method colour by its
@@ -37,6 +46,7 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     if not records:
         return pd.DataFrame(columns=columns)
     differing = differing_fields([r.config for r in records])
+    colors = method_colors((r.estimator, r.rank, r.lam) for r in records)
     rows = []
     for r in records:
         setup = ", ".join(f"{k}={r.config.get(k)}" for k in differing)
@@ -45,7 +55,7 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
             "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset, "steps": r.steps,
             "key": comparable_key(r.config), "group": seed_group_key(r.config),
             "method": method_label(r.estimator, r.rank, r.lam), "setup": setup,
-            "color": method_color(r.estimator, r.rank, r.lam), "dash": method_dash(r.lam),
+            "color": colors[method_key(r.estimator, r.rank, r.lam)], "dash": method_dash(r.lam),
             "sweep": getattr(r, "sweep_id", None), "tags": list(getattr(r, "tags", None) or []), "config": dict(r.config),
         })
     info = pd.DataFrame(rows)
@@ -131,7 +141,10 @@ def facets(info: pd.DataFrame, by: str) -> dict[str, pd.DataFrame]:
 def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Series:
     """Legend label per run (indexed by run_id): the run name, or for a pooled seed
     group ``method · mean of k/n seeds`` (shared by its runs: n seeds in the group, k
-    of them with data, i.e. among the run ids ``present``; None: all), with
+    of them with data, i.e. among the run ids ``present``; None: all; ``mean of n
+    seeds`` when k = n), followed by ``(m still training, q queued)`` while some of
+    its runs are running or queued: the mean at a step is over the seeds that reached
+    it, so the tail of such a curve is the mean of fewer seeds (the hover says how many). With
     ``[setup]`` when the selection mixes setups. Labels that would still name two
     curves get ``#id`` (the run id, or the group's smallest run id when pooled)."""
     labels: dict[int, str] = {}
@@ -144,7 +157,10 @@ def trace_labels(info: pd.DataFrame, pool_seeds: bool, present=None) -> pd.Serie
             runs = info[info["group"] == row.group]
             unit = "seeds" if runs["seed"].nunique() == row.group_size else "runs"
             have = int(runs["run_id"].isin(present).sum())
-            base = f"{row.method} · mean of {have}/{row.group_size} {unit}"
+            going = ", ".join(f"{n} {word}" for n, word in ((int((runs["status"] == "running").sum()), "still training"),
+                                                           (int((runs["status"] == "queued").sum()), "queued")) if n)
+            base = (f"{row.method} · mean of {have if have == row.group_size else f'{have}/{row.group_size}'} {unit}"
+                    + (f" ({going})" if going else ""))
         else:
             base = row.name
         label = f"{base} [{row.setup}]" if row.setup else base
@@ -357,7 +373,6 @@ RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name
 }
 RANK_COLUMNS = ["trace", "color", "line_color", "dash", "symbol", "setup", "estimator", "rank", "lam", "step", "seeds", "mean",
                 "std"]
-LINE_RANK = 8  # a line across ranks takes its method's colour at this rank
 
 
 def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None) -> pd.DataFrame:
@@ -372,8 +387,8 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     in MiB); runs without a value are left out of both and of ``seeds``. ``trace``
     names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
     differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
-    the method's colour (``charts.method_color``), ``line_color`` its colour at
-    ``LINE_RANK`` (one per line), ``dash`` its line style (for ``exact``: its setup's,
+    the method's colour (``charts.method_colors`` of ``records``, as on the curves),
+    ``line_color`` that of the line's largest R, ``dash`` its line style (for ``exact``: its setup's,
     ``charts.SETUP_DASHES``, so two setups' reference lines differ), ``symbol`` its
     setup's marker (``charts.setup_symbol``)."""
     if quantity not in RANK_QUANTITIES:
@@ -418,37 +433,6 @@ RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "wind
                     "shared"]
 
 
-def _host(record) -> str:
-    """The machine a run trained on: the host of its ``hostname:pid`` owner (or worker id);
-    "" when it names none (such runs count as one machine)."""
-    owner = getattr(record, "owner", None) or (getattr(record, "worker_id", None) or "").rsplit(":", 1)[0]
-    return owner.rsplit(":", 1)[0] if owner else ""
-
-
-def shared_runs(records) -> set[int]:
-    """The ids of runs that trained while another of ``records`` trained on the same
-    machine (their [started_at, finished_at] intervals overlap; a run still going ends
-    now): their step times measure the sharing, not the method."""
-    spans = []
-    for r in records:
-        start = getattr(r, "started_at", None)
-        if start is None:
-            continue
-        end = getattr(r, "finished_at", None) or pd.Timestamp.now(tz="UTC").to_pydatetime()
-        start, end = pd.Timestamp(start), pd.Timestamp(end)
-        if start.tzinfo is None:
-            start, end = start.tz_localize("UTC"), (end.tz_localize("UTC") if end.tzinfo is None else end)
-        elif end.tzinfo is None:
-            end = end.tz_localize("UTC")
-        spans.append((r.id, _host(r), start, end))
-    shared: set[int] = set()
-    for i, (a, host_a, start_a, end_a) in enumerate(spans):
-        for b, host_b, start_b, end_b in spans[i + 1:]:
-            if host_a == host_b and start_a < end_b and start_b < end_a:
-                shared.update((a, b))
-    return shared
-
-
 def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
     """Each run's own train-step times, for the runs Table 3 counts at its step
     (``RUN_TIME_COLUMNS``): over its evaluation windows up to that step, each window's
@@ -482,6 +466,7 @@ def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, value
     table = table3(records, metrics, at_step)
     table = table[table["seeds"] > 0]
     setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
+    colors = method_colors((r.estimator, r.rank, r.lam) for r in records)
     rows = []
     for row in table.itertuples():
         step = int(row.step)
@@ -496,12 +481,13 @@ def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, value
         name = "exact" if exact else row.estimator + (f" λ={lam:g}" if lam else "")
         rows.append({
             "trace": f"{name} [{row.setup}]" if row.setup else name,
-            "color": method_color(row.estimator, None if exact else row.rank, lam),
-            "line_color": method_color(row.estimator, None if exact else LINE_RANK, lam),
+            "color": colors[method_key(row.estimator, None if exact else row.rank, lam)],
             "dash": SETUP_DASHES[setups[row.setup] % len(SETUP_DASHES)] if exact else method_dash(lam),
             "symbol": setup_symbol(setups[row.setup]), "setup": row.setup, "estimator": row.estimator,
             "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
             "seeds": len(found), "mean": float(found.mean()), "std": float(found.std(ddof=1)) if len(found) > 1 else np.nan,
         })
-    out = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    out = pd.DataFrame(rows, columns=[c for c in RANK_COLUMNS if c != "line_color"])
+    top = out.sort_values("rank", na_position="first").groupby("trace")["color"].last()  # each line: its largest R's
+    out.insert(2, "line_color", out["trace"].map(top))
     return out.astype({"rank": "Int64", "step": "int64", "seeds": "int64"})

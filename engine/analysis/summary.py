@@ -60,7 +60,7 @@ TABLE3_COLUMNS = [
     "delta_val_std", "paired_seeds", "train_loss_mean", "train_loss_std", "cos_mean",
     "mem_saved_bytes_mean", "mem_saved_bytes_exact_mean", "mem_saved_ratio",
     "missing_seeds", "preset", "setup", "run_ids",
-    "delta_val_ci90_low", "delta_val_ci90_high", "tost_p", "margin", "delta_val_by_seed",
+    "delta_val_ci90_low", "delta_val_ci90_high", "tost_p", "margin", "delta_val_by_seed", "duplicates",
 ]
 REFERENCE, MISSING = "reference", "missing"
 TEXT_FORMATS = tuple(f for f in SUMMARY_FORMATS if f != "csv")  # ``render``'s; CSV is an export
@@ -199,6 +199,20 @@ def _by_seed_text(deltas: pd.Series) -> str:
     return ", ".join(f"s{int(s)} {v:+.4f}" for s, v in deltas.sort_index().items())
 
 
+def _duplicates_text(duplicates: dict[int, int], kept: set[int]) -> str:
+    """``25 (see 1), 26 (see 2)``: the duplicates that a run of ``kept`` stands for."""
+    return ", ".join(f"{d} (see {k})" for d, k in sorted(duplicates.items()) if k in kept)
+
+
+def duplicates_note(table: pd.DataFrame) -> str | None:
+    """Which runs ``table3`` left out as duplicates (None: none), in one sentence."""
+    if table.empty or "duplicates" not in table or not table["duplicates"].fillna("").astype(bool).any():
+        return None
+    listed = ", ".join(d for d in table["duplicates"].fillna("") if d)
+    return (f"Left out as duplicates (the same setup and seed as a run that trained further, which stands for each): "
+            f"runs {listed}.")
+
+
 def _seeds_text(seeds) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
 
@@ -220,11 +234,14 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
     * ``mem_saved_bytes_mean``, ``mem_saved_bytes_exact_mean``, ``mem_saved_ratio``:
       saved-for-backward bytes and their ratio run ÷ exact (mean over seeds);
     * ``preset``, ``setup`` (the config fields in which the groups differ),
-      ``run_ids`` (the runs counted).
+      ``run_ids`` (the runs counted), ``duplicates``: the runs left out as duplicates
+      of a counted one (``one_per_seed``: the same setup and seed launched again; the
+      furthest-trained run stands for them, so a shorter relaunch neither counts twice
+      nor pulls the common step down), ``25 (see 1), …``.
 
     Ordered by setup, exact first, then estimator, rank and λ."""
     margin = check_margin(margin)
-    records = list(records)
+    records, duplicates = one_per_seed(records)
     if not records:
         return pd.DataFrame(columns=TABLE3_COLUMNS)
     metrics = metrics[metrics["run_id"].isin([r.id for r in records])]
@@ -268,6 +285,7 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
                 "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
                 "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
                 "tost_p": delta.tost_p, "margin": margin, "delta_val_by_seed": _by_seed_text(deltas),
+                "duplicates": _duplicates_text(duplicates, set(method["run_id"])),
             })
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
     out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
@@ -325,7 +343,7 @@ def render(table: pd.DataFrame, fmt: str = "table") -> str:
     if table.empty:
         return "no runs to summarise\n"
     shown = display_frame(table)
-    note = paper_note(table)
+    note = " ".join(n for n in (duplicates_note(table), paper_note(table)) if n) or None
     if fmt == "table":
         return shown.to_string(index=False) + "\n" + (f"\nNote: {note}\n" if note else "")
     if fmt == "markdown":

@@ -66,9 +66,12 @@ def launch(args, configs: list[RunConfig], tags: tuple[str, ...]) -> int:
     from engine.cli.foreground import train_here
     from engine.runner.jobs import new_sweep_id, queue_runs
     from engine.runner.preflight import check_data
+    from engine.runner.queries import relaunch_warning
 
     store = open_store(args.db)
     check_data(configs)
+    if (again := relaunch_warning(store, configs)) is not None:
+        print(f"warning: {again}", file=sys.stderr)
     if args.queue_only:
         ids = queue_runs(store, configs, tags=tags)
         print(f"queued {len(ids)} run(s) for workers in {store.url}: ids {ids}; start one with "

@@ -4,6 +4,8 @@ each of ``SUMMARY_FORMATS`` (CSV formula-neutralised by ``storage.export``)."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from engine.analysis.summary import SUMMARY_METRICS, render, summarize, table3
@@ -66,6 +68,32 @@ def seed_plan(store: RunStore, configs, margin: float = MARGIN) -> str | None:
     seeds = min(len(s & exact) for s in methods.values())
     sd, source = expected_delta_sd(store, configs)
     return plan_text(seeds, sd, margin, source)
+
+
+RELAUNCH_STATUSES = ("finished", "queued", "running")  # a run that has, or will have, what a relaunch would train
+SHOWN_DUPLICATES = 12  # runs named in a relaunch warning before "and N more"
+
+
+def _identity(config: dict) -> str:
+    return json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
+
+
+def relaunch_warning(store: RunStore, configs) -> str | None:
+    """When some of ``configs`` (``RunConfig``s about to be launched) are already in the
+    database with the identical config and seed (every field but the name) as a finished,
+    queued or running run, a warning naming those runs; None when none is. A warning, not
+    a refusal: another launch of the same seed is a legitimate repeat (a timing or a
+    determinism check), and Compare, Table 3 and the report count one run per seed."""
+    wanted = {_identity(c.to_dict()) for c in configs}
+    same = [r for r in store.list_runs(statuses=list(RELAUNCH_STATUSES)) if _identity(r.config) in wanted]
+    if not same:
+        return None
+    repeated = len({_identity(r.config) for r in same})
+    named = ", ".join(f"#{r.id} {r.name} ({r.status})" for r in same[:SHOWN_DUPLICATES])
+    more = f" and {len(same) - SHOWN_DUPLICATES} more" if len(same) > SHOWN_DUPLICATES else ""
+    return (f"{repeated} of the {len(configs)} runs to launch are already in the database with the same config and "
+            f"seed: {named}{more}. Launching trains them again; Compare and Table 3 count the furthest-trained run "
+            "of each seed, so change the seeds (or steps) to add new ones.")
 
 
 def table3_text(table: pd.DataFrame, fmt: str = "table") -> str:

@@ -56,12 +56,12 @@ def test_line_figure_draws_one_line_per_trace_in_its_run_colour():
 
 
 def test_line_figure_band_log_axis_and_wall_time():
-    frame = _series("basis R=8 · mean of 3/3 seeds", R8, [10, 9, 8], std=0.5, dash="dash")
+    frame = _series("basis R=8 · mean of 3 seeds", R8, [10, 9, 8], std=0.5, dash="dash")
     fig = charts.line_figure(frame, x="wall_time", y_title="train loss (nats/token)", log_y=True)
     upper, lower, line = fig.data
     assert list(upper.y) == [10.5, 9.5, 8.5] and list(lower.y) == [9.5, 8.5, 7.5]
     assert lower.fill == "tonexty" and not upper.showlegend and not lower.showlegend
-    assert line.name == "basis R=8 · mean of 3/3 seeds" and line.showlegend is not False
+    assert line.name == "basis R=8 · mean of 3 seeds" and line.showlegend is not False
     assert lower.fillcolor.startswith("rgba(") and line.line.color == R8 and line.line.dash == "dash"
     assert "mean of %{customdata} seeds at this step" in line.hovertemplate
     assert fig.layout.xaxis.title.text == "wall time (s)" and fig.layout.yaxis.type == "log"

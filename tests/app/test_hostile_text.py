@@ -7,8 +7,8 @@ recorded: none may be attempted. After each page no element built from stored te
 (an ``<img>`` or a link to that host) may exist.
 
 The hostile text must be on the page (as text) for the check to mean anything: each
-visit waits for it first. The Compare visit includes a running run, whose live
-progress label carries its name; Run detail the link to a report titled by a hostile
+visit waits for it first. The Compare visit includes a running run:
+the run picker carries its name; Run detail the link to a report titled by a hostile
 tag (an ``st.page_link`` label is markdown); the Launch visit an error that quotes a typed path.
 """
 
@@ -115,7 +115,8 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
 
                 page.goto(f"{base}/compare")
                 page.get_by_role("heading", name="Compare").wait_for()
-                shows(f"#{live} {MARKDOWN_NAME}: running, step 20 of 400")  # the live progress label
+                shows(f"#{live} {MARKDOWN_NAME}")  # the picker's label of the live run
+                shows("1 training")  # the progress summary
                 shows("Validation loss")
                 nothing_rendered()
 

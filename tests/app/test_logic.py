@@ -113,11 +113,11 @@ def test_runs_view_progress_duration_and_filters(store):
     now = datetime.now(timezone.utc) + timedelta(seconds=30)
     view = tables.runs_view(store.runs_frame(), now=now)
     assert list(view.columns) == tables.RUNS_COLUMNS
-    assert view["id"].tolist() == [a, b]
-    assert view["progress"].tolist() == [1.0, 0.25]
-    assert view["status"].tolist() == ["finished", "running"]
-    assert view.loc[1, "duration_s"] >= 30  # running: up to now
-    assert view.loc[0, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
+    assert view["id"].tolist() == [b, a]  # newest first
+    assert view["progress"].tolist() == [0.25, 1.0]
+    assert view["status"].tolist() == ["running", "finished"]
+    assert view.loc[0, "duration_s"] >= 30  # running: up to now
+    assert view.loc[1, "val_loss"] == pytest.approx(store.metrics([a], names=["val_loss"])["value"].iloc[-1])
     assert tables.filter_runs(view, "BASELINE")["id"].tolist() == [b]
     assert tables.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
     assert tables.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
@@ -144,10 +144,10 @@ def test_describe_runs_groups_seeds_and_names_setups(store):
     info = frames.describe_runs(_records(store, configs))
     assert info["group_size"].tolist() == [2, 2, 2, 2, 1]
     assert info["group_id"].tolist() == [1, 1, 3, 3, 5]
-    assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.method_color("basis", 8, 0.0)] * 3
+    assert info["color"].tolist() == [charts.EXACT_COLOR] * 2 + [charts.METHOD_PALETTE[0]] * 3  # the one sketched method
     assert info["setup"].tolist() == ["lr=0.01"] * 4 + ["lr=0.02"]
     pooled = frames.trace_labels(info, pool_seeds=True)
-    assert pooled.tolist() == ["exact · mean of 2/2 seeds [lr=0.01]"] * 2 + ["basis R=8 · mean of 2/2 seeds [lr=0.01]"] * 2 + ["basis R=8 s0 [lr=0.02]"]
+    assert pooled.tolist() == ["exact · mean of 2 seeds [lr=0.01]"] * 2 + ["basis R=8 · mean of 2 seeds [lr=0.01]"] * 2 + ["basis R=8 s0 [lr=0.02]"]
     single = frames.trace_labels(info, pool_seeds=False)
     assert single[1] == "exact s0 [lr=0.01]" and single[4] == "basis R=8 s1 [lr=0.01]"
 
@@ -155,7 +155,7 @@ def test_describe_runs_groups_seeds_and_names_setups(store):
 def test_trace_labels_disambiguate_equal_names(store):
     info = frames.describe_runs(_records(store, [TINY, TINY]))
     assert frames.trace_labels(info, pool_seeds=False).tolist() == ["basis R=32 s0 #1", "basis R=32 s0 #2"]
-    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2/2 runs"] * 2
+    assert frames.trace_labels(info, pool_seeds=True).tolist() == ["basis R=32 · mean of 2 runs"] * 2
 
 
 # ----------------------------------------------------------------------------- smoothing and pooling
@@ -191,7 +191,7 @@ def test_pooling_with_a_queued_seed_and_one_cut_short_claims_only_seeds_with_dat
     metrics = metrics[metrics["run_id"] != ids[2]]  # the queued seed has written nothing
     info = frames.describe_runs([store.get_run(i) for i in ids])
     s = frames.series(metrics, info, "val_loss")
-    assert set(s["trace"]) == {"basis R=16 · mean of 2/3 seeds"}
+    assert set(s["trace"]) == {"basis R=16 · mean of 2/3 seeds (1 queued)"}
     assert s.loc[s["x"] <= 20, "n"].eq(2).all() and s.loc[s["x"] > 20, "n"].eq(1).all()
     assert s.loc[s["x"] <= 20, "lo"].notna().all() and s.loc[s["x"] > 20, ["lo", "hi"]].isna().all().all()
     fig = charts.line_figure(s, y_title="loss")
@@ -200,8 +200,8 @@ def test_pooling_with_a_queued_seed_and_one_cut_short_claims_only_seeds_with_dat
 
     alone = metrics[metrics["run_id"] == ids[0]]
     s1 = frames.series(alone, info, "val_loss")
-    assert set(s1["trace"]) == {"basis R=16 · mean of 1/3 seeds"} and s1["lo"].isna().all()
-    assert [t.name for t in charts.line_figure(s1, y_title="loss").data] == ["basis R=16 · mean of 1/3 seeds"]  # no band
+    assert set(s1["trace"]) == {"basis R=16 · mean of 1/3 seeds (1 queued)"} and s1["lo"].isna().all()
+    assert [t.name for t in charts.line_figure(s1, y_title="loss").data] == ["basis R=16 · mean of 1/3 seeds (1 queued)"]  # no band
 
 
 def test_a_band_never_bridges_a_step_with_one_seed():
@@ -216,16 +216,17 @@ def test_series_pools_seeds_into_mean_and_std(store):
     metrics = store.metrics(info["run_id"].tolist())
     s = frames.series(metrics, info, "val_loss")
     assert list(s.columns) == frames.SERIES_COLUMNS
-    pooled = s[s["trace"] == "basis R=32 · mean of 3/3 seeds"]
+    pooled = s[s["trace"] == "basis R=32 · mean of 3 seeds"]
     raw = metrics[(metrics["name"] == "val_loss") & metrics["run_id"].isin([1, 2, 3])].pivot(index="step", columns="run_id", values="value")
     assert pooled["x"].tolist() == raw.index.tolist()
     np.testing.assert_allclose(pooled["y"], raw.mean(axis=1))
     np.testing.assert_allclose(pooled["hi"] - pooled["y"], raw.std(axis=1, ddof=1), atol=1e-12)
-    assert (pooled["n"] == 3).all() and (pooled["color"] == charts.method_color("basis", 32, 0.0)).all()
+    r32 = info.loc[info["rank"] == 32, "color"].iloc[0]
+    assert r32 == charts.method_colors(zip(info["estimator"], info["rank"], info["lam"]))[charts.method_key("basis", 32, 0.0)]
+    assert (pooled["n"] == 3).all() and (pooled["color"] == r32).all()
     exact = s[s["trace"] == "exact s0"]
     assert exact["lo"].isna().all() and (exact["n"] == 1).all() and (exact["color"] == charts.EXACT_COLOR).all()
     unpooled = frames.series(metrics, info, "val_loss", pool_seeds=False)
-    r32 = charts.method_color("basis", 32, 0.0)
     assert unpooled.groupby("trace")["color"].first().to_dict() == {  # shades of the method's colour, one per seed
         "basis R=32 s0": r32, "basis R=32 s1": charts.seed_shade(r32, 1),
         "basis R=32 s2": charts.seed_shade(r32, 2), "exact s0": charts.EXACT_COLOR}

@@ -46,14 +46,14 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     at = app().run()
     assert not at.exception
     table = runs_table(at)
-    assert table["id"].tolist() == a + b
+    assert table["id"].tolist() == b + a[::-1]  # newest first
     assert table["name"].tolist() == ["basis R=32 s0", "basis R=8 s0", "basis R=32 s0"]  # same name twice…
-    assert table["sweep"].tolist() == [SWEEP_A, SWEEP_A, SWEEP_B]  # …told apart by sweep and id
-    assert [list(t) for t in table["tags"]] == [["pilot"], ["pilot"], ["ablation", "lam"]]
-    assert table["steps_text"].tolist() == ["40/40", "40/40", "6/40"]
-    assert table["status"].tolist() == ["✓ finished", "✓ finished", "▶ running"]  # decorated in the view only
+    assert table["sweep"].tolist() == [SWEEP_B, SWEEP_A, SWEEP_A]  # …told apart by sweep and id
+    assert [list(t) for t in table["tags"]] == [["ablation", "lam"], ["pilot"], ["pilot"]]
+    assert table["steps_text"].tolist() == ["6/40", "40/40", "40/40"]
+    assert table["status"].tolist() == ["▶ running", "✓ finished", "✓ finished"]  # decorated in the view only
     assert store.get_run(b[0]).status == "running"
-    assert table["progress"].tolist() == [1.0, 1.0, 0.15]  # 6/40: a whole percent
+    assert table["progress"].tolist() == [0.15, 1.0, 1.0]  # 6/40: a whole percent
     columns = json.loads(at.dataframe[0].proto.columns)
     assert columns["progress"]["type_config"]["format"] == "percent"
     shown = list(at.dataframe[0].proto.column_order)
@@ -69,11 +69,11 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     at.multiselect(key="runs.sweep").set_value([]).run()
     assert at.multiselect(key="runs.tag").options == ["ablation", "lam", "pilot"]
     at.multiselect(key="runs.tag").set_value(["pilot"]).run()
-    assert runs_table(at)["id"].tolist() == a
+    assert runs_table(at)["id"].tolist() == a[::-1]
     at.multiselect(key="runs.tag").set_value(["lam", "pilot"]).run()
-    assert runs_table(at)["id"].tolist() == a + b
+    assert runs_table(at)["id"].tolist() == b + a[::-1]
     at.multiselect(key="runs.sweep").set_value([SWEEP_A]).run()
-    assert runs_table(at)["id"].tolist() == a
+    assert runs_table(at)["id"].tolist() == a[::-1]
 
 
 PHONE_TABLE_PX = 420 - 2 * 16  # a 420 px window less the page's side padding (the sidebar collapses)

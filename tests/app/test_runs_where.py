@@ -20,7 +20,7 @@ def test_runs_filter_narrows_the_table_and_keeps_it_in_the_url(url, store):
     r32 = fake_run(pilot, dataclasses.replace(TINY, rank=32, lam=0.0), final=6.9)
     other = fake_run(store, dataclasses.replace(TINY, rank=8, lam=0.0), final=6.1)
     at = app().run()
-    assert not at.exception and _ids(at) == [exact, r8, r32, other]
+    assert not at.exception and _ids(at) == [other, r32, r8, exact]
 
     at.text_input(key="runs.where").set_value("rank >= 8 and lam == 0 and val_loss < 6.5 and tags contains pilot").run()
     assert not at.exception and not at.error
@@ -31,18 +31,18 @@ def test_runs_filter_narrows_the_table_and_keeps_it_in_the_url(url, store):
     errors = [e.value.replace("\\", "") for e in at.error]  # shown as plain text: markdown escaped
     assert len(errors) == 1 and "\n" not in errors[0]
     assert "unknown field 'val_los'; did you mean val_loss" in errors[0]
-    assert _ids(at) == [exact, r8, r32, other]  # not applied
+    assert _ids(at) == [other, r32, r8, exact]  # not applied
 
     at.text_input(key="runs.where").set_value("rank in [8,").run()
     assert [e.value for e in at.error] and "expected a value" in at.error[0].value
 
     at.text_input(key="runs.where").set_value("").run()
-    assert not at.error and _ids(at) == [exact, r8, r32, other] and "where" not in at.query_params
+    assert not at.error and _ids(at) == [other, r32, r8, exact] and "where" not in at.query_params
 
     linked = app()
     linked.query_params["where"] = "estimator == exact or rank == 32"
     linked.switch_page("views/runs.py").run()
-    assert not linked.exception and _ids(linked) == [exact, r32]
+    assert not linked.exception and _ids(linked) == [r32, exact]
     assert linked.text_input(key="runs.where").value == "estimator == exact or rank == 32"
 
 

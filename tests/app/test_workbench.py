@@ -71,7 +71,7 @@ def test_compare_counts_each_seed_once_and_reads_table3_where_the_runs_reached(u
     assert any(f"#{b[0]} (see #{a[0]})" in c and f"#{b[1]} (see #{a[1]})" in c for c in _texts(at.caption))
     val = figures(at)["Validation loss"]
     names = sorted(t["name"] for t in val["data"] if t.get("showlegend") is not False)
-    assert names == ["basis R=8 · mean of 3/3 seeds", "exact · mean of 3/3 seeds"], names
+    assert names == ["basis R=8 · mean of 3 seeds", "exact · mean of 3 seeds"], names
     table = at.dataframe[0].value
     assert table["step"].tolist() == ["300", "300"] and table["seeds"].tolist() == [3, 3], table
     assert not any("Read at step" in i for i in _texts(at.info))

@@ -163,7 +163,7 @@ def test_final_metrics_are_the_latest_step_of_each_name(store):  # SQLite and Po
 def test_cli_list_export_and_summary_take_where(lab_store, tmp_path, capsys):
     assert cli.main(["list", "--where", "tags contains pilot and rank == 8"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out[1:]] == ["2", "5"]
+    assert [line.split()[0] for line in out[1:]] == ["5", "2"]  # newest first
 
     csv = tmp_path / "pilot.csv"
     assert cli.main(["export", "--out", str(csv), "--where", "estimator == exact"]) == 0

@@ -13,6 +13,7 @@ the builders of ``frames`` and ``charts``, the dashboard's own) and the diagnosi
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -52,10 +53,61 @@ def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame |
                      + ", ".join(f"#{r.id} {r.status}" for r in unfinished[:20]) + ("…" if len(unfinished) > 20 else ""))
     if len(t3) and (t3["missing_seeds"] != "").any():
         notes.append("Some methods miss seeds at the compared step (Table 3's 'missing seeds').")
+    notes += interruption_notes(records)
     return Report(title=title or describe_selection(selection), created_at=created, selection=selection,
                   run_ids=[r.id for r in records], at_step=at_step, setup=_setup(records, metrics),
                   table3=t3, step_times=steps, diagnoses=diag, verdicts=verdicts, figures=figures,
-                  captions=captions, notes=notes)
+                  captions=captions, notes=notes, gathering=gathering(records, selection))
+
+
+RESUMED = re.compile(r"(resumed from the checkpoint at step \d+|restarted from step 0)")
+
+
+def interruption_notes(records) -> list[str]:
+    """What the report says of runs that were stopped part-way: those still ``interrupted``
+    (their numbers stop at their last validation; ``python -m engine resume`` continues
+    them), and those resumed (their run notes record each resume: from which checkpoint
+    step, or from step 0 when none could be read). A resumed run's metrics after its
+    checkpoint were recomputed, with the same batches, so its curves and Table 3 read as
+    one run."""
+    out = []
+    interrupted = [r for r in records if r.status == "interrupted"]
+    if interrupted:
+        out.append(f"{len(interrupted)} run(s) were interrupted and not resumed when this report was built: "
+                   + ", ".join(f"#{r.id} at step {r.steps_done:,} of {r.steps or 0:,}" for r in interrupted[:20])
+                   + ("…" if len(interrupted) > 20 else "") + ". Their numbers stop at their last validation; "
+                   "`python -m engine resume --all` (or Resume all on the Runs page) continues them from their last "
+                   "checkpoint.")
+    resumed = [(r, RESUMED.findall(r.notes or "")) for r in records]
+    resumed = [(r, found) for r, found in resumed if found]
+    if resumed:
+        out.append(f"{len(resumed)} run(s) were interrupted and resumed: "
+                   + "; ".join(f"#{r.id} {', '.join(found)}" for r, found in resumed[:20])
+                   + ("…" if len(resumed) > 20 else "") + ". A resumed run recomputes what followed its checkpoint "
+                   "with the same batches, so its curves and Table 3 values read as one uninterrupted run.")
+    return out
+
+
+def gathering(records, selection: dict) -> list[str]:
+    """How to gather the data claims (a) and (b) need: they are judged on estimator
+    diagnoses (``python -m engine diagnose``: every estimator's dW on a trained run's own
+    state, batches and sketch keys), not on the training runs; the run named is the
+    furthest-trained finished run of the selection (the newest of equals)."""
+    finished = [r for r in records if r.status == "finished"]
+    run = max(finished, key=lambda r: (r.steps_done, r.id)).id if finished else "RUN"
+    chosen = (f"--sweep {selection['sweep']}" if selection.get("sweep") else
+              f"--tags {','.join(selection['tags'])}" if selection.get("tags") else
+              "--runs " + " ".join(map(str, selection["runs"])) if selection.get("runs") else "")
+    return [
+        "(a) and (b) are judged on estimator diagnoses, not on the training runs: they compare balanced with uniform "
+        "hashing (balanced vs countsketch, basis vs scalars) and the scalars on and off (scalars vs countsketch, "
+        "basis vs balanced) on the same states, batches and sketch keys.",
+        f"Diagnose a trained run: python -m engine diagnose {run} --estimators balanced,countsketch,basis,scalars "
+        "--ranks 4,16,64 (or the Estimators page); R = 1 is left out, as there the two hashings are the same. More "
+        "keys (--keys) narrow the intervals: see what would decide each claim above.",
+        f"Then rebuild this report: python -m engine report {chosen + ' ' if chosen else ''}--out report.html (or "
+        "Rebuild on the Report page); the diagnoses stored for its runs are read in.",
+    ]
 
 
 def _figures(records, metrics, at_step, steps) -> tuple[dict[str, go.Figure], dict[str, str]]:

@@ -20,7 +20,7 @@ import plotly.io as pio
 
 from engine.analysis import claims
 from engine.analysis.report.stored import decode_frame, encode_frame, json_default
-from engine.analysis.summary import TABLE3_COLUMNS, display_frame, paper_note
+from engine.analysis.summary import TABLE3_COLUMNS, display_frame, duplicates_note, paper_note
 from engine.config import method_label
 from engine.core.stats import MARGIN
 
@@ -61,6 +61,7 @@ class Report:
     figures: dict[str, go.Figure]
     captions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    gathering: list[str] = field(default_factory=list)  # how to gather the data claims (a) and (b) need
 
     # ------------------------------------------------------------------ document
 
@@ -77,9 +78,9 @@ class Report:
         out += [Block("heading", "Table 3: validation loss and the paired difference to exact backprop"),
                 Block("table", "Table 3", frame=display_frame(self.table3) if len(self.table3) else _empty("no runs"),
                       text=table3_caption(self.table3))]
-        note = paper_note(self.table3) if len(self.table3) else None
-        if note:
-            out.append(Block("text", text="Note: " + note))
+        for note in (duplicates_note(self.table3), paper_note(self.table3)) if len(self.table3) else ():
+            if note:
+                out.append(Block("text", text="Note: " + note))
         out += [Block("heading", "Claims of the paper"),
                 Block("table", "Claims", frame=claims.verdict_frame(self.verdicts),
                       text="Each claim with the verdict the stored data support, by the rules below, and the numbers "
@@ -88,6 +89,8 @@ class Report:
         plans = tuple(f"({v.key}) {v.power}" for v in self.verdicts if v.power)
         if plans:
             out.append(Block("list", f"What would decide each claim ({claims.POWER:.0%} power)", items=plans))
+        if self.gathering:
+            out.append(Block("list", "How to gather the data claims (a) and (b) need", items=tuple(self.gathering)))
         out += [Block("heading", "Figures")]
         out += [Block("figure", name=name, text=self.captions.get(name, "")) for name in self.figures]
         if len(self.step_times):
@@ -121,7 +124,7 @@ class Report:
             "diagnoses": encode_frame(self.diagnoses),
             "verdicts": [v.__dict__ for v in self.verdicts],
             "figures": {k: json.loads(pio.to_json(f, validate=False)) for k, f in self.figures.items()},
-            "captions": self.captions, "notes": self.notes,
+            "captions": self.captions, "notes": self.notes, "gathering": self.gathering,
         }, allow_nan=False, default=json_default)
 
     @classmethod
@@ -137,7 +140,7 @@ class Report:
             table3=_with_columns(decode_frame(d["table3"]), TABLE3_COLUMNS), step_times=decode_frame(d["step_times"]),
             diagnoses=decode_frame(d["diagnoses"]), verdicts=[claims.Verdict(**v) for v in d["verdicts"]],
             figures={k: pio.from_json(json.dumps(f), skip_invalid=True) for k, f in d["figures"].items()},
-            captions=d.get("captions", {}), notes=d.get("notes", []),
+            captions=d.get("captions", {}), notes=d.get("notes", []), gathering=d.get("gathering", []),
         )
 
 
@@ -207,5 +210,5 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     or "" for the text of ``delta_val_by_seed``), so an older report still renders."""
     for column in columns:
         if column not in frame:
-            frame[column] = "" if column == "delta_val_by_seed" else np.nan
+            frame[column] = "" if column in ("delta_val_by_seed", "duplicates") else np.nan
     return frame

@@ -1,19 +1,20 @@
-"""``list``: every run (or those ``--where`` matches), one line each."""
+"""``list``: every run (or those ``--where`` matches), newest first, one line each;
+100 columns wide unless ``--wide`` (``engine.cli.listing``)."""
 
 from __future__ import annotations
 
 from engine.cli import arguments
 
-COLUMNS = ["id", "name", "status", "sweep_id", "estimator", "rank", "lam", "seed", "preset", "steps_done", "steps",
-           "last_train_loss", "last_val_loss", "last_mean_cos", "owner", "created_at"]
-
 
 def register(subparsers) -> None:
-    subparsers.add_parser("list", parents=[arguments.db_parent(), arguments.where_parent()],
-                          help="all runs (or those --where matches)")
+    p = subparsers.add_parser("list", parents=[arguments.db_parent(), arguments.where_parent()],
+                              help="all runs (or those --where matches), newest first")
+    p.add_argument("--wide", action="store_true", help="every column, nothing cut (default: fits 100 columns)")
 
 
 def run(args) -> int:
+    from engine.cli.listing import list_text
+
     store = arguments.open_store(args.db, create=False)
     frame = store.runs_frame()
     if frame.empty:
@@ -21,5 +22,5 @@ def run(args) -> int:
         return 0
     if args.where:
         frame = frame[frame["id"].isin(arguments.where_ids(store, args.where))]
-    print(frame[[c for c in COLUMNS if c in frame.columns]].to_string(index=False, na_rep="-"))
+    print(list_text(frame, wide=args.wide))
     return 0

@@ -70,10 +70,12 @@ def run(args) -> int:
 def _estimate(args, store, sweep, configs, margin: float) -> None:
     """Print the seed advice at ``margin``, what the grid is, and its estimated time."""
     from engine.runner.estimates import grid_estimate
-    from engine.runner.queries import seed_plan
+    from engine.runner.queries import relaunch_warning, seed_plan
 
     if (plan := seed_plan(store, configs, margin)) is not None:
         print(f"warning: {plan} (--seeds)", file=sys.stderr)
+    if (again := relaunch_warning(store, configs)) is not None:
+        print(f"warning: {again}", file=sys.stderr)
     seeds = ", ".join(map(str, sweep.seeds))
     print(f"the paper's grid: {len(configs)} runs (exact and basis R={','.join(map(str, sweep.ranks))}, "
           f"λ={sweep.lams[0]:g}; seeds {seeds}), {args.steps:,} steps each, tagged {', '.join(sweep.tags)}",
