@@ -256,7 +256,7 @@ def dw_moments(
     return moments(key_values(x, dy, w_shape, estimator, rank, lam, keys, key, chunk))
 
 
-def diagnose(
+def diagnose(  # noqa: C901 — still to be split (issue 28)
     model_cfg: GPTConfig,
     params,
     batches: Sequence[jax.Array],
