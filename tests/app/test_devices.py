@@ -26,9 +26,9 @@ def test_runs_view_has_device_count_and_kind():
         "started_at": [pd.Timestamp("2026-01-01", tz="UTC")] * 2, "finished_at": [pd.Timestamp("2026-01-01", tz="UTC")] * 2,
         "checkpoint_step": [4, 4], "notes": ["", ""], "device": ["cpu: cpu", "gpu: NVIDIA H200 × 8"],
     })
-    view = tables.runs_view(frame)
-    assert list(view["devices"]) == [1, 8]
-    assert list(view["device"]) == ["cpu: cpu", "gpu: NVIDIA H200"]
+    view = tables.runs_view(frame)  # newest first
+    assert list(view["devices"]) == [8, 1]
+    assert list(view["device"]) == ["gpu: NVIDIA H200", "cpu: cpu"]
 
 
 def test_launch_form_has_the_devices_group():

@@ -43,7 +43,7 @@ def test_compare_charts_a_chosen_metric_pooled_over_seeds_and_writes_it_into_the
     cpu = figures(at)["Process CPU"]
     assert cpu["layout"]["yaxis"]["title"]["text"] == "% of one core"
     traces = {t["name"]: t for t in cpu["data"]}
-    pooled, upper = traces["basis R=8 · mean of 3/3 seeds"], traces["basis R=8 · mean of 3/3 seeds +std"]
+    pooled, upper = traces["basis R=8 · mean of 3 seeds"], traces["basis R=8 · mean of 3 seeds +std"]
     rows = store.metrics(ids[:3], names=["sys/cpu_percent"])
     want = rows.groupby("step")["value"].agg(["mean", "std"])  # 100 + step + 10·seed over seeds 0-2
     np.testing.assert_allclose(pooled["y"], want["mean"].to_numpy())

@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import threading
@@ -350,9 +351,15 @@ def test_the_procfile_refuses_to_serve_without_a_password(tmp_path):
 
 
 def test_make_run_binds_localhost():
+    """``make run`` starts the dashboard command without an address of its own, and that
+    command's Streamlit listens on 127.0.0.1 (this machine only)."""
+    from app import serve
+
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^run:.*\n\t(.*)$", makefile, re.M).group(1)
-    assert "--server.address 127.0.0.1" in recipe
+    assert "basis-lab-dashboard" in recipe and "--address" not in recipe
+    args = serve.build_parser().parse_args(shlex.split(recipe.split("basis-lab-dashboard", 1)[1].replace("$(PORT)", "8600")))
+    assert " --server.address 127.0.0.1 " in " ".join(serve.command(args.port, args.address)) + " "
 
 
 # ----------------------------------------------------------------------------- real browser
