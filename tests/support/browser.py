@@ -90,6 +90,23 @@ def streamlit_server(env: dict, log_path: Path):
                 server.wait()
 
 
+@contextlib.contextmanager
+def dashboard_page(url: str, token_cache: Path, log_path: Path, *, width: int = 1400, height: int = 1100):
+    """The dashboard on database ``url`` (offline, the session's token cache) in headless
+    Chromium: yields (port, page), the page ``width`` × ``height`` px with a 120 s default
+    timeout; the browser and the server stop after."""
+    sync_playwright, chromium = playwright_and_chromium()
+    env = dict(os.environ, BASIS_LAB_DB_URL=url, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
+    with streamlit_server(env, log_path) as port, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(120_000)
+            yield port, page
+        finally:
+            browser.close()
+
+
 def choose(page, testid: str, label: str, option: str, attempts: int = 4) -> None:
     """Open the ``testid`` widget (``stSelectbox``, ``stMultiSelect``) labelled ``label``
     and pick ``option``. A click that lands while the page is still re-rendering opens
