@@ -24,10 +24,19 @@ exact step with the same memory options as BASIS (like with like).
 
 ``--fit`` finds, at gpt2 T 1024, the largest batch of ``exact``, ``exact+opts`` and
 ``basis R=32 mlp+head``; ``--long-t`` the longest T at gpt2, B 1, of ``exact`` and
-``basis R=32 mlp+head``. Both by real steps, each in a fresh process: doubling until a
-step fails, then bisection; the table shows the n that ran and n + 1 that did not. On a
-CPU (``--tiny``), which never runs out of memory, a step "fails" when its compiled need
-(XLA's memory analysis: arguments + outputs − aliased + temporaries) exceeds ``--limit``.
+``basis R=32 mlp+head``. Both by real steps, each in a fresh process. The search starts
+from an estimate: XLA's memory analysis of the compiled step (arguments + outputs −
+aliased + temporaries) at two batch sizes (three T, whose cost grows as T²), fitted by a
+polynomial and solved for the device's allocator limit. From there it steps by 1, 2, 4 …
+until one step runs and one fails, then bisects between them; the table shows the n that
+ran and n + 1 that did not, and the estimate beside them. On a CPU (``--tiny``), which
+never runs out of memory, a step "fails" when its compiled need exceeds ``--limit``.
+
+Compiling dominates on a GPU (a gpt2 step compiles for tens of seconds), so every program
+a phase will run is first compiled in parallel (``--workers`` processes, compile only)
+into one persistent XLA compilation cache (``--cache``, autotuning results included);
+the timed and the searching processes then load their executables from it. Nothing is
+timed while another process runs.
 
 ``--explore`` times, in one process, what the defaults are chosen by: the three ways of
 applying S to the head's dZ (16384 × 50257), the fused head at several chunk sizes
@@ -35,6 +44,7 @@ against logits then cross-entropy, and attention ``xla`` against ``recompute``.
 
     python bench/gpu.py [--shapes paper,bt16k,gpt2] [--fit] [--long-t] [--explore] [--tiny] [--json out.json]
     python bench/gpu.py --shapes gpt2 --fit --long-t     # one call per shape group on a GPU
+    python bench/gpu.py --tiny --fit --long-t --explore  # every path, on a CPU
 """
 
 from __future__ import annotations
@@ -97,9 +107,23 @@ def _setup(cfg, batch_size: int):
     return opt, state, batch
 
 
+def _need(compiled) -> int | None:
+    """Bytes the compiled step needs on the device: arguments + outputs − aliased + temporaries."""
+    m = compiled.memory_analysis()
+    if m is None:
+        return None
+    return m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+
+
+def _device_limit(jax) -> int | None:
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
 def one(spec: dict) -> dict:
-    """Time and peak memory of one method at one shape (``--one``), or, with ``batch``,
-    one real step at that batch size (the fit's confirmation)."""
+    """Time and peak memory of one method at one shape (``--one``); with ``batch``, one
+    real step at that batch size (the search's try); with ``compile_only``, the compile
+    alone (filling the cache) and the step's compiled need against the device's limit."""
     import jax
 
     from engine.training.steps import make_train_step
@@ -115,12 +139,13 @@ def one(spec: dict) -> dict:
     t0 = time.perf_counter()
     step = make_train_step(cfg, opt).lower(state, batch, root).compile()
     compile_s = time.perf_counter() - t0
-    out = dict(spec, compile_s=compile_s, device=f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
-    if spec.get("limit"):  # --tiny: a stand-in for device memory, which a CPU does not run out of
-        m = step.memory_analysis()
-        need = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-        if need > spec["limit"]:
-            return dict(out, ok=False, error=f"needs {need} compiled bytes > limit {spec['limit']}")
+    need = _need(step)
+    out = dict(spec, compile_s=compile_s, need_bytes=need, limit_bytes=spec.get("limit") or _device_limit(jax),
+               device=f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    if spec.get("compile_only"):
+        return dict(out, ok=True)
+    if spec.get("limit") and need is not None and need > spec["limit"]:  # --tiny: a CPU never runs out
+        return dict(out, ok=False, error=f"needs {need} compiled bytes > limit {spec['limit']}")
     try:
         state, loss = step(state, batch, jax.random.fold_in(root, 0))
         jax.block_until_ready(loss)
@@ -130,6 +155,14 @@ def one(spec: dict) -> dict:
     if spec.get("batch"):
         stats = jax.devices()[0].memory_stats() or {}
         return dict(out, peak_bytes=stats.get("peak_bytes_in_use"))
+    return dict(out, **_timed(step, state, batch, root, spec))
+
+
+def _timed(step, state, batch, root, spec: dict) -> dict:
+    """ms/step: the median over ``blocks`` blocks of ``steps`` steps, one sync per block,
+    after ``warmup`` steps; the allocator's peak read after them."""
+    import jax
+
     for i in range(spec["warmup"]):
         state, loss = step(state, batch, jax.random.fold_in(root, i + 1))
     jax.block_until_ready(state)
@@ -141,7 +174,7 @@ def one(spec: dict) -> dict:
         jax.block_until_ready(state)
         times.append((time.perf_counter() - t0) / n)
     stats = jax.devices()[0].memory_stats() or {}
-    return dict(out, ms=1e3 * statistics.median(times), ms_blocks=[1e3 * t for t in times],
+    return dict(ms=1e3 * statistics.median(times), ms_blocks=[1e3 * t for t in times],
                 peak_bytes=stats.get("peak_bytes_in_use"), final_loss=float(loss))
 
 
@@ -159,33 +192,111 @@ def run_one(spec: dict, timeout: float) -> dict:
     return dict(spec, ok=False, error=tail[:200])
 
 
-def largest(spec: dict, key: str, start: int, timeout: float, cap: int = 1 << 16) -> dict:
+def compile_all(specs: list[dict], workers: int, timeout: float) -> list[dict]:
+    """Compile every spec's step, ``workers`` fresh processes at a time, into the
+    persistent cache the later runs load from; returns each compile's result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not specs:
+        return []
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return list(pool.map(lambda s: run_one(dict(s, compile_only=True), timeout), specs))
+
+
+BRACKET = 2  # the compiled neighbours of an estimate: n − 2 … n + 2, compiled at once
+
+
+def _fitted_n(points: list[int], needs: list[int], limit: int) -> int:
+    """The largest n whose need, by the polynomial through (points, needs) of degree
+    len(points) − 1, stays under ``limit`` (need grows with n)."""
+    import numpy as np
+
+    poly = np.polynomial.Polynomial.fit(points, needs, deg=len(points) - 1)
+    lo, hi = 1, max(points)
+    while poly(hi) <= limit and hi < 1 << 20:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if poly(mid) <= limit else (lo, mid)
+    return lo
+
+
+def estimates(specs: list[dict], key: str, points: list[int], workers: int, timeout: float) -> list[int | None]:
+    """Where each spec's real search starts. All specs compile at ``points`` at once;
+    need(n) fitted through them is solved for the device's limit (n₀); then n₀ − 2 … n₀ + 2
+    compile at once, filling the cache the tries load from, and the largest of them whose
+    compiled need fits the limit is the start (n₀ − 2 when none fits; None without a
+    memory analysis)."""
+    wide = compile_all([dict(s, **{key: n}) for s in specs for n in points], workers, timeout)
+    first = []
+    for k in range(len(specs)):
+        done = wide[k * len(points):(k + 1) * len(points)]
+        needs = [d.get("need_bytes") for d in done]
+        limit = next((d.get("limit_bytes") for d in done if d.get("limit_bytes")), None)
+        first.append(_fitted_n(points, needs, limit) if limit and None not in needs else None)
+    near = [(k, n) for k, n0 in enumerate(first) if n0 for n in range(max(1, n0 - BRACKET), n0 + BRACKET + 1)]
+    done = compile_all([dict(specs[k], **{key: n}) for k, n in near], workers, timeout)
+    fitting: dict[int, int] = {}
+    for (k, n), d in zip(near, done):
+        if d.get("need_bytes") is not None and d.get("limit_bytes") and d["need_bytes"] <= d["limit_bytes"]:
+            fitting[k] = max(fitting.get(k, 0), n)
+    return [fitting.get(k, n0 and max(1, n0 - BRACKET)) for k, n0 in enumerate(first)]
+
+
+def largest(spec: dict, key: str, start: int, timeout: float, guess: int | None = None) -> dict:
     """The largest ``spec[key]`` (a batch size or a T) at which one real train step runs,
-    each try in a fresh process (``run_one``): doubling from ``start`` until a step
-    fails, then bisection between the last success and the first failure. Returns the
-    largest n that ran and n + 1, which did not (``fits``/``fails``, with their results)."""
+    each try in a fresh process (``run_one``): from ``start``, steps of 1, 2, 4 … up
+    while steps run (down while they fail) until one runs and one fails, then bisection
+    between them. Returns ``fits`` (the largest n that ran) and ``fails`` (n + 1, which
+    did not), with the estimate it started from and the number of tries."""
     tried: dict[int, dict] = {}
 
     def ok(n: int) -> bool:
-        tried[n] = run_one(dict(spec, **{key: n}), timeout)
+        if n not in tried:
+            tried[n] = run_one(dict(spec, **{key: n}), timeout)
         return bool(tried[n].get("ok"))
 
-    if not ok(start):
-        return dict(spec, search=key, fits=None, fails=start, error=tried[start].get("error"), tries=len(tried))
-    lo, hi = start, None
-    while hi is None and lo < cap:
-        n = min(2 * lo, cap)
-        if ok(n):
-            lo = n
-        else:
-            hi = n
-    if hi is None:
-        return dict(spec, search=key, fits=lo, fails=None, error=f"still fits at the cap {cap}", tries=len(tried))
+    lo, hi = _bracket(ok, start)
+    if lo is None or hi is None:
+        why = tried[min(tried)].get("error") if lo is None else f"still fits at {lo}"
+        return dict(spec, search=key, fits=lo, fails=hi, estimate=guess, error=why, tries=len(tried))
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return dict(spec, search=key, fits=lo, fails=hi, fail_error=tried[hi].get("error"), tries=len(tried),
-                peak_bytes=tried[lo].get("peak_bytes"))
+    return dict(spec, search=key, fits=lo, fails=hi, estimate=guess, fail_error=tried[hi].get("error"),
+                tries=len(tried), peak_bytes=tried[lo].get("peak_bytes"), need_bytes=tried[lo].get("need_bytes"))
+
+
+def search(specs: list[dict], key: str, points: list[int], workers: int, timeout: float, label: str) -> list[dict]:
+    """``largest`` of every spec, from its compiled estimate, one spec at a time."""
+    found = []
+    for spec, start in zip(specs, estimates(specs, key, points, workers, timeout)):
+        found.append(largest(spec, key, start or points[0], timeout, guess=start))
+        f = found[-1]
+        print(f"  {label} {spec['method']}: {f.get('fits')} fits, {f.get('fails')} does not "
+              f"(estimate {f.get('estimate')}, {f.get('tries')} tries)", flush=True)
+    return found
+
+
+def _bracket(ok, start: int, cap: int = 1 << 16) -> tuple[int | None, int | None]:
+    """(lo, hi) with ``ok(lo)`` and not ``ok(hi)``, galloping from ``start`` by 1, 2, 4 …;
+    lo None when even 1 fails, hi None when ``cap`` still runs."""
+    step = 1
+    if ok(start):
+        lo = start
+        while lo < cap:
+            n = min(lo + step, cap)
+            if not ok(n):
+                return lo, n
+            lo, step = n, 2 * step
+        return lo, None
+    hi = start
+    while hi > 1:
+        n = max(hi - step, 1)
+        if ok(n):
+            return n, hi
+        hi, step = n, 2 * step
+    return None, hi
 
 
 # ----------------------------------------------------------------------------- explore
@@ -215,17 +326,20 @@ def explore(tiny: bool) -> list[dict]:
 
     rows, n, v = (2048, 64, 2048) if tiny else (16384, 256, 50257)
     rows_out = []
-    a = jax.random.normal(jax.random.key(0), (rows, v))
-    print(f"\nS·a for a of {rows} × {v} (ms)")
-    for rank in (1, 8, 32):
-        sk = draw_sketch(jax.random.key(rank), "balanced", rows, rank)
-        cells = {}
-        for method in SKETCH_METHODS:
-            f = jax.jit(lambda a, sk=sk, method=method: apply_sketch(sk, a, method))
-            cells[method] = _bench(f, a)
-        rows_out.append(dict(kind="sketch", rank=rank, **cells))
-        print(f"  R={rank:<3}" + "".join(f" {m} {t:7.3f}" for m, t in cells.items()))
-    del a
+    a32 = jax.random.normal(jax.random.key(0), (rows, v))
+    print(f"\nS·a for a of {rows} × {v} (ms); bfloat16: a in bfloat16, the one-hot S exact in it")
+    for dtype in ("float32", "bfloat16"):
+        a = a32.astype(dtype)
+        for rank in (1, 8, 32):
+            sk = draw_sketch(jax.random.key(rank), "balanced", rows, rank)
+            cells = {}
+            for method in SKETCH_METHODS:
+                f = jax.jit(lambda a, sk=sk, method=method: apply_sketch(sk, a, method))
+                cells[method] = _bench(f, a)
+            rows_out.append(dict(kind="sketch", dtype=dtype, rank=rank, **cells))
+            print(f"  {dtype:<9} R={rank:<3}" + "".join(f" {m} {t:7.3f}" for m, t in cells.items()))
+        del a
+    del a32
     kx, kw, kt = jax.random.split(jax.random.key(1), 3)
     x = jax.random.normal(kx, (rows, n))
     w = jax.random.normal(kw, (n, v)) * 0.02
@@ -293,15 +407,16 @@ def print_table(results: list[dict]) -> None:
 
 def print_fit(fits: list[dict], title: str, key: str) -> None:
     base = next((f for f in fits if f["method"] == "exact" and f.get("fits")), None)
-    print(f"\n{title} (real steps, each in a fresh process; doubling then bisection)")
-    print(f"  {'method':<22}{'fits':>8}{'fails':>8}{'×exact':>8}{'tries':>7}  why n+1 failed")
+    print(f"\n{title} (real steps, each in a fresh process; from the compiled estimate, then bisection)")
+    print(f"  {'method':<22}{'fits':>8}{'fails':>8}{'×exact':>8}{'estimate':>10}{'tries':>7}  why n+1 failed")
     for f in fits:
         ratio = f"{f['fits'] / base['fits']:.2f}" if base and f.get("fits") else "-"
         why = (f.get("fail_error") or f.get("error") or "")[:70]
-        print(f"  {f['method']:<22}{f.get('fits') or '-':>8}{f.get('fails') or '-':>8}{ratio:>8}{f.get('tries', 0):>7}  {why}")
+        print(f"  {f['method']:<22}{f.get('fits') or '-':>8}{f.get('fails') or '-':>8}{ratio:>8}"
+              f"{f.get('estimate') or '-':>10}{f.get('tries', 0):>7}  {why}")
 
 
-def main(argv=None):  # noqa: C901, PLR0915 — still to be split (issue 28)
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="paper,bt16k,gpt2")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -318,11 +433,70 @@ def main(argv=None):  # noqa: C901, PLR0915 — still to be split (issue 28)
     ap.add_argument("--no-table", action="store_true", help="skip the step-time table")
     ap.add_argument("--explore", action="store_true", help="time sketch methods, head chunks, attention")
     ap.add_argument("--tiny", action="store_true", help="small shapes (for a CPU)")
+    ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                    help="processes that compile at once into the cache (nothing is timed meanwhile)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="the persistent XLA compilation cache (default: a fresh temporary folder)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per method's process")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--explore-one", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def use_cache(path: Path | None) -> Path:
+    """Every child compiles into, and loads from, one persistent cache (inherited environment)."""
+    import tempfile
+
+    path = path or Path(tempfile.mkdtemp(prefix="basis-lab-gpu-cache-"))
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    return path
+
+
+def run_explore(args) -> list | None:
+    done = subprocess.run([sys.executable, __file__, "--explore-one"] + (["--tiny"] if args.tiny else []),
+                          capture_output=True, text=True, timeout=args.timeout * 2)
+    print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("[")))
+    if done.returncode:
+        print(done.stderr[-2000:])
+    return next((json.loads(x) for x in done.stdout.splitlines() if x.startswith("[")), None)
+
+
+def run_searches(args, shapes: dict, limit: int) -> tuple[list[dict], list[dict]]:
+    """--fit (batch at gpt2 T 1024) and --long-t (T at gpt2, B 1: positions grow with T, attention as T²)."""
+    gpt2 = shapes["gpt2"]
+    fits = longs = []
+    if args.fit:
+        specs = [dict(shape=gpt2, method=m, limit=limit) for m in args.fit_methods.split(",")]
+        fits = search(specs, "batch", [gpt2[0], 2 * gpt2[0]], args.workers, args.timeout, "fit B")
+    if args.long_t:
+        specs = [dict(shape=gpt2, method=m, batch=1, limit=limit) for m in LONG_T_METHODS]
+        longs = search(specs, "seq_len", [gpt2[1], 2 * gpt2[1], 4 * gpt2[1]], args.workers, args.timeout, "long T")
+    return fits, longs
+
+
+def run_table(args, shapes: dict) -> list[dict]:
+    """Every method × dtype × shape: compiled in parallel first, then timed one at a time."""
+    specs = [dict(shape_name=name, shape=shapes[name], method=m, dtype=d, steps=args.steps,
+                  blocks=args.blocks, warmup=args.warmup)
+             for name in args.shapes.split(",") for m in args.methods.split(",") for d in args.dtypes.split(",")]
+    t0 = time.perf_counter()
+    compile_all(specs, args.workers, args.timeout)
+    print(f"  compiled {len(specs)} steps in {time.perf_counter() - t0:.0f} s ({args.workers} at a time)", flush=True)
+    results = []
+    for spec in specs:
+        r = run_one(spec, args.timeout)
+        results.append(r)
+        print(f"  {spec['shape_name']} {spec['method']} {spec['dtype']}: "
+              + (f"{r['ms']:.2f} ms, peak {(r.get('peak_bytes') or 0) / 2**30:.2f} GiB, load {r['compile_s']:.1f} s"
+                 if r.get("ok") else f"failed: {r.get('error')}"), flush=True)
+    return results
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return
@@ -330,50 +504,24 @@ def main(argv=None):  # noqa: C901, PLR0915 — still to be split (issue 28)
         print(json.dumps(explore(args.tiny)))
         return
     # this process never starts a JAX backend: the device memory is each child's alone
+    cache = use_cache(args.cache)
     shapes = TINY if args.tiny else SHAPES
-    print(f"one process per method; ms/step: median of {args.blocks} blocks of {args.steps} steps", flush=True)
+    print(f"one process per method; ms/step: median of {args.blocks} blocks of {args.steps} steps; "
+          f"cache {cache}", flush=True)
     out: dict = {}
     if args.explore:
-        done = subprocess.run([sys.executable, __file__, "--explore-one"] + (["--tiny"] if args.tiny else []),
-                              capture_output=True, text=True, timeout=args.timeout * 2)
-        print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("[")))
-        if done.returncode:
-            print(done.stderr[-2000:])
-        out["explore"] = next((json.loads(x) for x in done.stdout.splitlines() if x.startswith("[")), None)
+        out["explore"] = run_explore(args)
     limit = TINY_LIMIT if args.tiny and not args.limit else args.limit
-    fits, longs = [], []
-    if args.fit:  # one at a time: compiling autotunes on the device, which takes memory
-        for method in args.fit_methods.split(","):
-            spec = dict(shape=shapes["gpt2"], method=method, limit=limit)
-            fits.append(largest(spec, "batch", shapes["gpt2"][0], args.timeout))
-            print(f"  fit {method}: B {fits[-1].get('fits')} fits, {fits[-1].get('fails')} does not", flush=True)
-        out["fit"] = fits
-    if args.long_t:  # gpt2, B 1: the longest sequence (positions table grows with T)
-        for method in LONG_T_METHODS:
-            spec = dict(shape=shapes["gpt2"], method=method, batch=1, limit=limit)
-            longs.append(largest(spec, "seq_len", shapes["gpt2"][1], args.timeout))
-            print(f"  long T {method}: T {longs[-1].get('fits')} fits, {longs[-1].get('fails')} does not", flush=True)
-        out["long_t"] = longs
-    results = []
-    if not args.no_table:
-        for name in args.shapes.split(","):
-            for method, dtype in [(m, d) for m in args.methods.split(",") for d in args.dtypes.split(",")]:
-                spec = dict(shape_name=name, shape=shapes[name], method=method, dtype=dtype, steps=args.steps,
-                            blocks=args.blocks, warmup=args.warmup)
-                r = run_one(spec, args.timeout)
-                results.append(r)
-                print(f"  {name} {method} {dtype}: " + (f"{r['ms']:.2f} ms, peak {(r.get('peak_bytes') or 0) / 2**30:.2f} GiB, "
-                                                f"compile {r['compile_s']:.0f} s" if r.get("ok") else f"failed: {r.get('error')}"),
-                      flush=True)
-        out["table"] = results
+    out["fit"], out["long_t"] = run_searches(args, shapes, limit)
+    out["table"] = [] if args.no_table else run_table(args, shapes)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
-    if results:
-        print_table(results)
-    if fits:
-        print_fit(fits, f"largest batch at gpt2 T {shapes['gpt2'][1]}", "batch")
-    if longs:
-        print_fit(longs, "longest T at gpt2, B 1", "seq_len")
+    if out["table"]:
+        print_table(out["table"])
+    if out["fit"]:
+        print_fit(out["fit"], f"largest batch at gpt2 T {shapes['gpt2'][1]}", "batch")
+    if out["long_t"]:
+        print_fit(out["long_t"], "longest T at gpt2, B 1", "seq_len")
 
 
 if __name__ == "__main__":
