@@ -72,6 +72,7 @@ METHODS = ["exact", "exact+opts"] + [f"basis R={r} {layers}" for layers in ("mlp
 FIT_METHODS = ["exact", "exact+opts", "basis R=32 mlp+head"]
 LONG_T_METHODS = ["exact", "basis R=32 mlp+head"]
 TINY_LIMIT = 192 << 20  # --tiny's stand-in for device memory (bytes of the compiled step)
+START = time.perf_counter()
 PLAIN = dict(head_chunk=0, attention="xla", recompute_activations=False, remat="none")
 
 
@@ -194,13 +195,21 @@ def run_one(spec: dict, timeout: float) -> dict:
 
 def compile_all(specs: list[dict], workers: int, timeout: float) -> list[dict]:
     """Compile every spec's step, ``workers`` fresh processes at a time, into the
-    persistent cache the later runs load from; returns each compile's result."""
+    persistent cache the later runs load from; returns each compile's result, and
+    prints each as it ends (a lease's log shows where the time went)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    def compiled(spec: dict) -> dict:
+        done = run_one(dict(spec, compile_only=True), timeout)
+        what = " ".join(str(spec.get(k)) for k in ("shape_name", "method", "dtype", "batch", "seq_len") if spec.get(k))
+        print(f"    compiled {what}: " + (f"{done['compile_s']:.0f} s" if done.get("ok") else f"failed: {done.get('error')}"),
+              flush=True)
+        return done
 
     if not specs:
         return []
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        return list(pool.map(lambda s: run_one(dict(s, compile_only=True), timeout), specs))
+        return list(pool.map(compiled, specs))
 
 
 BRACKET = 2  # the compiled neighbours of an estimate: n − 2 … n + 2, compiled at once
@@ -438,6 +447,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cache", type=Path, default=None,
                     help="the persistent XLA compilation cache (default: a fresh temporary folder)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per method's process")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds: start no timed run after this long (a lease's end), print what ran")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--explore-one", action="store_true", help=argparse.SUPPRESS)
@@ -487,6 +498,9 @@ def run_table(args, shapes: dict) -> list[dict]:
     print(f"  compiled {len(specs)} steps in {time.perf_counter() - t0:.0f} s ({args.workers} at a time)", flush=True)
     results = []
     for spec in specs:
+        if args.deadline and time.perf_counter() - START > args.deadline:
+            print(f"  {spec['shape_name']} {spec['method']} {spec['dtype']}: not run (past --deadline)", flush=True)
+            continue
         r = run_one(spec, args.timeout)
         results.append(r)
         print(f"  {spec['shape_name']} {spec['method']} {spec['dtype']}: "
