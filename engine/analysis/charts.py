@@ -324,7 +324,7 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
 
 
 def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
-    """The paper's central figure from a ``frames.rank_frame``: the quantity against the
+    """The paper's central figure from a ``method_frames.rank_frame``: the quantity against the
     rank R on a log x axis, one line per trace (estimator, λ, setup) in its
     ``line_color`` and ``dash``, each point in its method's colour and its setup's
     marker with the seed std as its error bar; exact as a horizontal band (mean ± std,

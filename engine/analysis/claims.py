@@ -10,10 +10,10 @@ and a pure function of three tables that returns a verdict with the numbers behi
   relative to ‖dW‖², ``engine.analysis.diagnostics``, and the number of sketch keys K
   behind them);
 * ``step_times``: the mean train-step time per method (``STEP_TIME_COLUMNS``,
-  ``engine.analysis.frames.step_time_frame``);
+  ``engine.analysis.method_frames.step_time_frame``);
 
 and, for the claims that name them in ``Claim.options``, ``timings`` (each run's own
-step times and whether it shared its machine, ``engine.analysis.frames.run_time_frame``)
+step times and whether it shared its machine, ``engine.analysis.method_frames.run_time_frame``)
 and ``margin`` (δ, the equivalence margin of a Δ val, ``engine.core.stats.MARGIN``).
 
 A verdict also says what would decide it (``Verdict.power``): the seeds (or runs) that
@@ -625,7 +625,7 @@ def judge(table3: pd.DataFrame, diagnoses: pd.DataFrame | None = None,
           step_times: pd.DataFrame | None = None, *, timings: pd.DataFrame | None = None,
           margin: float = MATCH_DELTA) -> list[Verdict]:
     """The verdict of every claim in ``CLAIMS`` on the given tables (module docstring), with
-    what would decide it; ``timings``: ``frames.run_time_frame`` (None: (e) is not measured);
+    what would decide it; ``timings``: ``method_frames.run_time_frame`` (None: (e) is not measured);
     ``margin``: δ of claim (c)."""
     diagnoses = pd.DataFrame(columns=DIAGNOSIS_COLUMNS) if diagnoses is None else diagnoses
     step_times = pd.DataFrame(columns=STEP_TIME_COLUMNS) if step_times is None else step_times
