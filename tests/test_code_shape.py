@@ -11,7 +11,7 @@ FUNCTION_LINES, MODULE_LINES = 60, 500
 PACKAGES = ("engine", "storage", "app")
 
 LONG_FUNCTIONS: dict[tuple[str, str], int] = {}  # (module, function): its length now, a ceiling until it is split
-LONG_MODULES = {"engine/training/checkpoints.py": 688, "engine/analysis/claims.py": 646, "engine/config/run.py": 554}
+LONG_MODULES: dict[str, int] = {}  # module: its length now, a ceiling until it is split
 
 
 def _sources():
