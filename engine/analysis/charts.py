@@ -6,7 +6,7 @@ method (estimator, rank, λ) of a selection its own colour from a categorical pa
 the loss and cosine curves, the memory bars and the points of the rank figure. Frames
 carry that colour in their ``color`` column. Exact-baseline bars in memory charts are
 light grey. Every axis has a title with its unit. (:func:`method_color`, a hue family
-per estimator shaded by R, is the Estimators page's colour of an estimator.)
+per estimator shaded by R, is the Diagnosis page's colour of an estimator.)
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ def execute(
     stored and it ends ``cancelled``, saying how much was done."""
     owner = owner or liveness.current_owner()
     if not store.claim_diagnostic(diag_id, owner):
-        raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
+        raise ConfigError(f"diagnosis {diag_id} is not queued (already run or running); start a new one")
     cancel = cancel if cancel is not None else threading.Event()
     progress = [0, plan.work]
 

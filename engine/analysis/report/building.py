@@ -103,7 +103,7 @@ def gathering(records, selection: dict) -> list[str]:
         "hashing (balanced vs countsketch, basis vs scalars) and the scalars on and off (scalars vs countsketch, "
         "basis vs balanced) on the same states, batches and sketch keys.",
         f"Diagnose a trained run: python -m engine diagnose {run} --estimators balanced,countsketch,basis,scalars "
-        "--ranks 4,16,64 (or the Estimators page); R = 1 is left out, as there the two hashings are the same. More "
+        "--ranks 4,16,64 (or the Diagnosis page); R = 1 is left out, as there the two hashings are the same. More "
         "keys (--keys) narrow the intervals: see what would decide each claim above.",
         f"Then rebuild this report: python -m engine report {chosen + ' ' if chosen else ''}--out report.html (or "
         "Rebuild on the Report page); the diagnoses stored for its runs are read in.",
