@@ -2,7 +2,8 @@
 # Each builds the local virtual environment at .venv from a lock compiled from
 # pyproject.toml (`make lock`): every transitive package pinned, with its hashes.
 # `make run` installs requirements.txt (runtime only: no pytest, no Playwright);
-# `make test` installs requirements-test.txt (runtime + the test extra).
+# `make test` installs requirements-test.txt (runtime + the test extra);
+# `make install-cuda` adds requirements-cuda.txt (runtime + the cuda extra) for NVIDIA GPUs.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml 
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
 
-.PHONY: run test install install-test lock browser postgres bench
+.PHONY: run test install install-test install-cuda lock browser postgres bench
 
 # $(1): the lock to install; $(2): the stamp family (run or test).
 define install_lock
@@ -38,9 +39,18 @@ $(TEST_STAMP): requirements-test.txt pyproject.toml
 run: install
 	$(VENV)/bin/basis-lab-dashboard --port $(PORT)
 
-# Recompiles both locks from pyproject.toml, keeping every pin that still satisfies it
+# NVIDIA GPUs (CUDA 12, Linux): into the .venv that `make run` or `make test` built, the cuda
+# extra from its own hashed lock (the runtime lock's pins, plus JAX's CUDA plugin at the locked
+# jax's version, NVIDIA's libraries and nvidia-ml-py for the GPU metrics): some GB of wheels.
+install-cuda:
+	test -x $(PY) || $(MAKE) install
+	$(PY) -m pip install --quiet --require-hashes -r requirements-cuda.txt
+	$(PY) -m pip check
+
+# Recompiles the locks from pyproject.toml, keeping every pin that still satisfies it
 # (`make lock LOCK_FLAGS=--upgrade` moves everything to the newest allowed versions).
-# The test lock is constrained by the runtime lock, so the two never disagree.
+# The test and cuda locks are constrained by the runtime lock, so they never disagree with it.
+# (The cuda lock's hashes come from the index: about 11 minutes here, no CUDA wheel installed.)
 LOCK_FLAGS ?=
 PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
 	--strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_FLAGS)
@@ -49,6 +59,7 @@ lock:
 	$(PY) -m pip install --quiet pip-tools==$(PIP_TOOLS_VERSION)
 	$(PIP_COMPILE) --output-file requirements.txt pyproject.toml
 	$(PIP_COMPILE) --extra test -c requirements.txt --output-file requirements-test.txt pyproject.toml
+	$(PIP_COMPILE) --extra cuda -c requirements.txt --output-file requirements-cuda.txt pyproject.toml
 
 browser:
 	bash scripts/install_browser.sh

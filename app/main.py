@@ -2,7 +2,7 @@
 
 Pages: Launch (a sweep form), Runs (every run in the database, and the workers),
 Compare (live charts and the paper's Table 3 for the selected runs), Run detail,
-Estimators (bias, variance and MSE of the dW estimators) and Report (a sweep's report:
+Diagnosis (bias, variance and MSE of the dW estimators) and Report (a sweep's report:
 setup, Table 3, the paper's claims with verdicts, figures; HTML and Markdown downloads). Training happens in the job
 manager's worker threads (or in ``python -m engine worker`` processes), which write
 to the database; the pages only read it.
@@ -24,14 +24,17 @@ if not gate.unlocked():
     st.stop()
 
 runs_page = st.Page("views/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs")
+diagnosis_page = st.Page("views/diagnosis.py", title="Diagnosis", icon=":material/query_stats:", url_path="diagnosis")
 page = st.navigation([
     st.Page(lambda: st.switch_page(runs_page), title="Home", url_path="home", default=True, visibility="hidden"),
     st.Page("views/launch.py", title="Launch", icon=":material/rocket_launch:", url_path="launch"),
     runs_page,
     st.Page("views/compare.py", title="Compare", icon=":material/monitoring:", url_path="compare"),
     st.Page("views/detail.py", title="Run detail", icon=":material/description:", url_path="detail"),
-    st.Page("views/estimators.py", title="Estimators", icon=":material/query_stats:", url_path="estimators"),
+    diagnosis_page,
     st.Page("views/report.py", title="Report", icon=":material/summarize:", url_path="report"),
+    # the Diagnosis page's address before it was renamed, so old links and bookmarks still lead to it
+    st.Page(lambda: st.switch_page(diagnosis_page), title="Estimators", url_path="estimators", visibility="hidden"),
 ])
 
 with st.sidebar:

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from engine.analysis.frames import RANK_QUANTITIES
+from engine.analysis.method_frames import RANK_QUANTITIES
 
 X_AXES = ("step", "wall_time")
 MAX_SMOOTHING = 0.99

@@ -157,25 +157,25 @@ def chunk_sizes(rows: int) -> list[int]:
     return sorted({c for c in (rows // 4, rows // 2, 128, 256, rows) if 0 < c <= rows})
 
 
-def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> list[str]:  # noqa: C901 — still to be split (issue 28)
+def build_cases(preset: str, batch, heads: list[int]) -> list[Case]:
+    """The plain reference, exact and basis R ∈ ``RANKS`` at each head chunk in ``heads``
+    (0: unfused), and a per-step-sync twin of each of ``SYNC_CASES``, all compiled."""
     base = RunConfig(preset=preset, lr=0.01, momentum=0.9)
-    b, t = base.effective_batch_size, base.effective_seq_len
-    vocab = model_config(base).vocab_size
-    rng = np.random.default_rng(seed)
-    batches = [jnp.asarray(rng.integers(0, vocab, (b, t + 1)), jnp.int32) for _ in range(4)]
-    keys = list(jax.random.split(jax.random.key(seed), block))
-    heads = [0, *chunk_sizes(b * t)]
-    cases: list[Case] = []
-    plain = plain_case(base, batches[0])
-    cases.append(Case("plain", "plain", None, False, plain, []))
+    cases = [Case("plain", "plain", None, False, plain_case(base, batch), [])]
     for estimator, rank in [("exact", 32), *[("basis", r) for r in RANKS]]:
         method = "exact" if estimator == "exact" else f"basis R={rank}"
         for h in heads:
             cfg = RunConfig(preset=preset, estimator=estimator, rank=rank, head_chunk=h, lr=0.01, momentum=0.9)
-            cases.append(Case(f"{method} h{h}", method, h, False, our_case(cfg, batches[0]), []))
+            cases.append(Case(f"{method} h{h}", method, h, False, our_case(cfg, batch), []))
     for c in list(cases):
         if c.name in SYNC_CASES:
             cases.append(Case(c.name + " sync", c.method, c.head, True, c.run, []))
+    return cases
+
+
+def time_cases(cases: list[Case], batches, keys, reps: int, block: int, warmup: int, seed: int) -> None:
+    """``warmup`` steps of each case, then ``reps`` rounds of one block of every case in a
+    shuffled (seeded) order; each block's time per step goes to its case's samples."""
     for c in cases:
         run_block(c, batches, keys, warmup)
     order = np.random.default_rng(seed + 1)
@@ -184,25 +184,34 @@ def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> 
             c = cases[i]
             c.samples.append(run_block(c, batches, keys, block))
 
+
+def ratio(ref_samples, samples) -> float:
+    """The median over rounds of reference time ÷ case time (> 1: the case is faster)."""
+    return statistics.median(r / s for r, s in zip(ref_samples, samples))
+
+
+def won(ref_samples, samples) -> float:
+    """The share of rounds in which the case was faster than the reference."""
+    return sum(s < r for r, s in zip(ref_samples, samples)) / len(samples)
+
+
+def case_table(cases: list[Case]) -> list[str]:
+    """One line per case: ms/step, steps/s, and its ratio and wins against plain and exact h0."""
     by_name = {c.name: c for c in cases}
-    ref = by_name["plain"].samples
-    exact0 = by_name["exact h0"].samples
-
-    def ratio(ref_samples, samples):
-        return statistics.median(r / s for r, s in zip(ref_samples, samples))
-
-    def won(ref_samples, samples):
-        return sum(s < r for r, s in zip(ref_samples, samples)) / len(samples)
-
-    lines = [f"## preset {preset}: B={b} T={t} (B·T={b * t}) d={model_config(base).d_model} "
-             f"layers={model_config(base).n_layers} V={vocab}; {reps} rounds × {block} steps, device {jax.devices()[0].platform}",
-             f"{'case':<24}{'head':>6}{'sync':>6}{'ms/step':>10}{'steps/s':>10}{'×plain':>9}{'won':>6}{'×exact h0':>11}{'won':>6}"]
+    ref, exact0 = by_name["plain"].samples, by_name["exact h0"].samples
+    lines = [f"{'case':<24}{'head':>6}{'sync':>6}{'ms/step':>10}{'steps/s':>10}{'×plain':>9}{'won':>6}{'×exact h0':>11}{'won':>6}"]
     for c in cases:
         med = statistics.median(c.samples)
         head = "—" if c.head is None else ("off" if c.head == 0 else str(c.head))
         lines.append(f"{c.name:<24}{head:>6}{'yes' if c.sync else 'no':>6}{med * 1e3:>10.3f}{1 / med:>10.1f}"
                      f"{ratio(ref, c.samples):>9.3f}{won(ref, c.samples):>6.0%}{ratio(exact0, c.samples):>11.3f}{won(exact0, c.samples):>6.0%}")
-    lines.append("fused head against unfused (same method; ratio = unfused time ÷ fused time, > 1 = fused faster):")
+    return lines
+
+
+def head_and_sync_lines(cases: list[Case], heads: list[int]) -> list[str]:
+    """The fused head against the unfused one per method, and per-step sync against none."""
+    by_name = {c.name: c for c in cases}
+    lines = ["fused head against unfused (same method; ratio = unfused time ÷ fused time, > 1 = fused faster):"]
     for method in ["exact", *[f"basis R={r}" for r in RANKS]]:
         unfused = by_name[f"{method} h0"].samples
         fused = {h: by_name[f"{method} h{h}"].samples for h in heads if h}
@@ -214,6 +223,22 @@ def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> 
     for name in SYNC_CASES:
         lines.append(f"  {name:<16} {ratio(by_name[name].samples, by_name[name + ' sync'].samples):.3f}")
     return lines
+
+
+def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int) -> list[str]:
+    """Every case of ``preset`` timed in one process; the report's lines."""
+    base = RunConfig(preset=preset, lr=0.01, momentum=0.9)
+    b, t = base.effective_batch_size, base.effective_seq_len
+    vocab = model_config(base).vocab_size
+    rng = np.random.default_rng(seed)
+    batches = [jnp.asarray(rng.integers(0, vocab, (b, t + 1)), jnp.int32) for _ in range(4)]
+    keys = list(jax.random.split(jax.random.key(seed), block))
+    heads = [0, *chunk_sizes(b * t)]
+    cases = build_cases(preset, batches[0], heads)
+    time_cases(cases, batches, keys, reps, block, warmup, seed)
+    head = (f"## preset {preset}: B={b} T={t} (B·T={b * t}) d={model_config(base).d_model} "
+            f"layers={model_config(base).n_layers} V={vocab}; {reps} rounds × {block} steps, device {jax.devices()[0].platform}")
+    return [head, *case_table(cases), *head_and_sync_lines(cases, heads)]
 
 
 def main(argv=None) -> int:

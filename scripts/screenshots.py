@@ -24,9 +24,9 @@ from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server
 from tests.support.runs import SWEEP_A, TINY, InSweep, fake_run  # noqa: E402
 
 WIDTHS = (1400, 420)
-PAGES = ("launch", "runs", "compare", "detail", "estimators", "report")
+PAGES = ("launch", "runs", "compare", "detail", "diagnosis", "report")
 READY = {"launch": "runs to launch", "runs": "in all", "compare": "Summary (the paper's Table 3 form)",
-         "detail": "Validation loss", "estimators": "Relative MSE", "report": "Table 3"}
+         "detail": "Validation loss", "diagnosis": "Relative MSE", "report": "Table 3"}
 
 
 def demo(url: str) -> dict:
@@ -56,7 +56,7 @@ def demo(url: str) -> dict:
     store.set_diagnostic_status(diag, "finished")
     report = reports.save(store, reports.build(store, {"sweep": SWEEP_A}))
     store.close()
-    return {"detail": f"?run={ids[2]}", "report": f"?id={report}", "estimators": ""}
+    return {"detail": f"?run={ids[2]}", "report": f"?id={report}", "diagnosis": ""}
 
 
 def main() -> None:

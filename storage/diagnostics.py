@@ -58,7 +58,7 @@ class DiagnosticsRepository(Repository):
         with self.db.session(write=True) as s:
             diag = s.get(Diagnostic, diag_id)
             if diag is None:
-                raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
+                raise StorageError(f"no diagnosis {diag_id}; list the run's diagnoses to see their ids")
             diag.status = status
             diag.heartbeat_at = now
             if status == "running" and diag.started_at is None:
@@ -96,7 +96,7 @@ class DiagnosticsRepository(Repository):
             if rowcount(res) == 1:
                 return True
             if s.get(Diagnostic, diag_id) is None:
-                raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
+                raise StorageError(f"no diagnosis {diag_id}; list the diagnoses to see their ids")
             return False
 
     def diagnostic_cancel_requested(self, diag_id: int) -> bool:
@@ -109,9 +109,9 @@ class DiagnosticsRepository(Repository):
         with self.db.session(write=True) as s:
             status = s.execute(select(Diagnostic.status).where(Diagnostic.id == diag_id).with_for_update()).scalar()
             if status is None:
-                raise StorageError(f"no diagnostic {diag_id}; list the diagnoses to see their ids")
+                raise StorageError(f"no diagnosis {diag_id}; list the diagnoses to see their ids")
             if status == "running":
-                raise StorageError(f"diagnostic {diag_id} is running; cancel it first, then delete it once it stops")
+                raise StorageError(f"diagnosis {diag_id} is running; cancel it first, then delete it once it stops")
             s.execute(delete(DiagnosticResult.__table__).where(DiagnosticResult.__table__.c.diagnostic_id == diag_id))
             s.execute(delete(Diagnostic.__table__).where(Diagnostic.__table__.c.id == diag_id))
 
@@ -138,7 +138,7 @@ class DiagnosticsRepository(Repository):
             return
         with self.db.session(write=True) as s:
             if s.get(Diagnostic, diag_id) is None:
-                raise StorageError(f"no diagnostic {diag_id}; list the run's diagnostics to see their ids")
+                raise StorageError(f"no diagnosis {diag_id}; list the run's diagnoses to see their ids")
             s.execute(insert(DiagnosticResult.__table__), params)
 
     def diagnostic_results(self, diag_id: int, key_values: bool = False) -> pd.DataFrame:

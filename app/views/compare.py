@@ -6,7 +6,7 @@ import streamlit as st
 
 from app import differences, metric_charts, state, viewstate
 from app.display import plain, plot
-from engine.analysis import charts, frames, progress
+from engine.analysis import charts, frames, method_frames, progress
 from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
@@ -366,10 +366,10 @@ def _by_rank(records_now: dict, info, metrics) -> None:
             st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
                           f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
                           "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
-    quantity = c2.radio("quantity", list(frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
-                        format_func=lambda q: frames.RANK_QUANTITIES[q][0])
-    name, y_title, _ = frames.RANK_QUANTITIES[quantity]
-    by_rank = frames.rank_frame(records_now.values(), metrics, quantity, at_step)
+    quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
+                        format_func=lambda q: method_frames.RANK_QUANTITIES[q][0])
+    name, y_title, _ = method_frames.RANK_QUANTITIES[quantity]
+    by_rank = method_frames.rank_frame(records_now.values(), metrics, quantity, at_step)
     plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
     st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
                "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")

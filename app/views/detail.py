@@ -42,27 +42,14 @@ run_id = st.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
 st.query_params["run"] = str(run_id)
 
 
-def _view() -> None:  # noqa: C901, PLR0915 — still to be split (issue 28)
-    """The run's status, numbers and charts; a live fragment while it is active."""
-    try:
-        run = store.get_run(run_id)
-    except RunNotFoundError:
-        st.info("This run was deleted.")
-        return
-    if (run.status in ACTIVE_STATUSES) != active:
-        st.rerun()  # the run started or ended: redraw with the matching refresh rate
-    if message := state.take_flash():
-        st.toast(plain(message))
-    info = frames.describe_runs([run])
-    metrics = state.metrics(store, [run_id])
-    summary = summarize([run], metrics)
-    row = summary.iloc[0]
+def _heading(run) -> None:
+    """The run's name and status, its facts, its reports and (while active) its progress."""
     st.subheader(f"{plain(run.name)}  ·  {status_text(run.status)}")
     facts = [f"#{run.id}", f"sweep {run.sweep_id or '—'}", f"tags {', '.join(run.tags) if run.tags else '—'}",
              f"worker {run.owner or run.worker_id or '—'}",
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
-    for r in store.list_reports(run_id=run_id)[:3]:
+    for r in store.list_reports(run_id=run.id)[:3]:
         st.page_link("views/report.py", label=plain(f"Report: {r.title}"), icon=":material/summarize:",
                      query_params={"id": str(r.id)})
     if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
@@ -71,15 +58,19 @@ def _view() -> None:  # noqa: C901, PLR0915 — still to be split (issue 28)
     if run.status in ACTIVE_STATUSES:
         steps = max(run.steps or 1, 1)
         st.progress(min(run.steps_done / steps, 1.0), text=f"step {run.steps_done:,} of {steps:,}")
+
+
+def _buttons(run) -> None:
+    """Stop (while active), Resume (when it ended resumable) and Clone to Launch."""
     buttons = st.container(horizontal=True)
     if run.status in ACTIVE_STATUSES and buttons.button("Stop this run…", icon=":material/stop_circle:", key="detail.stop",
                                                         help="Cancel this run (asks first, naming it)."):
-        state.set_dialog(("stop", [run_id]))
+        state.set_dialog(("stop", [run.id]))
         st.rerun()
     if run.status in RESUMABLE_STATUSES and buttons.button(
             "Resume", icon=":material/play_arrow:", key="detail.resume", type="primary",
             help="Continue this run under its own id from its last checkpoint (from step 0 when it has none)."):
-        state.flash(resume_text({run_id: run.checkpoint_step}, lab.manager.resume([run_id])))
+        state.flash(resume_text({run.id: run.checkpoint_step}, lab.manager.resume([run.id])))
         st.rerun()  # redraw with the refresh rate of an active run
     if buttons.button("Clone to Launch", icon=":material/content_copy:", key="detail.clone",
                       help="Fill the Launch form with this run's settings."):
@@ -89,6 +80,10 @@ def _view() -> None:  # noqa: C901, PLR0915 — still to be split (issue 28)
             st.error(plain(f"This run cannot be cloned: {e}"))
         else:
             st.switch_page("views/launch.py")
+
+
+def _numbers(run, row) -> None:
+    """The run's headline figures, then its error and its notes, as plain text."""
     m = st.container(horizontal=True, gap="large")  # each figure as wide as it needs ("5 min 03 s" was cut), wrapping when narrow
     m.metric(f"steps done (of {run.steps:,})" if run.steps else "steps done", f"{run.steps_done:,}", width="content")
     m.metric("val loss", f"{row.val_loss:.4f}" if pd.notna(row.val_loss) else "—", width="content")
@@ -105,6 +100,9 @@ def _view() -> None:  # noqa: C901, PLR0915 — still to be split (issue 28)
     if run.notes:
         st.info(plain(run.notes), icon=":material/edit_note:")
 
+
+def _charts(metrics, info, summary) -> None:
+    """Losses, the per-layer dW probes, throughput, memory, its breakdown and the system metrics."""
     left, right = st.columns(2)
     with left:
         s = frames.series(metrics, info, "val_loss", pool_seeds=False)
@@ -131,6 +129,26 @@ def _view() -> None:  # noqa: C901, PLR0915 — still to be split (issue 28)
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
     metric_charts.system_section(metrics, info)
+
+
+def _view() -> None:
+    """The run's status, numbers and charts; a live fragment while it is active."""
+    try:
+        run = store.get_run(run_id)
+    except RunNotFoundError:
+        st.info("This run was deleted.")
+        return
+    if (run.status in ACTIVE_STATUSES) != active:
+        st.rerun()  # the run started or ended: redraw with the matching refresh rate
+    if message := state.take_flash():
+        st.toast(plain(message))
+    info = frames.describe_runs([run])
+    metrics = state.metrics(store, [run_id])
+    summary = summarize([run], metrics)
+    _heading(run)
+    _buttons(run)
+    _numbers(run, summary.iloc[0])
+    _charts(metrics, info, summary)
 
 
 active = records[run_id].status in ACTIVE_STATUSES

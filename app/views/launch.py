@@ -83,27 +83,61 @@ def _data_text(grid: Sweep) -> str | None:
     return text
 
 
+def _estimate(lab: state.Lab, configs: list) -> float | None:
+    """The estimated time of the launch, shown with where its step time comes from; with
+    no step time known, a button to measure one. Returns the seconds, None when unknown."""
+    estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
+    if estimate.known:
+        st.markdown(f"Estimated time **≈ {format_seconds(estimate.seconds)}**")
+        st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
+                   "plus start-up, validation and probes.")
+        return estimate.seconds
+    st.markdown("Estimated time: **unknown** (no finished run of this model yet)")
+    if st.button("Measure step time", icon=":material/timer:",
+                 help="Compiles the train step of each distinct model in the grid and times a few steps."):
+        with st.spinner("Compiling and timing the train step…"):
+            estimates.grid_estimate(lab.store, configs, measure=True)
+        st.rerun()
+    return None
+
+
+def _submit(lab: state.Lab, configs: list, tags: str | None, queue_only: bool) -> None:
+    """Check the data, then queue ``configs`` for workers or train them here; says which ids
+    they got and selects them for Compare."""
+    try:
+        with st.spinner("Loading the data…"):
+            check_data(configs)
+    except (data.DataError, ConfigError, OSError) as e:
+        st.error(plain(f"The data could not be loaded: {e}"), icon=":material/error:")
+        return
+    tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
+    try:
+        if queue_only:
+            from engine.runner import jobs  # JAX, for the device each run records
+
+            ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
+        else:
+            ids = lab.manager.submit(configs, tags=tag_list)
+    except (StorageError, ValueError) as e:
+        st.error(plain(f"The runs could not be queued: {e}"), icon=":material/error:")
+        return
+    state.set_selected(ids)
+    n = len(configs)
+    who = "for workers (`python -m engine worker`)" if queue_only else "here"
+    st.success(f"Queued {n} run{'s' if n != 1 else ''} {who} (ids {ids[0]}–{ids[-1]}); they are selected for Compare.")
+    st.page_link("views/compare.py", label="Watch them on Compare", icon=":material/monitoring:")
+    st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
+
+
 def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None:
     """How many runs, how long (when a step time is known), what to check (a launch of
     more than ``LARGE_LAUNCH`` runs must be confirmed), which runs; and the Launch button."""
     for clip in grid.clipped():
         st.warning(plain(f"{clip}: the run records R = {clip.effective}."), icon=":material/content_cut:")
-    estimate = estimates.grid_estimate(lab.store, configs, state.MAX_CONCURRENT)
     n = len(configs)
     plural = "s" if n != 1 else ""
     st.subheader(f"{n:,} run{plural} to launch")
-    total = estimate.seconds if estimate.known else None
-    if estimate.known:
-        st.markdown(f"Estimated time **≈ {format_seconds(estimate.seconds)}**")
-        st.caption(f"Step time {estimate.step_ms_text()} ({timing.describe_sources(estimate.timings.values())}), "
-                   "plus start-up, validation and probes.")
-    else:
-        st.markdown("Estimated time: **unknown** (no finished run of this model yet)")
-        if st.button("Measure step time", icon=":material/timer:",
-                     help="Compiles the train step of each distinct model in the grid and times a few steps."):
-            with st.spinner("Compiling and timing the train step…"):
-                estimates.grid_estimate(lab.store, configs, measure=True)
-            st.rerun()
+    total = _estimate(lab, configs)
     for w in warnings:
         st.warning(plain(form.labelled(w.field, w.text)), icon=":material/warning:")
     _relaunch(lab, configs)
@@ -123,28 +157,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list) -> None
                  placeholder="—")
     st.caption(plain(f"Data: {source_text}") if source_text else "Data: not checked yet (Launch checks it too).")
     if launch:
-        try:
-            with st.spinner("Loading the data…"):
-                check_data(configs)
-        except (data.DataError, ConfigError, OSError) as e:
-            st.error(plain(f"The data could not be loaded: {e}"), icon=":material/error:")
-            return
-        tag_list = [t.strip() for t in (tags or "").split(",") if t.strip()]
-        try:
-            if queue_only:
-                from engine.runner import jobs  # JAX, for the device each run records
-
-                ids = jobs.queue_runs(lab.store, configs, tags=tag_list)
-            else:
-                ids = lab.manager.submit(configs, tags=tag_list)
-        except (StorageError, ValueError) as e:
-            st.error(plain(f"The runs could not be queued: {e}"), icon=":material/error:")
-            return
-        state.set_selected(ids)
-        who = "for workers (`python -m engine worker`)" if queue_only else "here"
-        st.success(f"Queued {n} run{plural} {who} (ids {ids[0]}–{ids[-1]}); they are selected for Compare.")
-        st.page_link("views/compare.py", label="Watch them on Compare", icon=":material/monitoring:")
-        st.page_link("views/runs.py", label="See all runs", icon=":material/table_rows:")
+        _submit(lab, configs, tags, queue_only)
 
 
 def _relaunch(lab: state.Lab, configs: list) -> None:

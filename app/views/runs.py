@@ -83,17 +83,9 @@ def resume(run_ids: list[int]) -> str:
     return display.resume_text(steps, lab.manager.resume(run_ids))
 
 
-def _actions(view, chosen: list[int]) -> None:
-    """The buttons for the ticked rows: compare, resume, clone, stop, delete, rename, details, CSV."""
-    rows = view[view["id"].isin(chosen)]
-    ids = [int(i) for i in rows["id"]]
-    active = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in ACTIVE_STATUSES]
-    running = [int(i) for i, s in zip(rows["id"], rows["status"]) if s == "running"]
-    resumable = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in RESUMABLE_STATUSES]
-    n = len(ids)
-    st.caption(f"{n} selected" if n else "Tick rows to compare, resume, clone, stop, delete, rename or export them.")
-    row = st.container(horizontal=True, vertical_alignment="bottom")
-    clicked = {
+def _buttons(row, n: int, resumable: list[int], active: list[int]) -> dict[str, bool]:
+    """The action buttons in ``row`` for ``n`` ticked rows; which of them was clicked."""
+    return {
         "compare": row.button("Compare", icon=":material/monitoring:", disabled=not n, type="primary", key="runs.compare"),
         "resume": row.button("Resume", icon=":material/play_arrow:", disabled=not resumable, key="runs.resume",
                              help="Continue the selected interrupted, cancelled or failed runs from their last checkpoint."),
@@ -107,6 +99,11 @@ def _actions(view, chosen: list[int]) -> None:
                            help="Rename the run, edit its tags or add notes."),
         "detail": row.button("Details", icon=":material/description:", disabled=n != 1, key="runs.detail"),
     }
+
+
+def _act(clicked: dict[str, bool], ids: list[int], active: list[int], running: list[int],
+         resumable: list[int]) -> None:
+    """Do what the clicked button asks: open a page, resume, or open a dialog."""
     if any(clicked.values()):
         state.set_runs_error(None)  # acting again clears a standing error
     if clicked["compare"]:
@@ -135,15 +132,34 @@ def _actions(view, chosen: list[int]) -> None:
     if clicked["detail"]:
         state.open_detail(ids[0])
         st.switch_page("views/detail.py")
+
+
+def _csv_download(row, ids: list[int]) -> None:
+    """The CSV of the ticked runs, long (a row per value) or wide (a row per run and step)."""
+    n = len(ids)
+    fmt = row.radio("CSV format", ("long", "wide"), horizontal=True, key="runs.csv_format",
+                    help="long: one row per metric value. wide: one row per run and step, a column per metric.")
+    build = long_frame if fmt == "long" else wide_frame
+    row.download_button(
+        f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
+        data=lambda: to_csv_bytes(build(store, ids, shape_columns)), file_name=f"basis-runs-{fmt}.csv",
+        mime="text/csv", help=CSV_HELP,
+    )
+
+
+def _actions(view, chosen: list[int]) -> None:
+    """The buttons for the ticked rows: compare, resume, clone, stop, delete, rename, details, CSV."""
+    rows = view[view["id"].isin(chosen)]
+    ids = [int(i) for i in rows["id"]]
+    active = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in ACTIVE_STATUSES]
+    running = [int(i) for i, s in zip(rows["id"], rows["status"]) if s == "running"]
+    resumable = [int(i) for i, s in zip(rows["id"], rows["status"]) if s in RESUMABLE_STATUSES]
+    n = len(ids)
+    st.caption(f"{n} selected" if n else "Tick rows to compare, resume, clone, stop, delete, rename or export them.")
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    _act(_buttons(row, n, resumable, active), ids, active, running, resumable)
     if n:
-        fmt = row.radio("CSV format", ("long", "wide"), horizontal=True, key="runs.csv_format",
-                        help="long: one row per metric value. wide: one row per run and step, a column per metric.")
-        build = long_frame if fmt == "long" else wide_frame
-        row.download_button(
-            f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
-            data=lambda: to_csv_bytes(build(store, ids, shape_columns)), file_name=f"basis-runs-{fmt}.csv",
-            mime="text/csv", help=CSV_HELP,
-        )
+        _csv_download(row, ids)
 
 
 def _resume_all(frame) -> None:
@@ -238,6 +254,70 @@ def _eta() -> str:
     return progress.progress(active, store.metrics(running, names=["val_loss"])).eta_text()
 
 
+def _columns(view) -> dict:
+    """The grid's column headings, widths, formats and help (widths fit ``view``'s text)."""
+    return {
+        "id": st.column_config.NumberColumn("id", format="%d", width=36, pinned=True),
+        "name": st.column_config.TextColumn("name", width=110, pinned=True),
+        "sweep": st.column_config.TextColumn("sweep", width=tables.text_width(view["sweep"]),
+                                             help="The launch the run belongs to (its sweep id)."),
+        "tags": st.column_config.ListColumn("tags", width=tables.tags_width(view["tags"])),
+        "status": st.column_config.TextColumn("status", width=92, pinned=True),
+        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=84,
+                                                    pinned=True),
+        "estimator": st.column_config.TextColumn("estimator", width=65),
+        "rank": st.column_config.NumberColumn("R", format="%d", width=36),
+        "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),
+        "seed": st.column_config.NumberColumn("seed", format="%d", width=40),
+        "steps_text": st.column_config.TextColumn("steps", width=tables.text_width(view["steps_text"], low=64, high=140),
+                                                  help="Steps done / steps."),
+        "devices": st.column_config.NumberColumn("devices", format="%d", width=50,
+                                                 help="Devices the run spans (its batch split across them)."),
+        "device": st.column_config.TextColumn("device", width=90, help="The kind of device that trains the run."),
+        "worker": st.column_config.TextColumn("worker", width=85, help="The process (host:pid) that trains or queued the run."),
+        "train_loss": st.column_config.NumberColumn("train", format="%.3f", width=50, help="Train loss (mean since the last eval)."),
+        "val_loss": st.column_config.NumberColumn("val", format="%.3f", width=50, help="Last validation loss."),
+        "mean_cos": st.column_config.NumberColumn("cos", format="%.3f", width=50,
+                                                  help="Mean cosine of sketched dW to exact dW at the last probe."),
+        "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85),
+        "duration_s": st.column_config.NumberColumn("time (s)", format="%.0f", width=55, help="Duration in seconds."),
+        "notes": st.column_config.TextColumn("notes", width=tables.text_width(view["notes"], high=170)),
+    }
+
+
+def _grid(view) -> list[int]:
+    """The runs grid of ``view``; its ticks are kept as run ids in the selection. Returns
+    the ids of the rows ticked now."""
+    visible = [int(i) for i in view["id"]]
+    # The grid selects row positions; the selection is kept as run ids. A table whose
+    # rows changed (a run left the filter, another started) is a new widget whose
+    # ticks are drawn from the ids, so a tick never moves to the run now in its row.
+    key = tables.table_key(f"runs.table.{filter_id}.{state.table_epoch()}", visible)
+    last = st.session_state.get(_LAST_TABLE)
+    if last and last[0] != key and last[0] in st.session_state:  # a tick on the table drawn before
+        rows = st.session_state[last[0]]["selection"]["rows"]
+        state.set_selected(tables.merge_selection(state.selected(), last[1], tables.ids_at(last[1], rows)))
+    st.session_state[_LAST_TABLE] = (key, visible)
+    selected = state.selected()
+    event = st.dataframe(
+        view.assign(status=view["status"].map(display.status_text)), key=key,
+        on_select="rerun", selection_mode="multi-row",
+        selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
+        hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
+        # id, name, status and progress are pinned: a 420 px phone keeps them while the
+        # rest scrolls; notes, sweep and tags follow, wide enough for a whole sweep id and
+        # the longest tag list; the columns the name mostly repeats (estimator, R, λ, seed)
+        # and the times scroll in from the right
+        column_order=["id", "name", "status", "progress", "notes", "sweep", "tags", "steps_text", "train_loss", "val_loss",
+                      "mean_cos", "estimator", "rank", "lam", "seed", "devices", "device", "worker", "started",
+                      "duration_s"],
+        column_config=_columns(view),
+    )
+    chosen = tables.ids_at(visible, event.selection.rows)
+    state.set_selected(tables.merge_selection(selected, visible, chosen))
+    return chosen
+
+
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
@@ -263,60 +343,7 @@ def _table(has_active: bool) -> None:
         st.info("No run matches the filters.")
         _workers()
         return
-    visible = [int(i) for i in view["id"]]
-    # The grid selects row positions; the selection is kept as run ids. A table whose
-    # rows changed (a run left the filter, another started) is a new widget whose
-    # ticks are drawn from the ids, so a tick never moves to the run now in its row.
-    key = tables.table_key(f"runs.table.{filter_id}.{state.table_epoch()}", visible)
-    last = st.session_state.get(_LAST_TABLE)
-    if last and last[0] != key and last[0] in st.session_state:  # a tick on the table drawn before
-        rows = st.session_state[last[0]]["selection"]["rows"]
-        state.set_selected(tables.merge_selection(state.selected(), last[1], tables.ids_at(last[1], rows)))
-    st.session_state[_LAST_TABLE] = (key, visible)
-    selected = state.selected()
-    event = st.dataframe(
-        view.assign(status=view["status"].map(display.status_text)), key=key,
-        on_select="rerun", selection_mode="multi-row",
-        selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
-        hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
-        # id, name, status and progress are pinned: a 420 px phone keeps them while the
-        # rest scrolls; notes, sweep and tags follow, wide enough for a whole sweep id and
-        # the longest tag list; the columns the name mostly repeats (estimator, R, λ, seed)
-        # and the times scroll in from the right
-        column_order=["id", "name", "status", "progress", "notes", "sweep", "tags", "steps_text", "train_loss", "val_loss",
-                      "mean_cos", "estimator", "rank", "lam", "seed", "devices", "device", "worker", "started",
-                      "duration_s"],
-        column_config={
-            "id": st.column_config.NumberColumn("id", format="%d", width=36, pinned=True),
-            "name": st.column_config.TextColumn("name", width=110, pinned=True),
-            "sweep": st.column_config.TextColumn("sweep", width=tables.text_width(view["sweep"]),
-                                                 help="The launch the run belongs to (its sweep id)."),
-            "tags": st.column_config.ListColumn("tags", width=tables.tags_width(view["tags"])),
-            "status": st.column_config.TextColumn("status", width=92, pinned=True),
-            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=84,
-                                                        pinned=True),
-            "estimator": st.column_config.TextColumn("estimator", width=65),
-            "rank": st.column_config.NumberColumn("R", format="%d", width=36),
-            "lam": st.column_config.NumberColumn("λ", format="%.3g", width=40),
-            "seed": st.column_config.NumberColumn("seed", format="%d", width=40),
-            "steps_text": st.column_config.TextColumn("steps", width=tables.text_width(view["steps_text"], low=64, high=140),
-                                                      help="Steps done / steps."),
-            "devices": st.column_config.NumberColumn("devices", format="%d", width=50,
-                                                     help="Devices the run spans (its batch split across them)."),
-            "device": st.column_config.TextColumn("device", width=90, help="The kind of device that trains the run."),
-            "worker": st.column_config.TextColumn("worker", width=85, help="The process (host:pid) that trains or queued the run."),
-            "train_loss": st.column_config.NumberColumn("train", format="%.3f", width=50, help="Train loss (mean since the last eval)."),
-            "val_loss": st.column_config.NumberColumn("val", format="%.3f", width=50, help="Last validation loss."),
-            "mean_cos": st.column_config.NumberColumn("cos", format="%.3f", width=50,
-                                                      help="Mean cosine of sketched dW to exact dW at the last probe."),
-            "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85),
-            "duration_s": st.column_config.NumberColumn("time (s)", format="%.0f", width=55, help="Duration in seconds."),
-            "notes": st.column_config.TextColumn("notes", width=tables.text_width(view["notes"], high=170)),
-        },
-    )
-    chosen = tables.ids_at(visible, event.selection.rows)
-    state.set_selected(tables.merge_selection(selected, visible, chosen))
-    _actions(view, chosen)
+    _actions(view, _grid(view))
     _workers()
 
 

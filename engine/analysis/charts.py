@@ -6,7 +6,7 @@ method (estimator, rank, λ) of a selection its own colour from a categorical pa
 the loss and cosine curves, the memory bars and the points of the rank figure. Frames
 carry that colour in their ``color`` column. Exact-baseline bars in memory charts are
 light grey. Every axis has a title with its unit. (:func:`method_color`, a hue family
-per estimator shaded by R, is the Estimators page's colour of an estimator.)
+per estimator shaded by R, is the Diagnosis page's colour of an estimator.)
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ def breakdown_figure(frame: pd.DataFrame, *, title: str | None = None, height: i
 
 
 def rank_figure(frame: pd.DataFrame, *, y_title: str, title: str | None = None, height: int = 420) -> go.Figure:
-    """The paper's central figure from a ``frames.rank_frame``: the quantity against the
+    """The paper's central figure from a ``method_frames.rank_frame``: the quantity against the
     rank R on a log x axis, one line per trace (estimator, λ, setup) in its
     ``line_color`` and ``dash``, each point in its method's colour and its setup's
     marker with the seed std as its error bar; exact as a horizontal band (mean ± std,

@@ -256,7 +256,7 @@ def dw_moments(
     return moments(key_values(x, dy, w_shape, estimator, rank, lam, keys, key, chunk))
 
 
-def diagnose(  # noqa: C901 — still to be split (issue 28)
+def diagnose(
     model_cfg: GPTConfig,
     params,
     batches: Sequence[jax.Array],
@@ -288,10 +288,9 @@ def diagnose(  # noqa: C901 — still to be split (issue 28)
     for name, value in (("keys", keys), ("chunk", chunk)):
         checks.whole(name, value, 2 if name == "keys" else 1)
     settings = [(e, r, lam) for e in estimators for r in ranks for lam in lams]
-    total, done = len(batches) * len(settings), 0
+    progress = _Progress(len(batches) * len(settings), on_progress, should_stop)
     got: dict[tuple, list[KeyValues]] = {}  # (layer, setting) -> one KeyValues per batch done
     layers: list[str] = []
-    stopped = False
     for b, batch in enumerate(batches):
         captured = capture(model_cfg, params, batch)
         layers = list(captured)
@@ -302,14 +301,31 @@ def diagnose(  # noqa: C901 — still to be split (issue 28)
             for layer in layers:
                 x, dy = reduced[layer][estimator != PROJECTION]
                 got.setdefault((layer, s), []).append(_values(x, dy, estimator, rank, lam, layer_keys[layer], chunk))
-            done += 1
-            if on_progress is not None:
-                on_progress(done, total)
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-        if stopped:
-            break
+            if progress.step():
+                return _rows(settings, layers, got, keys)
+    return _rows(settings, layers, got, keys)
+
+
+class _Progress:
+    """Counts the (batch, setting) passes of a diagnosis, reports each to ``on_progress``
+    and asks ``should_stop`` whether to go on."""
+
+    def __init__(self, total: int, on_progress: Callable[[int, int], None] | None,
+                 should_stop: Callable[[], bool] | None):
+        self.total, self.done = total, 0
+        self.on_progress, self.should_stop = on_progress, should_stop
+
+    def step(self) -> bool:
+        """One pass done; whether the diagnosis is to stop now."""
+        self.done += 1
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.total)
+        return self.should_stop is not None and self.should_stop()
+
+
+def _rows(settings: list[tuple], layers: list[str], got: dict[tuple, list[KeyValues]], keys: int) -> pd.DataFrame:
+    """The ``diagnose`` frame: per setting begun, one row per layer and one for ``all``
+    (the layers' key values summed), pooled over the batches it has done."""
     records = []
     for s, (estimator, rank, lam) in enumerate(settings):
         if (layers[0], s) not in got:

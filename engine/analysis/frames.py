@@ -1,9 +1,9 @@
 """The frames the charts of the dashboard and of the reports are drawn from, without Streamlit.
 
 Run groups (which runs differ only by seed, and their legend labels, colours by
-method), EMA smoothing and seed pooling of metric curves, the memory frames, and
-the rank frame of the paper's central figure (a quantity against R at one step,
-from ``engine.analysis.summary.table3``) and the step time per method in the same rows. Everything takes and returns plain values and
+method), EMA smoothing and seed pooling of metric curves, and the memory frames. The
+frames of one row per method at one step (the rank figure, step times) are
+``engine.analysis.method_frames``. Everything takes and returns plain values and
 pandas DataFrames.
 """
 
@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from engine.analysis.charts import (
-    SETUP_DASHES,
     group_color,
     method_colors,
     method_dash,
@@ -24,9 +23,8 @@ from engine.analysis.charts import (
     seed_shade,
     setup_symbol,
 )
-from engine.analysis.overlap import shared_runs
-from engine.analysis.summary import MIB, summarize, table3
-from engine.config import comparable_key, differing_fields, method_label, seed_group_key, stored
+from engine.analysis.summary import MIB
+from engine.config import comparable_key, differing_fields, method_label, seed_group_key
 
 
 def describe_runs(records: Sequence) -> pd.DataFrame:
@@ -236,6 +234,23 @@ def series(
         return pd.DataFrame(columns=SERIES_COLUMNS)
     m = m.sort_values("id").drop_duplicates(["run_id", "step"], keep="last").sort_values(["run_id", "step"])
     labels = trace_labels(info, pool_seeds, present=m["run_id"].unique())
+    curves = _run_curves(m, info, labels, smoothing, pool_seeds)
+    single, pooled = curves[~curves["pooled"]], curves[curves["pooled"]]
+    out = [_single_points(single, x)] if len(single) else []
+    if len(pooled):
+        out.append(_pooled_points(pooled, x))
+    result = pd.concat(out, ignore_index=True)
+    result["order"] = result["trace"].map(method_order(info, labels))
+    result = result.sort_values(["order", "x"], kind="stable")
+    result = pd.concat([thin(t, max_points) for _, t in result.groupby("order", sort=True)])
+    result["n"] = result["n"].astype("int64")
+    return result[SERIES_COLUMNS].reset_index(drop=True)
+
+
+def _run_curves(m: pd.DataFrame, info: pd.DataFrame, labels: pd.Series, smoothing: float,
+                pool_seeds: bool) -> pd.DataFrame:
+    """Each run's EMA-smoothed values of one metric ``m`` (by step) with its trace label, style
+    and whether it is ``pooled`` into its seed group's curve."""
     by_run = info.set_index("run_id")
     parts = []
     for run_id, rows in m.groupby("run_id", sort=True):
@@ -249,29 +264,28 @@ def series(
     curves["color"] = curves["run_id"].map(by_run["color"]).where(curves["pooled"], curves["run_id"].map(by_run["seed_color"]))
     curves["dash"] = curves["run_id"].map(by_run["dash"])
     curves["symbol"] = curves["run_id"].map(by_run["symbol"])
-    out = []
-    single = curves[~curves["pooled"]]
-    if len(single):
-        out.append(pd.DataFrame({
-            "trace": single["trace"], "color": single["color"], "dash": single["dash"], "symbol": single["symbol"], "x": single[x],
-            "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
-        }))
-    pooled = curves[curves["pooled"]]
-    if len(pooled):
-        g = pooled.groupby(["trace", "color", "dash", "symbol", "step"], sort=True)
-        stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
-        sd = stats["sd"].where(stats["n"] > 1)
-        out.append(pd.DataFrame({
-            "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"], "symbol": stats["symbol"],
-            "x": stats["step"] if x == "step" else stats["wall_time"],
-            "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
-        }))
-    result = pd.concat(out, ignore_index=True)
-    result["order"] = result["trace"].map(method_order(info, labels))
-    result = result.sort_values(["order", "x"], kind="stable")
-    result = pd.concat([thin(t, max_points) for _, t in result.groupby("order", sort=True)])
-    result["n"] = result["n"].astype("int64")
-    return result[SERIES_COLUMNS].reset_index(drop=True)
+    return curves
+
+
+def _single_points(single: pd.DataFrame, x: str) -> pd.DataFrame:
+    """The points of runs drawn on their own: n = 1, no band."""
+    return pd.DataFrame({
+        "trace": single["trace"], "color": single["color"], "dash": single["dash"], "symbol": single["symbol"], "x": single[x],
+        "y": single["y"], "lo": np.nan, "hi": np.nan, "n": 1,
+    })
+
+
+def _pooled_points(pooled: pd.DataFrame, x: str) -> pd.DataFrame:
+    """A seed group's curve: at each step the mean over its runs there, the band mean ∓ std
+    where n ≥ 2, and the mean wall time for ``x="wall_time"``."""
+    g = pooled.groupby(["trace", "color", "dash", "symbol", "step"], sort=True)
+    stats = g.agg(y=("y", "mean"), sd=("y", "std"), n=("y", "count"), wall_time=("wall_time", "mean")).reset_index()
+    sd = stats["sd"].where(stats["n"] > 1)
+    return pd.DataFrame({
+        "trace": stats["trace"], "color": stats["color"], "dash": stats["dash"], "symbol": stats["symbol"],
+        "x": stats["step"] if x == "step" else stats["wall_time"],
+        "y": stats["y"], "lo": stats["y"] - sd, "hi": stats["y"] + sd, "n": stats["n"],
+    })
 
 
 def method_order(info: pd.DataFrame, labels: pd.Series) -> dict[str, int]:
@@ -364,130 +378,3 @@ def breakdown_frame(metrics: pd.DataFrame, info: pd.DataFrame, pool_seeds: bool 
     frame = frame.groupby(["bar", "color", "category", "exact"], sort=False).agg(mib=("mib", "mean"), order=("order", "min")).reset_index()
     frame = frame.sort_values(["order", "exact"], kind="stable")
     return frame[BREAKDOWN_COLUMNS].reset_index(drop=True)
-
-
-RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name, axis title, divisor to the shown unit)
-    "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
-    "cos_mean": ("mean cosine", "mean cosine of sketched dW to exact dW", 1.0),
-    "mem_saved_bytes": ("saved bytes", "saved for backward (MiB)", float(MIB)),
-}
-RANK_COLUMNS = ["trace", "color", "line_color", "dash", "symbol", "setup", "estimator", "rank", "lam", "step", "seeds", "mean",
-                "std"]
-
-
-def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None) -> pd.DataFrame:
-    """The paper's central figure as numbers: ``quantity`` (a key of ``RANK_QUANTITIES``)
-    against the rank R, one row per Table 3 row with seeds at its step.
-
-    The rows, their step and the runs they count are those of
-    ``engine.analysis.summary.table3(records, metrics, at_step)`` (every row of a comparable
-    config group read at one step: ``at_step``, or the group's latest common step).
-    ``mean`` and ``std`` (ddof 1; NaN for one seed) are over the counted runs' values
-    from ``summarize(records, metrics, step)`` at that step, in the shown unit (bytes
-    in MiB); runs without a value are left out of both and of ``seeds``. ``trace``
-    names a line: the estimator, ``λ=…`` when λ > 0, ``[setup]`` when the groups
-    differ (``exact`` rows have no rank: the figure draws them as a band). ``color`` is
-    the method's colour (``charts.method_colors`` of ``records``, as on the curves),
-    ``line_color`` that of the line's largest R, ``dash`` its line style (for ``exact``: its setup's,
-    ``charts.SETUP_DASHES``, so two setups' reference lines differ), ``symbol`` its
-    setup's marker (``charts.setup_symbol``)."""
-    if quantity not in RANK_QUANTITIES:
-        raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
-    records = list(records)
-    divisor = RANK_QUANTITIES[quantity][2]
-    at: dict[int, pd.DataFrame] = {}
-
-    def values(step: int) -> pd.Series:
-        if step not in at:
-            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
-        return at[step][quantity] / divisor
-
-    return _per_method(records, metrics, at_step, values)
-
-
-def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
-    """Milliseconds per train step of each method, in the rows of :func:`rank_frame`
-    (``RANK_COLUMNS``, the runs Table 3 counts at its step): per run
-    1000 · B·T / median(tokens/s) over its evaluation windows up to that step (each
-    window's tokens/s times only the train steps: no validation, probe or checkpoint),
-    then ``mean`` and ``std`` over the runs. A run whose stored config names no B·T is
-    left out."""
-    records = list(records)
-    rows = {}
-    for r in records:
-        config = stored(r.config)
-        if config is not None:
-            rows[r.id] = config.rows
-    tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows))]
-    tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
-
-    def values(step: int) -> pd.Series:
-        upto = tps[(tps["step"] <= step) & (tps["value"] > 0)]
-        median = upto.groupby("run_id")["value"].median()
-        return pd.Series({rid: 1000.0 * rows[rid] / v for rid, v in median.items()}, dtype=float)
-
-    return _per_method(records, metrics, at_step, values)
-
-
-RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "windows", "ms", "ms_low", "ms_high",
-                    "shared"]
-
-
-def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
-    """Each run's own train-step times, for the runs Table 3 counts at its step
-    (``RUN_TIME_COLUMNS``): over its evaluation windows up to that step, each window's
-    1000 · B·T / tokens/s (train steps only), their count, median ``ms`` and range
-    ``ms_low``–``ms_high``; ``shared`` when it trained at the same time as another of
-    ``records`` on the same machine (``shared_runs``)."""
-    records = list(records)
-    rows_of = {r.id: config.rows for r in records if (config := stored(r.config)) is not None}
-    tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows_of)) & (metrics["value"] > 0)]
-    tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
-    shared = shared_runs(records)
-    by_id = {r.id: r for r in records}
-    table = table3(records, metrics, at_step)
-    out = []
-    for row in table[table["seeds"] > 0].itertuples():
-        for run_id in (int(i) for i in str(row.run_ids).split(", ")):
-            if run_id not in rows_of:
-                continue
-            ms = 1000.0 * rows_of[run_id] / tps.loc[(tps["run_id"] == run_id) & (tps["step"] <= int(row.step)), "value"]
-            if ms.empty:
-                continue
-            out.append({"run_id": run_id, "estimator": row.estimator, "rank": row.rank, "lam": row.lam,
-                        "setup": row.setup, "seed": by_id[run_id].seed, "windows": len(ms), "ms": float(ms.median()),
-                        "ms_low": float(ms.min()), "ms_high": float(ms.max()), "shared": run_id in shared})
-    return pd.DataFrame(out, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64", "windows": "int64", "shared": bool})
-
-
-def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values) -> pd.DataFrame:
-    """One ``RANK_COLUMNS`` row per Table 3 row with seeds: ``values(step)`` (a Series by
-    run id) over the runs the row counts, their mean and std (see :func:`rank_frame`)."""
-    table = table3(records, metrics, at_step)
-    table = table[table["seeds"] > 0]
-    setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
-    colors = method_colors((r.estimator, r.rank, r.lam) for r in records)
-    rows = []
-    for row in table.itertuples():
-        step = int(row.step)
-        ids = [int(i) for i in str(row.run_ids).split(", ")]
-        found = values(step).reindex(ids).dropna()
-        if found.empty:
-            continue
-        exact = row.estimator == "exact"
-        if not exact and pd.isna(row.rank):
-            continue  # a sketched run stored without a rank has no place on the R axis
-        lam = None if pd.isna(row.lam) else float(row.lam)
-        name = "exact" if exact else row.estimator + (f" λ={lam:g}" if lam else "")
-        rows.append({
-            "trace": f"{name} [{row.setup}]" if row.setup else name,
-            "color": colors[method_key(row.estimator, None if exact else row.rank, lam)],
-            "dash": SETUP_DASHES[setups[row.setup] % len(SETUP_DASHES)] if exact else method_dash(lam),
-            "symbol": setup_symbol(setups[row.setup]), "setup": row.setup, "estimator": row.estimator,
-            "rank": pd.NA if exact else int(row.rank), "lam": np.nan if lam is None else lam, "step": step,
-            "seeds": len(found), "mean": float(found.mean()), "std": float(found.std(ddof=1)) if len(found) > 1 else np.nan,
-        })
-    out = pd.DataFrame(rows, columns=[c for c in RANK_COLUMNS if c != "line_color"])
-    top = out.sort_values("rank", na_position="first").groupby("trace")["color"].last()  # each line: its largest R's
-    out.insert(2, "line_color", out["trace"].map(top))
-    return out.astype({"rank": "Int64", "step": "int64", "seeds": "int64"})

@@ -1,5 +1,5 @@
 """Which runs shared a machine while they trained: their step times measure the sharing,
-not the method (``frames.run_time_frame`` marks them; claim (e) leaves them out)."""
+not the method (``method_frames.run_time_frame`` marks them; claim (e) leaves them out)."""
 
 from __future__ import annotations
 

@@ -25,8 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.config import RunConfig
-from engine.config.run import schema, stored
+from engine.config import RunConfig, schema, stored
 from engine.core.text import PLOTLY, plain
 
 FINAL_METRICS = {  # metric name → axis title, in axis order (the first that runs have colours the lines)

@@ -253,45 +253,53 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
     rows = []
     for key, members in groups.items():
         step = at_step if at_step is not None else common_step([val_steps.get(r.id, set()) for r in members])
-        # no run of the group has validated: read at step -1, which none has reached
-        s = summarize(members, metrics, at_step=step if step is not None else -1)
-        s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
-        s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
-                       for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
-        reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
-        exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
-        for (estimator, rank, lam), method in s.groupby("method", sort=False):
-            done = reached[reached["method"] == (estimator, rank, lam)]
-            deltas = pd.Series(dtype=float)
-            if done.empty:
-                delta = paired_delta([], margin)._replace(verdict=MISSING)
-            elif estimator == "exact":
-                delta = paired_delta([], margin)._replace(verdict=REFERENCE)
-            else:
-                deltas = (done.set_index("seed")["val_loss"] - exact_val).dropna()
-                delta = paired_delta(deltas, margin)
-            rows.append({
-                "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
-                "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
-                "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
-                "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
-                "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
-                "cos_mean": done["cos_mean"].mean(),
-                "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
-                "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
-                "mem_saved_ratio": done["saved_ratio"].mean(),
-                "missing_seeds": _seeds_text(set(method["seed"]) - set(done["seed"])),
-                "preset": members[0].preset, "setup": setups[key],
-                "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
-                "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
-                "tost_p": delta.tost_p, "margin": margin, "delta_val_by_seed": _by_seed_text(deltas),
-                "duplicates": _duplicates_text(duplicates, set(method["run_id"])),
-            })
+        rows += _group_rows(members, metrics, step, setups[key], duplicates, margin)
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
     out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
     out["_not_exact"] = (out["estimator"] != "exact").astype(int)
     out = out.sort_values(["setup", "_not_exact", "estimator", "rank", "lam"], kind="stable", na_position="first")
     return out.drop(columns="_not_exact").reset_index(drop=True)
+
+
+def _group_rows(members: list, metrics: pd.DataFrame, step: int | None, setup: str, duplicates: dict[int, int],
+                margin: float) -> list[dict[str, Any]]:
+    """The Table 3 rows of one comparable group ``members``, each method read at ``step``
+    (None: no run of the group has validated; read at step -1, which none has reached)."""
+    s = summarize(members, metrics, at_step=step if step is not None else -1)
+    s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
+    s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
+                   for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
+    reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
+    exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
+    rows = []
+    for (estimator, rank, lam), method in s.groupby("method", sort=False):
+        done = reached[reached["method"] == (estimator, rank, lam)]
+        deltas = pd.Series(dtype=float)
+        if done.empty:
+            delta = paired_delta([], margin)._replace(verdict=MISSING)
+        elif estimator == "exact":
+            delta = paired_delta([], margin)._replace(verdict=REFERENCE)
+        else:
+            deltas = (done.set_index("seed")["val_loss"] - exact_val).dropna()
+            delta = paired_delta(deltas, margin)
+        rows.append({
+            "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
+            "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
+            "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
+            "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
+            "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
+            "cos_mean": done["cos_mean"].mean(),
+            "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
+            "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
+            "mem_saved_ratio": done["saved_ratio"].mean(),
+            "missing_seeds": _seeds_text(set(method["seed"]) - set(done["seed"])),
+            "preset": members[0].preset, "setup": setup,
+            "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
+            "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
+            "tost_p": delta.tost_p, "margin": margin, "delta_val_by_seed": _by_seed_text(deltas),
+            "duplicates": _duplicates_text(duplicates, set(method["run_id"])),
+        })
+    return rows
 
 
 # ----------------------------------------------------------------------------- rendering

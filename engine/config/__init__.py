@@ -2,12 +2,28 @@
 over it, identity and labels. Plain Python: no JAX, no Flax (choices and presets come
 from ``engine.core``), so ``--help``, the Launch form and every frame builder load fast.
 
-Every field of a run is declared once, in ``engine.config.run``, with a ``FieldSpec``;
-validation, the CLI's flags (``engine.cli``) and the Launch widgets (``app.form``)
-derive from it. ``engine.config.sweep`` expands a base run over estimators × ranks ×
-λs × seeds; ``engine.config.reproduce`` holds the paper's grid. May import ``engine.core`` only.
+Every field of a run is declared once, in ``engine.config.run``, with a ``FieldSpec``
+(``engine.config.fields``: how a field is declared and checked); validation, the CLI's
+flags (``engine.cli``) and the Launch widgets (``app.form``) derive from it.
+``engine.config.identity`` keys stored configs: which runs compare, which differ by seed.
+``engine.config.sweep`` expands a base run over estimators × ranks × λs × seeds;
+``engine.config.reproduce`` holds the paper's grid. May import ``engine.core`` only.
 """
 
+from engine.config.fields import (
+    AFFECTS,
+    BOOKKEEPING,
+    DATA_OPTIONS,
+    GROUPS,
+    MEASUREMENT,
+    TRAJECTORY,
+    ConfigError,
+    DataOption,
+    FieldSpec,
+    FrozenMap,
+    spec,
+)
+from engine.config.identity import comparable_key, differing_fields, seed_group_key, shape_columns, stored
 from engine.config.reproduce import (
     PAPER_LAM,
     PAPER_RANKS,
@@ -18,35 +34,19 @@ from engine.config.reproduce import (
     reproduction_sweep,
 )
 from engine.config.run import (
-    AFFECTS,
-    BOOKKEEPING,
     BOOKKEEPING_NAMES,
     CHECKPOINT_SECONDS,
-    DATA_OPTIONS,
     EVALS_PER_RUN,
     FUSED_CHUNK,
-    GROUPS,
-    MEASUREMENT,
     MIN_EVAL_TOKENS,
     SEED_END,
-    TRAJECTORY,
-    ConfigError,
-    DataOption,
-    FieldSpec,
-    FrozenMap,
     RunConfig,
     affects,
     base_type,
-    comparable_key,
     default_of,
-    differing_fields,
     kinds,
     method_label,
     schema,
-    seed_group_key,
-    shape_columns,
-    spec,
-    stored,
 )
 from engine.config.sweep import (
     LARGE_LAUNCH,

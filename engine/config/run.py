@@ -1,7 +1,7 @@
 """The run schema: ``RunConfig`` and its field metadata (sweeps over it: ``engine.config.sweep``).
 
-Every field of a run is declared once, here, with a ``FieldSpec``: help text, the
-group it belongs to (``GROUPS``), a unit, and its allowed values (choices, or
+Every field of a run is declared once, here, with a ``FieldSpec`` (``engine.config.fields``):
+help text, the group it belongs to (``GROUPS``), a unit, and its allowed values (choices, or
 bounds for numbers). Everything else derives from that declaration:
 
 - validation (``RunConfig.__post_init__`` runs one check per kind of value:
@@ -25,6 +25,7 @@ only its own rows), so two ranks that clip to the same effective R are one run, 
 ``Sweep.clipped()`` says which ranks clipped.
 """
 
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ import typing
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from engine.config.fields import BOOKKEEPING, MEASUREMENT, TRAJECTORY, ConfigError, FieldSpec, FrozenMap, spec
 from engine.core import checks
 from engine.core.choices import (
     ATTENTION_CHOICES,
@@ -50,24 +52,8 @@ from engine.core.choices import (
     SOURCES,
 )
 from engine.core.presets import PRESETS, GPTConfig
-from engine.errors import UserError
 from storage.limits import INT_MAX, NAME_MAX, check_text
 
-GROUPS = {  # group → what the Launch page and --help call it
-    "method": "Method",
-    "model": "Model",
-    "training": "Training",
-    "data": "Data",
-    "memory": "Memory",
-    "devices": "Devices",
-    "checkpoints": "Checkpoints",
-}
-TRAJECTORY, MEASUREMENT, BOOKKEEPING = "trajectory", "measurement", "bookkeeping"
-AFFECTS = {  # what a field's value can change → what that means for comparing runs
-    TRAJECTORY: "the parameters a run trains to (its training path)",
-    MEASUREMENT: "what is measured along the same path (validation set size, memory, time)",
-    BOOKKEEPING: "neither: how long, how often it is logged, checkpointed, what it is called",
-}
 EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
@@ -82,124 +68,6 @@ SEED_END = 2**32
 # R=32 ×0.96/0.89/0.80/0.79, with 0.7/1.3/2.4/4.8 GB: 4096 is within 2 % of the
 # fastest at half the memory of 8192
 FUSED_CHUNK = {"cpu": 256, "gpu": 4096}
-
-
-class ConfigError(UserError, ValueError):
-    """A run configuration value is out of range; the message names the field and the fix.
-    ``field``: the run field it is about (None when it is about several), so a form can
-    show it beside that field under the field's label."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """What the schema knows about one run field.
-
-    ``choices`` is a tuple or a zero-argument callable returning one; ``low``/``high``
-    bound numbers (``low_open``/``high_open`` exclude the end; an integer is always below
-    2⁶³, what the database stores); ``max_len`` bounds text (``storage.limits``, which
-    sizes the database's columns); ``none`` says what
-    None means (a field that may be None); ``swept``: the field is one axis of a
-    ``Sweep`` (``estimator``, ``rank``, ``lam``, ``seed``), set per run by the sweep;
-    ``aliases`` are extra CLI flags; ``label``/``step``/``fmt`` dress its widget.
-    ``affects`` (``AFFECTS``): whether the value changes the run's trajectory, only
-    its measurement, or neither (bookkeeping). Runs are compared, and pooled as seeds,
-    by their trajectory and measurement fields only (``RunConfig.comparable``).
-    """
-
-    help: str
-    group: str
-    label: str
-    affects: str
-    unit: str = ""
-    choices: tuple | Callable[[], tuple] | None = None
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = True
-    max_len: int | None = None
-    none: str | None = None
-    swept: bool = False
-    aliases: tuple[str, ...] = ()
-    step: float | None = None
-    fmt: str | None = None
-
-    def allowed(self) -> tuple | None:
-        return self.choices() if callable(self.choices) else self.choices
-
-
-def spec(help: str, group: str, label: str, *, affects: str, **kw) -> dict:
-    """``dataclasses.field`` metadata holding a ``FieldSpec``; every field says what it ``affects``."""
-    if group not in GROUPS:
-        raise ValueError(f"unknown field group {group!r}; one of {', '.join(GROUPS)}")
-    if affects not in AFFECTS:
-        raise ValueError(f"unknown affects {affects!r}; one of {', '.join(AFFECTS)}")
-    return {"spec": FieldSpec(help, group, label, affects, **kw)}
-
-
-class FrozenMap(Mapping):
-    """An immutable, hashable mapping (a run's data-source options)."""
-
-    __slots__ = ("_items",)
-    _items: tuple[tuple[Any, Any], ...]
-
-    def __init__(self, values: Mapping | None = None, **kw):
-        merged = dict(values or {}, **kw)
-        object.__setattr__(self, "_items", tuple(sorted(merged.items())))
-
-    def __getitem__(self, key):
-        for k, v in self._items:
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator:
-        return (k for k, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(self._items)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Mapping) and dict(self._items) == dict(other)
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({dict(self._items)!r})"
-
-    def __setattr__(self, *_):
-        raise AttributeError("FrozenMap is immutable")
-
-
-@dataclass(frozen=True)
-class DataOption:
-    """One option of a data source (``RunConfig.dataset_options``), shown as a flag and a widget."""
-
-    name: str
-    kind: type
-    sources: tuple[str, ...]
-    help: str
-    label: str
-    default: Any = None
-    flag: str | None = None  # the CLI flag when not --name-with-dashes
-
-    @property
-    def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
-
-
-DATA_OPTIONS = (
-    DataOption("path", str, ("files",), "a .txt/.jsonl/.parquet path or glob of your own corpus", "Path or glob",
-               flag="--data-path"),
-    DataOption("text_field", str, ("files",), "the text column of .jsonl/.parquet files (default text)", "Text field"),
-    DataOption("data_files", str, ("fineweb-edu",), "a local mirror (path or glob of parquet files) instead of the Hub",
-               "Local copy (optional)"),
-    DataOption("max_documents", int, ("fineweb-edu",), "number of documents to stream", "Documents", 20_000),
-)
 
 
 @dataclass(frozen=True)
@@ -300,7 +168,7 @@ class RunConfig:
             object.__setattr__(self, "dataset_options", FrozenMap(self.dataset_options))
         schema_class: type = type(self)  # a subclass's schema holds its own fields
         for f in dataclasses.fields(self):
-            _validate(f, *kinds(schema_class)[f.name], getattr(self, f.name))
+            validate(f, *kinds(schema_class)[f.name], getattr(self, f.name))
         try:
             self.model_config("cpu")
         except ValueError as e:
@@ -391,7 +259,7 @@ class RunConfig:
 
     def fingerprint(self) -> str:
         """A short stable digest of every field (for tables and file names)."""
-        return _fingerprint(self.to_dict())
+        return fingerprint_of(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -436,53 +304,7 @@ def method_label(estimator: str | None, rank, lam) -> str:
     return f"{estimator} R={int(rank)}{lam_text}"
 
 
-def stored(config: Mapping[str, Any]) -> RunConfig | None:
-    """The ``RunConfig`` of a stored config dict, or None when it is not one (a run
-    written by hand or by a version of BASIS Lab with other fields)."""
-    try:
-        return RunConfig.from_dict(config)
-    except (ConfigError, TypeError):
-        return None
-
-
-def comparable_key(config: Mapping[str, Any]) -> str:
-    """The fingerprint of ``RunConfig.comparable()`` of a stored config: equal for runs
-    that may be compared (a string, so tables can group by it)."""
-    run = stored(config)
-    return run.comparable().fingerprint() if run else _fingerprint(config, {*SWEPT_NAMES, *BOOKKEEPING_NAMES})
-
-
-def seed_group_key(config: Mapping[str, Any]) -> str:
-    """The fingerprint of ``RunConfig.seed_group()`` of a stored config: equal for runs
-    that differ only by seed."""
-    run = stored(config)
-    if run:
-        return run.seed_group().fingerprint()
-    exact = config.get("estimator") == "exact" or config.get("sketched_layers") == "none"
-    return _fingerprint(config, {"seed", *BOOKKEEPING_NAMES, *(("rank", "lam") if exact else ())})
-
-
-def differing_fields(configs) -> list[str]:
-    """The trajectory and measurement fields, other than estimator, rank, λ and seed,
-    whose values differ among the stored ``configs`` (what tells setups apart in a table
-    or a legend; bookkeeping such as steps or the eval interval does not)."""
-    configs = list(configs)
-    keys = sorted({k for c in configs for k in c} - {*SWEPT_NAMES, *BOOKKEEPING_NAMES})
-    return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1]
-
-
-def shape_columns(config: Mapping[str, Any]) -> dict[str, int | None]:
-    """The effective shape of a stored config for exports: ``B_seqs`` (batch size),
-    ``T_tokens`` (sequence length) and ``R_rows`` (rank clipped to B·T; None for exact
-    runs); all None when the config is not a ``RunConfig``."""
-    run = stored(config)
-    if run is None:
-        return {"B_seqs": None, "T_tokens": None, "R_rows": None}
-    return {"B_seqs": run.effective_batch_size, "T_tokens": run.effective_seq_len,
-            "R_rows": None if run.is_exact else run.effective_rank}
-
-
-def _fingerprint(values: Mapping[str, Any], ignore: AbstractSet[str] = frozenset()) -> str:
+def fingerprint_of(values: Mapping[str, Any], ignore: AbstractSet[str] = frozenset()) -> str:
     text = json.dumps({k: v for k, v in values.items() if k not in ignore}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -511,7 +333,7 @@ def default_of(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def _validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
+def validate(f: dataclasses.Field, kind: type, optional: bool, value: Any) -> None:
     """The one check of a field's kind, generated from its spec and annotation."""
     try:
         _check(f, kind, optional, value)

@@ -14,17 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.run import (
-    DATA_OPTIONS,
-    DEFAULTS,
-    NAME_MAX,
-    SWEPT_NAMES,
-    ConfigError,
-    RunConfig,
-    _validate,
-    default_of,
-    kinds,
-)
+from engine.config.fields import DATA_OPTIONS, ConfigError
+from engine.config.run import DEFAULTS, NAME_MAX, SWEPT_NAMES, RunConfig, default_of, kinds, validate
 from engine.core.choices import ESTIMATORS
 
 
@@ -110,7 +101,7 @@ def _tokens(text: str | Iterable[object]) -> list[str]:
 
 def _validate_field(name: str, value: Any) -> None:
     f = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
-    _validate(f, *kinds(RunConfig)[name], value)
+    validate(f, *kinds(RunConfig)[name], value)
 
 
 @dataclass(frozen=True)

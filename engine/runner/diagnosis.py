@@ -163,43 +163,59 @@ def plan_diagnosis(
     if not cfg.sketched_kernel_paths():
         raise ConfigError(f"run {run_id} sketches no layers (sketched_layers={config.sketched_layers}); "
                           "diagnose a run with sketched layers")
+    est = _estimators(estimators)
+    clipped, notes = _ranks(ranks, config.rows)
+    lam_list = [float(config.lam)] if lams is None else parse_lams(lams)
+    _whole("keys", keys, 2)
+    _whole("batches", batches, 1, MAX_BATCHES)
+    _whole("chunk", chunk, 1)
+    _whole("seed", seed, 0, SEED_END - 1)
+    directory = _run_dir(store, run, checkpoints)
+    used = _step(directory, config, run_id, step, notes)
+    return Plan(run_id=int(run_id), step=used, initial=used == 0, estimators=tuple(est), ranks=tuple(clipped),
+                lams=tuple(lam_list), keys=keys, batches=batches, chunk=chunk, seed=seed, checkpoints=directory,
+                notes=tuple(notes))
+
+
+def _estimators(estimators: str | Sequence[str] | None) -> list[str]:
+    """The sketched estimators asked for (default: all of them); exact has no sketch."""
     est = list(SKETCHED) if estimators is None else parse_estimators(estimators)
     if "exact" in est:
         raise ConfigError(f"estimators: exact has no sketch to diagnose; choose from {', '.join(SKETCHED)}")
+    return est
+
+
+def _ranks(ranks: str | Sequence[int] | None, rows: int) -> tuple[list[int], list[str]]:
+    """The ranks asked for (default ``DEFAULT_RANKS``) clipped to the run's B·T = ``rows``,
+    duplicates dropped, and a note when any was clipped."""
     if ranks is None:
         wanted = list(DEFAULT_RANKS)
     else:
         with_exact, wanted = parse_ranks(ranks if isinstance(ranks, str) else ",".join(map(str, ranks)))
         if with_exact:
             raise ConfigError("ranks: 'exact' is not a rank here; give integers >= 1, e.g. 1, 4, 16, 64")
-    rows = config.rows
     clipped = list(dict.fromkeys(min(r, rows) for r in wanted))
-    notes = [f"ranks above B·T = {rows} clipped to {rows}"] if any(r > rows for r in wanted) else []
-    lam_list = [float(config.lam)] if lams is None else parse_lams(lams)
-    _whole("keys", keys, 2)
-    _whole("batches", batches, 1, MAX_BATCHES)
-    _whole("chunk", chunk, 1)
-    _whole("seed", seed, 0, SEED_END - 1)
+    return clipped, [f"ranks above B·T = {rows} clipped to {rows}"] if any(r > rows for r in wanted) else []
 
-    directory = _run_dir(store, run, checkpoints)
+
+def _step(directory: RunFolders, config: RunConfig, run_id: int, step: int | None, notes: list[str]) -> int:
+    """The step to measure: ``step`` when the run has a checkpoint there (or it is 0), the
+    newest checkpoint for None (0 when there is none, noted in ``notes``)."""
     ckpt = _open(directory, config, run_id)
     saved = []
     if ckpt is not None:
         with ckpt:
             saved = ckpt.steps()
     if step is None:
-        used = saved[-1] if saved else 0
         if not saved:
             notes.append("the run has no checkpoint: measured at its initial parameters")
-    else:
-        used = _whole("step", step, 0)
-        if used and used not in saved:
-            raise CheckpointError(f"run {run_id} has no checkpoint at step {used} (saved: "
-                                  f"{', '.join(map(str, saved)) or 'none'}; 0 = the initial parameters): "
-                                  "choose a saved step")
-    return Plan(run_id=int(run_id), step=used, initial=used == 0, estimators=tuple(est), ranks=tuple(clipped),
-                lams=tuple(lam_list), keys=keys, batches=batches, chunk=chunk, seed=seed, checkpoints=directory,
-                notes=tuple(notes))
+        return saved[-1] if saved else 0
+    used = _whole("step", step, 0)
+    if used and used not in saved:
+        raise CheckpointError(f"run {run_id} has no checkpoint at step {used} (saved: "
+                              f"{', '.join(map(str, saved)) or 'none'}; 0 = the initial parameters): "
+                              "choose a saved step")
+    return used
 
 
 def replan(store: RunStore, diag_id: int, checkpoints: str | Path | None = None) -> Plan:
@@ -293,7 +309,7 @@ def execute(
     stored and it ends ``cancelled``, saying how much was done."""
     owner = owner or liveness.current_owner()
     if not store.claim_diagnostic(diag_id, owner):
-        raise ConfigError(f"diagnostic {diag_id} is not queued (already run or running); start a new one")
+        raise ConfigError(f"diagnosis {diag_id} is not queued (already run or running); start a new one")
     cancel = cancel if cancel is not None else threading.Event()
     progress = [0, plan.work]
 

@@ -163,11 +163,7 @@ def train(
         sample_now = bool(config.probe_interval) and last % config.probe_interval == 0
         values = training.probe(first, batches[0]) if probe_now else {}
         training.step(first, last, batches)
-        if probe_now or eval_now:
-            training.window.read(config.lr)
-        if on_step:
-            for s in range(first, last + 1):
-                on_step(s, training.window.checked[-1] if s == last and (probe_now or eval_now) else None)
+        training.tell(first, last, probe_now or eval_now, on_step)
         step = last
         if eval_now:
             values.update(training.evaluate(step))
@@ -292,6 +288,15 @@ class _Training:
             block = _train_block(self.cfg, c.optimizer, c.lr, c.momentum, c.weight_decay)
             self.state, losses = block(self.state, jnp.asarray(batches), self.sketch_root, jnp.int32(first))
         self.window.losses.append((first, losses))
+
+    def tell(self, first: int, last: int, read: bool, on_step: Callable[[int, float | None], None] | None) -> None:
+        """After steps ``first..last``: with ``read``, read the window's losses (one sync,
+        which checks them); then ``on_step`` hears each step, the last with its loss if read."""
+        if read:
+            self.window.read(self.config.lr)
+        if on_step:
+            for s in range(first, last + 1):
+                on_step(s, self.window.checked[-1] if s == last and read else None)
 
     def evaluate(self, step: int) -> dict[str, float]:
         """The eval record's values at ``step``: the window's mean train loss and throughput,

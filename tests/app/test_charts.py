@@ -149,7 +149,7 @@ def test_one_plain_text_helper_for_markdown_and_plotly():
 
 
 def test_log_axis_labels_always_name_their_decade():
-    from app.estimators import log_ticks, power_text
+    from app.diagnosis_charts import log_ticks, power_text
 
     assert [power_text(v) for v in (1e-3, 2e-3, 5e-2, 1.0, 30.0)] == ["10⁻³", "2×10⁻³", "5×10⁻²", "10⁰", "3×10¹"]
     narrow, labels = log_ticks([0.021, 0.034, 0.09])  # less than a decade: Plotly would label minor ticks "2", "5"

@@ -13,7 +13,7 @@ import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import display
-from engine.analysis import charts, frames
+from engine.analysis import charts, frames, method_frames
 from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
@@ -112,7 +112,7 @@ def test_two_sweeps_compared_are_told_apart_by_marker_dash_and_label(tmp_path):
         by_setup.setdefault(t.name.rsplit("[", 1)[1], set()).add(t.marker.symbol)
     assert all(len(v) == 1 for v in by_setup.values()) and by_setup["lr=0.01]"] != by_setup["lr=0.02]"]
 
-    rank = frames.rank_frame(records, metrics, "val_loss")
+    rank = method_frames.rank_frame(records, metrics, "val_loss")
     exact = rank[rank["estimator"] == "exact"]
     assert len(exact) == 2 and exact["dash"].nunique() == 2 and "solid" not in set(exact["dash"])
     bands = [t for t in charts.rank_figure(rank, y_title="loss").data if t.showlegend is not False and t.mode == "lines"]
@@ -151,15 +151,15 @@ def _direct(store, ids, column, step):
     return stats
 
 
-@pytest.mark.parametrize("quantity", list(frames.RANK_QUANTITIES))
+@pytest.mark.parametrize("quantity", list(method_frames.RANK_QUANTITIES))
 @pytest.mark.parametrize("at_step", [None, 40, 20])
 def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
     store = RunStore(f"sqlite:///{tmp_path / 'rank.db'}")
     ids = _lab(store)
     records = store.list_runs()
-    got = frames.rank_frame(records, store.metrics(ids), quantity, at_step)
+    got = method_frames.rank_frame(records, store.metrics(ids), quantity, at_step)
     step = 20 if at_step is None else at_step  # the latest step every run validated at: basis R=8 seed 2 stopped at 20
-    assert list(got.columns) == frames.RANK_COLUMNS and (got["step"] == step).all()
+    assert list(got.columns) == method_frames.RANK_COLUMNS and (got["step"] == step).all()
     want = _direct(store, ids, quantity, step)
     got["method"] = [_method(r) for r in got.itertuples()]
     got = got.set_index("method")
@@ -175,7 +175,7 @@ def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
         table = table3(records, store.metrics(ids), at_step).set_index(["estimator", "rank", "lam"])
         np.testing.assert_allclose(got.loc[[("basis", 1, 0.0)], "mean"].item(), table.loc[("basis", 1, 0.0), "val_loss_mean"])
     with pytest.raises(ValueError, match="unknown quantity"):
-        frames.rank_frame(records, store.metrics(ids), "val_los")
+        method_frames.rank_frame(records, store.metrics(ids), "val_los")
     store.close()
 
 
@@ -185,7 +185,7 @@ def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
     odd = store.create_run(name="odd", config={"preset": "tiny", "steps": 40}, estimator="basis", rank=None, lam=0.0,
                            seed=0, preset="tiny", steps=40, status="finished")
     store.add_metrics(odd, [(step, 0.5, "val_loss", 7.0) for step in (0, 10, 20, 30, 40)])
-    frame = frames.rank_frame(store.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
+    frame = method_frames.rank_frame(store.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
     assert frame["estimator"].tolist() == ["exact"]
     assert len(charts.rank_figure(frame, y_title="v").layout.annotations) == 1  # says there is nothing to place on R
     store.close()
@@ -194,7 +194,7 @@ def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
 def test_rank_figure_log_axis_error_bars_and_exact_band(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'fig.db'}")
     ids = _lab(store)
-    frame = frames.rank_frame(store.list_runs(), store.metrics(ids), "val_loss", 40)
+    frame = method_frames.rank_frame(store.list_runs(), store.metrics(ids), "val_loss", 40)
     fig = charts.rank_figure(frame, y_title="validation loss (nats/token)", title="Validation loss against rank R")
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == [1, 8]
     lines = {t.name: t for t in fig.data if t.error_y.array is not None}
@@ -258,7 +258,7 @@ def test_compare_draws_the_central_figure_for_each_quantity(url, store):
         at.radio(key="compare.rank_quantity").set_value(quantity).run()
         assert not at.exception
         fig = _spec(at, RANK_TITLES[quantity])
-        assert fig["layout"]["yaxis"]["title"]["text"] == frames.RANK_QUANTITIES[quantity][1]
+        assert fig["layout"]["yaxis"]["title"]["text"] == method_frames.RANK_QUANTITIES[quantity][1]
 
 
 def test_compare_cosine_charts_follow_the_wall_time_axis(url, store):

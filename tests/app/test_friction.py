@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from engine.analysis import charts, frames
+from engine.analysis import charts, frames, method_frames
 from engine.analysis.summary import summarize
 from storage import RunStore
 from tests.support.pages import app, button, page, store, url  # noqa: F401 (fixtures)
@@ -44,7 +44,7 @@ def test_every_chart_tells_the_ranks_of_one_estimator_apart_by_default(lab):
     assert len({t.line.color for t in curves.data}) == len(configs)
     memory = frames.memory_frame(summarize(records, metrics), info)
     assert memory.groupby("trace")["color"].first().nunique() == len(configs)  # the memory bars too
-    rank = frames.rank_frame(records, metrics, "val_loss")
+    rank = method_frames.rank_frame(records, metrics, "val_loss")
     by_rank = rank[rank["estimator"] != "exact"].set_index("rank")["color"]
     assert [by_rank[r] for r in PAPER_RANKS] == sketched  # the rank figure's points match the curves
     points = next(t for t in charts.rank_figure(rank, y_title="loss").data if t.error_y.array is not None)

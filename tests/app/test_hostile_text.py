@@ -130,8 +130,8 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
                     nothing_rendered()
                 shows(f"This run failed: {ERROR}")
 
-                page.goto(f"{base}/estimators")
-                page.get_by_role("heading", name="Estimators").wait_for()
+                page.goto(f"{base}/diagnosis")
+                page.get_by_role("heading", name="Diagnosis").wait_for()
                 shows(f"This diagnosis failed: {ERROR}")
                 nothing_rendered()
 

@@ -297,7 +297,7 @@ def test_detail_shows_the_error_config_and_environment(url, store):
 
 def test_empty_states_point_to_launch(url):
     at = app().run()
-    for name in ("runs", "compare", "detail", "estimators"):
+    for name in ("runs", "compare", "detail", "diagnosis"):
         page(at, name)
         assert "No runs yet" in at.info[0].value
         assert at.get("page_link")[0].proto.page.endswith("launch")

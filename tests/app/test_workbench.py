@@ -119,13 +119,13 @@ def test_the_diagnosis_selector_shows_no_status_that_can_go_stale(url, store):
     """The selector's choices are drawn with the page; a status in them stayed "queued"
     above finished results. They name what each diagnosis measures; the status is the live
     part's, read from the current state."""
-    from tests.app.test_estimators_page import RESULT
+    from tests.app.test_diagnosis_page import RESULT
 
     run_id = fake_run(store, TINY)
     diag = store.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
                                                "lams": [0.0], "keys": 8, "batches": 1})
-    at = page(app(selected=[run_id]).run(), "estimators")
-    selector = at.selectbox(key="estimators.diag")
+    at = page(app(selected=[run_id]).run(), "diagnosis")
+    selector = at.selectbox(key="diagnosis.diag")
     assert selector.value == diag
     assert not any(word in option for option in selector.options
                    for word in ("queued", "running", "finished", "cancelled", "failed")), selector.options

@@ -427,10 +427,10 @@ def test_a_checkpoint_of_the_format_before_checksums_is_restored_unchecked(tmp_p
     folder): it is still restored."""
     import orbax.checkpoint as ocp
 
-    from engine.training import checkpoints
+    from engine.training.checkpoints import folders
 
     directory = tmp_path / "run-5"
-    old = checkpoints._open_manager(directory)
+    old = folders.open_manager(directory)
     old.save(7, args=ocp.args.Composite(state=ocp.args.StandardSave(_small_state(7)), meta=ocp.args.JsonSave({"at": 7})),
              custom_metadata={"basis_lab_final": False}, force=True)
     old.wait_until_finished()

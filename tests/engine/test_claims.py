@@ -10,7 +10,7 @@ from scipy import stats
 
 from engine.analysis import claims
 from engine.analysis.claims import INCONCLUSIVE, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED
-from engine.analysis.frames import RUN_TIME_COLUMNS, run_time_frame, shared_runs
+from engine.analysis.method_frames import RUN_TIME_COLUMNS, run_time_frame, shared_runs
 from engine.analysis.summary import TABLE3_COLUMNS
 from engine.core.stats import (
     PRIOR_DELTA_SD,
@@ -81,7 +81,7 @@ def seeds_row(rank, deltas, lam=0.01, margin=claims.MATCH_DELTA):
 
 
 def run_times(ms_by_rank, shared=(), lam=0.01):
-    """A ``frames.run_time_frame``: {rank: [median ms of each run]}; run ids in ``shared`` overlapped another."""
+    """A ``method_frames.run_time_frame``: {rank: [median ms of each run]}; run ids in ``shared`` overlapped another."""
     rows, run_id = [], 0
     for rank, values in ms_by_rank.items():
         for seed, ms in enumerate(values):

@@ -60,8 +60,8 @@ def test_per_key_intervals_are_narrower_than_the_bound_and_old_rows_keep_the_bou
     rng = np.random.default_rng(1)
     new = _rows({("balanced", 8): _values(rng, 64, 0.9), ("countsketch", 8): _values(rng, 64, 1.0)})
     old = new.drop(columns=[claims.KEY_VALUES])
-    g_new, = claims._compared(new, "balanced", "countsketch")
-    g_old, = claims._compared(old, "balanced", "countsketch")
+    g_new, = claims.compared(new, "balanced", "countsketch")
+    g_old, = claims.compared(old, "balanced", "countsketch")
     width = lambda r: np.log(r.high / r.low)
     assert g_new.variance_ratio.method == keystats.DELTA and g_old.variance_ratio.method == keystats.BOUND
     assert width(g_new.variance_ratio) < width(g_old.variance_ratio) / 4

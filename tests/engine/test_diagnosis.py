@@ -1,4 +1,4 @@
-"""Diagnoses of stored runs (engine.runner.diagnosis, `python -m engine diagnose`, the Estimators page):
+"""Diagnoses of stored runs (engine.runner.diagnosis, `python -m engine diagnose`, the Diagnosis page):
 the right state and batches are measured, the numbers are stored and exported, bad input
 writes nothing.
 
@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import estimators as est
+from app import diagnosis_charts as est
 from app import state
 from engine import data
 from engine.analysis.diagnostics import COLUMNS, diagnose
@@ -226,26 +226,26 @@ def test_frames_and_figures(trained, store):
     np.testing.assert_allclose(table["MSE"], table["bias²"] + table["variance"], rtol=1e-4)
 
 
-def test_estimators_page_shows_a_diagnosis_and_starts_one_in_the_background(trained, store):
+def test_diagnosis_page_shows_a_diagnosis_and_starts_one_in_the_background(trained, store):
     url, _, run_id, _ = trained
     diag_id, _ = diagnosis.run_diagnosis(store, run_id, step=20, **SMALL)
     try:
         at = AppTest.from_file(str(APP), default_timeout=120)
-        at.switch_page("views/estimators.py").run()
+        at.switch_page("views/diagnosis.py").run()
         assert not at.exception, [e.value for e in at.exception]
-        at.selectbox(key="estimators.run").set_value(run_id).run()
-        at.selectbox(key="estimators.diag").set_value(diag_id).run()
+        at.selectbox(key="diagnosis.run").set_value(run_id).run()
+        at.selectbox(key="diagnosis.diag").set_value(diag_id).run()
         assert not at.exception, [e.value for e in at.exception]
         assert any("at its checkpoint at step 20" in m.value for m in at.markdown)
         assert any("Relative MSE against R" in t for t in figures(at))
         table = at.dataframe[0].value
         assert set(table["estimator"]) == {"basis", "crs"}
         before = set(store.diagnostics_frame(run_id)["id"])
-        at.selectbox(key=f"estimators.step.{run_id}").set_value(10)
-        at.multiselect(key=f"estimators.which.{run_id}").set_value(["crs"])
-        at.text_input(key=f"estimators.ranks.{run_id}").set_value("2")
-        at.number_input(key=f"estimators.keys.{run_id}").set_value(8)
-        at.number_input(key=f"estimators.batches.{run_id}").set_value(1)
+        at.selectbox(key=f"diagnosis.step.{run_id}").set_value(10)
+        at.multiselect(key=f"diagnosis.which.{run_id}").set_value(["crs"])
+        at.text_input(key=f"diagnosis.ranks.{run_id}").set_value("2")
+        at.number_input(key=f"diagnosis.keys.{run_id}").set_value(8)
+        at.number_input(key=f"diagnosis.batches.{run_id}").set_value(1)
         button(at, "Run diagnosis").click().run()
         assert not at.exception and not at.error, [e.value for e in at.error]
         new = set(store.diagnostics_frame(run_id)["id"]) - before
@@ -253,10 +253,10 @@ def test_estimators_page_shows_a_diagnosis_and_starts_one_in_the_background(trai
         new_id = new.pop()
         wait_for(lambda: store.diagnostics_frame(run_id).set_index("id").loc[new_id, "status"] == "finished", 300)
         at.run()
-        assert at.selectbox(key="estimators.diag").value == new_id
+        assert at.selectbox(key="diagnosis.diag").value == new_id
         assert any("at its checkpoint at step 10" in m.value for m in at.markdown)
         assert set(at.dataframe[0].value["estimator"]) == {"crs"}
-        at.text_input(key=f"estimators.ranks.{run_id}").set_value("0")
+        at.text_input(key=f"diagnosis.ranks.{run_id}").set_value("0")
         n = len(store.diagnostics_frame(run_id))
         button(at, "Run diagnosis").click().run()
         assert any("ranks" in e.value for e in at.error)
@@ -323,4 +323,4 @@ def test_cli_cancels_a_diagnosis_another_process_computes_then_runs_it_again_and
     assert main(["diagnose", "--db", url, "--delete", str(again)]) == 0
     assert again not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(again).empty
     assert main(["diagnose", "--db", url, "--delete", str(again)]) == 2
-    assert "no diagnostic" in capsys.readouterr().err
+    assert "no diagnosis" in capsys.readouterr().err

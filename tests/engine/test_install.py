@@ -71,4 +71,16 @@ def test_the_locks_pin_everything_with_hashes_and_keep_test_tools_out_of_the_run
     assert "psycopg" in declared and "psycopg" in runtime  # PostgreSQL workers run from `make run`'s environment
     assert not dev_tools & set(runtime)  # Markdown, in the test extra, is also a runtime dependency's
     assert all(test[name][0] == version for name, (version, _) in runtime.items())  # one version of each
-    assert {_requirement_name(d) for d in project["optional-dependencies"]["cuda"]} == {"jax"}
+    cuda_extra = {_requirement_name(d) for d in project["optional-dependencies"]["cuda"]}
+    assert cuda_extra == {"jax", "nvidia-ml-py"}
+
+
+def test_the_cuda_lock_is_the_runtime_lock_plus_the_cuda_extra_all_hashed():
+    """``make install-cuda`` installs requirements-cuda.txt with --require-hashes: every pin
+    hashed, the runtime pins unchanged, JAX's CUDA plugin at the locked jax's own version."""
+    runtime, cuda = _lock("requirements.txt"), _lock("requirements-cuda.txt")
+    assert all(hashes > 0 for _, hashes in cuda.values())
+    assert all(cuda[name][0] == version for name, (version, _) in runtime.items())
+    assert {"nvidia-ml-py", "jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cudnn-cu12"} <= set(cuda) - set(runtime)
+    assert cuda["jax-cuda12-plugin"][0] == cuda["jax-cuda12-pjrt"][0] == runtime["jax"][0]
+    assert not {"pytest", "playwright", "ruff", "import-linter", "mypy"} & set(cuda)

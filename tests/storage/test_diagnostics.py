@@ -44,7 +44,7 @@ def test_diagnostics_store_and_cascade(store):
         store.set_diagnostic_status(d1, "done")
     with pytest.raises(RunNotFoundError):
         store.create_diagnostic(999, 1)
-    with pytest.raises(StorageError, match="no diagnostic 999"):
+    with pytest.raises(StorageError, match="no diagnosis 999"):
         store.add_diagnostic_results(999, results)
     store.delete_run(run)  # the run's diagnostics and their results go with it
     assert store.diagnostics_frame()["id"].tolist() == [d2]
@@ -68,5 +68,5 @@ def test_a_diagnosis_is_cancelled_queued_or_flagged_running_and_deleted_with_its
     assert not store.request_cancel_diagnostic(running)  # already ended
     store.delete_diagnostic(running)
     assert running not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(running).empty
-    with pytest.raises(StorageError, match="no diagnostic"):
+    with pytest.raises(StorageError, match="no diagnosis"):
         store.delete_diagnostic(running)

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.analysis import charts, claims, frames
+from engine.analysis import charts, claims, frames, method_frames
 from engine.analysis.report.model import Report, describe_selection
 from engine.analysis.summary import table3
 from engine.config import GROUPS, method_label, schema, stored
@@ -41,10 +41,10 @@ def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame |
     margin = check_margin(margin if margin is not None else selection.get("margin", MARGIN))
     created = (created_at or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     t3 = table3(records, metrics, at_step, margin=margin)
-    steps = frames.step_time_frame(records, metrics, at_step)
+    steps = method_frames.step_time_frame(records, metrics, at_step)
     diag = _diagnoses(diagnoses)
     verdicts = claims.judge(t3, _diagnoses(diagnoses, key_values=True), steps[claims.STEP_TIME_COLUMNS],
-                            timings=frames.run_time_frame(records, metrics, at_step), margin=margin)
+                            timings=method_frames.run_time_frame(records, metrics, at_step), margin=margin)
     figures, captions = _figures(records, metrics, at_step, steps)
     notes = []
     unfinished = [r for r in records if r.status != "finished"]
@@ -103,7 +103,7 @@ def gathering(records, selection: dict) -> list[str]:
         "hashing (balanced vs countsketch, basis vs scalars) and the scalars on and off (scalars vs countsketch, "
         "basis vs balanced) on the same states, batches and sketch keys.",
         f"Diagnose a trained run: python -m engine diagnose {run} --estimators balanced,countsketch,basis,scalars "
-        "--ranks 4,16,64 (or the Estimators page); R = 1 is left out, as there the two hashings are the same. More "
+        "--ranks 4,16,64 (or the Diagnosis page); R = 1 is left out, as there the two hashings are the same. More "
         "keys (--keys) narrow the intervals: see what would decide each claim above.",
         f"Then rebuild this report: python -m engine report {chosen + ' ' if chosen else ''}--out report.html (or "
         "Rebuild on the Report page); the diagnoses stored for its runs are read in.",
@@ -117,7 +117,7 @@ def _figures(records, metrics, at_step, steps) -> tuple[dict[str, go.Figure], di
     def add(name, fig, caption):
         figures[name], captions[name] = fig, caption
 
-    loss = frames.rank_frame(records, metrics, "val_loss", at_step)
+    loss = method_frames.rank_frame(records, metrics, "val_loss", at_step)
     add("loss_vs_rank", charts.rank_figure(loss, y_title="validation loss (nats/token)",
                                            title="Validation loss against the rank R"),
         "Validation loss at the compared step against R (log axis): the mean over seeds with ± 1 std error bars; "
@@ -126,13 +126,13 @@ def _figures(records, metrics, at_step, steps) -> tuple[dict[str, go.Figure], di
     add("validation", charts.line_figure(curves, y_title="validation loss (nats/token)",
                                          title="Validation loss (mean over seeds, ± 1 std band)", height=440),
         "Validation curves of every method: the mean over its seeds at each evaluation, with a ± 1 std band.")
-    cosine = frames.rank_frame(records, metrics, "cos_mean", at_step)
+    cosine = method_frames.rank_frame(records, metrics, "cos_mean", at_step)
     if len(cosine[cosine["estimator"] != "exact"]):
         add("cosine", charts.rank_figure(cosine, y_title="mean cosine of sketched dW to exact dW",
                                          title="dW cosine against R"),
             "Mean cosine of each sketched layer's dW to the exact dW on the same batch (the last probe at or before "
             "the compared step), mean ± std over seeds.")
-    memory = frames.rank_frame(records, metrics, "mem_saved_bytes", at_step)
+    memory = method_frames.rank_frame(records, metrics, "mem_saved_bytes", at_step)
     add("memory", charts.rank_figure(memory, y_title="saved for backward (MiB)", title="Activation memory against R"),
         "Bytes the compiled train step keeps for the backward pass, in MiB, against R; exact backprop as a band.")
     add("step_time", charts.rank_figure(steps, y_title="train step (ms)", title="Time per train step against R"),

@@ -22,7 +22,7 @@ from engine.analysis import claims
 from engine.analysis.report.stored import decode_frame, encode_frame, json_default
 from engine.analysis.summary import TABLE3_COLUMNS, display_frame, duplicates_note, paper_note
 from engine.config import method_label
-from engine.core.stats import MARGIN
+from engine.core.stats import MARGIN, POWER
 
 REPORT_VERSION = 2  # 2: frames as Arrow (``stored``); 1: frames as JSON rows, still read
 READ_VERSIONS = (1, 2)
@@ -88,7 +88,7 @@ class Report:
                 Block("list", "Rules", items=tuple(v.rule for v in self.verdicts))]
         plans = tuple(f"({v.key}) {v.power}" for v in self.verdicts if v.power)
         if plans:
-            out.append(Block("list", f"What would decide each claim ({claims.POWER:.0%} power)", items=plans))
+            out.append(Block("list", f"What would decide each claim ({POWER:.0%} power)", items=plans))
         if self.gathering:
             out.append(Block("list", "How to gather the data claims (a) and (b) need", items=tuple(self.gathering)))
         out += [Block("heading", "Figures")]

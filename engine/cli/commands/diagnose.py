@@ -14,7 +14,7 @@ def register(subparsers) -> None:
                               help="bias, variance and MSE of the dW estimators on a run's state",
                               description="Measure every estimator's squared bias, variance, MSE (relative to ‖dW‖²) and "
                                           "mean cosine on a run's checkpoint and the training batches that followed it; "
-                                          "stored in the database (the dashboard's Estimators page).")
+                                          "stored in the database (the dashboard's Diagnosis page).")
     p.add_argument("run", nargs="?", help="run id or name")
     p.add_argument("--step", type=int, help="checkpoint step (default: the newest; 0: the initial parameters)")
     p.add_argument("--estimators", metavar="LIST", help="comma list (default: every sketched estimator)")

@@ -1,4 +1,4 @@
-"""The Estimators page's diagnosis controls: Enter in a field starts nothing (a real
+"""The Diagnosis page's controls: Enter in a field starts nothing (a real
 Chromium), the cost is shown before anything starts, a cancelled diagnosis shows its
 partial results, and Cancel, Run again and Delete act on the chosen diagnosis.
 
@@ -33,21 +33,21 @@ def test_the_cost_shows_before_a_start_and_a_cancelled_diagnosis_keeps_its_resul
     run_id = fake_run(store, TINY)
     diag = _partial(store, run_id)
     at = app(selected=[run_id]).run()
-    at.switch_page("views/estimators.py").run()
+    at.switch_page("views/diagnosis.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("Cost: 8 estimators × 4 ranks × 1 λ × 81 keys × 4 batches" in c.value.replace("\\", "")
                for c in at.caption)
-    assert at.selectbox(key="estimators.diag").value == diag
+    assert at.selectbox(key="diagnosis.diag").value == diag
     assert any("cancelled after 1 of 2" in w.value.replace("\\", "") for w in at.warning)  # said, not hidden
     assert set(at.dataframe[0].value["estimator"]) == {"basis"}  # and its results are shown
     assert button(at, "Cancel diagnosis").disabled  # it has ended
 
     button(at, "Delete diagnosis").click().run()
     assert store.diagnostic_results(diag).shape[0] == 2  # nothing before the confirmation
-    at.button(key="estimators.delete.cancel").click().run()
+    at.button(key="diagnosis.delete.cancel").click().run()
     assert diag in set(store.diagnostics_frame()["id"])
     button(at, "Delete diagnosis").click().run()
-    at.button(key="estimators.delete.ok").click().run()
+    at.button(key="diagnosis.delete.ok").click().run()
     assert store.diagnostics_frame().empty and store.diagnostic_results(diag).empty
 
 
@@ -57,7 +57,7 @@ def test_cancel_on_the_page_asks_the_running_diagnosis_to_stop(url, store):
                                                "batches": 2})
     store.claim_diagnostic(diag, "elsewhere:1")
     store.set_diagnostic_status(diag, "running")
-    at = page(app(selected=[run_id]).run(), "estimators")
+    at = page(app(selected=[run_id]).run(), "diagnosis")
     assert not button(at, "Cancel diagnosis").disabled and button(at, "Delete diagnosis").disabled
     button(at, "Cancel diagnosis").click().run()
     assert store.diagnostic_cancel_requested(diag)
@@ -77,7 +77,8 @@ def test_enter_in_a_diagnosis_field_starts_nothing_in_a_real_browser(tmp_path, t
             try:
                 page_ = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page_.set_default_timeout(60_000)
-                page_.goto(f"http://127.0.0.1:{port}/estimators")
+                page_.goto(f"http://127.0.0.1:{port}/estimators")  # the page's old address leads to it
+                page_.get_by_role("heading", name="Diagnosis").wait_for()
                 page_.get_by_text("Cost: 8 estimators × 4 ranks").wait_for()
                 for label, value in (("Ranks R", "2"), ("Shrink λ", "0")):
                     box = page_.get_by_label(label, exact=True)

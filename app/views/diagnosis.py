@@ -1,9 +1,9 @@
-"""Estimators: squared bias, variance and MSE of every dW estimator, measured on a run's own
+"""Diagnosis: squared bias, variance and MSE of every dW estimator, measured on a run's own
 state and batches (``engine.runner.diagnosis``); new diagnoses run in the background."""
 
 import streamlit as st
 
-from app import estimators as est
+from app import diagnosis_charts as figures
 from app import state
 from app.display import plain, plot, status_text
 from engine.config import ConfigError, RunConfig
@@ -23,12 +23,12 @@ def _started(start, message) -> bool:
     except (ConfigError, ValueError) as e:
         st.error(plain(str(e).splitlines()[0]), icon=":material/error:")
         return False
-    st.session_state["estimators.diag"] = new
+    st.session_state["diagnosis.diag"] = new
     st.toast(message(new))
     return True
 
 
-st.title("Estimators")
+st.title("Diagnosis")
 st.caption("How far each estimator's d̂W is from the exact dW on a run's real training state: squared bias, "
            "variance and MSE over K sketch keys, relative to ‖dW‖², against the rank R.")
 records = {r.id: r for r in store.list_runs()}
@@ -37,10 +37,10 @@ if not records:
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
     st.stop()
 
-if st.session_state.get("estimators.run") not in records:
+if st.session_state.get("diagnosis.run") not in records:
     picked = [i for i in state.selected() if i in records]
-    st.session_state["estimators.run"] = picked[0] if picked else max(records)
-run_id = st.selectbox("Run", sorted(records, reverse=True), key="estimators.run",
+    st.session_state["diagnosis.run"] = picked[0] if picked else max(records)
+run_id = st.selectbox("Run", sorted(records, reverse=True), key="diagnosis.run",
                       format_func=lambda i: f"#{i} {records[i].name}")
 run = records[run_id]
 diags = store.diagnostics_frame(run_id)
@@ -54,23 +54,23 @@ with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_char
     # plain widgets, not an st.form: Enter in a field only updates the cost; only the button starts
     c1, c2 = st.columns([1, 2])
     step = c1.selectbox(
-        "State", [*reversed(steps), 0], key=f"estimators.step.{run_id}",
+        "State", [*reversed(steps), 0], key=f"diagnosis.step.{run_id}",
         format_func=lambda s: f"checkpoint at step {s:,}" if s else "initial parameters (step 0)",
         help="A saved checkpoint of the run, or its initial parameters. The batches are the ones the run "
              "trained on next.")
     chosen = c2.multiselect("Estimators", diagnosis.SKETCHED, default=list(diagnosis.SKETCHED),
-                            key=f"estimators.which.{run_id}")
+                            key=f"diagnosis.which.{run_id}")
     c1, c2, c3, c4 = st.columns(4)
-    ranks = c1.text_input("Ranks R", ", ".join(map(str, diagnosis.DEFAULT_RANKS)), key=f"estimators.ranks.{run_id}",
+    ranks = c1.text_input("Ranks R", ", ".join(map(str, diagnosis.DEFAULT_RANKS)), key=f"diagnosis.ranks.{run_id}",
                           help="Comma list; ranks above B·T are clipped to B·T.")
-    lams = c2.text_input("Shrink λ", f"{RunConfig.from_dict(run.config).lam:g}", key=f"estimators.lams.{run_id}",
+    lams = c2.text_input("Shrink λ", f"{RunConfig.from_dict(run.config).lam:g}", key=f"diagnosis.lams.{run_id}",
                          help="Comma list of λ in [0, 1); the run's own λ by default.")
     keys = c3.number_input("Sketch keys K", min_value=2, value=diagnosis.DEFAULT_KEYS, step=32,
-                           key=f"estimators.keys.{run_id}",
+                           key=f"diagnosis.keys.{run_id}",
                            help=f"Independent sketches per batch, shared by every estimator (paired). "
                                 f"{diagnosis.DEFAULT_KEYS} detects a variance ratio of 0.8 with power 0.8.")
     batches = c4.number_input("Batches N", min_value=1, max_value=diagnosis.MAX_BATCHES,
-                              value=diagnosis.DEFAULT_BATCHES, key=f"estimators.batches.{run_id}")
+                              value=diagnosis.DEFAULT_BATCHES, key=f"diagnosis.batches.{run_id}")
     try:
         plan = diagnosis.plan_diagnosis(store, run_id, step=int(step), estimators=chosen or "", ranks=ranks,
                                         lams=lams, keys=int(keys), batches=int(batches),
@@ -84,7 +84,7 @@ with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_char
                          + (format_seconds(eta) if eta is not None else
                             "unknown (no finished diagnosis of this model yet)") + "."))
     start = st.button("Run diagnosis", icon=":material/play_arrow:", type="primary", disabled=plan is None,
-                      key=f"estimators.start.{run_id}")
+                      key=f"diagnosis.start.{run_id}")
     if start and plan is not None and _started(lambda: lab.manager.start_diagnosis(plan),
                                                lambda new: f"Diagnosis #{new} started in the background."):
         diags = store.diagnostics_frame(run_id)
@@ -94,45 +94,45 @@ if diags.empty:
     st.stop()
 
 rows = {int(r.id): r for r in diags.itertuples(index=False)}
-if st.session_state.get("estimators.diag") not in rows:
+if st.session_state.get("diagnosis.diag") not in rows:
     finished = [i for i, r in rows.items() if r.status == "finished"]
-    st.session_state["estimators.diag"] = max(finished or rows)
+    st.session_state["diagnosis.diag"] = max(finished or rows)
 # the choices name what each diagnosis measures, not its status: a label is drawn with the page and would go
 # stale while the diagnosis moves on; the status is shown below, by the live part, from the current state
-diag_id = st.selectbox("Diagnosis", sorted(rows, reverse=True), key="estimators.diag",
-                       format_func=lambda i: est.diagnosis_label(diags[diags.id == i].iloc[0]))
+diag_id = st.selectbox("Diagnosis", sorted(rows, reverse=True), key="diagnosis.diag",
+                       format_func=lambda i: figures.diagnosis_label(diags[diags.id == i].iloc[0]))
 chosen_status = rows[diag_id].status
 actions = st.container(horizontal=True)
-if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="estimators.cancel",
+if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="diagnosis.cancel",
                   disabled=chosen_status not in ACTIVE_STATUSES,
                   help="Stop it after its current step; it keeps what it measured so far and ends cancelled."):
     lab.manager.cancel_diagnosis(diag_id)
     st.toast(f"Cancel requested for diagnosis #{diag_id}.")
     st.rerun()
-if actions.button("Run again", icon=":material/replay:", key="estimators.rerun",
+if actions.button("Run again", icon=":material/replay:", key="diagnosis.rerun",
                   help="A new diagnosis with this one's settings (state, estimators, ranks, λs, keys, batches)."):
     if _started(lambda: lab.manager.rerun_diagnosis(diag_id), lambda again: f"Diagnosis #{again} started: #{diag_id} again."):
         st.rerun()
-if actions.button("Delete diagnosis…", icon=":material/delete:", key="estimators.delete",
+if actions.button("Delete diagnosis…", icon=":material/delete:", key="diagnosis.delete",
                   disabled=chosen_status == "running", help="Delete this diagnosis and its results (asks first)."):
-    st.session_state["estimators.confirm_delete"] = diag_id
-if st.session_state.get("estimators.confirm_delete") == diag_id:
+    st.session_state["diagnosis.confirm_delete"] = diag_id
+if st.session_state.get("diagnosis.confirm_delete") == diag_id:
     box = st.container(border=True)
-    box.warning(plain(f"Delete diagnosis #{diag_id} ({est.diagnosis_label(diags[diags.id == diag_id].iloc[0])}) and its "
+    box.warning(plain(f"Delete diagnosis #{diag_id} ({figures.diagnosis_label(diags[diags.id == diag_id].iloc[0])}) and its "
                       "results? This cannot be undone."), icon=":material/delete:")
     yes, no = box.columns(2)
-    if yes.button(f"Delete #{diag_id}", type="primary", key="estimators.delete.ok"):
+    if yes.button(f"Delete #{diag_id}", type="primary", key="diagnosis.delete.ok"):
         try:
             store.delete_diagnostic(diag_id)
         except StorageError as e:
             st.error(plain(e), icon=":material/error:")
         else:
-            st.session_state.pop("estimators.confirm_delete", None)
-            st.session_state.pop("estimators.diag", None)
+            st.session_state.pop("diagnosis.confirm_delete", None)
+            st.session_state.pop("diagnosis.diag", None)
             st.toast(f"Deleted diagnosis #{diag_id}.")
             st.rerun()
-    if no.button("Keep it", key="estimators.delete.cancel"):
-        st.session_state.pop("estimators.confirm_delete", None)
+    if no.button("Keep it", key="diagnosis.delete.cancel"):
+        st.session_state.pop("diagnosis.confirm_delete", None)
         st.rerun()
 
 
@@ -147,14 +147,14 @@ def _view() -> None:
     if (row["status"] in ACTIVE_STATUSES) != active:
         st.rerun()  # it started or ended: redraw with the matching refresh rate
     settings = row["settings"] or {}
-    st.markdown(f"**{plain(status_text(row['status']))}** · " + plain(est.measured_on(run_id, run.name, settings)))
+    st.markdown(f"**{plain(status_text(row['status']))}** · " + plain(figures.measured_on(run_id, run.name, settings)))
     for note in settings.get("notes", []):
         st.caption(plain(note))
     if row["status"] in ACTIVE_STATUSES:
         progress = lab.manager.diagnosis_progress(diag_id)
         text = (f"{status_text(row['status'])}: {progress[0]:,} of {progress[1]:,} (batch, estimator, rank, λ) done"
                 if progress else f"{status_text(row['status'])} in another process")
-        st.progress(est.progress_fraction(progress), text=text)
+        st.progress(figures.progress_fraction(progress), text=text)
         return
     results = store.diagnostic_results(diag_id)
     if row["status"] != "finished":
@@ -168,23 +168,23 @@ def _view() -> None:
         st.info("This diagnosis stored no results.")
         return
     c1, c2 = st.columns([2, 1])
-    layer = c1.selectbox("Layer", est.layers(results), format_func=est.layer_label, key="estimators.layer")
-    split = c2.toggle("split into bias² and variance", key="estimators.split",
+    layer = c1.selectbox("Layer", figures.layers(results), format_func=figures.layer_label, key="diagnosis.layer")
+    split = c2.toggle("split into bias² and variance", key="diagnosis.split",
                       help="MSE = bias² + variance. An open ▽ marks a bias² that is zero within 2 standard "
                            "errors, drawn at that upper bound.")
-    plot(est.mse_figure(results, layer, split=split, title=f"Relative MSE against R: {est.layer_label(layer)}"),
-         "estimators.mse")
+    plot(figures.mse_figure(results, layer, split=split, title=f"Relative MSE against R: {figures.layer_label(layer)}"),
+         "diagnosis.mse")
     st.caption("Log–log axes. bias² is corrected for Monte-Carlo noise (‖ē‖² − V/K), so an unbiased estimator's "
                "is 0 ± se; ▽ marks such an upper bound. A value that is 0 to float32 precision (below 1e-10: "
                "an estimator that keeps X whole at that rank) is not drawn; see the table.")
-    choices = est.ranks(results)
-    rank = st.select_slider("Table at rank R", choices, value=choices[len(choices) // 2], key="estimators.rank")
+    choices = figures.ranks(results)
+    rank = st.select_slider("Table at rank R", choices, value=choices[len(choices) // 2], key="diagnosis.rank")
     number = st.column_config.NumberColumn(format="%.3g")
-    st.dataframe(est.table_at(results, layer, rank), hide_index=True, width="stretch",
-                 column_config={c: number for c in est.TABLE_COLUMNS if c != "estimator"})
+    st.dataframe(figures.table_at(results, layer, rank), hide_index=True, width="stretch",
+                 column_config={c: number for c in figures.TABLE_COLUMNS if c != "estimator"})
     st.download_button("Results as CSV", data=diagnosis.results_csv(store, diag_id, results),
                        file_name=f"basis-diagnosis-{diag_id}.csv", mime="text/csv", icon=":material/download:",
-                       key="estimators.csv")
+                       key="diagnosis.csv")
 
 
 active = rows[diag_id].status in ACTIVE_STATUSES

@@ -1,4 +1,4 @@
-"""The Estimators page's frames and figures: pure functions of stored diagnosis results
+"""The Diagnosis page's frames and figures: pure functions of stored diagnosis results
 (``RunStore.diagnostic_results``: ``engine.analysis.diagnostics.COLUMNS``).
 
 Every quantity is relative to ‖dW‖²_F of the exact gradient on the same batches. On

@@ -1,166 +1,45 @@
-"""Checkpoints of training runs, written with orbax-checkpoint.
-
-Where they live
----------------
-``checkpoint_root()`` is ``$BASIS_LAB_CHECKPOINTS`` when set, else a
-``checkpoints`` directory beside the SQLite database file the database URL
-names (``storage.db.resolve_url()``: ``--db``/``$BASIS_LAB_DB_URL``, default
-``~/.local/share/basis-lab/basis-lab.db`` → ``~/.local/share/basis-lab/checkpoints``).
-For a database that is not a SQLite file (PostgreSQL) it is beside the default
-SQLite path; runs that many machines train against one PostgreSQL database should
-set ``BASIS_LAB_CHECKPOINTS`` to a filesystem they all mount. Each run keeps its
-checkpoints in ``run_dir(root, run) = root / "run-<run>"`` (a copy of a database, e.g. a
-backup, under ``root / "db-<its identity>"`` instead, reading its original's as
-``borrowed``: ``engine.runner.paths``), one sub-directory per lease (epoch) of the run
-that saved, and in it one per saved step::
-
-    <root>/run-12/epoch-3/300/state/...   parameters, optimizer state, step (orbax StandardSave)
-    <root>/run-12/epoch-3/300/meta/...    JSON metadata (sampler state, loss window, config,
-                                          and the SHA-256 of every saved array)
-
-Every claim of a run takes a new epoch (``storage.lease``), and an owner writes only
-under its own, so two processes that both believe they train a run (one stalled, then
-replaced) never write into one folder. Reading looks at every epoch (and at steps
-directly under ``run-12/``, as written before epochs): ``steps()`` lists the steps of
-all of them and a restore takes, for a step, the newest epoch's checkpoint of it.
-
-What a checkpoint holds
------------------------
-``state`` is the ``TrainState`` pytree (params, optimizer state, step) and
-``extra`` any JSON dict the caller needs to continue the exact trajectory, e.g.
-``BatchSampler.state()``, the training losses since the last eval, the config
-and the wall time so far. The sketch keys need nothing: ``sketch_key(root, step)``
-depends only on the seed and the step.
-
-Sharded state
--------------
-A run on several devices (``engine.training.parallel``) saves its state as it lies:
-orbax's ``StandardSave`` writes every array from its shards (each shard once, by the
-process that holds its first replica), and ``restore`` reads them into the shardings of
-the target state, so a run resumes on another device count or layout (4 devices with
-sharded parameters → 2 devices) with the same numbers. Under ``jax.distributed`` every
-process calls ``save`` and ``restore`` (they are collective); orbax lets process 0 write
-the metadata and the replicated arrays.
-
-Atomicity
----------
-Saves are synchronous (``enable_async_checkpointing=False``): ``save`` returns
-once the checkpoint is complete on disk. Orbax writes each step into
-``<step>.orbax-checkpoint-tmp`` and renames it to ``<step>`` when every item
-is written (``AtomicRenameTemporaryPath``, its default on a local or mounted
-filesystem), so a process killed mid-save leaves only a temporary directory,
-which ``steps()`` never lists. (The rename is atomic for a dying process; orbax
-does not fsync the parent directory, so a power cut may lose the newest one.)
-The owner of a lease deletes such leftovers when it opens the run's checkpoints (a
-``RunCheckpoints`` with an ``epoch``), in its own epoch's folder and in every older one
-(their owners are gone: a newer lease was taken), before it trains, so a resume after a
-full disk starts with that space back; otherwise it is done at the first ``save``.
-Reading never deletes them. A save that fails (a full disk: ``CheckpointDiskFull``)
-deletes its own.
-
-Proof of contents
------------------
-``save`` writes the SHA-256 of every array's bytes (and of the metadata) with the
-checkpoint's metadata; ``restore`` recomputes them on the restored arrays, so a
-checkpoint damaged on disk (flipped bytes, a truncated or missing file) is refused
-with a one-line ``CheckpointError`` naming its step, and ``restore_latest_valid``
-warns once and falls back to the next older checkpoint. (``bench/checkpoint.py``
-measures what hashing costs next to the save.) Every checkpoint written with checksums
-also declares so in orbax's own step metadata (``basis_lab_format``: 2), and checksums
-came with lease epochs, so a checkpoint in an ``epoch-<E>`` folder, or one that declares
-the format, whose checksum record is missing is damaged like one whose bytes are: only a
-checkpoint of the older format (directly in the run folder, declaring none) is restored
-unchecked. What orbax logs while it fails to read a damaged checkpoint (tracebacks,
-warnings) is kept out of the output and logged at DEBUG: the failure is one line.
-
-Retention
----------
-The newest ``keep`` checkpoints are kept, plus every checkpoint saved with
-``final=True`` (the run's last step), which later saves never delete. A writer of
-epoch E also deletes the checkpoints of older epochs that are not among the newest
-``keep`` of all, then the older epoch folders left empty.
-"""
+"""``RunCheckpoints``: the checkpoints of one run, written, listed, pruned and restored
+(``engine.training.checkpoints`` says where they live, what they hold and how they are kept)."""
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
 import logging
 import os
-import re
 import shutil
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
-from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 from engine.core import checks
-from engine.errors import BasisLabError, UserError
+from engine.training.checkpoints.errors import (
+    ORBAX_ERRORS,
+    CheckpointDiskFull,
+    CheckpointError,
+    brief,
+    disk_full,
+    orbax_error,
+)
+from engine.training.checkpoints.folders import ENV_DIR, TMP_SUFFIX, epoch_folders, open_manager
+from engine.training.checkpoints.integrity import (
+    CHECKSUMMED,
+    FORMAT,
+    SUMS,
+    Damaged,
+    array_checksums,
+    check_like,
+    declared_format,
+    leaf_types,
+    meta_digest,
+    verify,
+)
+from engine.training.checkpoints.quiet import orbax_quiet
 
-log = logging.getLogger(__name__)
-
-ENV_DIR = "BASIS_LAB_CHECKPOINTS"
+log = logging.getLogger("engine.training.checkpoints")  # one logger for the package, as before its split
 _FINAL = "basis_lab_final"
-_FORMAT = "basis_lab_format"  # custom step metadata: 2 = written with checksums (absent: before them)
-_CHECKSUMMED = 2
-_SUMS = "basis_lab_sha256"  # meta key: {array path: SHA-256 hex, "meta": digest of the rest}
-_TMP_SUFFIX = ocp.path.atomicity_types.TMP_DIR_SUFFIX
-_EPOCH_DIR = re.compile(r"epoch-(\d+)")
-
-
-# What orbax and tensorstore raise for a directory, file or step they cannot read or write:
-# the OS's errors, tensorstore's failed statuses and orbax's refusals (ValueError), a tree or
-# metadata that does not match (KeyError, TypeError), a failed asynchronous save or XLA
-# transfer (RuntimeError).
-_ORBAX_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
-
-
-def _orbax_error(error: BaseException) -> bool:
-    """Whether ``error`` is one of orbax's I/O failures: :data:`_ORBAX_ERRORS`, or the bare
-    ``Exception`` orbax raises for an array tensorstore cannot read or write (a deleted or
-    truncated file: "Encountered error while reading array index")."""
-    return isinstance(error, _ORBAX_ERRORS) or type(error) is Exception
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint cannot be written or read; the message names the fix."""
-
-
-class CheckpointDiskFull(CheckpointError):
-    """A checkpoint cannot be written because the disk (or the user's quota) under ``path``
-    is full; nothing of it was kept."""
-
-    def __init__(self, message: str, path: Path):
-        super().__init__(message)
-        self.path = path
-
-
-def _disk_full(error: BaseException | None) -> bool:
-    """Whether ``error`` (or what caused it) says the disk or the quota is full."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(s in str(error) for s in ("No space left on device", "Disk quota exceeded", "ENOSPC")):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def run_dir(root: str | os.PathLike, run: int | str) -> Path:
-    """The checkpoint directory of run ``run`` (its id or uid) under ``root``."""
-    name = str(run)
-    if not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise CheckpointError(f"run {run!r} is not a run id or uid: fix by passing the run's id")
-    return Path(root) / f"run-{name}"
 
 
 class _FinalSteps:
@@ -171,60 +50,6 @@ class _FinalSteps:
 
     def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> Sequence[bool]:
         return [c.step in self.steps for c in checkpoints]
-
-
-class _Damaged(BasisLabError, ValueError):
-    """A restored array or the metadata does not match the checksum saved with it."""
-
-
-def array_checksums(state) -> dict[str, str]:
-    """``{path: SHA-256 hex}`` of the bytes of every array leaf of ``state`` (as the host
-    holds them: C order, the array's own dtype). An array sharded over several
-    processes (``jax.distributed``) is gathered whole first, so every process hashes
-    the same bytes; that gather is collective, as ``save`` and ``restore`` are."""
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-            leaf = multihost_utils.process_allgather(leaf, tiled=True)
-        data = np.ascontiguousarray(np.asarray(leaf))
-        out[jax.tree_util.keystr(path)] = hashlib.sha256(data.reshape(-1).view(np.uint8).data).hexdigest()
-    return out
-
-
-def _meta_digest(extra: dict) -> str:
-    return hashlib.sha256(json.dumps(extra, sort_keys=True, allow_nan=False).encode()).hexdigest()
-
-
-def _verify(state, extra: dict, sums: dict | None, *, checksummed: bool) -> None:
-    """Raise ``_Damaged`` unless ``state``'s arrays and ``extra`` hash to ``sums``.
-    ``sums`` None is taken as it is only for a checkpoint of the older format
-    (``checksummed`` False): for one of the current format the record was lost."""
-    if sums is None:
-        if checksummed:
-            raise _Damaged(f"its checksum record ({_SUMS}) is missing")
-        return
-    if not isinstance(sums, dict):
-        raise _Damaged(f"its checksum record ({_SUMS}) is not a mapping")
-    if sums.get("meta") != _meta_digest(extra):
-        raise _Damaged("its metadata does not match its checksum")
-    got = array_checksums(state)
-    for path in sorted(set(got) | (set(sums) - {"meta"})):
-        if got.get(path) != sums.get(path):
-            raise _Damaged(f"array {path} does not match its checksum")
-
-
-def _open_manager(directory: Path, policy=None) -> ocp.CheckpointManager:
-    with _orbax_quiet():
-        return _new_manager(directory, policy)
-
-
-def _new_manager(directory: Path, policy) -> ocp.CheckpointManager:
-    return ocp.CheckpointManager(
-        directory,
-        item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, preservation_policy=policy,
-                                             create=False),
-    )
 
 
 class RunCheckpoints:
@@ -269,7 +94,7 @@ class RunCheckpoints:
         self._cleaned = False
         self._readers: dict[Path, ocp.CheckpointManager] = {}
         try:
-            self._manager = _open_manager(
+            self._manager = open_manager(
                 self.write_dir,
                 checkpoint_managers.AnyPreservationPolicy([checkpoint_managers.LatestN(keep), self._final]),
             )
@@ -277,9 +102,9 @@ class RunCheckpoints:
             for step in self._manager.all_steps():
                 if self._step_is_final(step):
                     self._final.steps.add(step)
-        except _ORBAX_ERRORS as e:  # an unreadable directory
+        except ORBAX_ERRORS as e:  # an unreadable directory
             raise CheckpointError(
-                f"cannot open the checkpoints of {self.name} at {self.directory} ({_brief(e)}): "
+                f"cannot open the checkpoints of {self.name} at {self.directory} ({brief(e)}): "
                 f"fix the path or its permissions, or set {ENV_DIR}"
             ) from None
         if epoch is not None:
@@ -288,9 +113,9 @@ class RunCheckpoints:
 
     def _step_is_final(self, step: int) -> bool:
         try:
-            with _orbax_quiet():
+            with orbax_quiet():
                 return bool((self._manager.metadata(step).custom_metadata or {}).get(_FINAL))
-        except _ORBAX_ERRORS:  # unreadable metadata: such a checkpoint is not protected
+        except ORBAX_ERRORS:  # unreadable metadata: such a checkpoint is not protected
             return False
 
     # ------------------------------------------------------------------ where they are
@@ -298,7 +123,7 @@ class RunCheckpoints:
     def _folders(self) -> list[tuple[int, Path]]:
         """``(epoch, folder)`` of every folder of ``directory`` that may hold steps, oldest
         epoch first; the run folder itself (checkpoints from before epochs) counts as epoch -1."""
-        found = _epoch_folders(self.directory)
+        found = epoch_folders(self.directory)
         if self.epoch is not None and all(e != self.epoch for e, _ in found):
             found.append((self.epoch, self.write_dir))
         return sorted(found)
@@ -306,7 +131,7 @@ class RunCheckpoints:
     def _reader(self, folder: Path) -> ocp.CheckpointManager:
         manager = self._readers.get(folder)
         if manager is None:
-            manager = self._readers[folder] = _open_manager(folder)
+            manager = self._readers[folder] = open_manager(folder)
         return manager
 
     def checkpoints(self) -> list[tuple[int, int]]:
@@ -327,20 +152,20 @@ class RunCheckpoints:
         the last of a step is the one a restore takes."""
         out = [(step, 0, epoch, folder) for step, epoch, folder in self._list(self._folders())]
         for i, other in enumerate(self.borrowed):
-            out += [(step, -1 - i, epoch, folder) for step, epoch, folder in self._list(_epoch_folders(other))]
+            out += [(step, -1 - i, epoch, folder) for step, epoch, folder in self._list(epoch_folders(other))]
         return sorted(out)
 
     def _list(self, folders: list[tuple[int, Path]]) -> list[tuple[int, int, Path]]:
         out = []
         for epoch, folder in folders:
             try:
-                with _orbax_quiet():
+                with orbax_quiet():
                     manager = self._reader(folder)
                     manager.reload()
                     out += [(int(step), epoch, folder) for step in manager.all_steps()]
-            except _ORBAX_ERRORS as e:  # an unreadable folder of another epoch is skipped, not fatal
+            except ORBAX_ERRORS as e:  # an unreadable folder of another epoch is skipped, not fatal
                 log.warning("checkpoints of %s in %s are unreadable (%s); skipping them", self.name, folder,
-                            _brief(e))
+                            brief(e))
         return out
 
     def _folder_of(self, epoch: int) -> Path:
@@ -365,10 +190,10 @@ class RunCheckpoints:
             raise CheckpointError(f"checkpoint metadata must be a dict (got {type(extra).__name__}): fix the caller")
         try:
             meta = dict(extra)
-            meta[_SUMS] = {**array_checksums(state), "meta": _meta_digest(extra)}
+            meta[SUMS] = {**array_checksums(state), "meta": meta_digest(extra)}
         except (TypeError, ValueError) as e:
             raise CheckpointError(
-                f"checkpoint metadata at step {step} of {self.name} is not JSON ({_brief(e)}): "
+                f"checkpoint metadata at step {step} of {self.name} is not JSON ({brief(e)}): "
                 "fix by passing plain dicts, lists, strings and finite numbers"
             ) from None
         with self._lock:
@@ -385,22 +210,22 @@ class RunCheckpoints:
                 self._manager.save(
                     step,
                     args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    custom_metadata={_FINAL: bool(final), _FORMAT: _CHECKSUMMED},
+                    custom_metadata={_FINAL: bool(final), FORMAT: CHECKSUMMED},
                     force=True,
                 )
                 self._manager.wait_until_finished()
             except Exception as e:  # a full or read-only disk
-                if not _orbax_error(e):
+                if not orbax_error(e):
                     raise  # a bug of ours, with its traceback
                 self._final.steps.discard(step)
                 self._remove_unfinished_saves(step)
-                if _disk_full(e):
+                if disk_full(e):
                     raise CheckpointDiskFull(
                         f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir}: the disk is "
-                        f"full ({_brief(e)})", self.write_dir) from None
+                        f"full ({brief(e)})", self.write_dir) from None
                 raise CheckpointError(
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
-                    f"({_brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
+                    f"({brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
                 ) from None
             if self.epoch is not None:
                 self._prune_older_epochs(self.epoch)
@@ -438,7 +263,7 @@ class RunCheckpoints:
         else:
             folders = [folder for epoch, folder in self._folders() if epoch <= self.epoch]
         for folder in folders:
-            for path in folder.glob(f"*{_TMP_SUFFIX}*" if step is None else f"{step}{_TMP_SUFFIX}*"):
+            for path in folder.glob(f"*{TMP_SUFFIX}*" if step is None else f"{step}{TMP_SUFFIX}*"):
                 shutil.rmtree(path, ignore_errors=True)
 
     # ------------------------------------------------------------------ reading
@@ -480,31 +305,31 @@ class RunCheckpoints:
         manager = self._reader(folder)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
         try:
-            with _orbax_quiet():
-                checksummed = epoch >= 0 or _declared_format(manager, step) is not None
+            with orbax_quiet():
+                checksummed = epoch >= 0 or declared_format(manager, step) is not None
                 self._check_matches(manager, step, target_state)
                 restored = manager.restore(
                     step,
                     args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
                 )
             state, extra = restored.state, restored.meta
-            _check_like(state, target_state)
+            check_like(state, target_state)
             if not isinstance(extra, dict):
                 raise ValueError(f"metadata is {type(extra).__name__}, not a JSON object")
             extra = dict(extra)
-            _verify(state, {k: v for k, v in extra.items() if k != _SUMS}, extra.pop(_SUMS, None),
+            verify(state, {k: v for k, v in extra.items() if k != SUMS}, extra.pop(SUMS, None),
                     checksummed=checksummed)
-        except _Damaged as e:
+        except Damaged as e:
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is damaged ({e}): fix by deleting {folder / str(step)} "
                 "(a resume takes the next older checkpoint)"
             ) from None
         except Exception as e:
-            if not _orbax_error(e):
+            if not orbax_error(e):
                 raise  # a bug of ours, with its traceback
             raise CheckpointError(
                 f"checkpoint at step {step} of {self.name} is unreadable or not of this run's model "
-                f"({_brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
+                f"({brief(e)}): fix by deleting {folder / str(step)} (a resume takes the next older checkpoint)"
             ) from None
         return state, extra
 
@@ -516,8 +341,8 @@ class RunCheckpoints:
         metadata = manager.item_metadata(step)["state"]
         if metadata is None:  # orbax reads a deleted _METADATA file as no metadata
             raise ValueError("its array metadata is missing")
-        stored = _leaf_types(metadata.tree)
-        wanted = _leaf_types(ocp.tree.serialize_tree(target_state, keep_empty_nodes=True))
+        stored = leaf_types(metadata.tree)
+        wanted = leaf_types(ocp.tree.serialize_tree(target_state, keep_empty_nodes=True))
         if stored != wanted:
             path = min(set(stored) ^ set(wanted) or {p for p in wanted if stored[p] != wanted[p]})
             raise ValueError(f"{path} is {stored.get(path, 'absent')} there, {wanted.get(path, 'absent')} here")
@@ -570,119 +395,3 @@ class RunCheckpoints:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _epoch_folders(directory: Path) -> list[tuple[int, Path]]:
-    """``(epoch, folder)`` of ``directory`` itself (epoch -1: from before epochs) and of
-    each ``epoch-<E>`` folder in it, oldest first."""
-    found = [(-1, directory)]
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        entries = []
-    for p in entries:
-        m = _EPOCH_DIR.fullmatch(p.name)
-        if m and p.is_dir():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
-
-
-def _declared_format(manager: ocp.CheckpointManager, step: int):
-    """The format the checkpoint at ``step`` declares in orbax's step metadata (None:
-    none, as before checksums; also when that metadata is unreadable)."""
-    try:
-        return (manager.metadata(step).custom_metadata or {}).get(_FORMAT)
-    except _ORBAX_ERRORS:  # a missing or damaged step metadata declares nothing
-        return None
-
-
-class _Held(logging.Filter):
-    """Keeps the records of the loggers it is put on (orbax logs through absl's) while
-    a checkpoint is read, and passes them on at DEBUG: a damaged checkpoint is reported
-    as one line of ours, not as orbax's tracebacks and warnings."""
-
-    def __init__(self):
-        super().__init__()
-        self.depth = 0
-        self.lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.depth <= 0 or record.levelno >= logging.CRITICAL:
-            return True
-        log.debug("orbax while reading a checkpoint: %s", (record.getMessage().splitlines() or [""])[0])
-        return False
-
-
-_HELD = _Held()
-_QUIET_LOGGERS = ("absl", "orbax", "tensorstore")
-
-
-def _orbax_leftover(unraisable) -> bool:
-    """Whether an unraisable exception is what orbax leaves behind when reading a damaged
-    checkpoint fails: its other reads still in flight, as coroutines dropped unfinished
-    or as tensorstore callbacks into the event loop it has closed."""
-    if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
-        return True
-    code = getattr(unraisable.object, "cr_code", None)
-    return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
-
-
-def _hold_orbax_leftovers() -> None:
-    """Install (once) a ``sys.unraisablehook`` that logs ``_orbax_leftover`` exceptions at
-    DEBUG instead of printing their tracebacks (a hundred lines or more, after the read
-    has already failed and been reported); any other goes to the hook it replaces."""
-    previous = sys.unraisablehook
-    if getattr(previous, "_basis_lab", False):
-        return
-
-    def hook(unraisable) -> None:
-        if _orbax_leftover(unraisable):
-            log.debug("orbax after a failed checkpoint read: %s", _brief(unraisable.exc_value))
-        else:
-            previous(unraisable)
-
-    setattr(hook, "_basis_lab", True)  # a function attribute: the mark of our hook
-    sys.unraisablehook = hook
-
-
-class _orbax_quiet:
-    """Context manager: orbax's log records are held back (see ``_Held``) inside it, and
-    what its failed reads leave behind is never printed (``_hold_orbax_leftovers``)."""
-
-    def __enter__(self):
-        _hold_orbax_leftovers()
-        with _HELD.lock:
-            if _HELD.depth == 0:
-                for name in _QUIET_LOGGERS:
-                    logging.getLogger(name).addFilter(_HELD)
-            _HELD.depth += 1
-
-    def __exit__(self, *exc):
-        with _HELD.lock:
-            _HELD.depth -= 1
-            if _HELD.depth == 0:
-                for name in _QUIET_LOGGERS:
-                    logging.getLogger(name).removeFilter(_HELD)
-
-
-def _check_like(state, target) -> None:
-    """Raise ValueError unless ``state`` has ``target``'s tree, shapes and dtypes."""
-    got, want = jax.tree.structure(state), jax.tree.structure(target)
-    if got != want:  # type: ignore[operator]  # jaxlib's stubs leave PyTreeDef unresolved
-        raise ValueError(f"tree {got} differs from the run's {want}")
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(target)):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            raise ValueError(f"array {a.dtype}{list(a.shape)} where the run has {b.dtype}{list(b.shape)}")
-
-
-def _leaf_types(tree) -> dict[str, str]:
-    """``{path: "float32[3, 4]"}`` of every array leaf of ``tree``."""
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {jax.tree_util.keystr(p): f"{x.dtype}{list(x.shape)}" for p, x in leaves}
-
-
-def _brief(error: BaseException) -> str:
-    """The first line of ``error``'s message, at most 160 characters."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
