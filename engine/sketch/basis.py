@@ -75,6 +75,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from engine.core.presets import validate_method
+from engine.sketch.draws import Sketch, draw_sketch
+from engine.sketch.draws import hashings_agree as hashings_agree  # re-exported
 from engine.sketch.residuals import DENSE_INPUT
 
 SKETCH_KIND = {  # the S each non-exact estimator draws
@@ -88,84 +90,6 @@ USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scal
 SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of X
 PROJECTION = "proj"  # the estimator that projects the feature axis
 EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
-
-class Sketch(NamedTuple):
-    """Everything that defines S ∈ R^{R×B}; rebuilt from the key in the backward pass."""
-
-    kind: str  # "balanced", "uniform" or "gaussian"
-    rank: int
-    bins: jax.Array | None  # hash sketches: h(b) ∈ [0, R)
-    signs: jax.Array | None  # hash sketches: s(b) ∈ {−1, +1}
-    dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
-    # balanced: the rows in bin order, ⌈B/R⌉·R slots; slot k·R + r holds the k-th row
-    # of bin r, or B (no row) where bin r has only ⌊B/R⌋ rows
-    members: jax.Array | None = None
-
-    def hashed(self) -> tuple[jax.Array, jax.Array]:
-        """(bins, signs) of a hash sketch (balanced or uniform)."""
-        if self.bins is None or self.signs is None:
-            raise ValueError(f"a {self.kind} sketch has no bins")
-        return self.bins, self.signs
-
-    def matrix(self) -> jax.Array:
-        """S itself, of a gaussian sketch."""
-        if self.dense is None:
-            raise ValueError(f"a {self.kind} sketch is not dense")
-        return self.dense
-
-def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
-    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
-
-    Balanced: h(b) = π(b) mod R for a uniform random permutation π of [0, B), so bin r
-    holds the rows π⁻¹(r), π⁻¹(r + R), …: ``members`` lists π⁻¹ padded with B (no row)
-    to ⌈B/R⌉·R slots. Uniform: h(b) ~ U{0..R−1} iid.
-    """
-    k_hash, k_sign = jax.random.split(key)
-    if kind == "gaussian":
-        dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
-        return Sketch(kind, rank, None, None, dense)
-    signs = jax.random.rademacher(k_sign, (rows,), jnp.float32)
-    if kind == "balanced":
-        # argsort of iid 32-bit keys is a uniform permutation (one sort, where
-        # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
-        # rows in order, and bins stay balanced whatever the order
-        order = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32))
-        slots = -(-rows // rank) * rank
-        members = jnp.full(slots, rows, jnp.int32).at[order].set(
-            jnp.arange(rows, dtype=jnp.int32), unique_indices=True
-        )
-        return Sketch(kind, rank, order % rank, signs, None, members)
-    bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
-    return Sketch(kind, rank, bins, signs, None)
-
-def hashings_agree(rank: int) -> bool:
-    """Whether balanced and uniform hashing draw S from the same distribution at ``rank``:
-    at R = 1 both put every row in the one bin (h ≡ 0) with the same signs. At R ≥ 2
-    (and B ≥ 2) they differ: uniform hashing can put all rows in one bin, balanced never."""
-    return int(rank) == 1
-
-
-def _argsort(keys: jax.Array) -> jax.Array:
-    """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
-
-    The keys alone are sorted, each key's rank found by binary search, and the order
-    is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
-    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
-    ``jnp.argsort`` itself runs. Off the CPU ``jnp.argsort`` always runs: a GPU sorts
-    key-index pairs in one radix sort, and a ``lax.cond`` there waits for its predicate.
-    """
-    n = keys.shape[0]
-    if jax.default_backend() != "cpu":
-        return jnp.argsort(keys, stable=True).astype(jnp.int32)
-    ordered = jnp.sort(keys)
-
-    def invert_ranks(keys):
-        rank = jnp.searchsorted(ordered, keys).astype(jnp.int32)
-        index = jnp.arange(n, dtype=jnp.int32)
-        return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
-
-    tie = jnp.any(ordered[1:] == ordered[:-1])
-    return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
 
 # A hash sketch S·a is applied in one of three ways (``SKETCH_METHODS``):
 # - ``dense``: the signed one-hot product S·a (2·R·B·F flops, one streaming pass),

@@ -10,7 +10,6 @@ from engine.core.choices import ESTIMATORS
 from engine.sketch.basis import (
     SAMPLING,
     SKETCH_METHODS,
-    _argsort,
     apply_sketch,
     axis_sum,
     draw_sketch,
@@ -20,6 +19,7 @@ from engine.sketch.basis import (
     sketch_rows,
     sketched_matmul,
 )
+from engine.sketch.draws import _argsort
 
 SKETCHED = [e for e in ESTIMATORS if e != "exact"]
 PEERS = ["crs", "wta-crs", "proj"]
