@@ -76,7 +76,7 @@ def _written_out(key: jax.Array) -> bool:
     """Whether ``threefry_bits`` reproduces ``jax.random`` for this key: a typed
     Threefry-2x32 key with partitionable counters (JAX's default)."""
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    return typed and str(jax.random.key_impl(key)) == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
+    return typed and str(jax.random.key_impl(key)) == "threefry2x32" and bool(getattr(jax.config, "jax_threefry_partitionable"))
 
 
 def threefry_bits(key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
