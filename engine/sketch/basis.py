@@ -58,7 +58,8 @@ R is clipped to B. At R = B balanced hashing is a signed permutation, so
 What the backward pass keeps is tagged where it is made with
 ``jax.ad_checkpoint.checkpoint_name(·, DENSE_INPUT)``, so memory accounting can
 sort it. The hash and signs (or P) are replayed from ``key`` (inside one jit XLA
-computes them once for both passes). A hash sketch costs one pass over its input:
+computes them once for both passes; with ``layers`` > 1, once for all the layers drawn
+together, ``engine.sketch.draws``). A hash sketch costs one pass over its input:
 a segment sum (O(B·N)), or with few rows or small R the signed one-hot product S·a
 (see ``DENSE_MAX_RANK``). Sketches are accumulated in float32 whatever the input
 dtype.
@@ -312,6 +313,19 @@ def projection(key: jax.Array, features: int, width: int) -> jax.Array:
     """
     return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
 
+def draws_together(estimator: str) -> bool:
+    """Whether layers of this estimator can draw their sketches together from one key
+    (``draw_sketch``'s ``layers``): the hash sketches."""
+    return SKETCH_KIND.get(estimator) in ("balanced", "uniform")
+
+
+def check_drawn(estimator: str, layers: int) -> None:
+    """Refuse layers drawn together (``layers`` > 1) by an estimator that draws no hash
+    sketch; ``draw_sketch`` checks that ``layer`` is one of them."""
+    if layers != 1 and not draws_together(estimator):
+        raise ValueError(f"layers drawn together need a hash sketch (estimator {estimator!r} draws its own)")
+
+
 def gathers(estimator: str) -> bool:
     """Whether this estimator's dW is the product of two R-row factors that a
     ``gather_axis`` all-gathers (hash and Gaussian sketches, sampled rows); ``exact``
@@ -337,6 +351,8 @@ def sketched_matmul(
     lam: float = 0.0,
     estimator: str = "basis",
     gather_axis: str | None = None,
+    layer: int = 0,
+    layers: int = 1,
 ) -> jax.Array:
     """``y = x @ w`` whose backward pass returns exact dX and a sketched dW.
 
@@ -350,8 +366,11 @@ def sketched_matmul(
       gather_axis: inside ``shard_map``, the mesh axis whose devices' sketches are
         all-gathered so that dW is already their sum (``gathers(estimator)`` only);
         None: this device's dW alone.
+      layer, layers: a hash sketch drawn with those of ``layers`` layers from one key
+        (``draw_sketch``; ``key`` is then the same for all of them): this layer's index.
     """
     validate_method(estimator, rank, lam)
+    check_drawn(estimator, layers)
     if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)}; "
@@ -362,17 +381,18 @@ def sketched_matmul(
     lead = x.shape[:-1]
     rows = math.prod(lead)
     axis = gather_axis if gathers(estimator) else None
-    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator, axis)
+    drawn = (layer, layers)
+    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator, axis, drawn)
     return y.reshape(*lead, w.shape[1])
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _sketched_2d(x, w, key, rank, lam, estimator, axis):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _sketched_2d(x, w, key, rank, lam, estimator, axis, drawn):
     return x @ w
 
 def _kept(*arrays):
     return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
 
-def _fwd(x, w, key, rank, lam, estimator, axis):
+def _fwd(x, w, key, rank, lam, estimator, axis, drawn):
     rows, features = x.shape
     shrink = 1.0 - lam
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
@@ -386,12 +406,12 @@ def _fwd(x, w, key, rank, lam, estimator, axis):
         else:
             kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
         kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
     # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
     return x @ w, (kept, key, w, *_kept(x_dtype))
 
-def _bwd(rank, lam, estimator, axis, residuals, dy):
+def _bwd(rank, lam, estimator, axis, drawn, residuals, dy):
     kept, key, w, x_dtype = residuals
     if estimator in SAMPLING:
         x_tilde, index = kept
@@ -403,7 +423,7 @@ def _bwd(rank, lam, estimator, axis, residuals, dy):
         p = projection(key, features, projection_width(rows, features, rank))
         dw = p @ (kept[0].T @ dy.astype(jnp.float32))
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank, *drawn)
         dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
         dw = gathered_product(kept[0], dy_hat, axis)
     dx = (dy @ w.T).astype(x_dtype.dtype)

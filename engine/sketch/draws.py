@@ -98,42 +98,52 @@ def _split(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return wrap(0), wrap(1)
 
 
-def _bits_and_signs(k_hash: jax.Array, k_sign: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
-    """(``jax.random.bits(k_hash, (B,))``, ``jax.random.rademacher(k_sign, (B,))`` as
+def _bits_and_signs(k_hash: jax.Array, k_sign: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """(``jax.random.bits(k_hash, shape)``, ``jax.random.rademacher(k_sign, shape)`` as
     float32): a sign is +1 when the top bit of its 32 random bits is 0 (a uniform in
     [0, 1) made of the top 23 bits is below ½)."""
     if not _written_out(k_sign):
-        bits = jax.random.bits(k_hash, (rows,), jnp.uint32)
-        return bits, jax.random.rademacher(k_sign, (rows,), jnp.float32)
-    bits = jnp.bitwise_xor(*threefry_bits(k_hash, rows))
-    sign_bits = jnp.bitwise_xor(*threefry_bits(k_sign, rows))
+        bits = jax.random.bits(k_hash, shape, jnp.uint32)
+        return bits, jax.random.rademacher(k_sign, shape, jnp.float32)
+    n = math.prod(shape)
+    bits = jnp.bitwise_xor(*threefry_bits(k_hash, n)).reshape(shape)
+    sign_bits = jnp.bitwise_xor(*threefry_bits(k_sign, n)).reshape(shape)
     return bits, jnp.where(sign_bits >> np.uint32(31) == 0, 1.0, -1.0).astype(jnp.float32)
 
 
-def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
+def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int, layer: int = 0, layers: int = 1) -> Sketch:
     """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
 
     Balanced: h(b) = π(b) mod R for a uniform random permutation π of [0, B), so bin r
     holds the rows π⁻¹(r), π⁻¹(r + R), …: ``members`` lists π⁻¹ padded with B (no row)
     to ⌈B/R⌉·R slots. Uniform: h(b) ~ U{0..R−1} iid. Balanced and uniform sketches of
     one key share their signs.
+
+    ``layers`` = L > 1 (hash sketches): the sketches of L layers with the same B and R
+    are drawn together from one key, their bits and signs as one (L, B) array and their
+    permutations by one sort along B, and this is layer ``layer``'s. Each layer's S has
+    the law of a draw from its own key, independently of the others; for L = 1 it is
+    that draw. Inside one jit the L layers' calls are the same computation on the same
+    key, which XLA computes once (common-subexpression elimination): one draw per step
+    instead of one per layer.
     """
+    if not 0 <= layer < layers:
+        raise ValueError(f"layer {layer} is not one of the {layers} layers drawn together")
     k_hash, k_sign = _split(key)
     if kind == "gaussian":
         dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
         return Sketch(kind, rank, None, None, dense)
+    bits, signs = _bits_and_signs(k_hash, k_sign, (layers, rows))
     if kind == "uniform":
-        signs = _bits_and_signs(k_hash, k_sign, rows)[1]
-        bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
-        return Sketch(kind, rank, bins, signs, None)
+        bins = jax.random.randint(k_hash, (layers, rows), 0, rank, dtype=jnp.int32)
+        return Sketch(kind, rank, bins[layer], signs[layer], None)
     # argsort of iid 32-bit keys is a uniform permutation (one sort, where
     # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
     # rows in order, and bins stay balanced whatever the order
-    bits, signs = _bits_and_signs(k_hash, k_sign, rows)
-    order = _argsort(bits)
+    order = _argsort(bits)[layer]
     slots = -(-rows // rank) * rank
     members = jnp.full(slots, rows, jnp.int32).at[order].set(jnp.arange(rows, dtype=jnp.int32), unique_indices=True)
-    return Sketch(kind, rank, order % rank, signs, None, members)
+    return Sketch(kind, rank, order % rank, signs[layer], None, members)
 
 
 def hashings_agree(rank: int) -> bool:
@@ -144,23 +154,27 @@ def hashings_agree(rank: int) -> bool:
 
 
 def _argsort(keys: jax.Array) -> jax.Array:
-    """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
+    """``jnp.argsort(keys, axis=-1)`` (stable, as int32) of keys of shape (..., n).
 
     The keys alone are sorted, each key's rank found by binary search, and the order
     is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
-    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
-    ``jnp.argsort`` itself runs. Off the CPU ``jnp.argsort`` always runs: a GPU sorts
-    key-index pairs in one radix sort, and a ``lax.cond`` there waits for its predicate.
+    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys (in any row) share a rank,
+    so then ``jnp.argsort`` itself runs. Off the CPU ``jnp.argsort`` always runs: a GPU
+    sorts key-index pairs in one radix sort, and a ``lax.cond`` there waits for its
+    predicate.
     """
-    n = keys.shape[0]
     if jax.default_backend() != "cpu":
-        return jnp.argsort(keys, stable=True).astype(jnp.int32)
-    ordered = jnp.sort(keys)
+        return jnp.argsort(keys, axis=-1, stable=True).astype(jnp.int32)
+    n = keys.shape[-1]
+    flat = keys.reshape(-1, n)
+    ordered = jnp.sort(flat, axis=-1)
 
-    def invert_ranks(keys):
-        rank = jnp.searchsorted(ordered, keys).astype(jnp.int32)
-        index = jnp.arange(n, dtype=jnp.int32)
-        return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
+    def invert_ranks(flat):
+        rank = jax.vmap(jnp.searchsorted)(ordered, flat).astype(jnp.int32)
+        index = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), flat.shape)
+        row = jnp.arange(flat.shape[0], dtype=jnp.int32)[:, None]
+        return jnp.zeros(flat.shape, jnp.int32).at[row, rank].set(index, unique_indices=True)
 
-    tie = jnp.any(ordered[1:] == ordered[:-1])
-    return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
+    tie = jnp.any(ordered[:, 1:] == ordered[:, :-1])
+    stable = lambda k: jnp.argsort(k, axis=-1, stable=True).astype(jnp.int32)
+    return jax.lax.cond(tie, stable, invert_ranks, flat).reshape(keys.shape)

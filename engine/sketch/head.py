@@ -52,6 +52,7 @@ from engine.sketch.basis import (
     Sketch,
     apply_sketch,
     axis_sum,
+    check_drawn,
     draw_sketch,
     gathered_product,
     gathers,
@@ -78,6 +79,8 @@ def head_loss(
     lam: float = 0.0,
     sketch_method: str | None = None,
     gather_axis: str | None = None,
+    layer: int = 0,
+    layers: int = 1,
 ) -> jax.Array:
     """Mean cross-entropy of ``softmax(x @ w)`` against ``targets``, float32.
 
@@ -93,8 +96,10 @@ def head_loss(
         chunk's signed dZ; chunks hold whole layers of bins or whole bins, so C is
         rounded to a multiple of R or of ⌈B/R⌉) or one of ``SKETCH_METHODS`` (rows in
         their own order, ``apply_sketch`` on each chunk); None: ``head_method``.
+      layer, layers: as ``sketched_matmul``'s (a hash sketch drawn with other layers').
     """
     validate_method(estimator, rank, lam)
+    check_drawn(estimator, layers)
     if estimator != "exact" and key is None:
         raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
     checks.whole("chunk", chunk, 1)
@@ -113,7 +118,7 @@ def head_loss(
     return _head(
         x.reshape(rows, x.shape[-1]), w, targets.reshape(rows), key,
         min(chunk, rows), min(rank, rows), float(lam), estimator, sketch_method,
-        gather_axis if gathers(estimator) else None,
+        gather_axis if gathers(estimator) else None, (layer, layers),
     )
 
 
@@ -179,8 +184,8 @@ def _logit_grad_sq(sm: _Softmax, valid, rows: int) -> jax.Array:
     return jnp.sum(jnp.where(valid[:, None], per_row, 0.0)) / (rows * rows)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
-def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
+def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
     def body(total, xs):
         xc, tc, valid = xs
         return total + jnp.sum(jnp.where(valid, _softmax(xc, w, tc).nll, 0.0)), None
@@ -286,7 +291,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
     return total, dx.reshape(-1, x.shape[1])[position], acc, sq
 
 
-def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
     rows, features, v = x.shape[0], x.shape[1], w.shape[1]
     mode = _mode(estimator, rows, features, rank)
     shrink = 1.0 - lam
@@ -297,7 +302,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
         p = projection(key, features, projection_width(rows, features, rank))
         acc = jnp.zeros((p.shape[1], v), jnp.float32)
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
         method = sketch_method or head_method(sketch)
 
@@ -359,7 +364,7 @@ def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimato
     return total / x.shape[0], (tag(dx), checkpoint_name(x_hat, DENSE_INPUT), tag(acc), tag(jnp.zeros((0,), w.dtype)))
 
 
-def _bwd(chunk, rank, lam, estimator, sketch_method, axis, residuals, g):
+def _bwd(chunk, rank, lam, estimator, sketch_method, axis, drawn, residuals, g):
     dx, w_dtype = residuals[0], residuals[-1]
     if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
         dw = g * residuals[1]

@@ -353,8 +353,8 @@ def test_balanced_dw_is_unbiased_on_bfloat16_inputs(method, monkeypatch):
     xb, gb = x.astype(jnp.bfloat16), g.astype(jnp.bfloat16)
 
     def dw(key):  # the layer's own forward and backward, x and dY in bfloat16
-        _, residuals = basis._fwd(xb, w, key, 4, 0.2, "balanced", None)  # axis None: one device
-        return basis._bwd(4, 0.2, "balanced", None, residuals, gb)[1]
+        _, residuals = basis._fwd(xb, w, key, 4, 0.2, "balanced", None, (0, 1))  # one device, its own draw
+        return basis._bwd(4, 0.2, "balanced", None, (0, 1), residuals, gb)[1]
 
     k = 20000
     dws = np.asarray(jax.jit(jax.vmap(dw))(jax.random.split(jax.random.key(11), k)), np.float64)
