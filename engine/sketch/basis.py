@@ -100,14 +100,18 @@ EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
 #   scattering a·s would first write a signed copy of a);
 # - ``gather`` (balanced hashing only): gather the rows in bin order (``members``,
 #   ⌈B/R⌉ slots per bin, an empty slot reads sign 0) and sum each bin by a reshape:
-#   one read of a, no scatter.
+#   one read of a, no scatter;
+# - ``dense-bf16``: the one-hot product in bfloat16, where S's 0 and ±1 are exact: a
+#   bfloat16 a in one product, a wider a as the sum of three bfloat16 terms
+#   (``bfloat16_terms``) in three, accumulated in float32: float32-accurate, for the
+#   bfloat16 units of a GPU (never the default; ``bench/gpu.py --explore`` times it).
 # Measured on the 2-core CPU, at B = 4096, F = 1024: the segment sum 0.63–0.68 ms at
 # any R, the product 0.46 ms at R = 1, 0.80 at R = 8, 2.1 at R = 32. At B = 64,
 # F = 50257 (the LM head's dY) the product wins at every R. On an H200 at B = 16384,
 # F = 50257 (bench/gpu.py --explore): segment sum 3.9 ms at any R; gather 1.30, 1.01,
 # 0.98 ms at R = 1, 8, 32 (one read of a takes 0.77); the product at float32 precision
 # 1.00, 1.05, 2.18 ms. A GPU never scatters a wide array: it gathers above R = 4.
-SKETCH_METHODS = ("dense", "segment", "gather")
+SKETCH_METHODS = ("dense", "segment", "gather", "dense-bf16")
 DENSE_MAX_RANK = 4
 _DENSE_MAX_ROWS = 256
 
@@ -132,11 +136,13 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     if sketch.kind == "gaussian":
         return jnp.matmul(sketch.matrix(), a.astype(jnp.float32), precision="highest")
     bins, signs = sketch.hashed()
-    if method == "dense":
+    if method in ("dense", "dense-bf16"):
         onehot = bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
         s = jnp.where(onehot, signs[None, :], 0.0)
-        if a.dtype == jnp.bfloat16:  # ±1 and 0 are exact in bfloat16
-            return jnp.matmul(s.astype(a.dtype), a, preferred_element_type=jnp.float32)
+        if a.dtype == jnp.bfloat16 or method == "dense-bf16":  # ±1 and 0 are exact in bfloat16
+            products = (jnp.matmul(s.astype(jnp.bfloat16), t, preferred_element_type=jnp.float32)
+                        for t in bfloat16_terms(a))
+            return functools.reduce(jnp.add, products)
         return jnp.matmul(s, a.astype(jnp.float32), precision="highest")
     if method == "gather":
         if sketch.members is None:
@@ -149,6 +155,21 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     split = jnp.where(signs == 0, 2 * rank, split)
     sums = jax.ops.segment_sum(a.astype(jnp.float32), split, num_segments=2 * rank)
     return sums[:rank] - sums[rank:]
+
+
+def bfloat16_terms(a: jax.Array) -> tuple[jax.Array, ...]:
+    """a as bfloat16 terms whose float32 sum is a to float32 rounding: (a,) for a bfloat16
+    a; else hi = bf16(a), mid = bf16(a − hi), lo = bf16(a − hi − mid). Each rounding keeps
+    8 significant bits, so |a − hi − mid − lo| ≤ 2⁻²⁷|a|, below half a float32 ulp."""
+    if a.dtype == jnp.bfloat16:
+        return (a,)
+    rest = a.astype(jnp.float32)
+    terms = []
+    for _ in range(3):
+        term = rest.astype(jnp.bfloat16)
+        terms.append(term)
+        rest = rest - term.astype(jnp.float32)
+    return tuple(terms)
 
 
 def binned_sum(sketch: Sketch, a: jax.Array) -> jax.Array:

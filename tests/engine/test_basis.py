@@ -12,6 +12,7 @@ from engine.sketch.basis import (
     SKETCH_METHODS,
     apply_sketch,
     axis_sum,
+    bfloat16_terms,
     draw_sketch,
     projection_width,
     sample_rows,
@@ -131,7 +132,7 @@ def test_every_sketch_method_is_the_product_with_s(kind, rows, rank, dtype):
     sk = draw_sketch(jax.random.key(rows * rank), kind, rows, rank)
     a = jax.random.normal(jax.random.key(1), (rows, 6)).astype(dtype)
     oracle = _s_from_hash(sk, rows).astype(np.float64) @ np.asarray(a, np.float64)
-    methods = SKETCH_METHODS if kind == "balanced" else ("dense", "segment")
+    methods = SKETCH_METHODS if kind == "balanced" else ("dense", "segment", "dense-bf16")
     for method in methods:
         got = jax.jit(lambda a: apply_sketch(sk, a, method))(a)
         assert got.dtype == jnp.float32 and got.shape == (rank, 6)
@@ -139,6 +140,20 @@ def test_every_sketch_method_is_the_product_with_s(kind, rows, rank, dtype):
     if kind == "uniform":
         with pytest.raises(ValueError, match="balanced sketch"):
             apply_sketch(sk, a, "gather")
+
+
+def test_bfloat16_terms_sum_to_the_float32_input():
+    """Three bfloat16 terms hold a float32 array to its own rounding: their float32 sum
+    is a exactly (|a − Σ| ≤ 2⁻²⁷|a|), and S·a by bfloat16 products equals the float32 one."""
+    a = jax.random.normal(jax.random.key(0), (300, 7)) * jnp.logspace(-20, 20, 7)
+    terms = bfloat16_terms(a)
+    assert len(terms) == 3 and all(t.dtype == jnp.bfloat16 for t in terms)
+    total = terms[0].astype(jnp.float32) + terms[1].astype(jnp.float32) + terms[2].astype(jnp.float32)
+    np.testing.assert_array_equal(total, a)
+    b = a.astype(jnp.bfloat16)
+    assert bfloat16_terms(b) == (b,)
+    sk = draw_sketch(jax.random.key(1), "balanced", 300, 8)
+    np.testing.assert_allclose(apply_sketch(sk, a, "dense-bf16"), apply_sketch(sk, a, "dense"), rtol=2e-6, atol=0)
 
 
 def test_unknown_sketch_method_is_a_clear_error():
