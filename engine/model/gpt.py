@@ -9,6 +9,11 @@ bias. Which dense layers use the sketched dW is ``GPTConfig.sketched_layers``:
 - ``all``: ``mlp+head`` plus the attention q/k/v and output projections
 - ``none``: nothing sketched (exact backprop whatever the estimator)
 
+Hash sketches (basis, balanced, countsketch, scalars) of all sketched layers are drawn
+together, once per step, from one key the GPT takes from the ``sketch`` stream
+(``drawn_together``; ``engine.sketch.draws.draw_sketch``'s ``layers``); the other
+estimators draw from a key of each layer's own.
+
 Memory options (none changes a parameter name or shape, so every method of a
 seed starts from the same parameters whatever its estimator, rank, layers or options):
 
@@ -46,8 +51,9 @@ from jax.ad_checkpoint import checkpoint_name
 
 from engine.core import choices
 from engine.core.presets import GPTConfig
-from engine.model.layers import ATTENTION, NONLINEARITY, FusedHead, LayerNorm, SketchedDense, gelu
+from engine.model.layers import ATTENTION, NONLINEARITY, SKETCH_RNG, FusedHead, LayerNorm, SketchedDense, gelu
 from engine.sketch.attention import causal_attention
+from engine.sketch.basis import draws_together
 from engine.sketch.residuals import LOSS_LOGITS, keep_tagged
 
 DTYPES = {name: getattr(jnp, name) for name in choices.DTYPES}
@@ -59,7 +65,24 @@ REMAT_POLICIES = {
 assert tuple(REMAT_POLICIES) == choices.REMAT_POLICIES
 
 
-def _dense(cfg: GPTConfig, group: str, features: int, name: str, use_bias: bool = True):
+def drawn_together(cfg: GPTConfig) -> dict[tuple[str, ...], int]:
+    """The sketched layers whose hash sketches are drawn together, one draw per step from
+    one key (``engine.sketch.draws.draw_sketch``'s ``layers``), each by its param path
+    → its index; empty when the estimator draws no hash sketch or one layer is sketched."""
+    paths = cfg.sketched_kernel_paths()
+    if not draws_together(cfg.estimator) or len(paths) < 2:
+        return {}
+    return {path: i for i, path in enumerate(paths)}
+
+
+def _drawn(cfg: GPTConfig, path: tuple[str, ...]) -> tuple[int, int]:
+    """(layer, layers) of the layer at ``path``: (0, 1), its own draw, when not drawn together."""
+    together = drawn_together(cfg)
+    return (together[path], len(together)) if path in together else (0, 1)
+
+
+def _dense(cfg: GPTConfig, group: str, features: int, path: tuple[str, ...], use_bias: bool = True):
+    layer, layers = _drawn(cfg, path)
     return SketchedDense(
         features,
         use_bias=use_bias,
@@ -68,33 +91,39 @@ def _dense(cfg: GPTConfig, group: str, features: int, name: str, use_bias: bool 
         lam=cfg.lam,
         dtype=DTYPES[cfg.dtype],
         gather_axis=cfg.gather_axis,
-        name=name,
+        name=path[-1],
+        layer=layer,
+        layers=layers,
     )
 
 
 class CausalSelfAttention(nn.Module):
     cfg: GPTConfig
+    index: int = 0  # the block's
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
         cfg = self.cfg
         b, t, d = x.shape
         head_dim = d // cfg.n_heads
-        qkv = _dense(cfg, "attn", 3 * d, "qkv")(x)
+        path = (f"block_{self.index}", "attn")
+        qkv = _dense(cfg, "attn", 3 * d, (*path, "qkv"))(x, key)
         q, k, v = jnp.split(qkv.reshape(b, t, 3 * cfg.n_heads, head_dim), 3, axis=2)
         q, k, v = (checkpoint_name(a, ATTENTION) for a in (q, k, v))
         y = causal_attention(q, k, v, cfg.attention)
-        return _dense(cfg, "attn", d, "out")(y.reshape(b, t, d))
+        return _dense(cfg, "attn", d, (*path, "out"))(y.reshape(b, t, d), key)
 
 
 class MLP(nn.Module):
     cfg: GPTConfig
+    index: int = 0  # the block's
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
         d = self.cfg.d_model
-        h = _dense(self.cfg, "mlp", 4 * d, "fc")(x)
-        return _dense(self.cfg, "mlp", d, "proj")(gelu(h, recompute=self.cfg.recompute_activations))
+        path = (f"block_{self.index}", "mlp")
+        h = _dense(self.cfg, "mlp", 4 * d, (*path, "fc"))(x, key)
+        return _dense(self.cfg, "mlp", d, (*path, "proj"))(gelu(h, recompute=self.cfg.recompute_activations), key)
 
 
 def _layer_norm(cfg: GPTConfig, name: str, x: jax.Array) -> jax.Array:
@@ -104,12 +133,15 @@ def _layer_norm(cfg: GPTConfig, name: str, x: jax.Array) -> jax.Array:
 
 
 class Block(nn.Module):
+    """Block ``index``; ``key``: the one its sketched layers share with the others drawn together."""
+
     cfg: GPTConfig
+    index: int = 0
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + CausalSelfAttention(self.cfg, name="attn")(_layer_norm(self.cfg, "ln_1", x))
-        return x + MLP(self.cfg, name="mlp")(_layer_norm(self.cfg, "ln_2", x))
+    def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        x = x + CausalSelfAttention(self.cfg, self.index, name="attn")(_layer_norm(self.cfg, "ln_1", x), key)
+        return x + MLP(self.cfg, self.index, name="mlp")(_layer_norm(self.cfg, "ln_2", x), key)
 
 
 class GPT(nn.Module):
@@ -127,11 +159,14 @@ class GPT(nn.Module):
         tok = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, name="wte")(idx)
         pos = self.param("wpe", init, (cfg.seq_len, cfg.d_model))[:t]
         x = (tok + pos).astype(DTYPES[cfg.dtype])
+        # one key for the layers whose sketches are drawn together: one draw per step
+        key = self.make_rng(SKETCH_RNG) if drawn_together(cfg) else None
         block = Block if cfg.remat == "none" else nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
         for i in range(cfg.n_layers):
-            x = block(cfg, name=f"block_{i}")(x)
+            x = block(cfg, i, name=f"block_{i}")(x, key)
         x = _layer_norm(cfg, "ln_f", x)
         if targets is not None and cfg.head_chunk:
+            layer, layers = _drawn(cfg, ("head",))
             return FusedHead(
                 cfg.vocab_size,
                 cfg.head_chunk,
@@ -141,8 +176,10 @@ class GPT(nn.Module):
                 dtype=DTYPES[cfg.dtype],
                 gather_axis=cfg.gather_axis,
                 name="head",
-            )(x, targets)
-        logits = _dense(cfg, "head", cfg.vocab_size, "head", use_bias=False)(x)
+                layer=layer,
+                layers=layers,
+            )(x, targets, key)
+        logits = _dense(cfg, "head", cfg.vocab_size, ("head",), use_bias=False)(x, key)
         if targets is None:
             return logits
         return cross_entropy(logits, targets)

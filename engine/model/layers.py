@@ -36,7 +36,9 @@ class SketchedDense(nn.Module):
     The bias gradient Σ_b dY[b] is always exact. The sketch key comes from the
     RNG stream ``sketch`` (``rngs={"sketch": key}`` in ``apply``), so parameter
     initialisation never depends on the estimator. ``estimator="exact"`` needs no
-    sketch key at all.
+    sketch key at all. With ``layers`` > 1 the caller passes ``key``, shared by the
+    ``layers`` layers whose hash sketches are drawn together, and this is ``layer``
+    (``engine.sketch.basis.sketched_matmul``).
     """
 
     features: int
@@ -47,9 +49,11 @@ class SketchedDense(nn.Module):
     dtype: jnp.dtype = jnp.float32
     kernel_init: nn.initializers.Initializer = nn.initializers.normal(0.02)
     gather_axis: str | None = None  # engine.sketch.basis.sketched_matmul's
+    layer: int = 0  # sketched_matmul's, with the key passed to __call__
+    layers: int = 1
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         x = checkpoint_name(x.astype(self.dtype), DENSE_INPUT)
         kernel = kernel.astype(self.dtype)
@@ -57,9 +61,9 @@ class SketchedDense(nn.Module):
         if self.estimator == "exact":
             y = x @ kernel
         else:
-            key = self.make_rng(SKETCH_RNG)
+            key = self.make_rng(SKETCH_RNG) if key is None else key
             y = sketched_matmul(x, kernel, key, rank=self.rank, lam=self.lam, estimator=self.estimator,
-                                gather_axis=self.gather_axis)
+                                gather_axis=self.gather_axis, layer=self.layer, layers=self.layers)
         y = self.perturb("dy", y, collection=CAPTURED_GRADS)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
@@ -82,15 +86,20 @@ class FusedHead(nn.Module):
     dtype: jnp.dtype = jnp.float32
     kernel_init: nn.initializers.Initializer = nn.initializers.normal(0.02)
     gather_axis: str | None = None  # engine.sketch.head.head_loss's
+    layer: int = 0  # as SketchedDense's
+    layers: int = 1
 
     @nn.compact
-    def __call__(self, x: jax.Array, targets: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, targets: jax.Array, key: jax.Array | None = None) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
-        key = None if self.estimator == "exact" else self.make_rng(SKETCH_RNG)
+        if self.estimator == "exact":
+            key = None
+        elif key is None:
+            key = self.make_rng(SKETCH_RNG)
         return head_loss(
             x.astype(self.dtype), kernel.astype(self.dtype), targets, key,
             chunk=self.chunk, estimator=self.estimator, rank=self.rank, lam=self.lam,
-            gather_axis=self.gather_axis,
+            gather_axis=self.gather_axis, layer=self.layer, layers=self.layers,
         )
 
 

@@ -58,7 +58,8 @@ R is clipped to B. At R = B balanced hashing is a signed permutation, so
 What the backward pass keeps is tagged where it is made with
 ``jax.ad_checkpoint.checkpoint_name(·, DENSE_INPUT)``, so memory accounting can
 sort it. The hash and signs (or P) are replayed from ``key`` (inside one jit XLA
-computes them once for both passes). A hash sketch costs one pass over its input:
+computes them once for both passes; with ``layers`` > 1, once for all the layers drawn
+together, ``engine.sketch.draws``). A hash sketch costs one pass over its input:
 a segment sum (O(B·N)), or with few rows or small R the signed one-hot product S·a
 (see ``DENSE_MAX_RANK``). Sketches are accumulated in float32 whatever the input
 dtype.
@@ -75,6 +76,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from engine.core.presets import validate_method
+from engine.sketch.draws import Sketch, draw_sketch
+from engine.sketch.draws import hashings_agree as hashings_agree  # re-exported
 from engine.sketch.residuals import DENSE_INPUT
 
 SKETCH_KIND = {  # the S each non-exact estimator draws
@@ -89,84 +92,6 @@ SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of
 PROJECTION = "proj"  # the estimator that projects the feature axis
 EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
 
-class Sketch(NamedTuple):
-    """Everything that defines S ∈ R^{R×B}; rebuilt from the key in the backward pass."""
-
-    kind: str  # "balanced", "uniform" or "gaussian"
-    rank: int
-    bins: jax.Array | None  # hash sketches: h(b) ∈ [0, R)
-    signs: jax.Array | None  # hash sketches: s(b) ∈ {−1, +1}
-    dense: jax.Array | None  # gaussian: S itself, entries N(0, 1/R)
-    # balanced: the rows in bin order, ⌈B/R⌉·R slots; slot k·R + r holds the k-th row
-    # of bin r, or B (no row) where bin r has only ⌊B/R⌋ rows
-    members: jax.Array | None = None
-
-    def hashed(self) -> tuple[jax.Array, jax.Array]:
-        """(bins, signs) of a hash sketch (balanced or uniform)."""
-        if self.bins is None or self.signs is None:
-            raise ValueError(f"a {self.kind} sketch has no bins")
-        return self.bins, self.signs
-
-    def matrix(self) -> jax.Array:
-        """S itself, of a gaussian sketch."""
-        if self.dense is None:
-            raise ValueError(f"a {self.kind} sketch is not dense")
-        return self.dense
-
-def draw_sketch(key: jax.Array, kind: str, rows: int, rank: int) -> Sketch:
-    """Draw S for ``rows`` = B input rows and ``rank`` = R ≤ B bins.
-
-    Balanced: h(b) = π(b) mod R for a uniform random permutation π of [0, B), so bin r
-    holds the rows π⁻¹(r), π⁻¹(r + R), …: ``members`` lists π⁻¹ padded with B (no row)
-    to ⌈B/R⌉·R slots. Uniform: h(b) ~ U{0..R−1} iid.
-    """
-    k_hash, k_sign = jax.random.split(key)
-    if kind == "gaussian":
-        dense = jax.random.normal(k_hash, (rank, rows), jnp.float32) / math.sqrt(rank)
-        return Sketch(kind, rank, None, None, dense)
-    signs = jax.random.rademacher(k_sign, (rows,), jnp.float32)
-    if kind == "balanced":
-        # argsort of iid 32-bit keys is a uniform permutation (one sort, where
-        # jax.random.permutation does two); a tie (chance ≈ B²/2³³) only keeps two
-        # rows in order, and bins stay balanced whatever the order
-        order = _argsort(jax.random.bits(k_hash, (rows,), jnp.uint32))
-        slots = -(-rows // rank) * rank
-        members = jnp.full(slots, rows, jnp.int32).at[order].set(
-            jnp.arange(rows, dtype=jnp.int32), unique_indices=True
-        )
-        return Sketch(kind, rank, order % rank, signs, None, members)
-    bins = jax.random.randint(k_hash, (rows,), 0, rank, dtype=jnp.int32)
-    return Sketch(kind, rank, bins, signs, None)
-
-def hashings_agree(rank: int) -> bool:
-    """Whether balanced and uniform hashing draw S from the same distribution at ``rank``:
-    at R = 1 both put every row in the one bin (h ≡ 0) with the same signs. At R ≥ 2
-    (and B ≥ 2) they differ: uniform hashing can put all rows in one bin, balanced never."""
-    return int(rank) == 1
-
-
-def _argsort(keys: jax.Array) -> jax.Array:
-    """``jnp.argsort(keys)`` (stable, as int32) of a 1-D array of keys.
-
-    The keys alone are sorted, each key's rank found by binary search, and the order
-    is the inverse of the ranks: 0.25 ms against 0.70 ms for the key-and-index sort of
-    ``jnp.argsort`` at 4096 keys on the 2-core CPU. Tied keys share a rank, so then
-    ``jnp.argsort`` itself runs. Off the CPU ``jnp.argsort`` always runs: a GPU sorts
-    key-index pairs in one radix sort, and a ``lax.cond`` there waits for its predicate.
-    """
-    n = keys.shape[0]
-    if jax.default_backend() != "cpu":
-        return jnp.argsort(keys, stable=True).astype(jnp.int32)
-    ordered = jnp.sort(keys)
-
-    def invert_ranks(keys):
-        rank = jnp.searchsorted(ordered, keys).astype(jnp.int32)
-        index = jnp.arange(n, dtype=jnp.int32)
-        return jnp.zeros(n, jnp.int32).at[rank].set(index, unique_indices=True)
-
-    tie = jnp.any(ordered[1:] == ordered[:-1])
-    return jax.lax.cond(tie, lambda k: jnp.argsort(k).astype(jnp.int32), invert_ranks, keys)
-
 # A hash sketch S·a is applied in one of three ways (``SKETCH_METHODS``):
 # - ``dense``: the signed one-hot product S·a (2·R·B·F flops, one streaming pass),
 #   at float32 precision (a GPU's default TF32 product is off by 2–4 % of the sketch);
@@ -175,14 +100,18 @@ def _argsort(keys: jax.Array) -> jax.Array:
 #   scattering a·s would first write a signed copy of a);
 # - ``gather`` (balanced hashing only): gather the rows in bin order (``members``,
 #   ⌈B/R⌉ slots per bin, an empty slot reads sign 0) and sum each bin by a reshape:
-#   one read of a, no scatter.
+#   one read of a, no scatter;
+# - ``dense-bf16``: the one-hot product in bfloat16, where S's 0 and ±1 are exact: a
+#   bfloat16 a in one product, a wider a as the sum of three bfloat16 terms
+#   (``bfloat16_terms``) in three, accumulated in float32: float32-accurate, for the
+#   bfloat16 units of a GPU (never the default; ``bench/gpu.py --explore`` times it).
 # Measured on the 2-core CPU, at B = 4096, F = 1024: the segment sum 0.63–0.68 ms at
 # any R, the product 0.46 ms at R = 1, 0.80 at R = 8, 2.1 at R = 32. At B = 64,
 # F = 50257 (the LM head's dY) the product wins at every R. On an H200 at B = 16384,
 # F = 50257 (bench/gpu.py --explore): segment sum 3.9 ms at any R; gather 1.30, 1.01,
 # 0.98 ms at R = 1, 8, 32 (one read of a takes 0.77); the product at float32 precision
 # 1.00, 1.05, 2.18 ms. A GPU never scatters a wide array: it gathers above R = 4.
-SKETCH_METHODS = ("dense", "segment", "gather")
+SKETCH_METHODS = ("dense", "segment", "gather", "dense-bf16")
 DENSE_MAX_RANK = 4
 _DENSE_MAX_ROWS = 256
 
@@ -207,11 +136,13 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     if sketch.kind == "gaussian":
         return jnp.matmul(sketch.matrix(), a.astype(jnp.float32), precision="highest")
     bins, signs = sketch.hashed()
-    if method == "dense":
+    if method in ("dense", "dense-bf16"):
         onehot = bins[None, :] == jnp.arange(rank, dtype=jnp.int32)[:, None]
         s = jnp.where(onehot, signs[None, :], 0.0)
-        if a.dtype == jnp.bfloat16:  # ±1 and 0 are exact in bfloat16
-            return jnp.matmul(s.astype(a.dtype), a, preferred_element_type=jnp.float32)
+        if a.dtype == jnp.bfloat16 or method == "dense-bf16":  # ±1 and 0 are exact in bfloat16
+            products = (jnp.matmul(s.astype(jnp.bfloat16), t, preferred_element_type=jnp.float32)
+                        for t in bfloat16_terms(a))
+            return functools.reduce(jnp.add, products)
         return jnp.matmul(s, a.astype(jnp.float32), precision="highest")
     if method == "gather":
         if sketch.members is None:
@@ -224,6 +155,21 @@ def apply_sketch(sketch: Sketch, a: jax.Array, method: str | None = None) -> jax
     split = jnp.where(signs == 0, 2 * rank, split)
     sums = jax.ops.segment_sum(a.astype(jnp.float32), split, num_segments=2 * rank)
     return sums[:rank] - sums[rank:]
+
+
+def bfloat16_terms(a: jax.Array) -> tuple[jax.Array, ...]:
+    """a as bfloat16 terms whose float32 sum is a to float32 rounding: (a,) for a bfloat16
+    a; else hi = bf16(a), mid = bf16(a − hi), lo = bf16(a − hi − mid). Each rounding keeps
+    8 significant bits, so |a − hi − mid − lo| ≤ 2⁻²⁷|a|, below half a float32 ulp."""
+    if a.dtype == jnp.bfloat16:
+        return (a,)
+    rest = a.astype(jnp.float32)
+    terms = []
+    for _ in range(3):
+        term = rest.astype(jnp.bfloat16)
+        terms.append(term)
+        rest = rest - term.astype(jnp.float32)
+    return tuple(terms)
 
 
 def binned_sum(sketch: Sketch, a: jax.Array) -> jax.Array:
@@ -388,6 +334,19 @@ def projection(key: jax.Array, features: int, width: int) -> jax.Array:
     """
     return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
 
+def draws_together(estimator: str) -> bool:
+    """Whether layers of this estimator can draw their sketches together from one key
+    (``draw_sketch``'s ``layers``): the hash sketches."""
+    return SKETCH_KIND.get(estimator) in ("balanced", "uniform")
+
+
+def check_drawn(estimator: str, layers: int) -> None:
+    """Refuse layers drawn together (``layers`` > 1) by an estimator that draws no hash
+    sketch; ``draw_sketch`` checks that ``layer`` is one of them."""
+    if layers != 1 and not draws_together(estimator):
+        raise ValueError(f"layers drawn together need a hash sketch (estimator {estimator!r} draws its own)")
+
+
 def gathers(estimator: str) -> bool:
     """Whether this estimator's dW is the product of two R-row factors that a
     ``gather_axis`` all-gathers (hash and Gaussian sketches, sampled rows); ``exact``
@@ -413,6 +372,8 @@ def sketched_matmul(
     lam: float = 0.0,
     estimator: str = "basis",
     gather_axis: str | None = None,
+    layer: int = 0,
+    layers: int = 1,
 ) -> jax.Array:
     """``y = x @ w`` whose backward pass returns exact dX and a sketched dW.
 
@@ -426,8 +387,11 @@ def sketched_matmul(
       gather_axis: inside ``shard_map``, the mesh axis whose devices' sketches are
         all-gathered so that dW is already their sum (``gathers(estimator)`` only);
         None: this device's dW alone.
+      layer, layers: a hash sketch drawn with those of ``layers`` layers from one key
+        (``draw_sketch``; ``key`` is then the same for all of them): this layer's index.
     """
     validate_method(estimator, rank, lam)
+    check_drawn(estimator, layers)
     if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)}; "
@@ -438,17 +402,18 @@ def sketched_matmul(
     lead = x.shape[:-1]
     rows = math.prod(lead)
     axis = gather_axis if gathers(estimator) else None
-    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator, axis)
+    drawn = (layer, layers)
+    y = _sketched_2d(x.reshape(rows, x.shape[-1]), w, key, min(rank, rows), float(lam), estimator, axis, drawn)
     return y.reshape(*lead, w.shape[1])
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _sketched_2d(x, w, key, rank, lam, estimator, axis):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _sketched_2d(x, w, key, rank, lam, estimator, axis, drawn):
     return x @ w
 
 def _kept(*arrays):
     return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
 
-def _fwd(x, w, key, rank, lam, estimator, axis):
+def _fwd(x, w, key, rank, lam, estimator, axis, drawn):
     rows, features = x.shape
     shrink = 1.0 - lam
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
@@ -462,12 +427,12 @@ def _fwd(x, w, key, rank, lam, estimator, axis):
         else:
             kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
         kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
     # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
     return x @ w, (kept, key, w, *_kept(x_dtype))
 
-def _bwd(rank, lam, estimator, axis, residuals, dy):
+def _bwd(rank, lam, estimator, axis, drawn, residuals, dy):
     kept, key, w, x_dtype = residuals
     if estimator in SAMPLING:
         x_tilde, index = kept
@@ -479,7 +444,7 @@ def _bwd(rank, lam, estimator, axis, residuals, dy):
         p = projection(key, features, projection_width(rows, features, rank))
         dw = p @ (kept[0].T @ dy.astype(jnp.float32))
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank, *drawn)
         dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
         dw = gathered_product(kept[0], dy_hat, axis)
     dx = (dy @ w.T).astype(x_dtype.dtype)

@@ -18,8 +18,11 @@ dW = c²·P (X P)ᵀ dZ. The loss is the last operation, so its
 cotangent is a scalar g and every gradient is g times the above: they are formed
 during the forward pass, C rows at a time (logits → lse → loss and dZ → dX rows
 and the chunk's share of Xᵀ dZ or of S dZ = Σ_chunks S[:, chunk] dZ[chunk]).
-The B×V logits never exist at once. Kept for the backward pass: dX (B×N) and
-dW (N×V) when exact; dX, X̂ (R×N) and dẐ (R×V) when sketched or sampled; dX,
+The B×V logits never exist at once. The invariant scalar γ_dZ needs ‖dZ‖²_F: it comes
+from the softmax statistics (``_logit_grad_sq``: one more row sum, of e², over the array
+the partition sums are reduced from; on a GPU one pass with them), not from dZ. Kept for the backward pass: dX (B×N) and dW (N×V) when exact; dX,
+X̂ (R×N) and dẐ (R×V) when sketched or sampled, the scalar c·γ_dZ carried by X̂ (so the
+R×V factor is S dZ as summed); dX,
 (X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
 ``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V. With
 ``gather_axis`` (several devices, inside ``shard_map``) the two R-row factors are
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +52,7 @@ from engine.sketch.basis import (
     Sketch,
     apply_sketch,
     axis_sum,
+    check_drawn,
     draw_sketch,
     gathered_product,
     gathers,
@@ -74,6 +79,8 @@ def head_loss(
     lam: float = 0.0,
     sketch_method: str | None = None,
     gather_axis: str | None = None,
+    layer: int = 0,
+    layers: int = 1,
 ) -> jax.Array:
     """Mean cross-entropy of ``softmax(x @ w)`` against ``targets``, float32.
 
@@ -89,8 +96,10 @@ def head_loss(
         chunk's signed dZ; chunks hold whole layers of bins or whole bins, so C is
         rounded to a multiple of R or of ⌈B/R⌉) or one of ``SKETCH_METHODS`` (rows in
         their own order, ``apply_sketch`` on each chunk); None: ``head_method``.
+      layer, layers: as ``sketched_matmul``'s (a hash sketch drawn with other layers').
     """
     validate_method(estimator, rank, lam)
+    check_drawn(estimator, layers)
     if estimator != "exact" and key is None:
         raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
     checks.whole("chunk", chunk, 1)
@@ -109,7 +118,7 @@ def head_loss(
     return _head(
         x.reshape(rows, x.shape[-1]), w, targets.reshape(rows), key,
         min(chunk, rows), min(rank, rows), float(lam), estimator, sketch_method,
-        gather_axis if gathers(estimator) else None,
+        gather_axis if gathers(estimator) else None, (layer, layers),
     )
 
 
@@ -126,22 +135,60 @@ def _chunk_inputs(x, targets, chunk):
     return _chunked(x, chunk), _chunked(targets, chunk), valid.reshape(-1, chunk)
 
 
-def _logits(xc, w, tc):
-    """exp(Z − m) and Σ_v exp(Z − m) with m = max_v Z (one exp per logit), and the
-    per-row loss lse − Z[t] = log Σ + m − Z[t] of one chunk; float32."""
+class _Softmax(NamedTuple):
+    """One chunk's softmax statistics, float32 (rows b, m_b = max_v z_bv, t_b the target).
+
+    ``others``: e_bv = exp(z_bv − m_b) for v ≠ t_b, 0 at v = t_b (C×V; one exp per logit).
+    ``rest``: S1_b = Σ_{v≠t_b} e_bv; ``target``: e_bt = exp(z_bt − m_b); so the partition
+    sum is s_b = S1_b + e_bt and 1 − p_bt = S1_b / s_b, which has no cancellation when
+    p_bt ≈ 1 (``e / s − 1`` would round to 0 there). ``nll``: lse_b − z_bt = log s_b + m_b − z_bt.
+    """
+
+    others: jax.Array
+    rest: jax.Array  # (C, 1)
+    total: jax.Array  # (C, 1)
+    nll: jax.Array  # (C,)
+
+
+def _softmax(xc, w, tc) -> _Softmax:
+    """The softmax statistics of one chunk's logits Z = X W (``_Softmax``)."""
     z = jnp.matmul(xc, w, preferred_element_type=jnp.float32)
     m = jnp.max(z, axis=-1, keepdims=True)
-    e = jnp.exp(z - m)
-    total = jnp.sum(e, axis=-1, keepdims=True)
-    nll = jnp.log(total) + m - jnp.take_along_axis(z, tc[:, None], axis=-1)
-    return e, total, nll[:, 0]
+    z_target = jnp.take_along_axis(z, tc[:, None], axis=-1)
+    is_target = tc[:, None] == jnp.arange(z.shape[-1], dtype=tc.dtype)
+    others = jnp.where(is_target, 0.0, jnp.exp(z - m))
+    rest = jnp.sum(others, axis=-1, keepdims=True)
+    total = rest + jnp.exp(z_target - m)
+    nll = jnp.log(total) + m - z_target
+    return _Softmax(others, rest, total, nll[:, 0])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
-def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
+def _logit_grad(sm: _Softmax, tc, valid, rows: int) -> jax.Array:
+    """dZ = (softmax(Z) − onehot(t)) / B of one chunk (0 on padding rows):
+    e_bv / (s_b B) off the target, −S1_b / (s_b B) = (p_bt − 1) / B at it."""
+    is_target = tc[:, None] == jnp.arange(sm.others.shape[-1], dtype=tc.dtype)
+    scale = jnp.where(valid[:, None], 1.0 / (sm.total * rows), 0.0)
+    return jnp.where(is_target, -sm.rest, sm.others) * scale
+
+
+def _logit_grad_sq(sm: _Softmax, valid, rows: int) -> jax.Array:
+    """‖dZ‖²_F of one chunk from its softmax statistics, without reading dZ:
+
+        B² ‖dZ_b‖² = Σ_v (p_bv − [v = t_b])² = Σ_{v≠t_b} p_bv² + (1 − p_bt)²
+                   = (Σ_{v≠t_b} e_bv² + S1_b²) / s_b²,
+
+    a sum of positive terms (no cancellation at p_bt ≈ 1). Σ_{v≠t} e² is reduced from
+    the same array as S1, so on a GPU the two sums are one pass over the chunk."""
+    squares = jnp.sum(sm.others * sm.others, axis=-1, keepdims=True) + sm.rest * sm.rest
+    per_row = squares / (sm.total * sm.total)
+    return jnp.sum(jnp.where(valid[:, None], per_row, 0.0)) / (rows * rows)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
+def _head(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
     def body(total, xs):
         xc, tc, valid = xs
-        return total + jnp.sum(jnp.where(valid, _logits(xc, w, tc)[2], 0.0)), None
+        return total + jnp.sum(jnp.where(valid, _softmax(xc, w, tc).nll, 0.0)), None
 
     total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), _chunk_inputs(x, targets, chunk))
     return total / x.shape[0]
@@ -221,17 +268,17 @@ def _binned_fwd(x, w, targets, sketch, chunk):
     def body(carry, xs):
         total, acc, sq = carry
         xc, tc, vc, sc = xs
-        e, sum_e, nll = _logits(xc, w, tc)
-        onehot = tc[:, None] == jnp.arange(v, dtype=tc.dtype)
-        dz = jnp.where(vc[:, None], e / sum_e - onehot, 0.0) / rows
+        sm = _softmax(xc, w, tc)
+        dz = _logit_grad(sm, tc, vc, rows)
         signed = dz * sc[:, None]
         if layer_major:
             acc, rows_out = acc + axis_sum(signed.reshape(-1, rank, v), 0), None
         else:
             rows_out = axis_sum(signed.reshape(-1, layers, v), 1)
-        total = total + jnp.sum(jnp.where(vc, nll, 0.0))
-        sq = sq + jnp.sum(dz * dz)
-        return (total, acc, sq), (jnp.matmul(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32).astype(x.dtype), rows_out)
+        total = total + jnp.sum(jnp.where(vc, sm.nll, 0.0))
+        sq = sq + _logit_grad_sq(sm, vc, rows)
+        dx = jnp.matmul(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32).astype(x.dtype)
+        return (total, acc, sq), (dx, rows_out)
 
     zero = jnp.zeros((), jnp.float32)
     acc = jnp.zeros((rank if layer_major else 0, v), jnp.float32)
@@ -244,7 +291,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
     return total, dx.reshape(-1, x.shape[1])[position], acc, sq
 
 
-def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
     rows, features, v = x.shape[0], x.shape[1], w.shape[1]
     mode = _mode(estimator, rows, features, rank)
     shrink = 1.0 - lam
@@ -255,7 +302,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
         p = projection(key, features, projection_width(rows, features, rank))
         acc = jnp.zeros((p.shape[1], v), jnp.float32)
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank)
+        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
         method = sketch_method or head_method(sketch)
 
@@ -266,9 +313,8 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
     def body(carry, xs):
         total, acc, sq = carry
         (xc, tc, valid), part = xs
-        e, sum_e, nll = _logits(xc, w, tc)
-        onehot = tc[:, None] == jnp.arange(v, dtype=tc.dtype)
-        dz = jnp.where(valid[:, None], e / sum_e - onehot, 0.0) / rows
+        sm = _softmax(xc, w, tc)
+        dz = _logit_grad(sm, tc, valid, rows)
         dzc = dz.astype(w.dtype)
         if mode == "exact":
             acc = acc + jnp.matmul(dzc.T, xc, preferred_element_type=jnp.float32)
@@ -276,8 +322,8 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
             acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
         elif mode == "sketch":
             acc = acc + apply_sketch(Sketch(SKETCH_KIND[estimator], rank, *part), dz, method)
-            sq = sq + jnp.sum(dz * dz)
-        total = total + jnp.sum(jnp.where(valid, nll, 0.0))
+            sq = sq + _logit_grad_sq(sm, valid, rows)
+        total = total + jnp.sum(jnp.where(valid, sm.nll, 0.0))
         return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
 
     zero = jnp.zeros((), jnp.float32)
@@ -296,9 +342,8 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
         kept = (*loss_part(dx, acc * shrink**2), key, w_dtype)
     elif mode == "sample":
         sample = sample_rows(key, x, estimator, rank)
-        e, sum_e, _ = _logits(x[sample.index], w, targets[sample.index])
-        onehot = targets[sample.index][:, None] == jnp.arange(v, dtype=targets.dtype)
-        dz_rows = (e / sum_e - onehot) / rows
+        picked = targets[sample.index]
+        dz_rows = _logit_grad(_softmax(x[sample.index], w, picked), picked, jnp.ones(picked.shape, bool), rows)
         x_tilde = x_part(weighted_rows(x, sample, shrink))
         kept = (loss_part(dx)[0], x_tilde, loss_part(dz_rows)[0], w_dtype)
     else:
@@ -307,17 +352,19 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis):
 
 
 def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator):
-    """(loss, residuals) of a hash or gaussian sketch: dX, X̂ (tagged ``DENSE_INPUT``)
-    and dẐ = c·γ_dZ·S dZ, γ_dZ = ‖dZ‖_F / (‖S dZ‖_F + ε) with scalars (``sq`` = ‖dZ‖²_F)."""
+    """(loss, residuals) of a hash or gaussian sketch: dX, X̂ (tagged ``DENSE_INPUT``) and
+    S dZ. dW = X̂ᵀ dẐ with dẐ = c·γ_dZ·S dZ, γ_dZ = ‖dZ‖_F / (‖S dZ‖_F + ε) with scalars
+    (``sq`` = ‖dZ‖²_F); the scalar c·γ_dZ is carried by the R×N factor, X̂·c·γ_dZ, not
+    by the R×V one, which is kept as S dZ (one pass over it fewer)."""
     shrink = 1.0 - lam
     scalars = estimator in USES_SCALARS
-    x_hat = checkpoint_name(sketch_rows(x, sketch, scalars=scalars, shrink=shrink), DENSE_INPUT)
-    dz_hat = acc * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else acc
+    scale = shrink * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else shrink
+    x_hat = sketch_rows(x, sketch, scalars=scalars, shrink=shrink) * scale
     tag = lambda a: checkpoint_name(a, LOSS_LOGITS)
-    return total / x.shape[0], (tag(dx), x_hat, tag(dz_hat * shrink), tag(jnp.zeros((0,), w.dtype)))
+    return total / x.shape[0], (tag(dx), checkpoint_name(x_hat, DENSE_INPUT), tag(acc), tag(jnp.zeros((0,), w.dtype)))
 
 
-def _bwd(chunk, rank, lam, estimator, sketch_method, axis, residuals, g):
+def _bwd(chunk, rank, lam, estimator, sketch_method, axis, drawn, residuals, g):
     dx, w_dtype = residuals[0], residuals[-1]
     if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
         dw = g * residuals[1]
@@ -325,8 +372,9 @@ def _bwd(chunk, rank, lam, estimator, sketch_method, axis, residuals, g):
         proj_dz, key = residuals[1], residuals[2]
         features = dx.shape[1]
         dw = g * (projection(key, features, proj_dz.shape[0]) @ proj_dz)
-    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows (each device's own g when gathered)
-        dw = gathered_product(residuals[1], g * residuals[2], axis)
+    else:  # X̂ᵀ dẐ of a sketch, or x̃ᵀ dZ[i] of sampled rows (each device's own g when gathered),
+        # g on the R×N factor
+        dw = gathered_product(g * residuals[1], residuals[2], axis)
     return (g * dx).astype(dx.dtype), dw.astype(w_dtype.dtype), None, None
 
 

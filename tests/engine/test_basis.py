@@ -10,9 +10,9 @@ from engine.core.choices import ESTIMATORS
 from engine.sketch.basis import (
     SAMPLING,
     SKETCH_METHODS,
-    _argsort,
     apply_sketch,
     axis_sum,
+    bfloat16_terms,
     draw_sketch,
     projection_width,
     sample_rows,
@@ -20,6 +20,7 @@ from engine.sketch.basis import (
     sketch_rows,
     sketched_matmul,
 )
+from engine.sketch.draws import _argsort
 
 SKETCHED = [e for e in ESTIMATORS if e != "exact"]
 PEERS = ["crs", "wta-crs", "proj"]
@@ -131,7 +132,7 @@ def test_every_sketch_method_is_the_product_with_s(kind, rows, rank, dtype):
     sk = draw_sketch(jax.random.key(rows * rank), kind, rows, rank)
     a = jax.random.normal(jax.random.key(1), (rows, 6)).astype(dtype)
     oracle = _s_from_hash(sk, rows).astype(np.float64) @ np.asarray(a, np.float64)
-    methods = SKETCH_METHODS if kind == "balanced" else ("dense", "segment")
+    methods = SKETCH_METHODS if kind == "balanced" else ("dense", "segment", "dense-bf16")
     for method in methods:
         got = jax.jit(lambda a: apply_sketch(sk, a, method))(a)
         assert got.dtype == jnp.float32 and got.shape == (rank, 6)
@@ -139,6 +140,20 @@ def test_every_sketch_method_is_the_product_with_s(kind, rows, rank, dtype):
     if kind == "uniform":
         with pytest.raises(ValueError, match="balanced sketch"):
             apply_sketch(sk, a, "gather")
+
+
+def test_bfloat16_terms_sum_to_the_float32_input():
+    """Three bfloat16 terms hold a float32 array to its own rounding: their float32 sum
+    is a exactly (|a − Σ| ≤ 2⁻²⁷|a|), and S·a by bfloat16 products equals the float32 one."""
+    a = jax.random.normal(jax.random.key(0), (300, 7)) * jnp.logspace(-20, 20, 7)
+    terms = bfloat16_terms(a)
+    assert len(terms) == 3 and all(t.dtype == jnp.bfloat16 for t in terms)
+    total = terms[0].astype(jnp.float32) + terms[1].astype(jnp.float32) + terms[2].astype(jnp.float32)
+    np.testing.assert_array_equal(total, a)
+    b = a.astype(jnp.bfloat16)
+    assert bfloat16_terms(b) == (b,)
+    sk = draw_sketch(jax.random.key(1), "balanced", 300, 8)
+    np.testing.assert_allclose(apply_sketch(sk, a, "dense-bf16"), apply_sketch(sk, a, "dense"), rtol=2e-6, atol=0)
 
 
 def test_unknown_sketch_method_is_a_clear_error():
@@ -353,8 +368,8 @@ def test_balanced_dw_is_unbiased_on_bfloat16_inputs(method, monkeypatch):
     xb, gb = x.astype(jnp.bfloat16), g.astype(jnp.bfloat16)
 
     def dw(key):  # the layer's own forward and backward, x and dY in bfloat16
-        _, residuals = basis._fwd(xb, w, key, 4, 0.2, "balanced", None)  # axis None: one device
-        return basis._bwd(4, 0.2, "balanced", None, residuals, gb)[1]
+        _, residuals = basis._fwd(xb, w, key, 4, 0.2, "balanced", None, (0, 1))  # one device, its own draw
+        return basis._bwd(4, 0.2, "balanced", None, (0, 1), residuals, gb)[1]
 
     k = 20000
     dws = np.asarray(jax.jit(jax.vmap(dw))(jax.random.split(jax.random.key(11), k)), np.float64)
