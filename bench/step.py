@@ -16,7 +16,9 @@ synced (``block_until_ready`` on the loss, as the step-by-step loop waits for it
 sample. The table gives the median ms/step and ``÷ exact`` as the median over rounds of
 (case time ÷ exact time) in that round, so a drift in the machine's speed (other
 processes on a shared CPU) hits both sides alike; ``IQR`` is the interquartile range of
-that per-round ratio, ``won`` the share of rounds in which the case beat exact.
+that per-round ratio, ``won`` the share of rounds in which the case beat exact. The
+header gives the 1-minute load average seen at the start of each round: on a shared
+machine the ratios hold up under drift, the milliseconds do not.
 
 Run it before and after any change to the sketch, the head, the model or the defaults:
 
@@ -26,6 +28,7 @@ Run it before and after any change to the sketch, the head, the model or the def
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -100,7 +103,9 @@ def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int, onl
     for c in cases:
         run_block(c, batches, keys, warmup)
     order = np.random.default_rng(seed + 1)
+    loads = []
     for _ in range(reps):
+        loads.append(os.getloadavg()[0])
         for i in order.permutation(len(cases)):
             cases[i].samples.append(run_block(cases[i], batches, keys, block))
 
@@ -109,7 +114,8 @@ def bench_preset(preset: str, reps: int, block: int, warmup: int, seed: int, onl
         f"## preset {preset}: B={b} T={t} (B·T={b * t}) d={m.d_model} layers={m.n_layers} V={m.vocab_size}; "
         f"defaults on {jax.default_backend()}: head_chunk={m.head_chunk} attention={m.attention} "
         f"recompute_activations={m.recompute_activations} dtype={m.dtype}; "
-        f"{reps} rounds × {block} steps (compiled in {compiled:.0f} s)",
+        f"{reps} rounds × {block} steps (compiled in {compiled:.0f} s); 1-minute load average "
+        f"{min(loads):.1f}–{max(loads):.1f} over the rounds on {os.cpu_count()} CPUs",
         f"{'case':<24}{'ms/step':>10}{'÷ exact':>10}{'IQR':>16}{'won':>6}",
     ]
     for c in cases:

@@ -135,51 +135,79 @@ def _chunk_inputs(x, targets, chunk):
     return _chunked(x, chunk), _chunked(targets, chunk), valid.reshape(-1, chunk)
 
 
+# How the sketched head gets ‖dZ‖²_F for γ_dZ: ``statistics`` zeroes the target's entry
+# in the exp pass and sums e and e² over the others (``_logit_grad_sq``), one more row
+# sum over the array the partition sums come from, which a GPU fuses into one pass;
+# ``direct`` sums dZ² (another pass over dZ). On the 2-core CPU the zeroing costs more
+# than the pass it saves: value and gradient of the exact head at 64 rows, d 64,
+# V 50257, one thread, min of 60: 16.4 ms plain, 20.0 ms with the target zeroed in the
+# exp pass, 17.2–17.4 ms zeroed afterwards by a scatter. The exact head always runs
+# the plain form.
+NORM_FROM = {"cpu": "direct"}  # a backend not named: statistics
+
+
+def norm_from(backend: str | None = None) -> str:
+    """``statistics`` or ``direct``: how the sketched head gets ‖dZ‖² on ``backend``."""
+    return NORM_FROM.get(backend or jax.default_backend(), "statistics")
+
+
 class _Softmax(NamedTuple):
     """One chunk's softmax statistics, float32 (rows b, m_b = max_v z_bv, t_b the target).
 
-    ``others``: e_bv = exp(z_bv − m_b) for v ≠ t_b, 0 at v = t_b (C×V; one exp per logit).
-    ``rest``: S1_b = Σ_{v≠t_b} e_bv; ``target``: e_bt = exp(z_bt − m_b); so the partition
-    sum is s_b = S1_b + e_bt and 1 − p_bt = S1_b / s_b, which has no cancellation when
-    p_bt ≈ 1 (``e / s − 1`` would round to 0 there). ``nll``: lse_b − z_bt = log s_b + m_b − z_bt.
+    ``e``: e_bv = exp(z_bv − m_b) (C×V; one exp per logit); ``total``: the partition sum
+    s_b = Σ_v e_bv; ``nll``: lse_b − z_bt = log s_b + m_b − z_bt. With ``rest`` (the
+    ``statistics`` form) e_bt is 0 in ``e``, ``rest`` is S1_b = Σ_{v≠t_b} e_bv and
+    s_b = S1_b + exp(z_bt − m_b): then 1 − p_bt = S1_b / s_b has no cancellation when
+    p_bt ≈ 1, where ``e / s − 1`` rounds to 0.
     """
 
-    others: jax.Array
-    rest: jax.Array  # (C, 1)
+    e: jax.Array
     total: jax.Array  # (C, 1)
     nll: jax.Array  # (C,)
+    rest: jax.Array | None = None  # (C, 1)
 
 
-def _softmax(xc, w, tc) -> _Softmax:
+def _softmax(xc, w, tc, statistics: bool = False) -> _Softmax:
     """The softmax statistics of one chunk's logits Z = X W (``_Softmax``)."""
     z = jnp.matmul(xc, w, preferred_element_type=jnp.float32)
     m = jnp.max(z, axis=-1, keepdims=True)
     z_target = jnp.take_along_axis(z, tc[:, None], axis=-1)
-    is_target = tc[:, None] == jnp.arange(z.shape[-1], dtype=tc.dtype)
-    others = jnp.where(is_target, 0.0, jnp.exp(z - m))
-    rest = jnp.sum(others, axis=-1, keepdims=True)
+    if not statistics:
+        e = jnp.exp(z - m)
+        total = jnp.sum(e, axis=-1, keepdims=True)
+        return _Softmax(e, total, (jnp.log(total) + m - z_target)[:, 0])
+    e = jnp.where(_is_target(tc, z.shape[-1]), 0.0, jnp.exp(z - m))
+    rest = jnp.sum(e, axis=-1, keepdims=True)
     total = rest + jnp.exp(z_target - m)
-    nll = jnp.log(total) + m - z_target
-    return _Softmax(others, rest, total, nll[:, 0])
+    return _Softmax(e, total, (jnp.log(total) + m - z_target)[:, 0], rest)
+
+
+def _is_target(tc, v: int) -> jax.Array:
+    return tc[:, None] == jnp.arange(v, dtype=tc.dtype)
 
 
 def _logit_grad(sm: _Softmax, tc, valid, rows: int) -> jax.Array:
-    """dZ = (softmax(Z) − onehot(t)) / B of one chunk (0 on padding rows):
-    e_bv / (s_b B) off the target, −S1_b / (s_b B) = (p_bt − 1) / B at it."""
-    is_target = tc[:, None] == jnp.arange(sm.others.shape[-1], dtype=tc.dtype)
+    """dZ = (softmax(Z) − onehot(t)) / B of one chunk (0 on padding rows); in the
+    ``statistics`` form e_bv / (s_b B) off the target and −S1_b / (s_b B) = (p_bt − 1) / B at it."""
+    is_target = _is_target(tc, sm.e.shape[-1])
+    if sm.rest is None:
+        return jnp.where(valid[:, None], sm.e / sm.total - is_target, 0.0) / rows
     scale = jnp.where(valid[:, None], 1.0 / (sm.total * rows), 0.0)
-    return jnp.where(is_target, -sm.rest, sm.others) * scale
+    return jnp.where(is_target, -sm.rest, sm.e) * scale
 
 
-def _logit_grad_sq(sm: _Softmax, valid, rows: int) -> jax.Array:
-    """‖dZ‖²_F of one chunk from its softmax statistics, without reading dZ:
+def _logit_grad_sq(sm: _Softmax, dz, valid, rows: int) -> jax.Array:
+    """‖dZ‖²_F of one chunk: Σ dZ² (``direct``), or in the ``statistics`` form without
+    reading dZ,
 
         B² ‖dZ_b‖² = Σ_v (p_bv − [v = t_b])² = Σ_{v≠t_b} p_bv² + (1 − p_bt)²
                    = (Σ_{v≠t_b} e_bv² + S1_b²) / s_b²,
 
-    a sum of positive terms (no cancellation at p_bt ≈ 1). Σ_{v≠t} e² is reduced from
-    the same array as S1, so on a GPU the two sums are one pass over the chunk."""
-    squares = jnp.sum(sm.others * sm.others, axis=-1, keepdims=True) + sm.rest * sm.rest
+    a sum of positive terms (no cancellation at p_bt ≈ 1); Σ_{v≠t} e² is reduced from
+    the same array as S1."""
+    if sm.rest is None:
+        return jnp.sum(dz * dz)
+    squares = jnp.sum(sm.e * sm.e, axis=-1, keepdims=True) + sm.rest * sm.rest
     per_row = squares / (sm.total * sm.total)
     return jnp.sum(jnp.where(valid[:, None], per_row, 0.0)) / (rows * rows)
 
@@ -254,8 +282,9 @@ def _binned_slots(members: jax.Array, rows: int, rank: int, chunk: int) -> tuple
     return by_bin.reshape(-1), q * layers, False
 
 
-def _binned_fwd(x, w, targets, sketch, chunk):
-    """Loss sum, dX, S dZ and Σ dZ² of the head, visiting rows in bin order."""
+def _binned_fwd(x, w, targets, sketch, chunk, statistics):
+    """Loss sum, dX, S dZ and ‖dZ‖² of the head, visiting rows in bin order (``statistics``:
+    ‖dZ‖² from the softmax statistics)."""
     rows, v, rank = x.shape[0], w.shape[1], sketch.rank
     slots, chunk, layer_major = _binned_slots(sketch.members, rows, rank, chunk)
     layers = sketch.members.shape[0] // rank
@@ -268,7 +297,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
     def body(carry, xs):
         total, acc, sq = carry
         xc, tc, vc, sc = xs
-        sm = _softmax(xc, w, tc)
+        sm = _softmax(xc, w, tc, statistics)
         dz = _logit_grad(sm, tc, vc, rows)
         signed = dz * sc[:, None]
         if layer_major:
@@ -276,7 +305,7 @@ def _binned_fwd(x, w, targets, sketch, chunk):
         else:
             rows_out = axis_sum(signed.reshape(-1, layers, v), 1)
         total = total + jnp.sum(jnp.where(vc, sm.nll, 0.0))
-        sq = sq + _logit_grad_sq(sm, vc, rows)
+        sq = sq + _logit_grad_sq(sm, dz, vc, rows)
         dx = jnp.matmul(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32).astype(x.dtype)
         return (total, acc, sq), (dx, rows_out)
 
@@ -306,14 +335,15 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, d
         parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
         method = sketch_method or head_method(sketch)
 
+    statistics = mode == "sketch" and estimator in USES_SCALARS and norm_from() == "statistics"
     if mode == "sketch" and method == BINNED:
-        total, dx, acc, sq = _binned_fwd(x, w, targets, sketch, chunk)
+        total, dx, acc, sq = _binned_fwd(x, w, targets, sketch, chunk, statistics)
         return _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator)
 
     def body(carry, xs):
         total, acc, sq = carry
         (xc, tc, valid), part = xs
-        sm = _softmax(xc, w, tc)
+        sm = _softmax(xc, w, tc, statistics)
         dz = _logit_grad(sm, tc, valid, rows)
         dzc = dz.astype(w.dtype)
         if mode == "exact":
@@ -322,7 +352,7 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, d
             acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
         elif mode == "sketch":
             acc = acc + apply_sketch(Sketch(SKETCH_KIND[estimator], rank, *part), dz, method)
-            sq = sq + _logit_grad_sq(sm, valid, rows)
+            sq = sq + _logit_grad_sq(sm, dz, valid, rows)
         total = total + jnp.sum(jnp.where(valid, sm.nll, 0.0))
         return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
 

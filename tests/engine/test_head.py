@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.sketch.head import _logit_grad, _logit_grad_sq, _softmax, head_loss
+from engine.sketch import head
+from engine.sketch.head import _logit_grad, _logit_grad_sq, _softmax, head_loss, norm_from
 
 V, N = 97, 16
 
@@ -45,9 +46,9 @@ def test_logit_grad_and_its_norm_from_softmax_statistics(margins):
     z, w, t = _rows(margins)
     rows = 8  # the mean is over more rows than this chunk holds
     valid = jnp.ones(len(margins), bool)
-    sm = jax.jit(_softmax)(z, w, t)
+    sm = jax.jit(_softmax, static_argnums=3)(z, w, t, True)
     dz = _logit_grad(sm, t, valid, rows)
-    sq = _logit_grad_sq(sm, valid, rows)
+    sq = _logit_grad_sq(sm, dz, valid, rows)
     want_dz, want_sq = _reference(z, t, rows)
     np.testing.assert_allclose(sq, want_sq, rtol=1e-5)
     np.testing.assert_allclose(dz, want_dz, rtol=1e-5, atol=1e-12)
@@ -55,19 +56,41 @@ def test_logit_grad_and_its_norm_from_softmax_statistics(margins):
     np.testing.assert_allclose(dz[jnp.arange(len(t)), t], want_dz[np.arange(len(t)), t], rtol=1e-5)
 
 
-def test_statistics_norm_equals_the_direct_reduction_and_skips_padding():
-    z, w, t = _rows([np.nan] * 6, seed=1)
+@pytest.mark.parametrize("margins", [[np.nan] * 6, [np.nan, 25.0, np.nan, 12.0, np.nan, 40.0]])
+def test_statistics_form_equals_the_direct_one_and_skips_padding(margins):
+    """The ``statistics`` form gives the plain form's loss and dZ, and its ‖dZ‖² is the
+    direct Σ dZ² of the plain dZ (confident rows among ordinary ones included)."""
+    z, w, t = _rows(margins, seed=1)
     valid = jnp.array([True] * 4 + [False] * 2)
-    sm = _softmax(z, w, t)
-    dz = _logit_grad(sm, t, valid, 4)
-    assert not np.any(dz[4:])
-    np.testing.assert_allclose(_logit_grad_sq(sm, valid, 4), jnp.sum(dz * dz), rtol=1e-6)
+    plain, stats = _softmax(z, w, t), _softmax(z, w, t, True)
+    dz, dz_stats = _logit_grad(plain, t, valid, 4), _logit_grad(stats, t, valid, 4)
+    assert not np.any(dz[4:]) and not np.any(dz_stats[4:])
+    np.testing.assert_allclose(stats.nll, plain.nll, rtol=1e-6, atol=1e-7)
+    # the plain target entry e/s − 1 is off by about an ulp of 1 (÷ B); the statistics' is exact
+    np.testing.assert_allclose(dz_stats, dz, rtol=1e-5, atol=np.finfo(np.float32).eps / 2)
+    direct = _logit_grad_sq(plain, dz, valid, 4)
+    np.testing.assert_allclose(direct, jnp.sum(dz * dz), rtol=1e-7)
+    np.testing.assert_allclose(_logit_grad_sq(stats, dz_stats, valid, 4), direct, rtol=1e-5)
 
 
-def test_confident_rows_give_the_loss_and_a_finite_sketched_gradient():
+def test_the_norm_form_follows_the_measurements(monkeypatch):
+    """Direct Σ dZ² on a CPU (zeroing the target in the exp pass costs more there than the
+    pass it saves), the statistics elsewhere; forcing either gives the same sketched head."""
+    assert norm_from("cpu") == "direct" and norm_from("gpu") == norm_from("tpu") == "statistics"
+    z, w, t = _rows([np.nan, 25.0, np.nan, 12.0, np.nan, np.nan, 3.0, np.nan], seed=3)
+    grad = jax.value_and_grad(lambda z, w: head_loss(z, w, t, jax.random.key(1), chunk=3, estimator="basis",
+                                                     rank=2, lam=0.1), argnums=(0, 1))
+    direct = jax.jit(grad)(z, w)
+    monkeypatch.setitem(head.NORM_FROM, "cpu", "statistics")
+    stats = jax.jit(grad)(z, w)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8), direct, stats)
+
+
+def test_confident_rows_give_the_loss_and_a_finite_sketched_gradient(monkeypatch):
     """A chunk whose every row predicts its target (p_t ≈ 1): the loss is ≈ 0 and the
     basis head's dW, whose γ_dZ = ‖dZ‖ / ‖S dZ‖ divides two tiny norms, is finite and
     not zero."""
+    monkeypatch.setitem(head.NORM_FROM, "cpu", "statistics")
     z, w, t = _rows([30.0] * 8, seed=2)
     loss, dw = jax.value_and_grad(lambda w: head_loss(z, w, t, jax.random.key(0), chunk=4, estimator="basis",
                                                       rank=2))(w)
