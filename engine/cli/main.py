@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from engine.cli.arguments import EXIT_BAD_INPUT, CliError
 from engine.cli.commands import COMMANDS
@@ -33,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
     exit 2, instead of the command's whole usage (40 lines for ``run``) above the error.
     Subcommand parsers are made of the same class."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
