@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from engine.cli.arguments import EXIT_BAD_INPUT, CliError
 from engine.cli.commands import COMMANDS
@@ -28,8 +29,17 @@ EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process a SIGPIPE ende
 _TRAINING = ("run", "sweep", "resume", "worker")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusal of a flag is one line naming the fix (the command's ``--help``),
+    exit 2, instead of the command's whole usage (40 lines for ``run``) above the error.
+    Subcommand parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="BASIS Lab: sketched-backprop training runs.")
+    parser = _Parser(prog="python -m engine", description="BASIS Lab: sketched-backprop training runs.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS.values():
         command.register(subparsers)
@@ -63,8 +73,10 @@ def main(argv=None) -> int:
     except UserError as e:
         from storage import RunNotFoundError
 
-        hint = "; `python -m engine list` shows the ids and names" if isinstance(e, RunNotFoundError) else ""
-        print(f"error: {e}{hint}", file=sys.stderr)
+        text = str(e)
+        if isinstance(e, RunNotFoundError):  # "no run …; list the runs …": name the command that lists them
+            text = text.split(";")[0] + "; `python -m engine list` shows the ids and names"
+        print(f"error: {text}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # the reader went away (`engine show 1 | head`): not an error of ours
         return _quiet_broken_pipe()

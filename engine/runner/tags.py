@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from engine.errors import InvalidValueError
 from storage import RunStore
 
 
@@ -23,13 +24,14 @@ def parse_tags(text: str | Iterable[str] | None) -> list[str]:
 
 def edit_tags(store: RunStore, run_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
     """Give run ``run_id`` the tags ``add`` (appended, unless it has them) and take ``remove``
-    away; store and return its tags. Removing a tag it does not have is a ValueError naming
-    the tags it has; nothing is stored then."""
+    away; store and return its tags. Removing a tag it does not have is an
+    ``InvalidValueError`` (a one-line user error, and a ValueError) naming the tags it has;
+    nothing is stored then."""
     current = list(store.get_run(run_id).tags or [])
     add, remove = parse_tags(list(add)), parse_tags(list(remove))
     missing = [t for t in remove if t not in current and t not in add]
     if missing:
-        raise ValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
+        raise InvalidValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
                          f"{', '.join(current) or 'none'}); check the spelling")
     tags = [t for t in current + [t for t in add if t not in current] if t not in set(remove) - set(add)]
     store.set_tags(run_id, tags)

@@ -67,10 +67,24 @@ def test_bad_input_exits_non_zero_and_writes_nothing(db, capsys, argv, message):
     assert RunStore(db).list_runs() == []
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--rank", "eight"], "python -m engine run: error: argument --rank: rank: 'eight' is not an integer; "
+                                 "see python -m engine run --help"),
+    (["run", "--preset", "huge"], "python -m engine run: error: argument --preset: invalid choice: 'huge' (choose from "
+                                  "'paper', 'small', 'tiny', 'gpt2'); see python -m engine run --help"),
+    (["list", "--limit", "3"], "python -m engine: error: unrecognized arguments: --limit 3; see python -m engine --help"),
+])
+def test_a_flag_argparse_refuses_is_one_line_naming_help_not_the_whole_usage(capsys, argv, message):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr().err == message + "\n"  # `run`'s usage alone is 40 lines above the error
+
+
 def test_unknown_run_and_unopenable_database(db, tmp_path, capsys):
     RunStore(db)  # an empty database: show only reads, it creates none
     assert main(["show", "--db", db, "42"]) == 2
-    assert "python -m engine list" in capsys.readouterr().err
+    assert capsys.readouterr().err == "error: no run with id or name '42'; `python -m engine list` shows the ids and names\n"
     garbage = tmp_path / "not-a-db.db"
     garbage.write_bytes(b"this is not sqlite" * 100)
     assert main(["list", "--db", str(garbage)]) == 2

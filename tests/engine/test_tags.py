@@ -51,6 +51,11 @@ def test_the_tag_command_edits_and_prints_and_refuses_in_one_line(db, capsys):
     assert main(["tag", "--db", db, str(run_id), "--add", "caf\udcfe"]) == 2
     assert "not UTF-8 text" in capsys.readouterr().err
     assert store.get_run(run_id).tags == ["pilot", "x"]
+    # the README's line, on a run without the tag it removes: one line, no traceback, nothing stored
+    assert main(["tag", "--db", db, str(run_id), "--add", "pilot,lr-sweep", "--remove", "draft"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: run {run_id} has no tag 'draft' (its tags: pilot, x); check the spelling\n"
+    assert store.get_run(run_id).tags == ["pilot", "x"]
 
 
 def test_the_logs_command_prints_a_runs_lines_from_a_level(db, capsys):
