@@ -116,14 +116,15 @@ def power_text(value: float) -> str:
 
 def log_ticks(values) -> tuple[list[float], list[str]]:
     """Labelled ticks of a log axis showing ``values`` (positive ones count): every power
-    of ten in range when the values span a decade or more, else 1, 2 and 5 times the
-    powers of ten around them, so the axis always has at least two labels; every label
-    carries its power of ten (``2×10⁻³``), unlike Plotly's bare minor digits ("2", "5")."""
+    of ten in range when two or more powers of ten lie among the values, else 1, 2 and 5
+    times the powers of ten around them, so the axis always has at least two labels (5.4
+    to 52 crosses one power of ten and gets 10, 20 and 50); every label carries its power
+    of ten (``2×10⁻³``), unlike Plotly's bare minor digits ("2", "5")."""
     v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
     if v.size == 0:
         return [], []
     lo, hi = math.floor(math.log10(v.min())), math.ceil(math.log10(v.max()))
-    if hi - lo >= 2:
+    if math.floor(math.log10(v.max()) + 1e-9) - math.ceil(math.log10(v.min()) - 1e-9) >= 1:
         ticks = [10.0**k for k in range(lo, hi + 1)]
     else:
         ticks = [m * 10.0**k for k in range(lo - 1, hi + 1) for m in (1, 2, 5)]

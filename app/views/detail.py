@@ -4,7 +4,6 @@ Stop it while active, Resume it when it ended resumable, Clone it to Launch.
 It only reads: runs whose worker died are marked ``interrupted`` by the dashboard's sweep
 (``app.state.Lab``), not here. Names, notes and error text are shown as plain text."""
 
-import json
 from datetime import datetime
 
 import pandas as pd
@@ -13,6 +12,7 @@ import streamlit as st
 from app import confirm, form, metric_charts, runfiles, state, tables, viewstate
 from app.display import plain, plot, resume_text, status_text
 from engine.analysis import charts, frames
+from engine.analysis.parallel import shown_config
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
 from engine.core.units import format_seconds
@@ -164,8 +164,7 @@ runfiles.checkpoints_section(store, run)
 left, right = st.columns(2)
 with left:
     st.subheader("Config")
-    st.dataframe(pd.DataFrame({"field": list(run.config), "value": [json.dumps(v) if isinstance(v, (dict, list)) else str(v) for v in run.config.values()]}),
-                 hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(shown_config(run.config), columns=["field", "value"]), hide_index=True, width="stretch")
 with right:
     st.subheader("Environment")
     count, kind = tables.device_parts(run.device)

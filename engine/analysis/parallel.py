@@ -52,6 +52,26 @@ def effective(config: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+def config_text(value: Any, none: str | None = None) -> str:
+    """A config value as a page or report shows it: None as ``default (none)`` (``none``: the
+    schema's words for what None means), a mapping as ``k=v, …`` ("—" when empty)."""
+    if value is None:
+        return f"default ({none})" if none else "default"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "—"
+    return str(value)
+
+
+def shown_config(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, value as text) of every field of a stored ``config``, schema fields in schema
+    order then unknown keys: ``config_text``, but exact backprop's rank and λ, which it
+    stores and never uses (``effective``), read "— (exact backprop sketches nothing)"."""
+    specs = {f.name: spec for f, spec, _ in schema(RunConfig)}
+    unused = {k for k, v in effective(config).items() if k in UNUSED_BY_EXACT and v is None and config.get(k) is not None}
+    return [(k, "— (exact backprop sketches nothing)" if k in unused else
+             config_text(v, getattr(specs.get(k), "none", None))) for k, v in config.items()]
+
+
 def differing(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The config fields whose values differ among ``configs`` (a key one config lacks
     differs), schema fields first in schema order, then unknown keys by name."""

@@ -209,6 +209,7 @@ class JobManager:
         self._closing = threading.Event()
         self._pending: set[int] = set()
         self._current: dict[str, int] = {}  # thread name → run it trains
+        self._logs: dict[int, RunLog] = {}  # run id → the log of the run training here, flushed by each beat
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._last_busy = time.monotonic()
@@ -414,12 +415,17 @@ class JobManager:
                     self.started_runs += 1
         with RunLog(self.store, self.writer, run_id, run.lease) as run_log:
             run_log.add(INFO, f"claimed by {self.owner} (lease {run.lease})")
+            with self._lock:
+                self._logs[run_id] = run_log
             try:
                 outcome = run.execute()
             except TASK_FAILURES as e:  # never keep a lease on a run this process no longer trains
                 log.exception("run %s crashed the worker", run_id)
                 outcome = Outcome("interrupted", f"the worker {self.owner} stopped training it ({type(e).__name__}: "
                                                  f"{str(e).splitlines()[0] if str(e) else ''}); resume it", False, "crash")
+            finally:
+                with self._lock:
+                    self._logs.pop(run_id, None)
         self.outcomes[run_id] = outcome
         if outcome.status == LOST:
             with self._lock:
@@ -463,6 +469,7 @@ class JobManager:
 
     def _beat(self) -> None:
         """The worker's sign of life, and its queued runs' (so no sweep releases them); the
+        lines its training runs logged are queued for the database; the
         ends of runs not stored yet are tried again; runs and diagnoses whose worker died
         are marked interrupted (``liveness.sweep``)."""
         if self._unreleased:
@@ -470,6 +477,9 @@ class JobManager:
         with self._lock:
             current = next(iter(self._current.values()), None)
             queued = sorted(self._pending - set(self._current.values()))
+            logs = list(self._logs.values())
+        for run_log in logs:  # what the training runs logged since the last beat
+            run_log.flush()
         self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
         if queued:
             self.writer.call(None, self.store.touch_queued, queued, self.owner)

@@ -4,9 +4,11 @@
 this process. It keeps what the run's own thread logs at the level its loggers let through
 (warnings and errors, unless logging was configured lower) and every Python warning that
 thread raises (``warnings.showwarning`` is wrapped while a run trains; the original still
-prints it), plus the lines ``execute`` adds (claimed, resumed, skipped, the end). Lines go
-to the database through the run's ``StoreWriter`` (retried while the database is busy,
-fenced by the run's lease) in batches of ``FLUSH_LINES``, and all that is left at the end.
+prints it), plus the lines ``execute`` adds (claimed, resumed, skipped, the end). Each line
+keeps the time it was logged. Lines go to the database through the run's ``StoreWriter``
+(retried while the database is busy, fenced by the run's lease) in batches of
+``FLUSH_LINES``, at every ``flush`` (the worker's heartbeat calls it, so a training run's
+log shows within seconds), and all that is left at the end.
 
 A run that ends ``failed`` (an error, or a loss that went NaN) also gets one ``ALERT`` line,
 "failed: <the error's first line>": what the dashboard shows as an alert on every page.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -59,8 +62,9 @@ class RunLog(logging.Handler):
         super().__init__(logging.NOTSET)
         self.store, self.writer, self.run_id, self.epoch = store, writer, run_id, epoch
         self._thread: int | None = None
-        self._lines: list[tuple[float | None, str, str]] = []
+        self._lines: list[tuple[float, str, str]] = []
         self._lines_lock = threading.Lock()
+        self._queue_lock = threading.Lock()  # a flush (the heartbeat's) and the end queue their lines in order
         self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
 
     def __enter__(self) -> "RunLog":
@@ -88,23 +92,24 @@ class RunLog(logging.Handler):
         self.add(level_name(record.levelno), text, record.created)
 
     def add(self, level: str, text: str, when: float | None = None) -> None:
-        """Keep a line (``when``: seconds since the epoch; None: when it is stored)."""
+        """Keep a line (``when``: seconds since the epoch; None: now)."""
         with self._lines_lock:
-            self._lines.append((when, level, text))
+            self._lines.append((time.time() if when is None else when, level, text))
             full = len(self._lines) >= FLUSH_LINES
         if full:
             self.flush()
 
-    def _take(self) -> list[tuple]:
+    def _take(self) -> list[tuple[float, str, str]]:
         with self._lines_lock:
             lines, self._lines = self._lines, []
-        return [(level, text) if when is None else (when, level, text) for when, level, text in lines]
+        return lines
 
     def flush(self) -> None:
         """Queue the lines held so far for the database."""
-        lines = self._take()
-        if lines:
-            self.writer.call(self.run_id, self.store.add_run_logs, self.run_id, lines, epoch=self.epoch)
+        with self._queue_lock:
+            lines = self._take()
+            if lines:
+                self.writer.call(self.run_id, self.store.add_run_logs, self.run_id, lines, epoch=self.epoch)
 
     def end(self, status: str, error: str | None) -> None:
         """Queue what is left and the run's end as the run's final writes (tried even after
@@ -117,5 +122,6 @@ class RunLog(logging.Handler):
                 self.add(ERROR, error)
         else:
             self.add(WARNING if status == "interrupted" else INFO, status + (f": {first}" if first else ""))
-        lines = self._take()
-        self.writer.final(self.run_id, self.store.add_run_logs, self.run_id, lines, epoch=self.epoch)
+        with self._queue_lock:
+            lines = self._take()
+            self.writer.final(self.run_id, self.store.add_run_logs, self.run_id, lines, epoch=self.epoch)

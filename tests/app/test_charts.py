@@ -155,6 +155,10 @@ def test_log_axis_labels_always_name_their_decade():
     narrow, labels = log_ticks([0.021, 0.034, 0.09])  # less than a decade: Plotly would label minor ticks "2", "5"
     assert len(narrow) >= 2 and all("10" in t for t in labels)
     assert min(narrow) <= 0.021 and max(narrow) >= 0.09
+    # less than a decade across a power of ten (a diagnosis's MSE from 5.4 to 52): Plotly's axis shows about
+    # the values, so two labels at least must fall among them, not one power of ten (10) alone
+    across, labels = log_ticks([5.38, 7.77, 32.6, 52.3])
+    assert len([t for t in across if 5.38 <= t <= 52.3]) >= 2 and all("10" in t for t in labels), labels
     wide, labels = log_ticks([1e-5, 3e-2, np.nan, 0.0, -1.0])  # non-positive values have no place on a log axis
     assert wide == [10.0**k for k in range(-5, 0)] and labels[0] == "10⁻⁵"
     assert log_ticks([np.nan]) == ([], [])

@@ -4,6 +4,8 @@ dialog, and the alert toast every page raises once per session for a failed run
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,6 +37,19 @@ def test_tags_are_edited_on_run_detail_and_a_bad_one_is_refused_in_one_line(stor
     store.set_tags(run_id, ["from-the-cli"])  # an edit elsewhere shows on the next run
     at.run()
     assert at.multiselect(key=f"detail.tags.{run_id}").value == ["from-the-cli"]
+
+
+def test_run_details_config_shows_what_acts_not_the_schemas_placeholders(store):
+    """An exact run stores the schema's rank (32) and λ, which it never uses; None means the
+    preset's or the schema's default. The table says so, as the report's setup does."""
+    run_id = fake_run(store, dataclasses.replace(TINY, estimator="exact", rank=32, lam=0.01))
+    at = _detail(run_id)
+    config = next(df.value for df in at.dataframe if list(df.value.columns) == ["field", "value"])
+    shown = dict(zip(config["field"], config["value"]))
+    assert shown["estimator"] == "exact"
+    assert shown["rank"] == shown["lam"] == "— (exact backprop sketches nothing)"
+    assert shown["batch_size"] == "default (the preset's)" and shown["lr"] == "0.01"
+    assert shown["dataset_options"] == "—"
 
 
 def test_the_runs_edit_dialog_edits_tags(store):

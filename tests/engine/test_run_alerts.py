@@ -9,17 +9,18 @@ import json
 import logging
 import threading
 import warnings
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
 from engine.config import RunConfig
-from engine.runner import alerts
+from engine.runner import alerts, runlog
 from engine.runner.jobs import JobManager
 from engine.runner.runlog import RunLog
 from engine.runner.writer import StoreWriter
 from storage import ALERT
-from tests.support.runs import new_run
+from tests.support.runs import new_run, wait_for
 
 TINY = RunConfig(preset="tiny", steps=4, eval_interval=2, probe_interval=4, val_batches=2, rank=4)
 
@@ -85,6 +86,39 @@ def test_a_finished_end_is_one_info_line_and_no_alert(store):
     writer.flush()
     assert [(x.level, x.text) for x in store.run_logs(run_id)] == [("info", "finished")]
     assert store.alerts_after(0) == []
+
+
+def test_a_line_keeps_the_time_it_was_logged_not_the_time_it_was_stored(store, monkeypatch):
+    run_id = new_run(store, "a")
+    epoch = store.claim(run_id, "host:1")
+    writer = StoreWriter(store)
+    with RunLog(store, writer, run_id, epoch) as run_log:
+        with monkeypatch.context() as m:
+            m.setattr(runlog.time, "time", lambda: 1_000_000.0)  # the claim, long before the run ends
+            run_log.add("info", "claimed by host:1 (lease 1)")
+    run_log.end("finished", None)
+    writer.flush()
+    claimed, end = store.run_logs(run_id)
+    assert claimed.time == datetime.fromtimestamp(1_000_000.0, timezone.utc)
+    assert end.text == "finished" and end.time > claimed.time
+
+
+def test_a_training_runs_log_reaches_the_database_while_it_trains(store):
+    """Run detail shows the log of a run that is still training: its held lines are
+    stored by the worker's heartbeat, not only when it ends (or every 50 lines)."""
+    seen = []
+
+    def on_step(run_id, step, loss):
+        if step == 2 and not seen:  # the run waits here, mid-training, until its claim line is stored
+            seen.append(wait_for(lambda: [x.text for x in store.run_logs(run_id)], timeout=120,
+                                 what="the claim line of a run still training"))
+
+    manager = JobManager(store, on_step=on_step)
+    [run_id] = manager.submit(TINY)
+    manager.wait()
+    manager.shutdown()
+    assert store.get_run(run_id).status == "finished"
+    assert seen[0] == [f"claimed by {manager.owner} (lease 1)"]  # stored before the run ended
 
 
 def test_a_failed_run_logs_an_alert_and_posts_the_webhook_once(store, monkeypatch):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Iterable
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from engine.analysis import charts, claims, frames, method_frames
+from engine.analysis.parallel import config_text
 from engine.analysis.report.model import Report, describe_selection
 from engine.analysis.summary import table3
 from engine.config import GROUPS, method_label, schema, stored
@@ -182,7 +183,7 @@ def _setup(records, metrics: pd.DataFrame) -> dict[str, list[tuple[str, str]]]:
             if spec.group != group or spec.swept or f.name == "name":
                 continue
             values = list(dict.fromkeys(json.dumps(c.get(f.name), sort_keys=True, default=str) for c in configs))
-            shown = [_config_text(json.loads(v), spec.none) for v in values]
+            shown = [config_text(json.loads(v), spec.none) for v in values]
             rows.append((spec.label, shown[0] if len(shown) == 1 else "varies: " + " / ".join(shown)))
         if group == "data":
             rows.append(("tokens per step (B·T)", _varies(_rows(c) for c in configs)))
@@ -206,14 +207,6 @@ def _rows(config: dict) -> str:
 def _varies(values) -> str:
     shown = list(dict.fromkeys("—" if v is None else str(v) for v in values))
     return shown[0] if len(shown) == 1 else "varies: " + " / ".join(shown)
-
-
-def _config_text(value: Any, none: str | None = None) -> str:
-    if value is None:
-        return f"default ({none})" if none else "default"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "—"
-    return str(value)
 
 
 def _time(value: datetime) -> str:
