@@ -2,8 +2,9 @@
 
 It runs ``python -m streamlit run <this package>/main.py`` on 127.0.0.1, headless, on
 ``--port`` (default: ``$PORT``, else 8501: the port ``make run PORT=…`` takes), with no usage
-statistics sent (as the repository's ``.streamlit/config.toml`` says, which Streamlit reads
-only when started from the repository root; the flag holds from any folder). The process
+statistics sent and no "Deploy" (to Streamlit's cloud) in the header (as the repository's
+``.streamlit/config.toml`` says, which Streamlit reads only when started from the repository
+root; the flags hold from any folder). The process
 becomes Streamlit (``os.execv``), so Ctrl-C and signals reach the server itself.
 ``--print-command`` prints the command instead of running it. Imports no Streamlit.
 """
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 def command(port: int, address: str) -> list[str]:
     """The Streamlit command that serves the dashboard on ``address:port``."""
     return [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
-            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+            "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--client.toolbarMode", "viewer"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

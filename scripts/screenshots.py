@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -30,16 +31,22 @@ READY = {"launch": "runs to launch", "runs": "in all", "compare": "Summary (the 
 
 
 def demo(url: str) -> dict:
-    """A finished sweep (exact and BASIS at R = 1, 8, 32, seeds 0-2), a diagnosis and a report."""
+    """A finished sweep (exact and BASIS at R = 1, 8, 32, seeds 0-2) with system metrics, a
+    diagnosis and a report; Run detail's run (basis R = 8, seed 0) has a log."""
     store = RunStore(url)
     config = dataclasses.replace(TINY, steps=200, eval_interval=20, probe_interval=20, lam=0.0)
     sweep = InSweep(store, SWEEP_A, ["demo"])
     ids = []
     for seed in range(3):
-        ids.append(fake_run(sweep, dataclasses.replace(config, estimator="exact", seed=seed), final=6.0, breakdown=True))
+        ids.append(fake_run(sweep, dataclasses.replace(config, estimator="exact", seed=seed), final=6.0, breakdown=True,
+                            system=True))
         for rank, final, saved in ((1, 6.9, 6e6), (8, 6.3, 8e6), (32, 6.05, 11e6)):
             ids.append(fake_run(sweep, dataclasses.replace(config, rank=rank, seed=seed), final=final, saved=saved,
-                                breakdown=True))
+                                breakdown=True, system=True))
+    store.add_run_logs(ids[2], [("info", "claimed by demo:4242 (lease 1)"),  # what a resumed run's log holds
+                                ("warning", f"interrupted: disk full: free space on /data and run python -m engine "
+                                            f"resume {ids[2]}"),
+                                ("info", "claimed by demo:4242 (lease 2)"), ("info", "finished")])
     diag = store.create_diagnostic(ids[-1], 200, {"step": 200, "estimators": ["basis", "countsketch"],  # the newest run:
                                                   "ranks": [1, 8, 32], "lams": [0.0], "keys": 256,  # the page opens on it
                                                   "batches": 2})
@@ -108,6 +115,7 @@ def main() -> None:
                     page.close()
         finally:
             browser.close()
+    shutil.rmtree(work, ignore_errors=True)  # the demo database; kept (with streamlit.log) when a page failed
 
 
 if __name__ == "__main__":

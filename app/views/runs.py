@@ -39,6 +39,7 @@ from storage.limits import NAME_MAX, NOTES_MAX
 lab = state.lab()
 store = lab.store
 _LAST_TABLE = "runs.table.last"
+GRID_TOOLBAR_CLEARANCE_PX = 30  # the toolbar (44 px) less the gap between elements (16 px), and a margin
 CSV_HELP = "Columns:  \n" + "  \n".join(f"**{display.plain(c)}**: {display.plain(t)}" for c, t in CSV_COLUMNS.items())  # (widget key, the run ids of its rows) of the table drawn last
 
 
@@ -339,6 +340,7 @@ def _table(has_active: bool) -> None:
     with head:
         _resume_all(frame)
         _backup()
+    st.space(GRID_TOOLBAR_CLEARANCE_PX)  # the grid's hover toolbar stands above its top right: not on the buttons
     if view.empty:
         st.info("No run matches the filters.")
         _workers()

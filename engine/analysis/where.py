@@ -90,7 +90,7 @@ def fields_of(expr: Expr) -> list[str]:
 # ----------------------------------------------------------------------------- tokens and parser
 
 _TOKEN = re.compile(r"""
-    (?P<space>\s+)
+    (?P<space>[\s\u2060]+)  # \u2060: the invisible joiner a page puts before an operator (core.text.untypeset)
   | (?P<op>==|!=|<=|>=|<|>|=)
   | (?P<punct>[()\[\],])
   | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')

@@ -1,6 +1,7 @@
 """Chart builders: frames in, figures out; their traces, colours, bands, axes and texts."""
 
 import colorsys
+import re
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,27 @@ def test_breakdown_figure_stacks_categories_in_fixed_colours():
 def test_bar_figures_on_empty_frames_say_so(builder):
     fig = builder(pd.DataFrame(columns=["trace", "bar", "color", "category", "quantity", "mib", "baseline_mib", "ratio"]))
     assert len(fig.data) == 0 and fig.layout.annotations[0].text.startswith("no ")
+
+
+# Streamlit's markdown (1.67, StreamlitMarkdown.js) replaces these in text between spaces after
+# reading the escapes: "rank >= 8" would show as "rank ≥ 8", which no filter parses.
+STREAMLIT_TYPOGRAPHY = [(r"(^|\s)<->(\s|$)", "↔"), (r"(^|\s)->(\s|$)", "→"), (r"(^|\s)<-(\s|$)", "←"),
+                        (r"(^|\s)--(\s|$)", "—"), (r"(^|\s)>=(\s|$)", "≥"), (r"(^|\s)<=(\s|$)", "≤"),
+                        (r"(^|\s)~=(\s|$)", "≈")]
+
+
+def test_plain_text_keeps_the_operators_streamlit_would_typeset():
+    from app.text import plain
+    from engine.analysis.where import EXAMPLE, parse
+    from engine.core.text import WORD_JOINER
+
+    typed = "rank >= 8 and lam <= 0.01 -- a -> b <- c <-> d ~= e\n>= x"
+    read = re.sub(r"\\(.)", r"\1", plain(typed).replace("  \n", "\n"))  # the text node, escapes read
+    shown = read
+    for pattern, symbol in STREAMLIT_TYPOGRAPHY:
+        shown = re.sub(pattern, lambda m: m.group(1) + symbol + m.group(2), shown)
+    assert shown == read and shown.replace(WORD_JOINER, "") == typed
+    parse(plain(EXAMPLE).replace("\\", ""))  # a filter copied from a page's error message still parses
 
 
 def test_one_plain_text_helper_for_markdown_and_plotly():

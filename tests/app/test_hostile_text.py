@@ -1,5 +1,5 @@
 """No page lets user text reach the network: every page (Runs, Compare, Run detail,
-Estimators, Report, Launch) is loaded in a real Chromium with run names, notes, tags, a
+Diagnosis, Report, Launch) is loaded in a real Chromium with run names, notes, tags, a
 sweep id, errors and a stored report whose title holds a tag, each of which would fetch
 an image if it were rendered as markdown or HTML (``![q](http://127.0.0.2:9/x.png)``,
 ``<img src=…>``). Every request to another host is aborted by route interception and

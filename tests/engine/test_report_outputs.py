@@ -99,3 +99,13 @@ def test_the_figure_folder_is_opened_without_following_a_link_that_appears_late(
     assert reports._write_figures(built, folder, force=True) == [folder / n for n in names]
     assert all((folder / n).read_text() == "<svg/>" for n in names)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late-figures", "real-figures", "system"]  # no drawing folder left
+
+
+def test_the_report_list_says_latest_for_a_report_at_the_latest_common_step(lab, capsys):
+    url, store, _ = lab
+    latest = reports.save(store, reports.build(store, reports.selection_of(sweep=SWEEP)))
+    fixed = reports.save(store, reports.build(store, reports.selection_of(sweep=SWEEP, at_step=20)))
+    assert main(["report", "--db", url, "--list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "None" not in rows[str(latest)] and " latest " in rows[str(latest)], rows
+    assert " 20 " in rows[str(fixed)], rows

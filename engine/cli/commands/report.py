@@ -71,7 +71,7 @@ def _list(store) -> int:
     if not listed:
         print("no reports yet: build one with `python -m engine report --sweep ID --out report.html`")
         return 0
-    frame = pd.DataFrame([{"id": r.id, "title": r.title, "runs": len(r.run_ids), "at step": r.at_step,
+    frame = pd.DataFrame([{"id": r.id, "title": r.title, "runs": len(r.run_ids), "at step": "latest" if r.at_step is None else str(int(r.at_step)),
                            "built (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else None}
                           for r in listed])
     print(frame.to_string(index=False, na_rep="-"))
