@@ -27,6 +27,7 @@ sketch's PRNG key, which is kept as it is, by its dtype.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -52,8 +53,10 @@ def _kernel(tree, path):
     return tree["kernel"]
 
 
-def make_dw_probe(cfg: GPTConfig) -> tuple[list[str], Callable]:
-    """Return (layer names, jitted probe(params, batch, key) → (cos[L], rel_err[L]))."""
+@functools.lru_cache(maxsize=16)
+def make_dw_probe(cfg: GPTConfig) -> tuple[tuple[str, ...], Callable]:
+    """Return (layer names, jitted probe(params, batch, key) → (cos[L], rel_err[L])), one
+    per model in a process (each run of it would trace and lower the same probe again)."""
     paths = cfg.sketched_kernel_paths()
     exact_cfg = cfg.replace(estimator="exact")
 
@@ -71,7 +74,7 @@ def make_dw_probe(cfg: GPTConfig) -> tuple[list[str], Callable]:
             return jnp.zeros((0,)), jnp.zeros((0,))
         return jnp.stack(cos), jnp.stack(rel)
 
-    return [layer_name(p) for p in paths], probe
+    return tuple(layer_name(p) for p in paths), probe
 
 
 def _listing(cfg: GPTConfig, params, batch, key) -> list[tuple[jax.core.AbstractValue, str]]:

@@ -10,6 +10,7 @@ on many.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -53,10 +54,10 @@ class SingleDevice:
         return max_block
 
     def train_step(self, cfg: GPTConfig, optimizer, state, dw_comm: str) -> jax.stages.Wrapped:
-        return make_train_step(cfg, optimizer)
+        return _train_step(cfg, optimizer)
 
     def eval_step(self, cfg: GPTConfig) -> Callable:
-        return make_eval_step(cfg)
+        return _eval_step(cfg)
 
     def probe_inputs(self, batch: np.ndarray, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """The batch and sketch key the dW probe of a step reads: the step's own."""
@@ -108,6 +109,11 @@ class Sharded:
         rows = self.layout.put(self.local_rows(batch), self.layout.replicated)
         return rows, jax.random.wrap_key_data(self.layout.put_key(jax.random.fold_in(key, 0)))
 
+
+# One jitted step per model and optimizer in a process (``make_optimizer`` gives one
+# object per setting): the next run of a sweep, or a resume, traces and lowers nothing again.
+_train_step = functools.lru_cache(maxsize=16)(make_train_step)
+_eval_step = functools.lru_cache(maxsize=16)(make_eval_step)
 
 DeviceLayout = SingleDevice | Sharded
 

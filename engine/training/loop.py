@@ -64,9 +64,7 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
     """Saved-activation bytes of this run's step and of its exact baseline, in total
     and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
     temp bytes."""
-    cfg = model_config(config)
-    mine = memory_breakdown(cfg, params, batch, key)
-    exact = memory_breakdown(cfg.replace(estimator="exact"), params, batch, None)
+    mine, exact = _breakdowns(model_config(config), params, batch, key)
     out = {f"mem_bytes/{c}": float(v) for c, v in mine.items()}
     out.update({f"mem_bytes_exact/{c}": float(v) for c, v in exact.items()})
     saved, saved_exact = sum(mine.values()), sum(exact.values())
@@ -75,6 +73,19 @@ def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict
     if "temp_bytes" in stats:
         out["mem_temp_bytes"] = float(stats["temp_bytes"])
     return out
+
+
+_BREAKDOWNS: dict[tuple, tuple[dict[str, int], dict[str, int]]] = {}
+
+
+def _breakdowns(cfg, params, batch, key) -> tuple[dict[str, int], dict[str, int]]:
+    """(this model's, exact backprop's) ``memory_breakdown``. The saved residuals are
+    listed by shape alone, so they are listed once per process for a model and batch shape."""
+    memo = (cfg, batch.shape, str(batch.dtype), key is None)
+    if memo not in _BREAKDOWNS:
+        _BREAKDOWNS[memo] = (memory_breakdown(cfg, params, batch, key),
+                             memory_breakdown(cfg.replace(estimator="exact"), params, batch, None))
+    return _BREAKDOWNS[memo]
 
 
 class Checkpointer(Protocol):

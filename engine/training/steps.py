@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -19,8 +20,11 @@ class TrainState(NamedTuple):
     step: jax.Array
 
 
+@functools.lru_cache(maxsize=16)
 def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay: float = 0.0):
-    """``sgd``: SGD with (heavy-ball) momentum, as in the paper; ``adamw``: AdamW."""
+    """``sgd``: SGD with (heavy-ball) momentum, as in the paper; ``adamw``: AdamW. One
+    object per setting in a process (optax's are pure functions), so what is compiled
+    for an optimizer can be kept for the next run of the same setting."""
     if name == "sgd":
         return optax.sgd(lr, momentum=momentum or None)
     if name == "adamw":
@@ -84,4 +88,9 @@ def make_eval_step(cfg: GPTConfig) -> Callable:
 def init_state(params, optimizer: optax.GradientTransformation) -> TrainState:
     """Step 0 of training: ``params``, the optimizer's initial state (one compiled call,
     not one dispatch per leaf) and a step counter of 0."""
-    return TrainState(params, jax.jit(optimizer.init)(params), jax.numpy.zeros((), jax.numpy.int32))
+    return TrainState(params, _jitted_init(optimizer)(params), jax.numpy.zeros((), jax.numpy.int32))
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_init(optimizer: optax.GradientTransformation) -> Callable:
+    return jax.jit(optimizer.init)

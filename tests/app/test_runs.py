@@ -138,9 +138,13 @@ def test_pages_only_read_and_the_dashboards_sweep_marks_a_dead_workers_run(url, 
 
 # ----------------------------------------------------------------------------- resume
 
+# What Resume trains for real: TINY validated on 2 batches, not the 256 that hold its default
+# validation tokens (each eval of those cost seconds; a resume works the same on either).
+TRAINED = dataclasses.replace(TINY, val_batches=2)
+
 
 def test_resume_trains_a_selected_interrupted_run_from_step_0(url, store):
-    run_id = fake_run(store, TINY, status="running", steps_done=10)
+    run_id = fake_run(store, TRAINED, status="running", steps_done=10)
     store.set_status(run_id, "interrupted", error="interrupted: signal")
     at = app(selected=[run_id]).run()
     assert not button(at, "Resume").disabled
@@ -154,10 +158,10 @@ def test_resume_trains_a_selected_interrupted_run_from_step_0(url, store):
 
 
 def test_resume_all_resumes_interrupted_runs_and_trains_orphaned_queued_runs(url, store):
-    done = fake_run(store, TINY)
-    interrupted = fake_run(store, TINY, status="running", steps_done=10)
+    done = fake_run(store, TRAINED)
+    interrupted = fake_run(store, TRAINED, status="running", steps_done=10)
     store.set_status(interrupted, "interrupted", error="interrupted: worker gone")
-    orphan = fake_run(store, dataclasses.replace(TINY, rank=8), status="queued", steps_done=0)
+    orphan = fake_run(store, dataclasses.replace(TRAINED, seed=1), status="queued", steps_done=0)  # the same programs
     assert store.get_run(orphan).owner is None
     at = app().run()
     button(at, "Resume all").click().run()
@@ -276,7 +280,7 @@ def test_names_notes_and_errors_are_escaped_on_both_pages(url, store):
 
 
 def test_run_detail_resumes_a_cancelled_run(url, store):
-    run_id = fake_run(store, TINY, status="cancelled", steps_done=20)
+    run_id = fake_run(store, TRAINED, status="cancelled", steps_done=20)
     at = app().run()
     at.session_state["detail.run"] = run_id
     page(at, "detail")

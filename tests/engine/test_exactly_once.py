@@ -15,7 +15,7 @@ from tests.support.runs import trajectory
 from tests.support.runs import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS, EVERY = 200, 20
+STEPS, EVERY = 100, 20
 RUN = ["--preset", "tiny", "--steps", str(STEPS), "--eval-interval", str(EVERY), "--probe-interval", str(EVERY),
        "--val-batches", "1", "--checkpoint-interval", str(EVERY), "--rank", "4"]
 
