@@ -11,7 +11,7 @@ import pytest
 from engine.analysis import charts, frames, method_frames
 from engine.analysis.summary import summarize
 from storage import RunStore
-from tests.support.pages import app, button, page, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, button, page, read, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import TINY, fake_run
 
 PAPER_RANKS = (1, 8, 16, 32, 64)
@@ -123,7 +123,7 @@ def test_the_launch_form_shows_every_error_at_once(url, store):
     at.number_input(key="launch.steps").set_value(0).run()
     expected = {"Shrink λ must be in [0, 1) (got 1.5)", "Seeds: 'zero' is not a seed (integers >= 0: 0,1,2 or 0-4)",
                 "Steps must be an integer >= 1 (got 0)"}
-    shown = [e.value.replace("\\", "") for e in at.error]
+    shown = [read(e.value) for e in at.error]
     [summary] = [e for e in shown if e.startswith("Fix the")]  # beside the form
     assert {e for e in shown if e != summary} == expected  # and under each field, in its group
     assert summary.startswith("Fix the 3 fields marked in the form:") and all(t in summary for t in expected)
@@ -136,7 +136,7 @@ def test_the_launch_form_warns_naming_the_runs_a_launch_would_repeat(url, store)
     repeated = [fake_run(store, c, status="queued", steps_done=0) for c in form.DEFAULT_SWEEP.expand()[:2]]
     at = app().run()
     at.switch_page("views/launch.py").run()  # (page() would refuse its warning)
-    again = [w.value.replace("\\", "") for w in at.warning if "already in the database" in w.value]
+    again = [read(w.value) for w in at.warning if "already in the database" in w.value]
     assert len(again) == 1 and again[0].startswith(f"2 of the {len(form.DEFAULT_SWEEP.expand())} runs to launch")
     assert all(f"#{i} {store.get_run(i).name} (queued)" in again[0] for i in repeated)
     assert not button(at, "Launch").disabled  # a warning, not a refusal

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import state
 from app.display import CHART
+from engine.core.text import WORD_JOINER
 from storage import RunStore
 
 APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
@@ -74,6 +75,12 @@ def figures(at: AppTest) -> dict[str, dict]:
                     trace[axis] = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).tolist()
         out[(spec["layout"].get("title") or {}).get("text", "")] = spec
     return out
+
+
+def read(markdown: str) -> str:
+    """Text as a reader sees it: markdown escapes and the invisible word joiners
+    (``engine.core.text``) that keep autolinks and ``>=`` typesetting off it removed."""
+    return markdown.replace("\\", "").replace(WORD_JOINER, "")
 
 
 def button(at: AppTest, prefix: str):
