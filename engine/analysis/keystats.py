@@ -67,8 +67,8 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
+import scipy  # scipy.stats loads on first use: a process that reads no interval starts without it
 from numpy.typing import ArrayLike
-from scipy import stats
 
 KEY_VALUES = "key_values"  # the column of a diagnosis row's ``pack`` array (None: stored without)
 DELTA, BOOTSTRAP, BOUND = "delta", "bootstrap", "bound"
@@ -154,7 +154,7 @@ def _t_interval(center: float, u: np.ndarray, groups: list[np.ndarray], confiden
     keep = sizes > 1
     denominator = float(np.sum(parts[keep] ** 2 / (sizes[keep] - 1)))
     df = float(parts.sum()) ** 2 / denominator if denominator > 0 else float(max(n - len(groups), 1))
-    return float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(max(var, 0.0)), float(df)
+    return float(scipy.stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(max(var, 0.0)), float(df)
 
 
 def ratio_interval(first, second, *, confidence: float = 0.95, method: str = DELTA, strata=None,
@@ -178,7 +178,7 @@ def ratio_interval(first, second, *, confidence: float = 0.95, method: str = DEL
         def log_ratio(x, y, axis=-1):
             return np.log(np.mean(x, axis=axis) / np.mean(y, axis=axis))
 
-        res = stats.bootstrap((a, b), log_ratio, paired=True, vectorized=True, method="BCa",
+        res = scipy.stats.bootstrap((a, b), log_ratio, paired=True, vectorized=True, method="BCa",
                               n_resamples=resamples, confidence_level=confidence,
                               random_state=np.random.default_rng(seed))
         low, high = res.confidence_interval
@@ -210,8 +210,8 @@ def power(ratio: float, keys: int, cv: float = PLAN_CV, correlation: float = 0.0
     sigma = math.sqrt(2 * cv**2 * (1 - correlation))
     if sigma == 0:
         return 1.0
-    t = float(stats.t.ppf(0.5 + confidence / 2, keys - 1))
-    return float(stats.norm.cdf(abs(math.log(ratio)) * math.sqrt(keys) / sigma - t))
+    t = float(scipy.stats.t.ppf(0.5 + confidence / 2, keys - 1))
+    return float(scipy.stats.norm.cdf(abs(math.log(ratio)) * math.sqrt(keys) / sigma - t))
 
 
 def keys_for_power(ratio: float = PLAN_RATIO, wanted: float = PLAN_POWER, cv: float = PLAN_CV,
@@ -225,4 +225,4 @@ def keys_for_power(ratio: float = PLAN_RATIO, wanted: float = PLAN_POWER, cv: fl
     raise ValueError(f"no K up to {most:,} reaches power {wanted} at ratio {ratio} (cv {cv})")
 
 
-DEFAULT_KEYS = keys_for_power()  # 81: see "Power" in the module docstring
+DEFAULT_KEYS = 81  # keys_for_power() (tests/engine/test_claims_diagnoses.py: it is the least K), written out so that no process loads scipy.stats to import this module; see "Power" in the module docstring

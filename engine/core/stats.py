@@ -55,7 +55,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy import integrate, special, stats
+import scipy  # its submodules load on first use: a `run` that computes no test starts without them
 
 from engine.core.choices import EQUIVALENCE_MARGIN
 
@@ -101,7 +101,7 @@ class PairedDelta(NamedTuple):
 
 
 def _interval(mean: float, se: float, n: int, level: float) -> tuple[float, float]:
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    half = float(scipy.stats.t.ppf(0.5 + level / 2, n - 1)) * se
     return mean - half, mean + half
 
 
@@ -109,8 +109,8 @@ def tost_p(mean: float, se: float, n: int, margin: float) -> float:
     """p-value of TOST (module docstring): max of the two one-sided t-test p-values."""
     if se == 0:
         return 0.0 if abs(mean) < margin else 1.0
-    lower = stats.t.sf((mean + margin) / se, n - 1)
-    upper = stats.t.cdf((mean - margin) / se, n - 1)
+    lower = scipy.stats.t.sf((mean + margin) / se, n - 1)
+    upper = scipy.stats.t.cdf((mean - margin) / se, n - 1)
     return float(max(lower, upper))
 
 
@@ -145,24 +145,24 @@ def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha:
     if sd == 0:
         return 1.0 if abs(true_delta) < margin else 0.0
     nu, root = n - 1, math.sqrt(n)
-    q = float(stats.t.ppf(1 - alpha, nu))
+    q = float(scipy.stats.t.ppf(1 - alpha, nu))
     x_max = nu * (margin * root / (q * sd)) ** 2  # s above this leaves no room: h(s) ≤ 0
 
-    log_norm = (nu / 2) * math.log(2) + special.gammaln(nu / 2)
+    log_norm = (nu / 2) * math.log(2) + scipy.special.gammaln(nu / 2)
 
     def inside(x: float) -> float:  # P(d̄ inside ±h(s) | s) times the χ²_ν density at x = ν s²/σ²
         if x <= 0:
             return 0.0
         h = margin - q * sd * math.sqrt(x / nu) / root
         density = math.exp((nu / 2 - 1) * math.log(x) - x / 2 - log_norm)
-        return (special.ndtr((h - true_delta) * root / sd) - special.ndtr((-h - true_delta) * root / sd)) * density
+        return (scipy.special.ndtr((h - true_delta) * root / sd) - scipy.special.ndtr((-h - true_delta) * root / sd)) * density
 
     # the χ² mass lies within its 1e-12 and 1 − 1e-12 quantiles: a narrow peak near ν once n is large
-    low, high = (float(stats.chi2.ppf(q, nu)) for q in (1e-12, 1 - 1e-12))
+    low, high = (float(scipy.stats.chi2.ppf(q, nu)) for q in (1e-12, 1 - 1e-12))
     if x_max <= low:
         return 0.0
     top = min(x_max, high)
-    value, _ = integrate.quad(inside, low, top, limit=200, points=[nu] if low < nu < top else None)
+    value, _ = scipy.integrate.quad(inside, low, top, limit=200, points=[nu] if low < nu < top else None)
     return float(min(1.0, max(0.0, value)))
 
 
@@ -254,8 +254,8 @@ def slope_power(xs, runs: int, residual_sd: float, true_slope: float, confidence
     if residual_sd == 0:
         return 1.0 if true_slope != 0 else 0.0
     ncp = true_slope * math.sqrt(runs * sxx) / residual_sd
-    crit = float(stats.t.ppf(0.5 + confidence / 2, df))
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    crit = float(scipy.stats.t.ppf(0.5 + confidence / 2, df))
+    return float(scipy.stats.nct.sf(crit, df, ncp) + scipy.stats.nct.cdf(-crit, df, ncp))
 
 
 def slope_runs_needed(xs, residual_sd: float, detect: float, power: float = POWER,

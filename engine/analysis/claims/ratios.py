@@ -5,16 +5,16 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from engine.analysis import keystats
 from engine.analysis.claims.verdicts import HIGHER, LOWER
 from engine.core.stats import CONFIDENCE, WITHIN_NOISE
 
-Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))  # the two-sided normal quantile of CONFIDENCE
+Z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # the two-sided normal quantile of CONFIDENCE
 INTERVAL = keystats.DELTA  # how (a) and (b) make intervals from per-key values (or keystats.BOOTSTRAP)
 NO_EFFECT = "no effect"  # a ratio whose interval lies inside the no-effect margin
 
