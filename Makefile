@@ -14,7 +14,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml 
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
 
-.PHONY: run test install install-test install-cuda lock browser postgres bench
+.PHONY: run test install install-test install-cuda lock browser postgres bench test-costs
 
 # $(1): the lock to install; $(2): the stamp family (run or test).
 define install_lock
@@ -71,7 +71,10 @@ test: install-test browser postgres
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
 	$(VENV)/bin/mypy engine storage
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25
+
+test-costs: install-test browser postgres  # rewrite tests/cpu_costs.json, the order make test hands files out in
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --cpu-record
 
 bench: install
 	$(PY) bench/step.py

@@ -8,12 +8,11 @@ and each test gets a fresh database.  Where the server is not installed
 (``scripts/install_postgres.sh``) or does not start, the PostgreSQL cases skip with the reason.
 
 One persistent XLA compilation cache serves the whole session: this process and every
-``python -m engine`` it starts (they inherit the environment). XLA's CPU backend compiles
-without LLVM's expensive optimisations (``XLA_FLAGS``, unless set): the suite's models are
-tiny, so compiling, not running, is what costs, and this cuts it by about a quarter; the
-math is the same math (every result is checked against a tolerance or its own twin). The suite trains the same tiny
+``python -m engine`` it starts (they inherit the environment). The suite trains the same tiny
 configurations many times, each ``train`` jitting fresh step functions, and compiling them
 dominated its time; a cached executable is the one XLA compiled, memory analysis included.
+Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
+and the processes it starts with ``TRAINING`` (that module says why).
 """
 
 import os
@@ -23,11 +22,11 @@ import tempfile
 
 import pytest
 
+from tests.support import xla
 from tests.support.postgres import ThrowawayPostgres
 
 pytest_plugins = ["tests.cpu_time"]
 
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 _JAX_CACHE = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
 
 
@@ -40,12 +39,17 @@ def pytest_configure(config):
         config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
     for name, value in _JAX_CACHE.items():
         os.environ.setdefault(name.upper(), str(value))
-    os.environ.setdefault("XLA_FLAGS", FAST_COMPILE)  # read when JAX starts its CPU backend
     if "jax" in sys.modules:  # imported before us: its flags have read the environment already
         jax = sys.modules["jax"]
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         for name, value in _JAX_CACHE.items():
             jax.config.update(name, value)
+    if "XLA_FLAGS" not in os.environ:
+        os.environ["XLA_FLAGS"] = xla.COMPILE_BOUND
+        import jax
+
+        jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
+        os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
 
 
 @pytest.fixture(scope="session")

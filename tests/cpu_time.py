@@ -4,14 +4,27 @@ Wall-clock durations (``--durations``) swell with whatever else the machine runs
 time a test spends, in its own process and in the children it waited for
 (``getrusage``), does not. Each test's report carries it as the user property ``cpu_s``;
 the summary lists the ``--cpu-durations`` (default 25) dearest tests and the total, whose
-half is the floor of ``make test``'s wall time on 2 workers.
+half is the floor of ``make test``'s wall time on a 2-core machine.
+
+The wall time is that floor only when both cores stay busy to the end. ``pytest-xdist``
+hands out whole files (``--dist loadfile``) in the order they were collected (with
+``--no-loadscope-reorder``), so the files are collected longest first, by the seconds each
+held its worker in a recorded run (:data:`COSTS`; wall time, which counts a test's waits as
+well as its CPU): longest processing time first, the last files handed out are short ones
+and the workers finish close together. ``--cpu-record`` rewrites that table from the
+run it ends; a file it does not list yet counts as the median file.
 """
 
+import json
 import resource
+import statistics
+from pathlib import Path
 
 import pytest
 
+COSTS = Path(__file__).with_name("cpu_costs.json")  # test file → seconds its tests held a worker
 _SAMPLES: dict[str, float] = {}
+_HELD: dict[str, float] = {}
 
 
 def _cpu_seconds() -> float:
@@ -23,6 +36,21 @@ def _cpu_seconds() -> float:
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=25, metavar="N",
                      help="list the N tests that used the most CPU seconds (0: none)")
+    parser.addoption("--cpu-record", action="store_true",
+                     help=f"write the seconds each test file held its worker to {COSTS.name}, the order the next run hands files out in")
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, which it keeps within a file
+def pytest_collection_modifyitems(items):
+    costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
+    if not costs:
+        return
+    median = statistics.median(costs.values())
+    items.sort(key=lambda item: -costs.get(_file_of(item.nodeid), median))  # stable: a file's own order holds
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -40,6 +68,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report):
+    _HELD[_file_of(report.nodeid)] = _HELD.get(_file_of(report.nodeid), 0.0) + report.duration
     for name, value in report.user_properties:
         if name == "cpu_s" and report.when == "teardown":
             _SAMPLES[report.nodeid] = value
@@ -54,6 +83,10 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{seconds:8.1f}s  {nodeid}")
     total = sum(_SAMPLES.values())
     terminalreporter.write_line(f"{total:8.1f}s  in all {len(_SAMPLES)} tests ({total / 2:.0f} s on 2 busy cores)")
+    if config.getoption("--cpu-record"):
+        ranked = dict(sorted(((f, round(s, 1)) for f, s in _HELD.items()), key=lambda kv: -kv[1]))
+        COSTS.write_text(json.dumps(ranked, indent=1) + "\n")
+        terminalreporter.write_line(f"the seconds {len(ranked)} files held their workers written to {COSTS}")
 
 
 _START = pytest.StashKey[float]()

@@ -198,11 +198,11 @@ def test_recompute_attention_equals_xla_attention():
     ],
 )
 def test_memory_options_leave_the_gradients_unchanged(base, changes):
-    (la, ga), (lb, gb) = _grads(base), _grads(base.replace(**changes))
-    _assert_close((la, ga), (lb, gb))
-    if set(changes) == {"remat"}:  # jax.checkpoint replays the same operations
-        assert la == lb
-        jax.tree_util.tree_map(np.testing.assert_array_equal, ga, gb)
+    """To rounding, not bit for bit: remat replays the same operations, but XLA may fuse a
+    replayed one differently (with the fused head, recomputed attention and remat="full",
+    XLA's default CPU compiler differs from the plain step by 6e-8 in a gradient entry; the
+    suite's fast-compile flags by other bits in other cases)."""
+    _assert_close(_grads(base), _grads(base.replace(**changes)))
 
 
 @pytest.mark.parametrize("changes", [PLAIN, dict(remat="full")])

@@ -18,6 +18,7 @@ import pytest
 
 from engine.config import ConfigError, RunConfig, Sweep
 from engine.training.collectives import bytes_by_op, collectives
+from tests.support import xla
 
 ROOT = Path(__file__).resolve().parents[2]
 Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unlikely
@@ -25,8 +26,7 @@ Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unl
 
 def run_check(name: str, *args, devices: int = 4, timeout: float = 1500) -> dict:
     """Run ``scale_checks.NAME(*args)`` in a process with ``devices`` forced CPU devices."""
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-m", "tests.support.scale_checks", name, *map(json.dumps, args)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -214,8 +214,8 @@ RUN_FLAGS = ["run", "--preset", "tiny", "--batch-size", "4", "--devices", "0", "
 
 
 def _engine(args, devices: int, **env) -> subprocess.Popen:
-    full = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}", "PYTHONPATH": str(ROOT),
-            "JAX_PLATFORMS": "cpu", **env}
+    full = {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+            **env}
     return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
