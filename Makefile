@@ -13,6 +13,7 @@ PIP_TOOLS_VERSION := 7.6.2
 RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
+XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tests/cpu_time.py
 
 .PHONY: run test install install-test install-cuda lock browser postgres bench test-costs
 
@@ -71,10 +72,10 @@ test: install-test browser postgres
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
 	$(VENV)/bin/mypy engine storage
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25
+	$(PY) -m pytest -q $(XDIST) --durations=25
 
 test-costs: install-test browser postgres  # rewrite tests/cpu_costs.json, the order make test hands files out in
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --cpu-record
+	$(PY) -m pytest -q $(XDIST) --cpu-record
 
 bench: install
 	$(PY) bench/step.py
