@@ -2,7 +2,8 @@
 
 It runs ``python -m streamlit run <this package>/main.py`` on 127.0.0.1, headless, on
 ``--port`` (default: ``$PORT``, else 8501: the port ``make run PORT=…`` takes), with no usage
-statistics sent and no "Deploy" (to Streamlit's cloud) in the header (as the repository's
+statistics sent, no "Deploy" (to Streamlit's cloud) in the header and no full garbage
+collection after each script run (as the repository's
 ``.streamlit/config.toml`` says, which Streamlit reads only when started from the repository
 root; the flags hold from any folder). The process
 becomes Streamlit (``os.execv``), so Ctrl-C and signals reach the server itself.
@@ -47,7 +48,7 @@ def command(port: int, address: str) -> list[str]:
     """The Streamlit command that serves the dashboard on ``address:port``."""
     return [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
             "--server.address", address, "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--client.toolbarMode", "viewer"]
+            "--client.toolbarMode", "viewer", "--runner.postScriptGC", "false"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

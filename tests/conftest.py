@@ -1,7 +1,9 @@
 """Keep every test away from the user's database and token cache; a throwaway PostgreSQL.
 
-``db_url`` is the one parametrised database fixture (``sqlite`` and ``postgresql``) and
-``store`` a :class:`storage.RunStore` on it.  The PostgreSQL cluster is started once per
+``db_url`` is the one parametrised database fixture (``sqlite`` and ``postgresql``): a new
+database at the newest schema, copied from a template migrated once per process
+(``tests.support.templates``); ``empty_db_url`` one with no schema yet, for the migrations'
+tests; ``store`` a :class:`storage.RunStore` on ``db_url``.  The PostgreSQL cluster is started once per
 session with ``initdb``/``pg_ctl`` in a temporary directory (Unix socket there, no TCP, a
 random port number, ``fsync=off``), as an unprivileged user when the suite runs as root,
 and each test gets a fresh database.  Where the server is not installed
@@ -12,7 +14,9 @@ One persistent XLA compilation cache serves the whole session: this process and 
 configurations many times, each ``train`` jitting fresh step functions, and compiling them
 dominated its time; a cached executable is the one XLA compiled, memory analysis included.
 Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
-and the processes it starts with ``TRAINING`` (that module says why).
+and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
+into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost the
+suite's compile-bound files about a fifth of their time).
 """
 
 import os
@@ -22,8 +26,9 @@ import tempfile
 
 import pytest
 
-from tests.support import xla
+from tests.support import mlir_contexts, xla
 from tests.support.postgres import ThrowawayPostgres
+from tests.support.templates import PostgresTemplate, SqliteTemplate
 
 pytest_plugins = ["tests.cpu_time"]
 
@@ -50,11 +55,19 @@ def pytest_configure(config):
 
         jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
         os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
+    if os.environ.get("BASIS_LAB_TEST_FRESH_CONTEXTS") != "1":
+        mlir_contexts.share()
 
 
 @pytest.fixture(scope="session")
 def token_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("token-cache")
+    """The session's token cache: one for all of pytest-xdist's workers (their base
+    temporary directories share a parent), so the corpus is tokenized once, not per
+    worker; the cache's file lock lets one worker build while the others wait."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "token-cache"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -81,9 +94,34 @@ def pg_url(pg_cluster):
     pg_cluster.drop_database(name)
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory):
+    return SqliteTemplate(tmp_path_factory.mktemp("schema-template"))
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_cluster):
+    if pg_cluster.skip_reason:
+        pytest.skip(pg_cluster.skip_reason)
+    return PostgresTemplate(pg_cluster)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request, tmp_path):
-    """A fresh database on each backend: a SQLite file in tmp_path, or a PostgreSQL database."""
+    """A new database at the newest schema, with its own identity, on each backend: a SQLite
+    file in tmp_path, or a PostgreSQL database (copies of a template: tests.support.templates)."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("sqlite_template").copy(tmp_path / "lab.db")
+        return
+    template = request.getfixturevalue("pg_template")
+    name, url = template.copy()
+    yield url
+    template.cluster.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_db_url(request, tmp_path):
+    """An empty database on each backend (no schema yet), for the tests of the migrations."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'lab.db'}"
     return request.getfixturevalue("pg_url")

@@ -2,7 +2,7 @@
 build exactly the models, older databases upgraded in place, a failed migration changes
 nothing, foreign or newer schemas are refused.
 
-Tests that take the ``store`` or ``db_url`` fixture run on SQLite and on a throwaway
+Tests that take the ``empty_db_url`` fixture (a database with no schema yet) run on SQLite and on a throwaway
 PostgreSQL (tests/conftest.py; skipped with the reason where no server can be started);
 the rest are about SQLite files. Every database lives in tmp_path or that cluster."""
 
@@ -102,13 +102,13 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s2.close()
 
 
-def test_migrations_build_exactly_the_models(db_url):
+def test_migrations_build_exactly_the_models(empty_db_url):
     """Alembic's autogenerate finds no table, column or index that models.py and the
     revisions disagree on (a schema change without its revision fails here)."""
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    eng = make_engine(db_url)
+    eng = make_engine(empty_db_url)
     with eng.connect() as con:
         diffs = compare_metadata(MigrationContext.configure(con), storage.Base.metadata)
     structural = [d for d in diffs if isinstance(d, tuple) and d[0] in
@@ -247,15 +247,15 @@ def test_migration_chain_runs_in_order_once(tmp_path, monkeypatch):
         make_engine(url)  # the older code refuses the newer database
 
 
-def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(db_url):
+def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(empty_db_url):
     code = ("import sys; sys.path.insert(0, sys.argv[2]); from storage import RunStore; "
             "s = RunStore(sys.argv[1]); print(len(s.list_runs())); s.close()")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    procs = [subprocess.Popen([sys.executable, "-c", code, db_url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen([sys.executable, "-c", code, empty_db_url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-500:] for o in outs]
-    eng = make_engine(db_url)
+    eng = make_engine(empty_db_url)
     assert schema_revision(eng) == head_revision()
     with eng.connect() as con:
         assert con.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
@@ -324,22 +324,22 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
     st.close()
 
 
-def _at_revision(db_url, revision):
+def _at_revision(url, revision):
     """A new database at an older ``revision`` (as that BASIS Lab left it)."""
     import sqlalchemy as sa
     from alembic import command
 
-    eng = sa.create_engine(db_url)
+    eng = sa.create_engine(url)
     with eng.begin() as con:
         command.upgrade(storage_db._alembic_config(con), revision)
     return eng
 
 
-def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(db_url):
+def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(empty_db_url):
     """A 0005 database where a resume doubled step 0 (run 1) upgrades to one row per
     (run, name, step), the newest kept, run 1's readers told to re-read; run 2 untouched;
     the database gets an identity; from then on a second row of a key is not stored."""
-    eng = _at_revision(db_url, "0005")
+    eng = _at_revision(empty_db_url, "0005")
     runs = "INSERT INTO runs (uid, name, status, config, tags, notes, versions, steps_done, history_version, epoch, " \
            "cancel_requested) VALUES (:uid, :name, 'finished', '{}', '[]', '', '{}', 0, 0, 1, false)"
     metric = "INSERT INTO metrics (run_id, step, wall_time, name, value) VALUES (:run, :step, 0.0, :name, :value)"
@@ -351,7 +351,7 @@ def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(db_url):
         con.execute(text(metric), [dict(run=r, step=s, name=n, value=v) for r, s, n, v in rows])
     eng.dispose()
 
-    st = RunStore(db_url)
+    st = RunStore(empty_db_url)
     assert schema_revision(st.engine) == head_revision()
     m = st.metrics([1, 2])
     assert sorted(zip(m["run_id"], m["step"], m["name"], m["value"])) == [
@@ -370,27 +370,27 @@ def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(db_url):
     st.close()
 
 
-def test_every_database_has_its_own_identity_and_two_first_opens_agree(db_url):
+def test_every_database_has_its_own_identity_and_two_first_opens_agree(empty_db_url):
     """A database gets its identity at its upgrade; one without (a backup) makes one at its
     first use, the same for every store that asks, keeping the lineage it was copied with."""
-    st = RunStore(db_url)
+    st = RunStore(empty_db_url)
     original = st.identity()
     with st.engine.begin() as con:  # what a backup holds: the original's lineage, no identity
         con.execute(text("DELETE FROM database_identity"))
-    a, b = RunStore(db_url), RunStore(db_url)
+    a, b = RunStore(empty_db_url), RunStore(empty_db_url)
     first, second = a.identity(), b.identity()
     assert first == second and first.uid != original.uid
     assert first.lineage == (original.uid, first.uid) and first.ancestors == (original.uid,)
-    assert RunStore(db_url).identity() == first
+    assert RunStore(empty_db_url).identity() == first
     for s in (st, a, b):
         s.close()
 
 
-def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(db_url):
+def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty_db_url):
     """A 0007 database's interrupted runs get the interruption cause their error text (as the
     code before 0008 wrote it) meant; a text none of those begins, and every run not
     interrupted, get none; the error texts stay as they were."""
-    eng = _at_revision(db_url, "0007")
+    eng = _at_revision(empty_db_url, "0007")
     old = [  # (status, error as the code before 0008 wrote it, the cause 0008 must give it)
         ("interrupted", "interrupted: worker vm:41 is no longer running", "stale"),
         ("interrupted", "interrupted: no heartbeat from gpu-3:7 since 2026-11-01 10:00:00+00:00", "stale"),
@@ -410,7 +410,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(db_ur
         con.execute(text(runs), [dict(uid=f"{i:032d}", name=f"r{i}", status=status, error=error)
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
-    st = RunStore(db_url)
+    st = RunStore(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0009"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old

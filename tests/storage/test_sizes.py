@@ -118,11 +118,11 @@ def test_the_form_refuses_a_long_name_by_field():
     assert RunConfig(name="n" * NAME_MAX).name == "n" * NAME_MAX
 
 
-def test_revision_0003_widens_a_stored_database_keeping_rows_and_ids(db_url):
+def test_revision_0003_widens_a_stored_database_keeping_rows_and_ids(empty_db_url):
     """A database at 0002 with runs and metrics, its newest run and metric deleted, upgrades
     to head: every row stays, ids of deleted rows are not handed out again, and the widened
     columns are 64-bit."""
-    engine = sa.create_engine(db_url)
+    engine = sa.create_engine(empty_db_url)
     if engine.dialect.name == "sqlite":
         storage_db._install_sqlite_hooks(engine, memory=False)
     with engine.begin() as conn:
@@ -139,7 +139,7 @@ def test_revision_0003_widens_a_stored_database_keeping_rows_and_ids(db_url):
         conn.execute(metrics.delete().where(metrics.c.run_id == 3))
         conn.execute(runs.delete().where(runs.c.id == 3))
     engine.dispose()
-    store = RunStore(db_url)
+    store = RunStore(empty_db_url)
     assert schema_revision(store.engine) == head_revision()
     assert [(r.id, r.name, r.seed, r.epoch) for r in store.list_runs()] == [(1, "r1", 1, 0), (2, "r2", 2, 0)]
     assert store.metrics([1, 2])["value"].tolist() == [1.0, 2.0]

@@ -91,10 +91,11 @@ class ThrowawayPostgres:
 
         return psycopg.connect(host=self.dir, port=self.port, user=PG_ROLE, dbname="postgres", autocommit=True)
 
-    def new_database(self):
+    def new_database(self, template: str | None = None):
+        """(name, URL) of a new database: empty, or a copy of database ``template``."""
         name = f"t{os.getpid()}_{next(self._names)}"
         with self._admin() as con:
-            con.execute(f'CREATE DATABASE "{name}"')
+            con.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         return name, f"postgresql+psycopg://{PG_ROLE}@/{name}?host={self.dir}&port={self.port}"
 
     def drop_database(self, name):

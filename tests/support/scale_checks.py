@@ -23,6 +23,7 @@ from engine.training import collectives, parallel
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.loop import train
 from engine.training.steps import init_state
+from tests.support import mlir_contexts
 
 TINY = RunConfig(preset="tiny", batch_size=4, steps=4, eval_interval=2, probe_interval=0, lr=0.05, val_tokens=4096,
                  val_batches=2, rank=4, lam=0.0)
@@ -180,6 +181,7 @@ def resume(directory: str, devices: int, stop_after: int | None, twin: int | Non
 CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume}
 
 if __name__ == "__main__":
+    mlir_contexts.share()
     name, *args = sys.argv[1:]
     parsed = [json.loads(a) for a in args]
     print("RESULT " + json.dumps(CHECKS[name](*parsed)))
