@@ -55,8 +55,7 @@ def pytest_configure(config):
 
         jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
         os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
-    if os.environ.get("BASIS_LAB_TEST_FRESH_CONTEXTS") != "1":
-        mlir_contexts.share()
+    mlir_contexts.share()
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,15 @@ Only pytest's processes use it (``tests/conftest.py``, ``tests.support.scale_che
 
 from __future__ import annotations
 
+import os
 import threading
 
 
 def share(lowerings: int = 200) -> None:
-    """Make JAX reuse each MLIR context for ``lowerings`` lowerings (idempotent)."""
+    """Make JAX reuse each MLIR context for ``lowerings`` lowerings (idempotent); not where
+    ``BASIS_LAB_TEST_FRESH_CONTEXTS=1`` (to compare)."""
+    if os.environ.get("BASIS_LAB_TEST_FRESH_CONTEXTS") == "1":
+        return
     from jax._src.interpreters import mlir
 
     make = getattr(mlir.make_ir_context, "__wrapped__", mlir.make_ir_context)
