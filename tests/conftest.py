@@ -15,8 +15,8 @@ configurations many times, each ``train`` jitting fresh step functions, and comp
 dominated its time; a cached executable is the one XLA compiled, memory analysis included.
 Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
 and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
-into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost the
-suite's compile-bound files about a fifth of their time).
+into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost
+``test_basis.py``, thousands of small programs, a fifth of its time).
 """
 
 import os
