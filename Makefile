@@ -18,12 +18,10 @@ XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tes
 .PHONY: run test install install-test install-cuda lock browser postgres bench test-costs
 
 # $(1): the lock to install; $(2): the stamp family (run or test).
-# --no-compile: pip would byte-compile every file of every wheel (72 s of a fresh test
-# install here, 37 s without); Python compiles the modules a process imports, once.
 define install_lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	$(PY) -m pip install --quiet --no-compile --require-hashes -r $(1)
+	$(PY) -m pip install --quiet --require-hashes -r $(1)
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip check
 	rm -f $(VENV)/.installed-$(2)-* && touch $@
