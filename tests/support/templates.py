@@ -18,8 +18,6 @@ from pathlib import Path
 
 from tests.support.postgres import ThrowawayPostgres
 
-_FORGET_IDENTITY = ("DELETE FROM database_identity", "DELETE FROM database_lineage")
-
 
 def fresh(url: str) -> str:
     """``url``, after a store opened it once (at the newest schema, with its own identity)."""
@@ -32,14 +30,16 @@ def fresh(url: str) -> str:
 
 
 def _forget_identity(url: str) -> None:
-    from sqlalchemy import text
+    """Migrate the database at ``url`` and leave it with no identity and no lineage."""
+    from sqlalchemy import delete
 
     from storage import make_engine
+    from storage.models import DatabaseIdentity, DatabaseLineage
 
     engine = make_engine(url)
     with engine.begin() as con:
-        for statement in _FORGET_IDENTITY:
-            con.execute(text(statement))
+        con.execute(delete(DatabaseIdentity))
+        con.execute(delete(DatabaseLineage))
     engine.dispose()
 
 
