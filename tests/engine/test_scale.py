@@ -24,9 +24,15 @@ ROOT = Path(__file__).resolve().parents[2]
 Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unlikely
 
 
+def _forced_env(devices: int, **extra: str) -> dict:
+    """The environment of a child process whose CPU backend holds ``devices`` devices."""
+    return {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+            **extra}
+
+
 def run_check(name: str, *args, devices: int = 4, timeout: float = 1500) -> dict:
     """Run ``scale_checks.NAME(*args)`` in a process with ``devices`` forced CPU devices."""
-    env = {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env = _forced_env(devices)
     proc = subprocess.run([sys.executable, "-m", "tests.support.scale_checks", name, *map(json.dumps, args)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -214,10 +220,8 @@ RUN_FLAGS = ["run", "--preset", "tiny", "--batch-size", "4", "--devices", "0", "
 
 
 def _engine(args, devices: int, **env) -> subprocess.Popen:
-    full = {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-            **env}
-    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=_forced_env(devices, **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _losses_of(db: Path) -> dict:
