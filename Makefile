@@ -13,17 +13,22 @@ PIP_TOOLS_VERSION := 7.6.2
 RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
+# The locks install with --no-compile: pip compiles file by file on one core, compileall on all
+# of them, skipping what is up to date and the packages' own test suites (never imported).
+# Without the bytecode every process compiles its imports again where PYTHONDONTWRITEBYTECODE is set.
+BYTECODE := $(PY) -m compileall -q -j 0 -x '/tests/' $(VENV)/lib
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tests/cpu_time.py
 
-.PHONY: run test install install-test install-cuda lock browser postgres bench test-costs
+.PHONY: run test install install-test install-cuda lock browser postgres system checks test-bytecode test-ready bench test-costs
 
-# $(1): the lock to install; $(2): the stamp family (run or test).
+# $(1): the lock to install; $(2): the stamp family (run or test); $(3): a last step.
 define install_lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	$(PY) -m pip install --quiet --require-hashes -r $(1)
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-compile --require-hashes -r $(1)
+	$(PY) -m pip install --quiet --no-compile --no-deps -e .
 	$(PY) -m pip check
+	$(3)
 	rm -f $(VENV)/.installed-$(2)-* && touch $@
 endef
 
@@ -32,7 +37,7 @@ install: $(RUN_STAMP)
 install-test: $(TEST_STAMP)
 
 $(RUN_STAMP): requirements.txt pyproject.toml
-	$(call install_lock,requirements.txt,run)
+	$(call install_lock,requirements.txt,run,$(BYTECODE))
 
 $(TEST_STAMP): requirements-test.txt pyproject.toml
 	$(call install_lock,requirements-test.txt,test)
@@ -68,13 +73,28 @@ browser:
 postgres:
 	bash scripts/install_postgres.sh
 
-test: install-test browser postgres
+# Chromium and PostgreSQL one after the other: apt-get holds one lock for both.
+system:
+	bash scripts/install_browser.sh
+	bash scripts/install_postgres.sh
+
+checks: install-test
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
 	$(VENV)/bin/mypy engine storage
+
+test-bytecode: install-test  # beside the checks (make test), not inside the install
+	$(BYTECODE)
+
+# The system's packages (network and disk) install beside the Python lock; then the checks
+# and the bytecode share the cores.
+test-ready: checks test-bytecode system
+
+test:
+	$(MAKE) --no-print-directory -j 3 --output-sync=target test-ready
 	$(PY) -m pytest -q $(XDIST) --durations=25
 
-test-costs: install-test browser postgres  # rewrite tests/cpu_costs.json, the order make test hands files out in
+test-costs: test-bytecode system  # rewrite tests/cpu_costs.json, the order make test hands files out in
 	$(PY) -m pytest -q $(XDIST) --cpu-record
 
 bench: install
