@@ -17,14 +17,8 @@ Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMP
 and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
 into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost
 ``test_basis.py``, thousands of small programs, a fifth of its time).
-
-Python's cyclic garbage collector runs far less often in this process (``GC_THRESHOLDS``), and
-what is alive once the tests are collected (JAX, Streamlit, pandas and their caches) is frozen
-out of its scans: with the default thresholds it took 6 % of a worker's CPU time, most of it in
-full collections of a heap that only grows.
 """
 
-import gc
 import os
 import shutil
 import sys
@@ -38,7 +32,6 @@ from tests.support.templates import PostgresTemplate, SqliteTemplate
 
 pytest_plugins = ["tests.cpu_time"]
 
-GC_THRESHOLDS = (10_000, 20, 20)  # CPython's defaults: (700, 10, 10)
 _JAX_CACHE = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
 
 
@@ -63,12 +56,6 @@ def pytest_configure(config):
         jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
         os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
     mlir_contexts.share()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-def pytest_collection_finish(session):
-    gc.collect()
-    gc.freeze()
 
 
 @pytest.fixture(scope="session")
