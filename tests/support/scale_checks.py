@@ -178,7 +178,13 @@ def resume(directory: str, devices: int, stop_after: int | None, twin: int | Non
     return out
 
 
-CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume}
+def several(*checks: list) -> dict:
+    """Several checks in this one process, each ``[NAME, *ARGS]``: their results by position
+    (``"0"``, ``"1"``, …). One start of JAX, the engine and the forced devices serves them all."""
+    return {str(i): CHECKS[name](*args) for i, (name, *args) in enumerate(checks)}
+
+
+CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume, "several": several}
 
 if __name__ == "__main__":
     mlir_contexts.share()
