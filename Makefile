@@ -7,8 +7,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# uv installs the locks (parallel downloads and unpacking: ~10 s where pip took ~35 s); pip
-# installs uv and checks the result.
+# uv installs the locks (parallel downloads and unpacking: ~10 s where pip took ~35 s) and
+# checks the result; pip installs uv.
 UV_VERSION := 0.13.8
 # pip-compile resolves the locks with this pip
 PIP_VERSION := 26.3
@@ -32,7 +32,7 @@ define install_lock
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
 	$(UV) --require-hashes -r $(1)
 	$(UV) --no-deps -e .
-	$(PY) -m pip check
+	$(VENV)/bin/uv pip check --python $(PY)
 	$(3)
 	rm -f $(VENV)/.installed-$(2)-* && touch $@
 endef
