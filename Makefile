@@ -17,7 +17,7 @@ PIP_TOOLS_VERSION := 7.6.2
 RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml | cksum | cut -d" " -f1)
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
-UV := $(VENV)/bin/uv pip install --python $(PY) --quiet
+UV_PIP := $(VENV)/bin/uv pip
 # uv installs no bytecode; compileall writes it on every core, skipping what is up to date and the
 # packages' own test suites (never imported). Without it every process compiles its imports
 # again where PYTHONDONTWRITEBYTECODE is set.
@@ -30,9 +30,9 @@ XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tes
 define install_lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(UV) --require-hashes -r $(1)
-	$(UV) --no-deps -e .
-	$(VENV)/bin/uv pip check --python $(PY)
+	$(UV_PIP) install --python $(PY) --quiet --require-hashes -r $(1)
+	$(UV_PIP) install --python $(PY) --quiet --no-deps -e .
+	$(UV_PIP) check --python $(PY)
 	$(3)
 	rm -f $(VENV)/.installed-$(2)-* && touch $@
 endef

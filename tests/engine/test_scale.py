@@ -30,7 +30,7 @@ def _forced_env(devices: int, **extra: str) -> dict:
             **extra}
 
 
-def run_check(name: str, *args, devices: int = 4, timeout: float = 1500) -> dict:
+def run_check(name: str, *args, devices: int = 4, timeout: float = 1500):
     """Run ``scale_checks.NAME(*args)`` in a process with ``devices`` forced CPU devices."""
     env = _forced_env(devices)
     proc = subprocess.run([sys.executable, "-m", "tests.support.scale_checks", name, *map(json.dumps, args)],
@@ -119,8 +119,7 @@ ON_FOUR_DEVICES = [("grads",), ("training",), *(("unbiased", e, c) for e, c in U
 def on_four_devices() -> dict:
     """What every 4-device check of one process returns, by check: one process runs them all
     (the resume needs processes of its own, with 4 devices and then 2)."""
-    results = run_check("several", *ON_FOUR_DEVICES)
-    return {check: results[str(i)] for i, check in enumerate(ON_FOUR_DEVICES)}
+    return dict(zip(ON_FOUR_DEVICES, run_check("several", *ON_FOUR_DEVICES), strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -178,10 +178,10 @@ def resume(directory: str, devices: int, stop_after: int | None, twin: int | Non
     return out
 
 
-def several(*checks: list) -> dict:
-    """Several checks in this one process, each ``[NAME, *ARGS]``: their results by position
-    (``"0"``, ``"1"``, …). One start of JAX, the engine and the forced devices serves them all."""
-    return {str(i): CHECKS[name](*args) for i, (name, *args) in enumerate(checks)}
+def several(*checks: list) -> list:
+    """Several checks in this one process, each ``[NAME, *ARGS]``: their results, in order.
+    One start of JAX, the engine and the forced devices serves them all."""
+    return [CHECKS[name](*args) for name, *args in checks]
 
 
 CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume, "several": several}
