@@ -7,9 +7,13 @@ step two to three times faster.
 
 - ``COMPILE_BOUND``, LLVM at O0: pytest's own workers and ``tests.support.scale_checks``,
   where each test compiles programs it runs a handful of times. A tiny step compiles in
-  about 1 s and runs in about 130 ms.
+  about 1 s and runs in about 130 ms. Its LLVM module is compiled in one piece
+  (``--xla_cpu_parallel_codegen_split_count=1``): XLA splits it into parts for threads of
+  their own by default, which saves wall time only on idle cores. Three workers on two
+  cores have none to spare, and the split's overhead cost 7-15 % of the CPU seconds of
+  ``test_basis.py``, ``test_memory.py`` and ``test_draws.py`` (interleaved runs).
 - ``TRAINING``, LLVM at O1: the ``python -m engine`` and dashboard processes that tests start
-  (they inherit it). They train tens of steps of programs compiled once per process, then
+  (they inherit it; the split kept, as there it cost no CPU). They train tens of steps of programs compiled once per process, then
   loaded from the shared persistent cache, so the faster code is worth the slower compile:
   about 2.4 s, then 50 ms a step. The fleet, durable, fault and job tests use 23 % less CPU.
 
@@ -19,7 +23,7 @@ in an engine process and resumed in pytest's.
 """
 
 COMMON = "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false"
-COMPILE_BOUND = f"--xla_backend_optimization_level=0 {COMMON}"
+COMPILE_BOUND = f"--xla_backend_optimization_level=0 --xla_cpu_parallel_codegen_split_count=1 {COMMON}"
 TRAINING = f"--xla_backend_optimization_level=1 {COMMON}"
 
 
