@@ -21,7 +21,7 @@ UV_PIP := $(VENV)/bin/uv pip
 # uv installs no bytecode; compileall writes it on every core, skipping what is up to date and the
 # packages' own test suites (never imported); then this project's own packages (an editable
 # install: imported from here). Without it every process compiles its imports again where
-# PYTHONDONTWRITEBYTECODE is set: ~0.5 CPU s for each of the ~100 engine, dashboard and check
+# PYTHONDONTWRITEBYTECODE is set: ~0.5 CPU s for each of the ~120 engine, dashboard and check
 # processes the suite starts.
 BYTECODE := $(PY) -m compileall -q -j 0 -x '/tests/' $(VENV)/lib && $(PY) -m compileall -q -j 0 engine storage app tests
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tests/cpu_time.py

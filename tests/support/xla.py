@@ -13,9 +13,10 @@ step two to three times faster.
   cores have none to spare, and the split's overhead cost 7-15 % of the CPU seconds of
   ``test_basis.py``, ``test_memory.py`` and ``test_draws.py`` (interleaved runs).
 - ``TRAINING``, LLVM at O1: the ``python -m engine`` and dashboard processes that tests start
-  (they inherit it; the split kept, as there it cost no CPU). They train tens of steps of programs compiled once per process, then
-  loaded from the shared persistent cache, so the faster code is worth the slower compile:
-  about 2.4 s, then 50 ms a step. The fleet, durable, fault and job tests use 23 % less CPU.
+  (they inherit it; XLA's split kept, as there it cost no CPU). They train tens of steps of
+  programs compiled once per process, then loaded from the shared persistent cache, so the
+  faster code is worth the slower compile: about 2.4 s, then 50 ms a step. The fleet,
+  durable, fault and job tests use 23 % less CPU.
 
 Neither changes the math. LLVM keeps IEEE semantics at every level (no fast math), and the
 twins that tests compare across the two settings agree bit for bit, for example a run killed
