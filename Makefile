@@ -18,15 +18,17 @@ RUN_STAMP := $(VENV)/.installed-run-$(shell cat requirements.txt pyproject.toml 
 TEST_STAMP := $(VENV)/.installed-test-$(shell cat requirements-test.txt pyproject.toml | cksum | cut -d" " -f1)
 PORT ?= 8501
 UV_PIP := $(VENV)/bin/uv pip
-# uv installs no bytecode; compileall writes it on every core, skipping what is up to date and the
-# packages' own test suites (never imported); then this project's own packages (an editable
-# install: imported from here). Without it every process compiles its imports again where
-# PYTHONDONTWRITEBYTECODE is set: ~0.5 CPU s for each of the ~120 engine, dashboard and check
-# processes the suite starts.
+# uv installs no bytecode. `make install` compiles all of it on every core (skipping the
+# packages' own test suites, never imported; then this project's own packages, an editable
+# install), so the dashboard starts from bytecode even where PYTHONDONTWRITEBYTECODE is set.
+# `make test` instead lets its processes write the bytecode of what they import
+# (TEST_BYTECODE): the suite imports a fraction of the lock, and all of it took 36 CPU s to
+# compile; without either, each of the ~120 processes the suite starts compiles its imports again.
 BYTECODE := $(PY) -m compileall -q -j 0 -x '/tests/' $(VENV)/lib && $(PY) -m compileall -q -j 0 engine storage app tests
+TEST_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tests/cpu_time.py
 
-.PHONY: run test install install-test install-cuda lock browser postgres system checks test-bytecode test-ready bench test-costs
+.PHONY: run test install install-test install-cuda lock browser postgres system checks test-ready bench test-costs
 
 # $(1): the lock to install; $(2): the stamp family (run or test); $(3): a last step.
 define install_lock
@@ -90,19 +92,18 @@ checks: install-test
 	$(VENV)/bin/ruff check engine app storage bench tests
 	$(VENV)/bin/mypy engine storage
 
-test-bytecode: install-test  # beside the checks (make test), not inside the install
-	$(BYTECODE)
-
-# The system's packages (network and disk) install beside the Python lock; then the checks
-# and the bytecode share the cores.
-test-ready: checks test-bytecode system
+# PostgreSQL installs beside the Python lock and the checks. Chromium installs in the background
+# from the start, through the checks and the first tests: the browser tests wait for it
+# (scripts/install_browser.sh), and the first of them starts minutes into the suite.
+test-ready: checks postgres
 
 test:
-	$(MAKE) --no-print-directory -j 3 --output-sync=target test-ready
-	$(PY) -m pytest -q $(XDIST) --durations=25
+	bash scripts/install_browser.sh --background
+	$(MAKE) --no-print-directory -j 2 --output-sync=target test-ready
+	$(TEST_BYTECODE) $(PY) -m pytest -q $(XDIST) --durations=25
 
-test-costs: test-bytecode system  # rewrite tests/cpu_costs.json, the order make test hands files out in
-	$(PY) -m pytest -q $(XDIST) --cpu-record
+test-costs: install-test system  # rewrite tests/cpu_costs.json, the order make test hands files out in
+	$(TEST_BYTECODE) $(PY) -m pytest -q $(XDIST) --cpu-record
 
 bench: install
 	$(PY) bench/step.py

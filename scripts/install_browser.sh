@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Installs Debian's Chromium for the end-to-end browser test.
-# Needs root (apt-get); elsewhere the browser test skips and says why.
+# Installs Debian's Chromium for the browser tests.
+# Needs root (apt-get); elsewhere the browser tests skip and say why.
+# --background: install in a process of its own and return at once (`make test` does, so the
+# download overlaps the checks and the first tests); run without it, the script waits for
+# that install to finish (scripts/apt_lock.sh), as the browser tests do before they start.
 set -u
-if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then
+here="$(dirname "$0")"
+installed() { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; }
+if [ "${1:-}" = "--background" ]; then
+  installed && exit 0
+  nohup bash "$0" > "${TMPDIR:-/tmp}/basis-lab-install-browser.log" 2>&1 < /dev/null &
   exit 0
 fi
+source "$here/apt_lock.sh"
+installed && exit 0
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_browser: not root or no apt-get; the browser test will skip" >&2
+  echo "install_browser: not root or no apt-get; the browser tests will skip" >&2
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null \
-  || echo "install_browser: apt-get install chromium failed; the browser test will skip" >&2
+  || echo "install_browser: apt-get install chromium failed; the browser tests will skip" >&2
 exit 0

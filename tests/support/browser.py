@@ -24,14 +24,12 @@ CHROMIUM_ARGS = [
 
 
 def find_chromium() -> str | None:
-    """Debian's Chromium, installing it with the project's script when it is missing."""
-    def which():
-        return shutil.which("chromium") or shutil.which("chromium-browser") or (
-            "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
-
-    if which() is None:
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=False, timeout=900)
-    return which()
+    """Debian's Chromium, once the project's script has installed it where it was missing:
+    the script returns at once when Chromium is there and no install of it is under way
+    (``make test`` starts one in the background), else it waits for that install or runs one."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=False, timeout=900)
+    return shutil.which("chromium") or shutil.which("chromium-browser") or (
+        "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
 
 
 def playwright_and_chromium():

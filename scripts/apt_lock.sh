@@ -1,0 +1,6 @@
+# Sourced by the install scripts: holds this project's apt-get lock until the sourcing script
+# exits. apt-get fails beside another apt-get; with the lock, `make test`'s background Chromium
+# install, PostgreSQL's install and a browser test's check queue instead, each waiting for
+# the one before it to finish.
+exec 9>"${TMPDIR:-/tmp}/basis-lab-apt.lock"
+flock 9 || true
