@@ -16,7 +16,8 @@ dominated its time; a cached executable is the one XLA compiled, memory analysis
 Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
 and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
 into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost
-``test_basis.py``, thousands of small programs, a fifth of its time).
+``test_basis.py``, thousands of small programs, a fifth of its time), and its garbage
+collector runs less often (``tests.support.collector``).
 """
 
 import os
@@ -26,7 +27,7 @@ import tempfile
 
 import pytest
 
-from tests.support import mlir_contexts, xla
+from tests.support import collector, mlir_contexts, xla
 from tests.support.postgres import ThrowawayPostgres
 from tests.support.templates import PostgresTemplate, SqliteTemplate
 
@@ -56,6 +57,12 @@ def pytest_configure(config):
         jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
         os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
     mlir_contexts.share()
+    collector.tune()
+
+
+def pytest_collection_finish(session):
+    """What collection imported lives for the whole session: out of the collector's way."""
+    collector.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from engine.training import collectives, parallel
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.loop import train
 from engine.training.steps import init_state
-from tests.support import mlir_contexts
+from tests.support import collector, mlir_contexts
 
 TINY = RunConfig(preset="tiny", batch_size=4, steps=4, eval_interval=2, probe_interval=0, lr=0.05, val_tokens=4096,
                  val_batches=2, rank=4, lam=0.0)
@@ -188,6 +188,7 @@ CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": 
 
 if __name__ == "__main__":
     mlir_contexts.share()
+    collector.tune()
     name, *args = sys.argv[1:]
     parsed = [json.loads(a) for a in args]
     print("RESULT " + json.dumps(CHECKS[name](*parsed)))
