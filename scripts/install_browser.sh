@@ -19,6 +19,6 @@ if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null \
+apt-get update -qq >/dev/null 9>&- && apt-get install -y -qq chromium >/dev/null 9>&- \
   || echo "install_browser: apt-get install chromium failed; the browser tests will skip" >&2
 exit 0

@@ -21,7 +21,7 @@ created_policy=0
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
 fi
-apt-get update -qq >/dev/null && apt-get install -y -qq postgresql >/dev/null \
+apt-get update -qq >/dev/null 9>&- && apt-get install -y -qq postgresql >/dev/null 9>&- \
   || echo "install_postgres: apt-get install postgresql failed; the PostgreSQL tests will skip" >&2
 [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
 exit 0
