@@ -5,14 +5,13 @@
 # download overlaps the checks and the first tests); run without it, the script waits for
 # that install to finish (scripts/apt_lock.sh), as the browser tests do before they start.
 set -u
-here="$(dirname "$0")"
 installed() { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; }
 if [ "${1:-}" = "--background" ]; then
   installed && exit 0
   nohup bash "$0" > "${TMPDIR:-/tmp}/basis-lab-install-browser.log" 2>&1 < /dev/null &
   exit 0
 fi
-source "$here/apt_lock.sh"
+source "$(dirname "$0")/apt_lock.sh"
 installed && exit 0
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install_browser: not root or no apt-get; the browser tests will skip" >&2

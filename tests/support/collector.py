@@ -6,7 +6,7 @@ default thresholds (700, 10, 10) the collector ran 4,777 collections in one proc
 ``test_basis.py``, ``test_draws.py`` and ``test_memory.py``, and took 6.0 of its 117 CPU s,
 mostly walking the same long-lived objects (modules, JAX's caches, collected tests) again.
 ``tune`` raises the thresholds and ``freeze`` moves everything alive at that point out of the
-collector's reach: 347 collections, 0.6 CPU s. Only when unreachable cycles are freed
+collector's reach: 347 collections, 0.5 CPU s. Only when unreachable cycles are freed
 changes, never what a test computes.
 """
 
