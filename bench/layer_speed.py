@@ -13,10 +13,11 @@ only), and the train step whose sketched kernels get a zero gradient (forward, d
 everywhere, exact dW elsewhere, the full optimizer update). Sketching can only
 approach it: at the layer two of the three matmuls remain, so the floor is ≈ 2/3.
 
-``faults`` is the mean number of minor page faults per call. Many of them (about
-10,000 per step, several ms) mean the step's XLA temporaries exceeded glibc's
-32 MB mmap threshold, so their pages are mapped and zeroed afresh at every call: a
-cost of the allocator that falls on whichever method crosses it, not of its math.
+``faults`` is the mean number of minor page faults per call. The process's malloc is
+set as a run's (``engine.training.allocator``); without that, a step whose XLA buffers
+exceed glibc's 32 MB mmap threshold has its pages mapped and zeroed afresh at every
+call (about 10,000 faults, several ms): a cost of the allocator that falls on whichever
+method crosses it, not of its math.
 
     python bench/layer_speed.py [--reps 30] [--json out.json]
 """
@@ -32,12 +33,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from engine.core.presets import PRESETS
 from engine.model.gpt import init_params
 from engine.sketch.basis import sketched_matmul
-from engine.training.steps import init_state, make_optimizer, make_train_step
+from engine.training.allocator import reuse_freed_memory
+from engine.training.steps import floor_optimizer, init_state, make_optimizer, make_train_step
 
 METHODS = [("exact", 1), ("basis", 1), ("basis", 8), ("basis", 32)]
 FLOOR = ("floor", 0)  # dW of the sketched weights not computed
@@ -60,17 +61,9 @@ def layer_case(estimator: str, rank: int, b=4096, n=1024, m=1024):
 def step_case(estimator: str, rank: int, preset: str = "paper"):
     p = PRESETS[preset]
     opt = make_optimizer("sgd", 0.01)
-    if estimator == "floor":
-        # the R = 1 model whose sketched kernels get a zero gradient: their dW, and the
-        # sketches that only feed it, are never read, so XLA drops them, while the
-        # forward, every dX, the other dW and the full optimizer update remain
+    if estimator == "floor":  # the R = 1 model whose sketched kernels' dW are never read
         cfg = p.model.replace(estimator="basis", rank=1)
-        sketched = set(cfg.sketched_kernel_paths())
-        zero = lambda params: jax.tree_util.tree_map_with_path(
-            lambda path, _: tuple(k.key for k in path[:-1]) in sketched and path[-1].key == "kernel",
-            params,
-        )
-        opt = optax.chain(optax.masked(optax.set_to_zero(), zero), opt)
+        opt = floor_optimizer(cfg, opt)
     else:
         cfg = p.model.replace(estimator=estimator, rank=rank)
     step = make_train_step(cfg, opt)
@@ -111,6 +104,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    reuse_freed_memory()  # as in a run's process, before JAX's threads start
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), median of {args.reps} interleaved reps")
     rows = []
     for bench, make in (("layer 4096x1024->1024 value+grad", layer_case), ("paper train step", step_case)):

@@ -32,6 +32,20 @@ def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay:
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
+def floor_optimizer(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``optimizer`` with the gradients of ``cfg``'s sketched kernels set to zero.
+
+    A train step built with it never reads those dW, so XLA drops them and the sketches
+    that only feed them; the forward pass, every dX, the other dW and the full update of
+    every parameter remain. Its time is the floor of any estimator of the sketched
+    layers' dW at ``cfg``'s shapes and options: a benchmark's best case, never a run's."""
+    sketched = set(cfg.sketched_kernel_paths())
+    mask = lambda params: jax.tree_util.tree_map_with_path(
+        lambda path, _: path[-1].key == "kernel" and tuple(k.key for k in path[:-1]) in sketched, params
+    )
+    return optax.chain(optax.masked(optax.set_to_zero(), mask), optimizer)
+
+
 def _train_step(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> Callable:
     def step(state: TrainState, batch: jax.Array, sketch_key: jax.Array):
         loss, grads = jax.value_and_grad(lambda p: loss_fn(cfg, p, batch, sketch_key))(state.params)

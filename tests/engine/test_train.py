@@ -10,6 +10,7 @@ import engine.training.loop as train_mod
 from engine import data
 from engine.config import ConfigError, RunConfig
 from engine.training.loop import TrainingDiverged, train
+from engine.training.steps import floor_optimizer, make_optimizer
 from engine.training.system import is_system
 
 TINY = RunConfig(preset="tiny", steps=6, eval_interval=3, probe_interval=2, val_batches=2, rank=4)
@@ -119,6 +120,33 @@ def test_full_rank_probe_is_one():
     rows = 2 * 32  # tiny preset: batch 2 × T 32
     records = list(train(dataclasses.replace(TINY, rank=rows, steps=2)))
     assert records[1].values["cos_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("layers", ["mlp+head", "all"])
+def test_floor_optimizer_zeroes_exactly_the_sketched_kernels_updates(layers):
+    """The benchmarks' floor: the sketched kernels' updates are 0 (so their dW is never
+    read), every other parameter (their biases included) gets SGD's own update."""
+    cfg = TINY.replace(sketched_layers=layers).model_config("cpu")
+    sketched = {"/".join(p) for p in cfg.sketched_kernel_paths()}
+    params = {"head": {"kernel": np.ones((2, 3))}, "wpe": np.ones(4), "ln_f": {"scale": np.ones(2)}}
+    for block in ("attn/qkv", "attn/out", "mlp/fc", "mlp/proj"):
+        group, name = block.split("/")
+        params.setdefault("block_0", {}).setdefault(group, {})[name] = {"kernel": np.ones((2, 2)), "bias": np.ones(2)}
+    grads = jax.tree.map(lambda a: 2 * a, params)
+    sgd = make_optimizer("sgd", 0.5, momentum=0.0)
+    floor = floor_optimizer(cfg, sgd)
+    updates, _ = floor.update(grads, floor.init(params), params)
+    plain, _ = sgd.update(grads, sgd.init(params), params)
+    zeroed = set()
+    for (path, got), (_, want) in zip(jax.tree_util.tree_leaves_with_path(updates), jax.tree_util.tree_leaves_with_path(plain)):
+        name = "/".join(k.key for k in path)
+        if name.endswith("/kernel") and name[: -len("/kernel")] in sketched:
+            zeroed.add(name[: -len("/kernel")])
+            np.testing.assert_array_equal(got, 0.0)
+        else:
+            np.testing.assert_array_equal(got, want)
+            assert np.all(want != 0.0)
+    assert zeroed == sketched and len(sketched) == {"mlp+head": 3, "all": 5}[layers]
 
 
 def test_memory_figures_drop_by_inputs_minus_sketches():
