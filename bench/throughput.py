@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from engine.training.allocator import reuse_freed_memory
 from engine.training.build import initial_params, model_config, optimizer_for
 from engine.training.loop import RunConfig
 from engine.training.steps import init_state, make_train_step
@@ -251,6 +252,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.reps < 30:
         print(f"note: {args.reps} rounds (< 30): medians are rough", file=sys.stderr)
+    reuse_freed_memory()  # as in a run's process, before JAX's threads start
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
     for preset in args.presets.split(","):
         start = time.perf_counter()

@@ -100,5 +100,10 @@ def _quiet_broken_pipe() -> int:
 
 
 def main_exit() -> None:
-    """The ``basis-lab`` console script: ``main()`` as the process exit status."""
+    """The ``basis-lab`` console script: ``main()`` as the process exit status, in a process
+    whose malloc reuses freed memory (``engine.training.allocator``: it must come before
+    JAX starts its threads)."""
+    from engine.training.allocator import reuse_freed_memory
+
+    reuse_freed_memory()
     sys.exit(main())
