@@ -12,12 +12,12 @@ the kernel zeroes, per 4 KiB. ``reuse_freed_memory`` sets (``mallopt``)
 - ``M_TRIM_THRESHOLD`` 1 GiB and ``M_TOP_PAD`` 64 MiB: free memory at the top of the heap
   stays there.
 
-Measured on the 2-core CPU (``bench/step.py``, run defaults, one process each way): at
-the small preset the exact step took 66,595 faults and 901 ms, basis R=1 ``mlp+head``
-47,576 and 736 ms; with these settings none, 888 and 630 ms. At the paper preset
-the faults fell from up to 4,500 per step to none, and the times moved by less than
-the machine's drift. The cost: the process keeps the most memory it ever used until it
-exits (a worker's next run reuses it), and fragmentation adds a few per cent to its peak.
+Measured on the 2-core CPU at the small preset (run defaults, 8 steps after warm-up, one
+process each way, twice): the exact step took 66,600 faults and 171–185 ms of kernel
+time per step, basis R=1 47,600 and 133–149 ms; with these settings 0–8,300 faults
+(while the heap still grows) and 2–15 ms. ``bench/step.py`` at both presets now sees
+no faults in any case but the first rounds. The cost: the process keeps the most memory
+it ever used until it exits (a worker's next run reuses it).
 
 Arena settings count only for threads that have not allocated yet, so this runs first
 thing in a process, before JAX starts its thread pool. Anywhere but glibc it does nothing.
