@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from engine.training.allocator import tunables
+
 DEFAULT_PORT = 8501
 MAIN = Path(__file__).resolve().with_name("main.py")
 
@@ -58,7 +60,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.print_command:
         print(shlex.join(cmd))
         return 0
-    os.execv(sys.executable, cmd)  # does not return: this process becomes the server
+    # the server trains the runs it launches in its own threads: its malloc as a run's
+    os.execve(sys.executable, cmd, {**os.environ, "GLIBC_TUNABLES": tunables(os.environ)})  # does not return
 
 
 if __name__ == "__main__":

@@ -35,6 +35,17 @@ M_MMAP_MAX = -4
 M_ARENA_MAX = -8
 
 SETTINGS = {M_MMAP_MAX: 0, M_ARENA_MAX: 1, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 64 << 20}
+TUNABLE_NAMES = {M_MMAP_MAX: "glibc.malloc.mmap_max", M_ARENA_MAX: "glibc.malloc.arena_max",
+                 M_TRIM_THRESHOLD: "glibc.malloc.trim_threshold", M_TOP_PAD: "glibc.malloc.top_pad"}
+
+
+def tunables(environ: dict) -> str:
+    """``GLIBC_TUNABLES`` that give a process ``SETTINGS`` from its first allocation, for a
+    program that execs another (mallopt's settings die with the process image); tunables
+    already in ``environ`` come after ours, so the user's own win."""
+    ours = ":".join(f"{TUNABLE_NAMES[param]}={value}" for param, value in SETTINGS.items())
+    given = environ.get("GLIBC_TUNABLES")
+    return f"{ours}:{given}" if given else ours
 
 
 def reuse_freed_memory() -> bool:

@@ -46,6 +46,19 @@ def test_dashboard_refuses_a_port_out_of_range_in_one_line(port, capsys, monkeyp
     assert err.out == "" and "give an integer in 1..65535" in err.err.splitlines()[-1]
 
 
+def test_the_dashboard_server_starts_with_a_runs_malloc_settings(monkeypatch):
+    """The server trains the runs it launches in its own threads, so the process it becomes
+    gets the training processes' malloc settings as GLIBC_TUNABLES, the user's own after."""
+    calls = []
+    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append((argv, env)))
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")
+    serve.main(["--port", "8600"])
+    (argv, env), = calls
+    assert argv[1:4] == ["-m", "streamlit", "run"] and "8600" in argv
+    assert env["GLIBC_TUNABLES"].startswith("glibc.malloc.mmap_max=0:glibc.malloc.arena_max=1:")
+    assert env["GLIBC_TUNABLES"].endswith(":glibc.malloc.tcache_count=0")
+
+
 def test_dashboard_help_starts_no_server_and_loads_no_streamlit(tmp_path):
     code = "import sys; from app import serve; serve.main(['--help'])"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -1,6 +1,6 @@
 """The training processes' malloc settings (``engine.training.allocator``): a buffer freed
 by a thread is handed out again without new page faults, where glibc's defaults map it
-afresh every time."""
+afresh every time; set by mallopt or, from a process's start, by GLIBC_TUNABLES."""
 
 import os
 import subprocess
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from engine.training.allocator import tunables
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -37,9 +39,9 @@ print(*faults)
 """
 
 
-def _faults(mode: str) -> list[int]:
+def _faults(mode: str, **env: str) -> list[int]:
     done = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=60)
     assert done.returncode == 0, done.stderr
     return [int(n) for n in done.stdout.split()]
 
@@ -51,3 +53,6 @@ def test_a_freed_buffer_is_reused_without_page_faults():
     default, reuse = _faults("default"), _faults("reuse")
     assert all(n >= 0.9 * pages for n in default), default  # mapped and zeroed afresh each round
     assert reuse[0] >= 0.9 * pages and max(reuse[1:]) <= 0.02 * pages, reuse  # only the first touch
+    # the same settings given at the start as GLIBC_TUNABLES (how the dashboard's server gets them)
+    tuned = _faults("default", GLIBC_TUNABLES=tunables({}))
+    assert tuned[0] >= 0.9 * pages and max(tuned[1:]) <= 0.02 * pages, tuned
