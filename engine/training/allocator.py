@@ -20,7 +20,10 @@ no faults in any case but the first rounds. The cost: the process keeps the most
 it ever used until it exits (a worker's next run reuses it).
 
 Arena settings count only for threads that have not allocated yet, so this runs first
-thing in a process, before JAX starts its thread pool. Anywhere but glibc it does nothing.
+thing in a process, before JAX starts its thread pool. A program that execs another (the
+dashboard's launcher, ``app.serve``, which becomes the Streamlit server that trains the
+runs it launches) passes the same settings as ``GLIBC_TUNABLES`` (``tunables``). Anywhere
+but glibc it does nothing.
 """
 
 from __future__ import annotations
