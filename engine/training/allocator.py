@@ -30,23 +30,31 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import NamedTuple
 
-# mallopt parameters, from glibc's <malloc.h>
-M_TRIM_THRESHOLD = -1
-M_TOP_PAD = -2
-M_MMAP_MAX = -4
-M_ARENA_MAX = -8
 
-SETTINGS = {M_MMAP_MAX: 0, M_ARENA_MAX: 1, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 64 << 20}
-TUNABLE_NAMES = {M_MMAP_MAX: "glibc.malloc.mmap_max", M_ARENA_MAX: "glibc.malloc.arena_max",
-                 M_TRIM_THRESHOLD: "glibc.malloc.trim_threshold", M_TOP_PAD: "glibc.malloc.top_pad"}
+class Setting(NamedTuple):
+    """One malloc setting: its ``mallopt`` parameter (glibc's <malloc.h>), its name as a
+    glibc tunable (``glibc.malloc.<name>``) and its value."""
+
+    param: int
+    name: str
+    value: int
+
+
+SETTINGS = (
+    Setting(-4, "mmap_max", 0),  # M_MMAP_MAX
+    Setting(-8, "arena_max", 1),  # M_ARENA_MAX
+    Setting(-1, "trim_threshold", 1 << 30),  # M_TRIM_THRESHOLD
+    Setting(-2, "top_pad", 64 << 20),  # M_TOP_PAD
+)
 
 
 def tunables(environ: dict) -> str:
     """``GLIBC_TUNABLES`` that give a process ``SETTINGS`` from its first allocation, for a
     program that execs another (mallopt's settings die with the process image); tunables
     already in ``environ`` come after ours, so the user's own win."""
-    ours = ":".join(f"{TUNABLE_NAMES[param]}={value}" for param, value in SETTINGS.items())
+    ours = ":".join(f"glibc.malloc.{s.name}={s.value}" for s in SETTINGS)
     given = environ.get("GLIBC_TUNABLES")
     return f"{ours}:{given}" if given else ours
 
@@ -60,4 +68,4 @@ def reuse_freed_memory() -> bool:
     except (ValueError, OSError, AttributeError):  # no such confstr name, or no mallopt
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in SETTINGS.items())
+    return all(mallopt(s.param, s.value) == 1 for s in SETTINGS)
