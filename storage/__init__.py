@@ -27,7 +27,7 @@ from .export import export_csv, long_frame, to_csv_bytes, wide_frame
 from .family import BasisLabError, InvalidValueError, UserError
 from .feed import MetricsFeed
 from .logs import ALERT, LOG_LEVELS, LogLine
-from .models import Base, Diagnostic, DiagnosticResult, Metric, Report, Run, SavedView, Worker
+from .models import Base, Diagnostic, DiagnosticResult, EvalLosses, Metric, Report, Run, SavedView, Worker
 from .store import (
     ACTIVE_STATUSES,
     DIAGNOSTIC_RESULT_COLUMNS,
@@ -60,6 +60,7 @@ __all__ = [
     "DiagnosticResult",
     "ENDED_STATUSES",
     "ENV_URL",
+    "EvalLosses",
     "BasisLabError",
     "InvalidValueError",
     "UserError",

@@ -4,6 +4,8 @@ A metric is stored once per (run, name, step) (a unique index): a row whose key 
 already is skipped (``INSERT … ON CONFLICT DO NOTHING`` on both backends). The writes that
 meet one are a write retried after its commit went through unseen, which holds the same
 values; a resume that recomputes stored steps deletes them first (``delete_metrics_after``).
+The per-batch losses of a record's evaluation (:mod:`storage.eval_losses`) are written with its
+metrics, in their transaction, and truncated with them.
 
 The repository ``store.metrics`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 
@@ -16,6 +18,8 @@ from sqlalchemy import and_, delete, func, or_, select, update
 
 from .database import Repository
 from .db import rowcount
+from .eval_losses import EvalRow, delete_after, rows_of
+from .eval_losses import insert as insert_eval_losses
 from .lease import hold
 from .limits import check_int
 from .models import Metric, Run
@@ -26,9 +30,12 @@ class MetricsRepository(Repository):
     """The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume."""
 
     def add_metrics(self, run_id: int, rows: Iterable[tuple[int, float, str, float]], *,
-                    epoch: Optional[int] = None) -> None:
+                    epoch: Optional[int] = None, eval_losses: Iterable[EvalRow] = ()) -> None:
         """Append ``(step, wall_time, name, value)`` rows: one executemany, one transaction;
-        a row whose (name, step) the run holds already is skipped (see the module).
+        a row whose (name, step) the run holds already is skipped (see the module). The
+        ``eval_losses`` rows ``(step, split, per-batch losses)`` of the same records are stored
+        in the same transaction (:mod:`storage.eval_losses`; a (step, split) stored already is
+        skipped too), so a record is stored whole or not at all.
 
         The run's row is locked first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's write
         lock serialises all writers), so the writers of one run commit in id order.  With
@@ -39,23 +46,29 @@ class MetricsRepository(Repository):
             {"run_id": run_id, "step": int(step), "wall_time": float(wall), "name": str(name), "value": float(value)}
             for step, wall, name, value in rows
         ]
-        if not params:
+        losses = rows_of(run_id, eval_losses)
+        if not params and not losses:
             return
-        check_int("step", min(p["step"] for p in params))
-        check_int("step", max(p["step"] for p in params))
+        if params:
+            check_int("step", min(p["step"] for p in params))
+            check_int("step", max(p["step"] for p in params))
         with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
-            s.execute(self.db.insert(Metric.__table__).on_conflict_do_nothing(
-                index_elements=["run_id", "name", "step"]), params)
+            if params:
+                s.execute(self.db.insert(Metric.__table__).on_conflict_do_nothing(
+                    index_elements=["run_id", "name", "step"]), params)
+            insert_eval_losses(self.db, s, losses)
 
     def delete_metrics_after(self, run_id: int, step: int, *, epoch: Optional[int] = None) -> int:
-        """Delete the run's metrics with step > ``step`` (a resumed run rewrites them); return
-        how many.  When it deleted any, bumps ``history_version`` so incremental readers
-        re-read the run.  Fenced by ``epoch`` as :meth:`add_metrics`."""
+        """Delete the run's metrics with step > ``step`` (a resumed run rewrites them), and its
+        per-batch evaluation losses past it (:mod:`storage.eval_losses`) in the same transaction;
+        return how many metrics.  When it deleted any metric, bumps ``history_version`` so
+        incremental readers re-read the run.  Fenced by ``epoch`` as :meth:`add_metrics`."""
         mt = Metric.__table__
         with self.db.session(write=True) as s:
             hold(s, run_id, epoch)
             n = rowcount(s.execute(delete(mt).where(mt.c.run_id == run_id, mt.c.step > int(step))))
+            delete_after(s, run_id, step)
             if n:
                 s.execute(
                     update(Run).where(Run.id == run_id)

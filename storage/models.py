@@ -1,6 +1,6 @@
-"""SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``workers``, ``diagnostics``,
-``diagnostic_results``, ``reports``, ``saved_views``, ``database_identity`` and
-``database_lineage``.
+"""SQLAlchemy 2 typed models: ``runs``, ``metrics``, ``eval_losses``, ``workers``,
+``diagnostics``, ``diagnostic_results``, ``reports``, ``saved_views``, ``database_identity``
+and ``database_lineage`` (``run_logs``: :mod:`storage.logs`).
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
 compares the two, so a change here needs a new revision that does the same to a stored
@@ -43,7 +43,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .limits import NAME_MAX
 
-__all__ = ["Base", "Run", "Metric", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
+__all__ = ["Base", "Run", "Metric", "EvalLosses", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
            "DatabaseIdentity", "DatabaseLineage", "new_uid", "utcnow"]
 
 
@@ -150,6 +150,25 @@ class Metric(Base):
     value: Mapped[Optional[float]] = mapped_column(Float)
 
     run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+class EvalLosses(Base):
+    """The per-batch mean losses of one evaluation of a run: on ``split`` (``"val"``; a test
+    split may follow) at ``step``, one JSON number per batch in batch order, ``null`` for a
+    non-finite one (JSON has no NaN). (run_id, step, split) is unique; the metrics of the
+    same record hold their mean (``val_loss``). See :mod:`storage.eval_losses`."""
+
+    __tablename__ = "eval_losses"
+    __table_args__ = (
+        Index("ix_eval_losses_run_id_step_split", "run_id", "step", "split", unique=True),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    split: Mapped[str] = mapped_column(String(16))
+    losses: Mapped[list[Optional[float]]] = mapped_column(JSON)
 
 
 class Worker(Base):

@@ -14,7 +14,7 @@ from .db import rowcount
 from .errors import InvalidValueError, RunNotFoundError, StorageError
 from .lease import hold, refused
 from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_utf8
-from .models import Metric, Run, new_uid, utcnow
+from .models import EvalLosses, Metric, Run, new_uid, utcnow
 from .records import (
     ENDED_STATUSES,
     RunRecord,
@@ -295,8 +295,8 @@ class RunsRepository(Repository):
                 raise refused(s, run_id, epoch)
 
     def delete_run(self, run_id: int, *, force: bool = False) -> None:
-        """Delete a run, its metrics and diagnostics.  A running run must be cancelled first
-        unless ``force``."""
+        """Delete a run, its metrics, evaluation losses and diagnostics.  A running run must be
+        cancelled first unless ``force``."""
         with self.db.session(write=True) as s:
             status = s.execute(select(Run.status).where(Run.id == run_id).with_for_update()).scalar()
             if status is None:
@@ -304,6 +304,7 @@ class RunsRepository(Repository):
             if status == "running" and not force:
                 raise StorageError(f"run {run_id} is running; cancel it first, then delete it once it stops")
             s.execute(delete(Metric.__table__).where(Metric.__table__.c.run_id == run_id))
+            s.execute(delete(EvalLosses.__table__).where(EvalLosses.__table__.c.run_id == run_id))
             s.execute(delete(Run.__table__).where(Run.__table__.c.id == run_id))
 
     def resolve_runs(self, refs: Sequence[Union[str, int]]) -> list[int]:

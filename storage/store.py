@@ -7,6 +7,7 @@ it does not declare:
 - ``store.runs``: the run lifecycle and edits: create, status, heartbeat, tags, notes (:mod:`storage.runs`);
 - ``store.queue``: claims, requeue, queued-run ownership (:mod:`storage.queue`);
 - ``store.metrics``: metric rows: appends, reads, truncation on resume (:mod:`storage.metrics`);
+- ``store.eval_losses``: the per-batch losses of every evaluation of a run (:mod:`storage.eval_losses`);
 - ``store.workers``: worker registration and heartbeats (:mod:`storage.workers`);
 - ``store.diagnostics``: estimator diagnoses and their result rows (:mod:`storage.diagnostics`);
 - ``store.reports``: stored reports (:mod:`storage.reports`);
@@ -21,7 +22,8 @@ failure, dropped connection) a :class:`DatabaseBusyError` that the caller may re
 
 The store also answers each repository method by its name (``store.create_run(…)`` is
 ``store.runs.create_run(…)``), as before it had repositories; ``store.metrics(ids)`` reads
-metric rows (``store.metrics.read``).
+metric rows (``store.metrics.read``), ``store.eval_losses(ids, split="val")`` the per-batch
+evaluation losses (``store.eval_losses.read``).
 
 Metric ids only grow (AUTOINCREMENT on SQLite, a sequence on PostgreSQL), and
 ``add_metrics`` locks its run's row first, so the writers of one run commit their rows in id
@@ -43,6 +45,7 @@ from sqlalchemy import Engine
 from .database import Database
 from .diagnostics import DiagnosticsRepository
 from .errors import RunNotFoundError, StorageError  # noqa: F401
+from .eval_losses import EvalLossesRepository
 from .frames import FramesRepository
 from .identity import Identity, IdentityRepository
 from .logs import LogsRepository
@@ -104,6 +107,7 @@ class RunStore:
         self.runs = RunsRepository(self.db)
         self.queue = QueueRepository(self.db)
         self.metrics = MetricsRepository(self.db)
+        self.eval_losses = EvalLossesRepository(self.db)
         self.workers = WorkersRepository(self.db)
         self.diagnostics = DiagnosticsRepository(self.db)
         self.reports = ReportsRepository(self.db)
@@ -163,6 +167,8 @@ class RunStore:
     history_versions = _Via("metrics")
     final_metrics = _Via("metrics")
     metric_names = _Via("metrics")
+    add_eval_losses = _Via("eval_losses")
+    delete_eval_losses_after = _Via("eval_losses")
     register_worker = _Via("workers")
     worker_heartbeat = _Via("workers")
     end_worker = _Via("workers")

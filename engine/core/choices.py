@@ -21,3 +21,5 @@ DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sket
 SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text
 # δ, nats/token: the default equivalence margin of a Δ val loss vs exact (engine.core.stats, where it is argued)
 EQUIVALENCE_MARGIN = 0.02
+# How a diverged run's error begins (engine.training.loop.TrainingDiverged): what Table 3 counts as a diverged seed
+DIVERGED_ERROR = "training loss became"

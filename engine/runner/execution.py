@@ -247,7 +247,7 @@ class RunExecution:
 
     def resume_from(self, step: int, skipped: list[str]) -> None:
         """The training continues from ``step`` (0: the start): note why, and delete the
-        stored metrics it will compute again."""
+        stored metrics (and per-batch evaluation losses) it will compute again."""
         self.steps_done = step
         had_history = self.row.steps_done > 0 or self.row.checkpoint_step is not None
         if step:
@@ -263,8 +263,10 @@ class RunExecution:
         self.writer.heartbeat(self.run_id, step, owner=self.owner, epoch=self.epoch)
 
     def store_record(self, record: Record) -> None:
+        """Queue the record's metrics and its per-batch evaluation losses, as one write (one transaction)."""
+        losses = [(record.step, split, values) for split, values in record.batch_losses.items()]
         self.writer.metrics(self.run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
-                            epoch=self.epoch)
+                            eval_losses=losses, epoch=self.epoch)
         if self.on_record:
             self.on_record(record)
 

@@ -86,8 +86,12 @@ class StoreWriter:
         earlier write of ``run_id`` failed for good."""
         self._put(_Write(run_id, fn, args, kwargs, final=True))
 
-    def metrics(self, run_id: int, rows: list, **kwargs: Any) -> None:
-        if rows:
+    def metrics(self, run_id: int, rows: list, *, eval_losses: list | None = None, **kwargs: Any) -> None:
+        """Queue ``store.add_metrics(run_id, rows, **kwargs)``, with the records' per-batch
+        evaluation losses ``(step, split, losses)`` in the same write when there are any."""
+        if eval_losses:
+            kwargs["eval_losses"] = eval_losses
+        if rows or eval_losses:
             self.call(run_id, self.store.add_metrics, run_id, rows, **kwargs)
 
     def heartbeat(self, run_id: int, *args: Any, **kwargs: Any) -> None:

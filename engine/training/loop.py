@@ -13,8 +13,9 @@ of the same seed differ only by their estimator:
 of the initial parameters and the memory figures), one at every eval and probe
 interval and one at the last step. Every record carries the system metrics of its
 moment (``engine.training.system``), sampled outside the timed steps: a run with no
-sketched layer to probe still records them at every probe interval. It checks
-``should_stop`` before every step.
+sketched layer to probe still records them at every probe interval. The records at
+step 0 and at every eval also carry the per-batch validation losses behind ``val_loss``
+(``Record.batch_losses``). It checks ``should_stop`` before every step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 
 from engine import data
 from engine.config import CHECKPOINT_SECONDS, RunConfig
+from engine.core.choices import DIVERGED_ERROR
 from engine.errors import BasisLabError
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
@@ -53,11 +55,24 @@ class TrainingDiverged(BasisLabError, RuntimeError):
 
 @dataclass(frozen=True)
 class Record:
-    """Metrics measured at one step; ``wall_time`` is seconds since the run started."""
+    """Metrics measured at one step; ``wall_time`` is seconds since the run started.
+    ``batch_losses`` holds, at step 0 and at every eval, the per-batch mean losses of each
+    split evaluated (``"val"``: float32, one per validation batch, in batch order; their
+    mean is ``values["val_loss"]``); it is empty in the other records."""
 
     step: int
     wall_time: float
     values: dict[str, float]
+    batch_losses: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def val_summary(losses: np.ndarray) -> dict[str, float]:
+    """``val_loss``, the mean of the n per-batch validation losses ℓ_i, and ``val_loss_se``,
+    its standard error sd(ℓ) / √n (ddof 1: the sampling error of the validation loss
+    itself; NaN for one batch), computed in float64 on the host from the float32 losses."""
+    x = np.asarray(losses, dtype=np.float64)
+    se = float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else math.nan
+    return {"val_loss": float(x.mean()), "val_loss_se": se}
 
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
@@ -116,7 +131,7 @@ class _Window:
         steps = [first + i for first, v in self.losses for i in range(v.shape[0])]
         for step, value in zip(steps, values):
             if not math.isfinite(value):
-                raise TrainingDiverged(f"training loss became {value} at step {step}; lower lr (now {lr})", step)
+                raise TrainingDiverged(f"{DIVERGED_ERROR} {value} at step {step}; lower lr (now {lr})", step)
         self.checked.extend(values.tolist())
         self.losses = []
 
@@ -182,7 +197,7 @@ def train(
             if not eval_now:
                 training.lap()
             values.update(training.system.sample())
-            yield Record(step, training.wall(), values)
+            yield Record(step, training.wall(), values, training.batch_losses if eval_now else {})
         training.checkpoint(step, eval_now)
         if values or step == training.last_saved:
             training.segment = time.perf_counter()
@@ -195,7 +210,8 @@ class _Training:
     last eval; ``done`` the step it starts from (a checkpoint's, else 0) and ``offset``
     the wall time before it; ``last_saved`` / ``last_saved_at`` the step and clock of the
     newest checkpoint; ``segment`` the clock since which step time accrues (wall time
-    between syncs, less probes, evals, writes and checkpoints)."""
+    between syncs, less probes, evals, writes and checkpoints); ``batch_losses`` the per-batch
+    validation losses of the newest evaluation (``validate``), by split."""
 
     def __init__(self, config: RunConfig, devices: DeviceLayout, checkpoints: Checkpointer | None,
                  max_block: int | None):
@@ -215,6 +231,7 @@ class _Training:
         self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
         self.key0 = sketch_key(self.sketch_root, 0)
         self.eval_fn, self.val = devices.eval_step(cfg), devices.put_val(val)
+        self.batch_losses: dict[str, np.ndarray] = {}
         self.state = devices.put_state(state)
         step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
         self.step_fn = step.lower(self.state, devices.put_batch(self.example), devices.put_key(self.key0)).compile()
@@ -245,12 +262,11 @@ class _Training:
 
     def initial_record(self) -> Record:
         """Step 0: the validation loss of the initial parameters and the memory figures."""
-        loss, se = self.eval_fn(self.state.params, self.val)
-        values = {"val_loss": float(loss), "val_loss_se": float(se)}
+        values = self.validate()
         rows = jnp.asarray(self.devices.local_rows(self.example))
         values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
         values.update(self.system.sample())
-        return Record(0, time.perf_counter() - self.start, values)
+        return Record(0, time.perf_counter() - self.start, values, self.batch_losses)
 
     def begin(self) -> None:
         """Start the clocks of checkpoints and step time at ``done``."""
@@ -314,14 +330,20 @@ class _Training:
         the validation loss (and at the last step the compiled step's peak memory); the
         window starts afresh."""
         self.lap()
-        val_loss, val_se = self.eval_fn(self.state.params, self.val)
         checked = self.window.checked
-        values = dict(train_loss=float(np.mean(checked)), val_loss=float(val_loss), val_loss_se=float(val_se),
+        values = dict(train_loss=float(np.mean(checked)), **self.validate(),
                       tokens_per_s=len(checked) * self.tokens_per_step / self.window.seconds)
         if step == self.config.steps and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
             values["mem_peak_bytes"] = float(peak)
         self.window = _Window()
         return values
+
+    def validate(self) -> dict[str, float]:
+        """``val_loss`` and ``val_loss_se`` of the current parameters (``val_summary``); their
+        per-batch losses become ``batch_losses["val"]``, for the record that carries them."""
+        losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.val)), dtype=np.float32)
+        self.batch_losses = {"val": losses}
+        return val_summary(losses)
 
     # ------------------------------------------------------------------ time and checkpoints
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
@@ -192,7 +191,8 @@ def make_train_step(
 
 def make_eval_step(cfg: GPTConfig, layout: Layout) -> Callable:
     """``engine.training.steps.make_eval_step`` over the mesh: batches (n, B, T+1) split
-    along B; each batch's loss is the mean of the devices' means (equal shards)."""
+    along B; each batch's loss is the mean of the devices' means (equal shards), and the
+    n losses come back replicated."""
     exact = cfg.replace(estimator="exact")
 
     def local(params, batches):
@@ -201,14 +201,7 @@ def make_eval_step(cfg: GPTConfig, layout: Layout) -> Callable:
 
     losses_of = jax.shard_map(local, mesh=layout.mesh, in_specs=(P(), P(None, DATA)), out_specs=P(),
                               check_vma=False)
-
-    def evaluate(params, batches):
-        losses = losses_of(params, batches)
-        n = losses.shape[0]
-        se = jnp.std(losses, ddof=1) / jnp.sqrt(n) if n > 1 else jnp.float32(jnp.nan)
-        return losses.mean(), se
-
-    return jax.jit(evaluate, out_shardings=(layout.replicated, layout.replicated))
+    return jax.jit(losses_of, out_shardings=layout.replicated)
 
 
 def agree(flag: bool) -> bool:

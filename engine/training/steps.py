@@ -82,19 +82,18 @@ def make_train_block(cfg: GPTConfig, optimizer: optax.GradientTransformation) ->
 
 
 def make_eval_step(cfg: GPTConfig) -> Callable:
-    """``eval(params, batches[n, B, T+1]) -> (mean loss, standard error)`` with exact
-    forward (sketching never changes the forward pass).
+    """``eval(params, batches[n, B, T+1]) -> losses[n]``: the mean loss of each of the n
+    validation batches (float32, in batch order), with exact forward (sketching never
+    changes the forward pass).
 
-    The n validation batches are disjoint, evenly spaced windows of held-out text; with
-    per-batch mean losses ℓ_i the standard error is sd(ℓ) / √n (ddof 1), the sampling
-    error of the validation loss itself (NaN for one batch)."""
+    The n validation batches are disjoint, evenly spaced windows of held-out text, the
+    same for every run of a dataset; the loop summarises them on the host
+    (``engine.training.loop.val_summary``) and stores them as they are, so that a later
+    analysis can pair batch b of two runs."""
     exact = cfg.replace(estimator="exact")
 
     def evaluate(params, batches):
-        losses = jax.lax.map(lambda b: loss_fn(exact, params, b, None), batches)
-        n = losses.shape[0]
-        se = jnp.std(losses, ddof=1) / jnp.sqrt(n) if n > 1 else jnp.float32(jnp.nan)
-        return losses.mean(), se
+        return jax.lax.map(lambda b: loss_fn(exact, params, b, None), batches)
 
     return jax.jit(evaluate)
 

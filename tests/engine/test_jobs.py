@@ -6,6 +6,9 @@ import re
 import threading
 import time
 
+import numpy as np
+import pytest
+
 from engine.config import RunConfig
 from engine.runner.jobs import JobManager
 from storage import MetricsFeed, RunStore
@@ -172,3 +175,27 @@ def test_a_run_that_crashes_its_worker_thread_ends_interrupted_with_cause_crash(
     run = store.get_run(run_id)
     assert manager.outcomes[run_id].cause == "crash"
     assert (run.status, run.interruption_cause) == ("interrupted", "crash") and "RuntimeError: boom" in run.error
+
+
+def test_every_validation_step_stores_its_per_batch_losses_until_the_run_is_deleted(store):
+    """A run stores, at step 0 and at every eval, one loss per validation batch (in the
+    transaction of its metrics) whose mean is that step's ``val_loss``; deleting the run
+    deletes them."""
+    config = dataclasses.replace(TINY, steps=4, val_batches=3)
+    manager = JobManager(store)
+    try:
+        [run_id] = manager.submit(config)
+        assert manager.wait([run_id], timeout=600)
+    finally:
+        manager.shutdown()
+    assert store.get_run(run_id).status == "finished"
+    val = store.metrics([run_id], names=["val_loss"]).set_index("step")["value"]
+    losses = store.eval_losses([run_id]).set_index("step")["losses"]
+    assert list(losses.index) == list(val.index) == [0, 2, 4]
+    for step, batch_losses in losses.items():
+        assert batch_losses.shape == (3,) and batch_losses.dtype == np.float64 and np.isfinite(batch_losses).all()
+        assert batch_losses.mean() == pytest.approx(val[step], rel=1e-6)  # float32 losses, their mean in float64
+        assert np.array_equal(batch_losses.astype(np.float32), batch_losses)  # each one a float32 value
+    assert not np.array_equal(losses[0], losses[4])
+    store.delete_run(run_id)
+    assert store.eval_losses([run_id]).empty

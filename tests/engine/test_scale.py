@@ -243,7 +243,10 @@ def _losses_of(db: Path) -> dict:
         assert run.status == "finished", run.error
         assert run.device == "cpu: cpu × 4"  # what trained it, for the Runs page
         frame = store.metrics([run.id], names=["val_loss", "train_loss"])
-        return {(int(r.step), r.name): float(r.value) for r in frame.itertuples()}
+        out = {(int(r.step), r.name): float(r.value) for r in frame.itertuples()}
+        batches = store.eval_losses([run.id])
+        out.update({(int(s), "val batches"): losses.tolist() for s, losses in zip(batches["step"], batches["losses"])})
+        return out
     finally:
         store.close()
 

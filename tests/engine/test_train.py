@@ -200,7 +200,9 @@ def step_by_step():
 def _assert_same_records(a, b):
     assert [r.step for r in a] == [r.step for r in b]
     for x, y in zip(a, b):
-        assert x.values.keys() == y.values.keys()
+        assert x.values.keys() == y.values.keys() and x.batch_losses.keys() == y.batch_losses.keys()
+        for split in x.batch_losses:
+            np.testing.assert_allclose(y.batch_losses[split], x.batch_losses[split], rtol=1e-5, atol=1e-6)
         for name in x.values:
             if name in ("tokens_per_s",) or name.startswith("mem_") or is_system(name):
                 continue

@@ -86,7 +86,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0009"
+    assert schema_revision(eng) == head_revision() == "0010"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -117,7 +117,14 @@ def test_migrations_build_exactly_the_models(empty_db_url):
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
                                                    "diagnostic_results", "reports",
-                                                   "saved_views", "database_identity", "database_lineage", "run_logs"}
+                                                   "saved_views", "database_identity", "database_lineage", "run_logs",
+                                                   "eval_losses"}
+    # the tables made since revision 0009 also agree on which columns may be NULL (older ones drifted)
+    nullable = [d[0][2:4] for d in diffs if isinstance(d, list) and d[0][0] == "modify_nullable"
+                and d[0][2] in ("run_logs", "eval_losses")]
+    assert nullable == []
+    assert {c["name"]: c["nullable"] for c in inspect(eng).get_columns("eval_losses")} == dict.fromkeys(
+        ("id", "run_id", "step", "split", "losses"), False)
     eng.dispose()
 
 
@@ -411,7 +418,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
     st = RunStore(empty_db_url)
-    assert schema_revision(st.engine) == head_revision() == "0009"
+    assert schema_revision(st.engine) == head_revision() == "0010"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
     frame = st.runs_frame()

@@ -133,7 +133,12 @@ def unbiased(estimator: str, comm: str) -> dict:
 
 
 def _losses(records) -> dict:
-    return {str(r.step): {k: v for k, v in r.values.items() if k in ("val_loss", "train_loss")} for r in records}
+    """Each record's train and validation loss by step, and its per-batch validation losses as ``val_batch/<b>``."""
+    out = {}
+    for r in records:
+        out[str(r.step)] = {k: v for k, v in r.values.items() if k in ("val_loss", "train_loss")}
+        out[str(r.step)].update({f"val_batch/{b}": float(x) for b, x in enumerate(r.batch_losses.get("val", ()))})
+    return out
 
 
 def training() -> dict:
