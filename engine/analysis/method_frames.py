@@ -7,6 +7,8 @@ claim (e) reads). Everything takes and returns plain values and pandas DataFrame
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -79,20 +81,29 @@ def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) 
 
 
 RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "windows", "ms", "ms_low", "ms_high",
-                    "shared"]
+                    "shared", "load", "cores"]
+LOAD_METRIC = "sys/load1"  # the host's 1-minute load, ``engine.training.system`` (the analysis imports no training)
 
 
-def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *, others=(),
+                   cores: int | None = None) -> pd.DataFrame:
     """Each run's own train-step times, for the runs Table 3 counts at its step
     (``RUN_TIME_COLUMNS``): over its evaluation windows up to that step, each window's
     1000 · B·T / tokens/s (train steps only), their count, median ``ms`` and range
-    ``ms_low``–``ms_high``; ``shared`` when it trained at the same time as another of
-    ``records`` on the same machine (``shared_runs``)."""
+    ``ms_low``–``ms_high``; ``shared`` when it trained at the same time as another run of
+    ``records`` or of ``others`` (every stored run, of any selection) on the same machine
+    (``shared_runs``); ``load`` the median of the host load it recorded (``LOAD_METRIC``)
+    at the steps its windows end at (NaN: none recorded), the load its median step time was
+    measured under; ``cores`` the host's cores to read that load against. Runs record no
+    core count, so it is ``cores`` when given, else the cores of the machine reading them
+    (``os.cpu_count()``: the worker's, where a report is built when its sweep ends)."""
     records = list(records)
     rows_of = {r.id: config.rows for r in records if (config := stored(r.config)) is not None}
     tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows_of)) & (metrics["value"] > 0)]
     tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
-    shared = shared_runs(records)
+    loads = metrics[(metrics["name"] == LOAD_METRIC) & metrics["run_id"].isin(list(rows_of))]
+    cores = int(cores or os.cpu_count() or 1)
+    shared = shared_runs(records, others)
     by_id = {r.id: r for r in records}
     table = table3(records, metrics, at_step)
     out = []
@@ -100,13 +111,17 @@ def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -
         for run_id in (int(i) for i in str(row.run_ids).split(", ")):
             if run_id not in rows_of:
                 continue
-            ms = 1000.0 * rows_of[run_id] / tps.loc[(tps["run_id"] == run_id) & (tps["step"] <= int(row.step)), "value"]
-            if ms.empty:
+            windows = tps[(tps["run_id"] == run_id) & (tps["step"] <= int(row.step))]
+            if windows.empty:
                 continue
+            ms = 1000.0 * rows_of[run_id] / windows["value"]
+            load = loads.loc[(loads["run_id"] == run_id) & loads["step"].isin(windows["step"]), "value"].median()
             out.append({"run_id": run_id, "estimator": row.estimator, "rank": row.rank, "lam": row.lam,
                         "setup": row.setup, "seed": by_id[run_id].seed, "windows": len(ms), "ms": float(ms.median()),
-                        "ms_low": float(ms.min()), "ms_high": float(ms.max()), "shared": run_id in shared})
-    return pd.DataFrame(out, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64", "windows": "int64", "shared": bool})
+                        "ms_low": float(ms.min()), "ms_high": float(ms.max()), "shared": run_id in shared,
+                        "load": float(load), "cores": cores})
+    return pd.DataFrame(out, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64", "windows": "int64", "shared": bool,
+                                                                "load": float, "cores": "Int64"})
 
 
 def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values) -> pd.DataFrame:

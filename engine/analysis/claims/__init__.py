@@ -13,11 +13,14 @@ and a pure function of three tables that returns a verdict with the numbers behi
   ``engine.analysis.method_frames.step_time_frame``);
 
 and, for the claims that name them in ``Claim.options``, ``timings`` (each run's own
-step times and whether it shared its machine, ``engine.analysis.method_frames.run_time_frame``)
+step times, whether another stored run shared its machine meanwhile, and the host load it
+recorded against the host's cores, ``engine.analysis.method_frames.run_time_frame``)
 and ``margin`` (δ, the equivalence margin of a Δ val, ``engine.core.stats.MARGIN``).
 
 A verdict also says what would decide it (``Verdict.power``): the seeds (or runs) that
-reach 80 % power at the spread observed (a stated prior when nothing is observed).
+reach 80 % power at the spread observed (a stated prior when nothing is observed); for (c),
+only under a Table 3 row that is still "inconclusive", at that row's own Δ spread, both if it
+truly matches and if its true Δ is the one observed (a decided row says "decided").
 
 A verdict is ``supported``, ``inconclusive``, ``not supported`` or ``not measured``.
 Where a claim is checked on several groups (each λ and setup, each estimator pair and

@@ -94,7 +94,10 @@ CLAIMS = (
                           "decides it"),
     Claim("e", "Step time falls with R: a smaller sketch makes a faster train step.",
           "(e) is supported when, for basis (each λ and setup), over the runs that trained alone (a run that "
-          "overlapped another on the same machine times the sharing, not the method, and is left out), the "
+          "overlapped another stored run, of any selection, on the same machine, or whose host load (the 1-minute "
+          "load average it recorded, the median over its timed windows) exceeded the host's cores, times the "
+          "sharing, not the method, and is left out; when that leaves too few runs it is not measured (machine "
+          "shared), with the load shown), the "
           "least-squares slope b of each run's median step time (over its evaluation windows, train steps only) on "
           "R gives a change across the ranks, b·(R_max − R_min), whose 95 % t-interval (n − 2 degrees of freedom) "
           f"lies above 0; not supported when its 90 % interval lies within ±{100 * TIME_FALL:g} % of the largest "

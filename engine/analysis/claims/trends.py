@@ -21,6 +21,8 @@ from engine.core.stats import POWER, slope, slope_runs_needed
 
 MEMORY_FALL = 0.01  # claim (d): the smallest R saves at least this share of exact's bytes less than the largest R
 TIME_FALL = 0.05  # claim (e): a fall in step time across the ranks below this share of the largest R's is none
+ALONE = ("time each rank alone (one run at a time on a machine, its load within its cores), 2 or more runs per "
+         "rank")
 
 
 def _by_group(frame: pd.DataFrame, value: str) -> list[tuple[str, pd.DataFrame]]:
@@ -53,30 +55,70 @@ def memory(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFra
     return combine(results)
 
 
+def _loaded(g: pd.DataFrame) -> pd.Series:
+    """Which runs of ``g`` measured their step time while the host load exceeded the host's
+    cores (``load`` > ``cores``, ``method_frames.run_time_frame``; not recorded: not loaded)."""
+    if "load" not in g or "cores" not in g:
+        return pd.Series(False, index=g.index)
+    return (g["load"].astype(float) > g["cores"].astype(float)).fillna(False).astype(bool)
+
+
 def _timed_groups(timings: pd.DataFrame | None):
-    """Per (λ, setup) of CLAIM_ESTIMATOR: (name, all its timed runs, those that trained alone)."""
+    """Per (λ, setup) of CLAIM_ESTIMATOR: (name, all its timed runs, those that trained alone:
+    no other run on their machine and the host load within its cores)."""
     if timings is None or timings.empty:
         return []
     for name, g in _by_group(timings, "ms"):
-        yield name, g, g[~g["shared"].astype(bool)]
+        yield name, g, g[~g["shared"].astype(bool) & ~_loaded(g)]
+
+
+def _left_text(g: pd.DataFrame, alone: pd.DataFrame) -> str:
+    """Which runs of ``g`` were left out and why: they overlapped another run on their machine,
+    or their host load exceeded its cores (the highest such load shown, "load 12.3 on 2 cores")."""
+    left = len(g) - len(alone)
+    if not left:
+        return ""
+    shared, loaded = g["shared"].astype(bool), _loaded(g)
+    reasons = []
+    if shared.any():
+        reasons.append(f"{'they' if shared.sum() == left else int(shared.sum())} trained while another run used "
+                       "the same machine")
+    if loaded.any():
+        top = g[loaded].sort_values("load").iloc[-1]
+        reasons.append(f"{'they' if loaded.sum() == left else int(loaded.sum())} trained while the host load "
+                       f"exceeded its cores (load {float(top['load']):.1f} on {int(top['cores'])} cores)")
+    return f"{left} of {len(g)} runs left out: " + " and ".join(reasons)
+
+
+def _unmeasured(g: pd.DataFrame, alone: pd.DataFrame) -> str | None:
+    """Why the slope cannot be read on the lone runs of ``g`` (fewer than 3 at 2 ranks or more),
+    "not measured (machine shared)" when the runs left out are what it lacks; None when it can."""
+    if alone["rank"].nunique() >= 2 and len(alone) >= 3:
+        return None
+    left = _left_text(g, alone)
+    if left and g["rank"].nunique() >= 2 and len(g) >= 3:
+        why = f"not measured (machine shared): {left}"
+    else:
+        why = left or f"{len(alone)} run(s) at {alone['rank'].nunique()} rank(s)"
+    return f"{why}; the slope needs 3 runs timed alone at 2 ranks or more"
 
 
 def step_time(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.DataFrame, *,
                timings: pd.DataFrame | None = None) -> tuple[str, str]:
     """Per (λ, setup): the least-squares slope of each lone run's median step time on R, and
     the change it gives across the ranks, C = b·(R_max − R_min), against ±TIME_FALL of the
-    largest R's mean time (the rule in ``CLAIMS``)."""
+    largest R's mean time (the rule in ``CLAIMS``). A lone run had its machine to itself: no
+    other stored run overlapped it there, and its host load was within the host's cores; when
+    the runs left out are what the slope lacks, the group reads "not measured (machine shared)"
+    with the load shown."""
     results = []
     groups = list(_timed_groups(timings))
     if not groups:
         return NOT_MEASURED, "no run has per-window step times"
     for name, g, alone in groups:
-        left = len(g) - len(alone)
-        left_text = (f"{left} of {len(g)} runs left out: they trained while another run used the same machine"
-                     if left else "")
-        if alone["rank"].nunique() < 2 or len(alone) < 3:
-            why = left_text or f"{len(alone)} run(s) at {alone['rank'].nunique()} rank(s)"
-            results.append((NOT_MEASURED, f"{name}: {why}; the slope needs 3 runs timed alone at 2 ranks or more"))
+        left_text = _left_text(g, alone)
+        if (why := _unmeasured(g, alone)) is not None:
+            results.append((NOT_MEASURED, f"{name}: {why}"))
             continue
         ranks, ms = alone["rank"].to_numpy(float), alone["ms"].to_numpy(float)
         fit = slope(ranks, ms)
@@ -109,7 +151,7 @@ def time_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.Data
     parts = []
     for name, g, alone in _timed_groups(timings):
         if alone["rank"].nunique() < 2 or len(alone) < 3:
-            parts.append(f"{name}: time each rank alone (one run at a time on a machine), 2 or more runs per rank")
+            parts.append(f"{name}: {ALONE}")
             continue
         ranks, ms = alone["rank"].to_numpy(float), alone["ms"].to_numpy(float)
         fit = slope(ranks, ms)
@@ -117,4 +159,4 @@ def time_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.Data
         need = slope_runs_needed(ranks, fit.residual_sd, detect)
         parts.append(f"{name}: at the observed residual SD {fit.residual_sd:.3g} ms, {need} run(s) per rank timed "
                      f"alone find a {100 * TIME_FALL:g} % change with {POWER:.0%} power")
-    return "; ".join(parts) or "time each rank alone (one run at a time on a machine), 2 or more runs per rank"
+    return "; ".join(parts) or ALONE
