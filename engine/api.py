@@ -76,16 +76,18 @@ class Lab:
         return frame[["run_id", "run_name", "name", "step", "wall_time", "value"]]
 
     def summary(self, where: Optional[str] = None, at_step: Optional[int] = None,
-                margin: float = MARGIN) -> pd.DataFrame:
+                margin: float = MARGIN, adjust: bool = True) -> pd.DataFrame:
         """The paper's Table 3 of the matched runs, as ``python -m engine summary --where``
         computes it (``engine.analysis.summary.table3``): one row per method of each
         comparable setup, seeds paired at one step, Δ val loss vs exact with a 95 %
         t-interval, its 90 % interval and TOST against ±``margin`` nats, and its verdict
-        (equivalent, better, worse or inconclusive). ``at_step``: read every run at this step (default: per
-        setup, the latest step all its runs reached).
+        (``engine.core.stats.VERDICT_RULE``), Holm-adjusted over the table unless not ``adjust``;
+        its ``read`` column says at which step each setup was read and why. ``at_step``: read every
+        run at this step (default: per setup, the latest step all its live runs reached).
 
         >>> Lab().summary("tags contains reproduce")[["estimator", "rank", "val_loss_mean", "verdict"]]  # doctest: +SKIP
         """
         if at_step is not None and at_step < 0:
             raise ValueError(f"at_step must be >= 0 (got {at_step})")
-        return run_table3(self.store, where_ids(self.store, where), at_step=at_step, margin=check_margin(margin))
+        return run_table3(self.store, where_ids(self.store, where), at_step=at_step, margin=check_margin(margin),
+                          adjust=bool(adjust))

@@ -7,10 +7,20 @@ import streamlit as st
 from app import differences, metric_charts, state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames, method_frames, progress
-from engine.analysis.summary import display_frame, holding_back, one_per_seed, paper_note, summarize, table3
+from engine.analysis.summary import (
+    display_frame,
+    holm_note,
+    noise_note,
+    one_per_seed,
+    paper_note,
+    read_notes,
+    summarize,
+    table3,
+)
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
+from engine.core.stats import VERDICT_RULE
 from engine.runner.queries import table3_text, where_ids
 from storage import ACTIVE_STATUSES, StorageError
 
@@ -360,12 +370,6 @@ def _by_rank(records_now: dict, info, metrics) -> None:
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
     at_step = None if at == COMMON else at
-    with st.container():  # the notes come and go as runs progress: in their own block
-        for held in holding_back(records_now.values(), metrics) if at_step is None else ():
-            runs = ", ".join(f"#{i} {records_now[i].name} (step {last:,})" for i, last in held["runs"])
-            st.info(plain(f"Read at step {held['common']:,}, not {held['furthest']:,}: the latest step every run "
-                          f"of the setup has validated at. Held back by {runs or 'validation steps that do not line up'}; "
-                          "choose a step above or leave them out."), icon=":material/vertical_align_bottom:")
     quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: method_frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = method_frames.RANK_QUANTITIES[quantity]
@@ -381,7 +385,16 @@ def _by_rank(records_now: dict, info, metrics) -> None:
         help=f"A method reads 'equivalent' to exact when the 90 % interval of its paired Δ val lies inside ±δ (two "
              f"one-sided tests). Default {MARGIN:g}: no more than exact backprop's own seed-to-seed SD of validation "
              "loss in this lab's CPU reproductions (0.01–0.026 nats).")
-    table = table3(records_now.values(), metrics, at_step=at_step, margin=margin)
+    adjust = st.toggle("Hold the verdicts at 5 % for the whole table (Holm)", value=True, key="compare.adjust",
+                       help="Several ranks are several tests: with this on, the chance of any false verdict in the "
+                            "table stays at 5 %. Off: each row at its own 5 % level.")
+    table = table3(records_now.values(), metrics, at_step=at_step, margin=margin, adjust=adjust,
+                   batches=store.eval_losses(list(records_now)))
+    with st.container():  # where the table was read and why: the notes come and go as runs progress
+        for text in read_notes(table, whole=False):
+            st.info(plain(text), icon=":material/vertical_align_bottom:")
+        for text in read_notes(table, whole=True):
+            st.caption(plain(text))
     shown = display_frame(table)
     widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "val loss": 130, "Δ val vs exact": 105,
               "95% CI": 150, "verdict": 95, "Δ per seed": 220, "train loss": 130, "cos": 55, "saved MiB": 80,
@@ -389,14 +402,11 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
                  column_config={c: st.column_config.Column(width=w) for c, w in widths.items() if c in shown})
     notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
-             "(same initial parameters and batches), each seed's in Δ per seed, with its 95 % t-interval and the 90 % "
-             f"interval of the equivalence test against ±{margin:g}. Verdict: equivalent when the 90 % interval lies "
-             "inside ±δ; else better / worse when the 95 % interval excludes 0; else inconclusive (more seeds "
-             "decide); one seed has no interval.",
+             "(same initial parameters and batches), each seed's in Δ per seed, with its 95 % interval and the 90 % "
+             f"interval of the equivalence test against ±{margin:g}. Verdict: {VERDICT_RULE}",
              "saved ÷ exact: bytes kept for the backward pass, this method ÷ exact backprop of the same config."]
-    if (note := paper_note(table)) is not None:
-        notes.append(f"Note: {note}")
-    st.caption(" ".join(notes))
+    notes += [f"Note: {n}" for n in (holm_note(table), noise_note(table), paper_note(table)) if n]
+    st.caption(plain(" ".join(notes)))
     d1, d2, d3 = st.columns(3)
     for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
                                    (d3, "csv", "csv", "text/csv")):

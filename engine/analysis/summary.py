@@ -12,14 +12,18 @@ A run's value "at step S" is
 
 ``table3`` pools the seeds of each method (estimator, rank, λ) within a comparable
 config group (``comparable_key``: the config less estimator, rank, λ, seed, name).
-Every row of a group is read at one step S: ``at_step`` when given, else the
-latest step at which every run of the group that has validated at all has a
-validation loss (so a live sweep reads at the step its slowest run has reached).
-Δ vs exact is the paired difference over seeds, d_s = val(method, s) − val(exact, s),
-over the seeds where both reached S; ``engine.core.stats.paired_delta`` gives its mean,
-std, 95 % t-interval, the 90 % interval of its equivalence test (TOST) against ±δ
-(``margin``, default ``engine.core.stats.MARGIN``) and the verdict: equivalent, better,
-worse or inconclusive. Memory ratios are run ÷ exact everywhere.
+Every row of a group is read at one step S, chosen by ``engine.analysis.reads.read_group``
+(``at_step`` when given, else the latest step every live run of the group has validated at;
+failed and cancelled runs are out; step 0 reads "not trained yet"), and each row says where
+and why (``read``). Δ vs exact is the paired difference over seeds,
+d_s = val(method, s) − val(exact, s), over the seeds where both reached S;
+``engine.core.stats.paired_delta`` gives its mean, std, 95 % interval (from the seeds and,
+where the per-batch validation losses are stored, the validation batches), the 90 % interval
+of its equivalence test (TOST) against ±δ (``margin``, default ``engine.core.stats.MARGIN``)
+and the p-values behind the verdict: equivalent, better, worse, not equivalent or
+inconclusive, read over the whole table at a 5 % family-wise error (Holm) unless asked not
+to. A method that diverged in a seed where exact did not reads "diverged" unless its other
+seeds already read it worse or not equivalent. Memory ratios are run ÷ exact everywhere.
 
 The paper's own Table 3 (``PAPER_TABLE3``) is not a row of this table: it comes from
 50,000 steps on FineWeb-edu, one run per method, and no run of the lab is comparable with
@@ -37,9 +41,22 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from engine.analysis.reads import LEFT_STATUSES, NOT_TRAINED, Read, diverged, read_group, read_text
 from engine.config import comparable_key, differing_fields, seed_group_key
 from engine.core.choices import SUMMARY_FORMATS
-from engine.core.stats import MARGIN, check_margin, paired_delta
+from engine.core.stats import (
+    DECIDED,
+    INCONCLUSIVE,
+    MARGIN,
+    NOT_EQUIVALENT,
+    TESTS,
+    WORSE,
+    PairedDelta,
+    check_margin,
+    holm,
+    paired_delta,
+    verdict_from,
+)
 
 MIB = 2**20
 
@@ -61,8 +78,10 @@ TABLE3_COLUMNS = [
     "mem_saved_bytes_mean", "mem_saved_bytes_exact_mean", "mem_saved_ratio",
     "missing_seeds", "preset", "setup", "run_ids",
     "delta_val_ci90_low", "delta_val_ci90_high", "tost_p", "margin", "delta_val_by_seed", "duplicates",
+    "diff_p", "noneq_p", "tost_p_holm", "diff_p_holm", "noneq_p_holm", "holm_tests", "delta_val_se_seed",
+    "delta_val_se_batch", "val_batches", "delta_val_df", "diverged", "read", "read_whole",
 ]
-REFERENCE, MISSING = "reference", "missing"
+REFERENCE, MISSING, DIVERGED = "reference", "missing", "diverged"
 TEXT_FORMATS = tuple(f for f in SUMMARY_FORMATS if f != "csv")  # ``render``'s; CSV is an export
 
 
@@ -124,16 +143,6 @@ def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.
     return frame.sort_values("run_id").reset_index(drop=True)
 
 
-def common_step(val_steps: list[set[int]]) -> int | None:
-    """The latest step every run that has validated at all has a validation loss at
-    (None when no run has one)."""
-    nonempty = [s for s in val_steps if s]
-    if not nonempty:
-        return None
-    shared = set.intersection(*nonempty)
-    return max(shared) if shared else None
-
-
 def one_per_seed(records) -> tuple[list, dict[int, int]]:
     """(one run record per seed of each setup, in the order given; duplicate run id → the
     id of the run that stands for it). Runs are duplicates when they share a seed group
@@ -150,31 +159,6 @@ def one_per_seed(records) -> tuple[list, dict[int, int]]:
     kept = {r.id for r in best.values()}
     duplicates = {r.id: best[(seed_group_key(r.config), r.seed)].id for r in records if r.id not in kept}
     return [r for r in records if r.id in kept], duplicates
-
-
-def holding_back(records, metrics: pd.DataFrame) -> list[dict]:
-    """Where a comparable config group's latest common step (:func:`common_step`, the step
-    ``table3`` reads it at by default) is below the furthest step one of its runs has
-    validated at: one dict per such group, ``common`` and ``furthest`` (steps) and
-    ``runs``: (run id, its last validation step) of the runs that have not validated at
-    ``furthest`` (they pull the step down), by run id. Groups whose runs all validated at
-    their furthest step are left out."""
-    records = list(records)
-    val_steps = _val_steps(metrics[metrics["run_id"].isin([r.id for r in records])])
-    groups: dict[str, list] = {}
-    for r in records:
-        groups.setdefault(comparable_key(r.config), []).append(r)
-    out = []
-    for members in groups.values():
-        steps = {r.id: val_steps.get(r.id, set()) for r in members}
-        common = common_step(list(steps.values()))
-        if common is None:
-            continue
-        furthest = max(max(s) for s in steps.values() if s)
-        if common < furthest:
-            behind = [(i, max(s)) for i, s in sorted(steps.items()) if s and furthest not in s]
-            out.append({"common": common, "furthest": furthest, "runs": behind})
-    return out
 
 
 def _setups(configs: dict[str, dict]) -> dict[str, str]:
@@ -217,10 +201,15 @@ def _seeds_text(seeds) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
 
 
-def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: float = MARGIN) -> pd.DataFrame:
+def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: float = MARGIN,
+           batches: pd.DataFrame | None = None, adjust: bool = True) -> pd.DataFrame:
     """The paper's Table 3: one row per method (estimator, rank, λ) of each comparable
-    config group, every row of a group read at the same step (module docstring), Δ judged
-    against the equivalence margin ±``margin`` nats. Columns ``TABLE3_COLUMNS``:
+    config group, every row of a group read at the step ``engine.analysis.reads.read_group``
+    chooses (never a verdict at step 0; failed and cancelled runs out), Δ judged against the
+    equivalence margin ±``margin`` nats. ``batches`` (``RunStore.eval_losses``: run_id,
+    step, losses) puts the validation batches' sampling error into Δ's interval
+    (``engine.core.stats.paired_delta``); ``adjust`` reads the verdicts of the whole table
+    at a 5 % family-wise error (``engine.core.stats.holm``). Columns ``TABLE3_COLUMNS``:
 
     * ``seeds``: seeds with a validation loss at ``step`` (the latest run of a seed
       counts once); ``missing_seeds``: the method's seeds that have not reached it;
@@ -228,16 +217,24 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
       NaN for one seed), ``cos_mean`` their mean dW cosine;
     * ``delta_val_*``, ``verdict``, ``paired_seeds``: ``paired_delta`` of
       val(method, s) − val(exact, s) over the ``paired_seeds`` seeds both reached; the
-      exact row has NaN deltas and verdict "reference", a row without seeds "missing";
-      ``delta_val_ci90_low/high``, ``tost_p``, ``margin``: the equivalence test against
-      ±margin; ``delta_val_by_seed``: each paired seed's Δ (``s0 +0.0012, s1 …``);
+      exact row has NaN deltas and verdict "reference", a row without seeds "missing", every
+      row of a group read at step 0 "not trained yet"; ``delta_val_ci90_low/high``,
+      ``tost_p``, ``diff_p``, ``noneq_p``, ``margin``: the tests against ±margin and 0, and
+      ``*_holm`` their Holm-adjusted p-values (NaN unadjusted); ``holm_tests``: the family's
+      size (0 unadjusted); ``delta_val_se_seed``, ``delta_val_se_batch``, ``val_batches``,
+      ``delta_val_df``: the interval's two standard-error components, the validation batches
+      behind the second (0: seed noise only) and its degrees of freedom; ``delta_val_by_seed``:
+      each paired seed's Δ (``s0 +0.0012, s1 …``);
+    * ``diverged``: the seeds where the method diverged and exact did not (``1 of 5 seeds
+      (s3)``); such a method reads "diverged" unless its surviving seeds read it worse or not
+      equivalent: never equivalent or better;
+    * ``read``: the group's read (``engine.analysis.reads.read_text``): its step and why;
+      ``read_whole``: whether nothing held it back or is missing from it (``Read.whole``);
     * ``mem_saved_bytes_mean``, ``mem_saved_bytes_exact_mean``, ``mem_saved_ratio``:
       saved-for-backward bytes and their ratio run ÷ exact (mean over seeds);
     * ``preset``, ``setup`` (the config fields in which the groups differ),
       ``run_ids`` (the runs counted), ``duplicates``: the runs left out as duplicates
-      of a counted one (``one_per_seed``: the same setup and seed launched again; the
-      furthest-trained run stands for them, so a shorter relaunch neither counts twice
-      nor pulls the common step down), ``25 (see 1), …``.
+      of a counted one (``one_per_seed``), ``25 (see 1), …``.
 
     Ordered by setup, exact first, then estimator, rank and λ."""
     margin = check_margin(margin)
@@ -250,56 +247,132 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
     for r in records:
         groups.setdefault(comparable_key(r.config), []).append(r)
     setups = _setups({k: rs[0].config for k, rs in groups.items()})
+    losses = _batch_losses(batches)
     rows = []
     for key, members in groups.items():
-        step = at_step if at_step is not None else common_step([val_steps.get(r.id, set()) for r in members])
-        rows += _group_rows(members, metrics, step, setups[key], duplicates, margin)
+        read = read_group(members, val_steps, at_step)
+        rows += _group_rows(members, metrics, read, setups[key], duplicates, margin, losses)
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
-    out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64"})
+    out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64",
+                      "val_batches": "int64", "holm_tests": "int64"})
+    out = holm_verdicts(out, adjust)
     out["_not_exact"] = (out["estimator"] != "exact").astype(int)
     out = out.sort_values(["setup", "_not_exact", "estimator", "rank", "lam"], kind="stable", na_position="first")
     return out.drop(columns="_not_exact").reset_index(drop=True)
 
 
-def _group_rows(members: list, metrics: pd.DataFrame, step: int | None, setup: str, duplicates: dict[int, int],
-                margin: float) -> list[dict[str, Any]]:
-    """The Table 3 rows of one comparable group ``members``, each method read at ``step``
-    (None: no run of the group has validated; read at step -1, which none has reached)."""
-    s = summarize(members, metrics, at_step=step if step is not None else -1)
+def _batch_losses(batches: pd.DataFrame | None) -> dict[tuple[int, int], np.ndarray]:
+    """(run id, step) → that validation's per-batch losses."""
+    if batches is None or batches.empty:
+        return {}
+    return {(int(r), int(s)): np.asarray(v, dtype=float) for r, s, v in zip(batches["run_id"], batches["step"],
+                                                                             batches["losses"])}
+
+
+def _pair_batches(pairs: pd.DataFrame, step, losses: dict) -> np.ndarray | None:
+    """The S × B per-batch differences of the paired runs ``pairs`` (columns run_id and
+    exact_id, one row per seed) at ``step``; None unless every run has its B losses there."""
+    rows = []
+    for mine, exact in zip(pairs["run_id"], pairs["exact_id"]):
+        a, b = losses.get((int(mine), int(step))), losses.get((int(exact), int(step)))
+        if a is None or b is None or a.shape != b.shape or not np.isfinite(a - b).all():
+            return None
+        rows.append(a - b)
+    return np.stack(rows) if rows and len({len(r) for r in rows}) == 1 else None
+
+
+def _diverged_text(method_runs: pd.DataFrame, lost: set, exact_lost: set) -> tuple[str, bool]:
+    """(``2 of 5 seeds (s1, s3)``, any) for the seeds of ``method_runs`` that diverged where exact did not."""
+    seeds = sorted({int(s) for s in method_runs["seed"].dropna()})
+    bad = [s for s in seeds if s in lost and s not in exact_lost]
+    if not bad:
+        return "", False
+    return f"{len(bad)} of {len(seeds)} seeds ({', '.join(f's{s}' for s in bad)})", True
+
+
+def _delta(method: str, done: pd.DataFrame, exact: pd.DataFrame, read: Read, margin: float,
+           losses: dict) -> tuple[PairedDelta, pd.Series]:
+    """The paired Δ of one method's ``done`` runs against the ``exact`` runs (by seed), and Δ by seed."""
+    if not read.trained and read.step is not None:
+        return paired_delta([], margin)._replace(verdict=REFERENCE if method == "exact" else NOT_TRAINED), \
+            pd.Series(dtype=float)
+    if done.empty:
+        return paired_delta([], margin)._replace(verdict=MISSING), pd.Series(dtype=float)
+    if method == "exact":
+        return paired_delta([], margin)._replace(verdict=REFERENCE), pd.Series(dtype=float)
+    pairs = done.set_index("seed")[["val_loss", "run_id"]].join(exact.rename(columns={
+        "val_loss": "exact_val", "run_id": "exact_id"}), how="inner").dropna()
+    deltas = pairs["val_loss"] - pairs["exact_val"]
+    return paired_delta(deltas, margin, batches=_pair_batches(pairs, read.step, losses)), deltas
+
+
+def _group_rows(members: list, metrics: pd.DataFrame, read: Read, setup: str, duplicates: dict[int, int],
+                margin: float, losses: dict) -> list[dict[str, Any]]:
+    """The Table 3 rows of one comparable group ``members``, each method read at ``read.step``
+    (None: no live run of the group has validated; read at step -1, which none has reached)."""
+    s = summarize(members, metrics, at_step=read.step if read.step is not None else -1)
     s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
     s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
                    for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
-    reached = s[s["reached"]].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
-    exact_val = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")["val_loss"]
+    lost = {r.id for r in members if diverged(r)}
+    live = s["reached"] & ~s["status"].isin(LEFT_STATUSES)
+    reached = s[live].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
+    exact = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")
+    exact_lost = {int(x) for x in s.loc[(s["estimator"] == "exact") & s["run_id"].isin(lost), "seed"]}
     rows = []
     for (estimator, rank, lam), method in s.groupby("method", sort=False):
         done = reached[reached["method"] == (estimator, rank, lam)]
-        deltas = pd.Series(dtype=float)
-        if done.empty:
-            delta = paired_delta([], margin)._replace(verdict=MISSING)
-        elif estimator == "exact":
-            delta = paired_delta([], margin)._replace(verdict=REFERENCE)
-        else:
-            deltas = (done.set_index("seed")["val_loss"] - exact_val).dropna()
-            delta = paired_delta(deltas, margin)
+        delta, deltas = _delta(estimator, done, exact[["val_loss", "run_id"]], read, margin, losses)
+        diverged_text, any_diverged = _diverged_text(method, {int(x) for x in method.loc[method["run_id"].isin(lost),
+                                                                                           "seed"]}, exact_lost)
         rows.append({
             "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
-            "step": step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
-            "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
-            "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
+            "step": read.step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
+            **_delta_columns(delta, deltas), "diverged": diverged_text,
+            "verdict": DIVERGED if any_diverged and delta.verdict not in (WORSE, NOT_EQUIVALENT) else delta.verdict,
             "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
             "cos_mean": done["cos_mean"].mean(),
             "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
             "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
             "mem_saved_ratio": done["saved_ratio"].mean(),
-            "missing_seeds": _seeds_text(set(method["seed"]) - set(done["seed"])),
+            "missing_seeds": _seeds_text(set(method["seed"].dropna()) - set(done["seed"])),
             "preset": members[0].preset, "setup": setup,
             "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
-            "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
-            "tost_p": delta.tost_p, "margin": margin, "delta_val_by_seed": _by_seed_text(deltas),
-            "duplicates": _duplicates_text(duplicates, set(method["run_id"])),
+            "duplicates": _duplicates_text(duplicates, set(method["run_id"])), "read": read_text(read),
+            "read_whole": read.whole,
         })
     return rows
+
+
+def _delta_columns(delta: PairedDelta, deltas: pd.Series) -> dict[str, Any]:
+    return {
+        "delta_val_mean": delta.mean, "delta_val_ci95_low": delta.ci_low, "delta_val_ci95_high": delta.ci_high,
+        "verdict": delta.verdict, "delta_val_std": delta.std, "paired_seeds": delta.n,
+        "delta_val_ci90_low": delta.ci90_low, "delta_val_ci90_high": delta.ci90_high,
+        "tost_p": delta.tost_p, "margin": delta.margin, "delta_val_by_seed": _by_seed_text(deltas),
+        "diff_p": delta.diff_p, "noneq_p": delta.noneq_p, "delta_val_se_seed": delta.se_seed,
+        "delta_val_se_batch": delta.se_batch, "val_batches": delta.batches, "delta_val_df": delta.df,
+        "holm_tests": 0, **{f"{t}_holm": np.nan for t in TESTS},
+    }
+
+
+def holm_verdicts(table: pd.DataFrame, adjust: bool) -> pd.DataFrame:
+    """With ``adjust``, the verdicts of the rows with a test read from Holm-adjusted p-values over
+    every test of the table (``engine.core.stats.holm``); a diverged method stays "diverged"."""
+    tested = table["verdict"].isin([*DECIDED, INCONCLUSIVE, DIVERGED]) & table["tost_p"].notna()
+    if not adjust or not tested.any():
+        return table
+    table = table.copy()
+    family = table.loc[tested, list(TESTS)]
+    adjusted = holm(family.to_numpy().ravel()).reshape(family.shape)
+    for j, name in enumerate(TESTS):
+        table.loc[tested, f"{name}_holm"] = adjusted[:, j]
+    table.loc[tested, "holm_tests"] = int(np.isfinite(family.to_numpy()).sum())
+    for i in table.index[tested]:
+        row = table.loc[i]
+        word = verdict_from(row["delta_val_mean"], *(row[f"{t}_holm"] for t in TESTS))
+        table.at[i, "verdict"] = DIVERGED if row["diverged"] and word not in (WORSE, NOT_EQUIVALENT) else word
+    return table
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -330,7 +403,10 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         "95% CI": ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(t["delta_val_ci95_low"], t["delta_val_ci95_high"])],
         _ci90_heading(t): ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
                            for lo, hi in zip(t["delta_val_ci90_low"], t["delta_val_ci90_high"])],
+        "SE seeds / val": ["—" if pd.isna(a) else f"{a:.4f} / " + ("—" if pd.isna(n) or not n else _num(b, ".4f"))
+                           for a, b, n in zip(t["delta_val_se_seed"], t["delta_val_se_batch"], t["val_batches"])],
         "verdict": t["verdict"],
+        "diverged": [v or "—" for v in t["diverged"].fillna("")] if "diverged" in t else "—",
         "Δ per seed": [v or "—" for v in t["delta_val_by_seed"]],
         "train loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["train_loss_mean"], t["train_loss_std"])],
         "cos": [_num(c, ".3f") for c in t["cos_mean"]],
@@ -340,24 +416,71 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
     })
     if (t["setup"] == "").all():
         out = out.drop(columns="setup")
+    if "diverged" not in t or not t["diverged"].fillna("").astype(bool).any():
+        out = out.drop(columns="diverged")
     return out
+
+
+def read_notes(table: pd.DataFrame, whole: bool | None = None) -> list[str]:
+    """Where each setup of ``table3`` was read and why (``read``), one sentence a setup; with
+    ``whole`` True / False, only the setups whose read is / is not whole (``read_whole``)."""
+    if table.empty or "read" not in table:
+        return []
+    reads = table.drop_duplicates("setup")
+    if whole is not None:
+        reads = reads[reads["read_whole"].fillna(False).astype(bool) == whole]
+    return [(f"[{setup}] " if setup else "") + text for setup, text in zip(reads["setup"], reads["read"]) if text]
+
+
+def holm_note(table: pd.DataFrame) -> str | None:
+    """How the verdicts of ``table3`` were read: over the table at a family-wise 5 % (Holm),
+    or each row at its own level when some row has a test and none was adjusted."""
+    tests = int(table["holm_tests"].max()) if len(table) and "holm_tests" in table else 0
+    if tests:
+        return (f"The verdicts hold at 5 % for the whole table: Holm's adjustment over its {tests} tests (each row's "
+                "TOST, difference and non-equivalence tests), so a row whose 90 % interval lies inside ±δ can still "
+                "read inconclusive; --no-adjust reads each row at its own 5 % level.")
+    if len(table) and table["tost_p"].notna().sum() > 1:
+        return "Each row's verdict is read at its own 5 % level (not adjusted for the table's several rows)."
+    return None
+
+
+def noise_note(table: pd.DataFrame) -> str | None:
+    """What Δ's interval holds: seed noise and, where per-batch losses were stored, the
+    validation batches' sampling error (``SE seeds / val``)."""
+    tested = table[table["delta_val_se_seed"].notna()] if len(table) and "delta_val_se_seed" in table else table
+    if tested.empty:
+        return None
+    seeds_only = tested[tested["val_batches"] == 0]
+    text = ("Δ's intervals hold two sources of noise, the seeds and the validation set's own batches (column "
+            "'SE seeds / val': the two standard errors; t on Satterthwaite's degrees of freedom)")
+    if len(seeds_only):
+        text += ("; rows with '—' for val have no per-batch validation losses stored (runs of an older version): "
+                 "their interval holds the seed noise alone")
+    return text + "."
+
+
+def notes(table: pd.DataFrame) -> list[str]:
+    """Every note printed under ``table3`` on every surface (summary, report, Compare)."""
+    found = [*read_notes(table), holm_note(table), noise_note(table), duplicates_note(table), paper_note(table)]
+    return [n for n in found if n]
 
 
 def render(table: pd.DataFrame, fmt: str = "table") -> str:
     """``table3`` as text for people: ``table`` (aligned plain text), ``markdown`` or
-    ``latex`` (``TEXT_FORMATS``), followed by ``paper_note`` when it has one."""
+    ``latex`` (``TEXT_FORMATS``), followed by its ``notes``."""
     if fmt not in TEXT_FORMATS:
         raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(TEXT_FORMATS)}")
     if table.empty:
         return "no runs to summarise\n"
     shown = display_frame(table)
-    note = " ".join(n for n in (duplicates_note(table), paper_note(table)) if n) or None
+    said = notes(table)
     if fmt == "table":
-        return shown.to_string(index=False) + "\n" + (f"\nNote: {note}\n" if note else "")
+        return shown.to_string(index=False) + "\n" + "".join(f"\nNote: {n}" for n in said) + ("\n" if said else "")
     if fmt == "markdown":
         # tabulate itself: pandas' to_markdown asks for tabulate >= 0.9
         text = tabulate(shown.astype(str).values.tolist(), headers=list(shown.columns), tablefmt="pipe",
                         disable_numparse=True) + "\n"
-        return text + (f"\n*Note: {note}*\n" if note else "")
+        return text + "".join(f"\n*Note: {n}*\n" for n in said)
     styler = shown.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1]) + (f"% Note: {note}\n" if note else "")
+    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1]) + "".join(f"% Note: {n}\n" for n in said)

@@ -76,6 +76,13 @@ def add_margin(parser, text: str, default: float | None = MARGIN) -> None:
     parser.add_argument("--margin", type=float, default=default, metavar="NATS", help=text)
 
 
+def add_no_adjust(parser) -> None:
+    """``--no-adjust``: Table 3's verdicts each at its own 5 % level instead of Holm's over the table."""
+    parser.add_argument("--no-adjust", action="store_true",
+                        help="read each row of Table 3 at its own 5%% level (default: the verdicts hold at 5%% for "
+                             "the whole table, Holm's adjustment over its rows' tests)")
+
+
 def at_least(value, flag: str, minimum: float, unit: str = "") -> None:
     """CliError unless ``value`` (None: not given) is ``>= minimum``; ``flag`` names the option."""
     if value is not None and value < minimum:

@@ -15,16 +15,43 @@ rejected when t⁻ = (d̄ + δ)/se > t_{1−α, n−1}, H₀⁺: μ ≥ δ when 
 both reject exactly when the 90 % interval d̄ ± t_{0.95, n−1}·se lies inside (−δ, δ). Its
 p-value is max(P(T > t⁻), P(T < t⁺)), T ~ t_{n−1} (``statsmodels.stats.weightstats.ttost_paired``).
 
-The verdict of a row, in this order:
+The verdict of a row, in this order (``verdict``; Table 3, claim (c), Compare and the report all
+read this one word):
 
+* ``no spread``: every difference is the same number (a zero spread, as at step 0 where every
+  method of a seed holds the same parameters): no evidence either way, no verdict;
 * ``equivalent``: the 90 % interval lies inside (−δ, δ) (TOST rejects both): any difference is
   smaller than the margin, even a significant one (a +0.0019 [+0.0008, +0.0031] at δ 0.02);
-* ``better`` / ``worse``: not equivalent, and the 95 % interval lies below / above 0;
-* ``inconclusive``: neither (the interval holds 0 and reaches past a margin: more seeds decide).
+* ``better`` / ``worse``: not equivalent, and the 95 % interval lies below / above 0 (the
+  two-sided t-test of μ = 0 rejects at 5 %);
+* ``not equivalent``: the 90 % interval lies wholly outside ±δ (above +δ or below −δ: the
+  one-sided test of |μ| ≤ δ rejects at 5 %) while the 95 % interval crosses 0: more seeds can
+  move the sign, never make it equivalent;
+* ``inconclusive``: none of these (the interval reaches a margin and holds 0: more seeds decide).
 
-All-equal differences have s_d = 0: both intervals are the point d̄ (equivalent when |d̄| < δ,
-else better/worse by its sign, inconclusive only for d̄ = 0 with δ = 0). One seed has no
-interval (NaN) and the verdict "one seed"; no pair at all gives NaN everywhere.
+Each word is a test's rejection at 5 %, so the words follow from three p-values, p_TOST,
+p_diff = P(|T| > |d̄|/se) and p_ne = P(T > (|d̄| − δ)/se) (``verdict_from``). Several rows of one
+table are several tests: ``holm`` adjusts all of them (statsmodels' Holm step-down) so the
+chance of any false word in the table stays at 5 %; the verdicts are then read from the
+adjusted p-values with the same rule.
+
+Two sources of noise (``paired_delta``'s ``batches``). Every run is validated on the same B
+batches, so a validation batch's own difficulty is shared by every seed and does not average
+out over seeds. With D[s, b] the paired difference of the mean losses of batch b at seed s,
+the crossed random-effects model D[s, b] = μ + a_s + β_b + e_sb (no replication) has the mean
+squares MS_seed = B Σ_s (D̄_s· − D̄)²/(S−1), MS_batch = S Σ_b (D̄_·b − D̄)²/(B−1) and MS_res (the
+residual's, (S−1)(B−1) degrees of freedom), and Var D̄ = σ_a²/S + σ_β²/B + σ_e²/(SB) is estimated
+without bias by
+
+    se² = MS_seed/(SB) + max(0, MS_batch − MS_res)/(SB) = se_seed² + se_batch²,
+
+where se_seed² = s_d²/S is the seeds-only variance above (MS_seed/B is the variance of the
+per-seed Δ d_s = D̄_s·) and se_batch² the validation set's sampling variance of Δ. Its
+degrees of freedom are Satterthwaite's, ν = se⁴ / Σ_i (c_i MS_i)²/ν_i over the terms
+(ν = S − 1 when the batch term is 0), and every interval and p-value above uses t_ν in place
+of t_{n−1}. Without per-batch losses (runs stored before they were recorded) the interval
+has the seed term alone, and the row says so. One seed has no interval (NaN) and the verdict
+"one seed"; no pair at all gives NaN everywhere.
 
 The default margin is δ = ``MARGIN`` = 0.02 nats/token. Exact backprop's own seed-to-seed SD
 of validation loss in this lab's CPU reproductions is 0.01–0.026 nats, so a method within ±δ
@@ -40,8 +67,9 @@ s² ~ σ² χ²_{n−1}/(n−1), so, with q = t_{1−α, n−1} and h(s) = δ �
 
 one integral over the χ² density (``scipy.integrate.quad``). ``seeds_needed`` is the least
 n ≥ 2 whose power at μ = 0 reaches ``POWER`` (0.8): the seeds that decide "equivalent"
-for a method that truly matches. ``PRIOR_DELTA_SD`` is the spread assumed before any
-run of a config exists.
+for a method that truly matches; at a true Δ of μ ≠ 0 it needs more, and none reaches it
+once |μ| ≥ δ. ``PRIOR_DELTA_SD`` is the spread assumed before any run of a config exists.
+``plan_text`` plans a grid method by method, each at its own spread (``SeedPlan``).
 
 ``slope`` is an ordinary least-squares line with the t-interval of its slope (n − 2
 degrees of freedom, ``scipy.stats.linregress``'s standard error); ``slope_power`` the power
@@ -68,9 +96,17 @@ MARGIN = EQUIVALENCE_MARGIN  # δ, nats/token: the default equivalence margin of
 PRIOR_DELTA_SD = 0.026
 MAX_SEEDS = 10_000  # ``seeds_needed`` gives up beyond this (None)
 EQUIVALENT, BETTER, WORSE, INCONCLUSIVE = "equivalent", "better", "worse", "inconclusive"
+NOT_EQUIVALENT, NO_SPREAD = "not equivalent", "no spread"
 WITHIN_NOISE = "within noise"  # a ratio's interval that holds 1 (engine.analysis.claims)
 ONE_SEED, NO_PAIR = "one seed", "no exact pair"
-TABLE3_VERDICTS = (EQUIVALENT, BETTER, WORSE, INCONCLUSIVE, ONE_SEED, NO_PAIR)
+TABLE3_VERDICTS = (EQUIVALENT, BETTER, WORSE, NOT_EQUIVALENT, INCONCLUSIVE, NO_SPREAD, ONE_SEED, NO_PAIR)
+DECIDED = (EQUIVALENT, BETTER, WORSE, NOT_EQUIVALENT)  # the words a test's rejection gives
+VERDICT_RULE = (  # the verdict words in one sentence, for every surface that prints them
+    "equivalent when the 90 % interval lies inside ±δ; else worse / better when the 95 % interval excludes 0; else "
+    "not equivalent when the 90 % interval lies wholly outside ±δ (more seeds cannot make it equivalent); else "
+    "inconclusive (more seeds decide); no spread when every seed's Δ is the same number (no evidence); one seed has "
+    "no interval; not trained yet at step 0; diverged when the method diverged in a seed where exact did not.")
+TESTS = ("tost_p", "diff_p", "noneq_p")  # the p-values behind the decided words, as ``PairedDelta`` names them
 
 
 def check_margin(margin) -> float:
@@ -85,8 +121,10 @@ def check_margin(margin) -> float:
 
 
 class PairedDelta(NamedTuple):
-    """Mean, sample std, 95 % and 90 % t-intervals of paired differences, the TOST
-    p-value against ±``margin``, and the verdict (module docstring)."""
+    """Mean, sample std of the per-seed Δ, 95 % and 90 % t-intervals, the three p-values
+    (TOST against ±``margin``, the difference test, the non-equivalence test), the verdict
+    (module docstring), and the two standard-error components with their degrees of freedom
+    (``se_batch`` NaN and ``batches`` 0 without per-batch losses)."""
 
     n: int
     mean: float
@@ -98,27 +136,66 @@ class PairedDelta(NamedTuple):
     ci90_high: float = math.nan
     tost_p: float = math.nan
     margin: float = MARGIN
+    diff_p: float = math.nan
+    noneq_p: float = math.nan
+    se_seed: float = math.nan
+    se_batch: float = math.nan
+    df: float = math.nan
+    batches: int = 0
 
 
-def _interval(mean: float, se: float, n: int, level: float) -> tuple[float, float]:
-    half = float(scipy.stats.t.ppf(0.5 + level / 2, n - 1)) * se
+def _interval(mean: float, se: float, df: float, level: float) -> tuple[float, float]:
+    half = float(scipy.stats.t.ppf(0.5 + level / 2, df)) * se
     return mean - half, mean + half
 
 
-def tost_p(mean: float, se: float, n: int, margin: float) -> float:
-    """p-value of TOST (module docstring): max of the two one-sided t-test p-values."""
+def tost_p(mean: float, se: float, n: int, margin: float, df: float | None = None) -> float:
+    """p-value of TOST (module docstring): max of the two one-sided t-test p-values, on
+    ``df`` degrees of freedom (default n − 1)."""
     if se == 0:
         return 0.0 if abs(mean) < margin else 1.0
-    lower = scipy.stats.t.sf((mean + margin) / se, n - 1)
-    upper = scipy.stats.t.cdf((mean - margin) / se, n - 1)
+    df = n - 1 if df is None else df
+    lower = scipy.stats.t.sf((mean + margin) / se, df)
+    upper = scipy.stats.t.cdf((mean - margin) / se, df)
     return float(max(lower, upper))
 
 
-def paired_delta(d, margin: float = MARGIN, confidence: float = CONFIDENCE) -> PairedDelta:
-    """Statistics and verdict of the paired differences ``d`` (NaNs dropped); see the module docstring."""
+def verdict_from(mean: float, tost: float, diff: float, noneq: float, alpha: float = EQUIVALENCE_ALPHA) -> str:
+    """The verdict word of the three p-values (module docstring), each test at ``alpha``."""
+    if tost < alpha:
+        return EQUIVALENT
+    if diff < alpha:
+        return BETTER if mean < 0 else WORSE
+    return NOT_EQUIVALENT if noneq < alpha else INCONCLUSIVE
+
+
+def batch_variance(batches) -> tuple[float, float, int]:
+    """(se_batch², its Satterthwaite share, B) of the S × B matrix of per-batch paired
+    differences (module docstring): max(0, MS_batch − MS_res)/(SB), and the denominator terms
+    Σ (c_i MS_i)²/ν_i of the batch and residual mean squares (0 when the term is 0)."""
+    D = np.asarray(batches, dtype=float)
+    S, B = D.shape
+    if S < 2 or B < 2:
+        return 0.0, 0.0, B
+    grand = D.mean()
+    ms_batch = S * float(np.sum((D.mean(axis=0) - grand) ** 2)) / (B - 1)
+    resid = D - D.mean(axis=1, keepdims=True) - D.mean(axis=0, keepdims=True) + grand
+    ms_res = float(np.sum(resid**2)) / ((S - 1) * (B - 1))
+    if ms_batch <= ms_res:
+        return 0.0, 0.0, B
+    c = 1.0 / (S * B)
+    share = (c * ms_batch) ** 2 / (B - 1) + (c * ms_res) ** 2 / ((S - 1) * (B - 1))
+    return c * (ms_batch - ms_res), share, B
+
+
+def paired_delta(d, margin: float = MARGIN, confidence: float = CONFIDENCE, batches=None) -> PairedDelta:
+    """Statistics and verdict of the paired differences ``d`` (NaNs dropped); with ``batches``
+    (the S × B per-batch differences of the same S seeds, in ``d``'s order, no NaN), the
+    interval holds the validation batches' sampling error too. See the module docstring."""
     margin = check_margin(margin)
     d = np.asarray(d, dtype=float).ravel()
-    d = d[~np.isnan(d)]
+    keep = ~np.isnan(d)
+    d = d[keep]
     n = len(d)
     if n == 0:
         return PairedDelta(0, math.nan, math.nan, math.nan, math.nan, NO_PAIR, margin=margin)
@@ -126,14 +203,37 @@ def paired_delta(d, margin: float = MARGIN, confidence: float = CONFIDENCE) -> P
     if n == 1:
         return PairedDelta(1, mean, math.nan, math.nan, math.nan, ONE_SEED, margin=margin)
     std = 0.0 if np.ptp(d) == 0 else float(d.std(ddof=1))  # exact 0, not rounding noise, for equal d
-    se = std / math.sqrt(n)
-    low, high = _interval(mean, se, n, confidence)
-    low90, high90 = _interval(mean, se, n, 1 - 2 * EQUIVALENCE_ALPHA)
-    if -margin < low90 and high90 < margin:
-        verdict = EQUIVALENT
-    else:
-        verdict = BETTER if high < 0 else WORSE if low > 0 else INCONCLUSIVE
-    return PairedDelta(n, mean, std, low, high, verdict, low90, high90, tost_p(mean, se, n, margin), margin)
+    var_seed = std**2 / n
+    var_batch, share, count = batch_variance(np.asarray(batches, dtype=float)[keep]) if batches is not None \
+        else (math.nan, 0.0, 0)
+    se = math.sqrt(var_seed + (0.0 if math.isnan(var_batch) else var_batch))
+    se_seed, se_batch = math.sqrt(var_seed), math.sqrt(var_batch)
+    if se == 0:
+        return PairedDelta(n, mean, std, math.nan, math.nan, NO_SPREAD, margin=margin, se_seed=se_seed,
+                           se_batch=se_batch, df=n - 1, batches=count)
+    df = se**4 / ((var_seed**2) / (n - 1) + share)
+    low, high = _interval(mean, se, df, confidence)
+    low90, high90 = _interval(mean, se, df, 1 - 2 * EQUIVALENCE_ALPHA)
+    tost = tost_p(mean, se, n, margin, df)
+    diff = float(2 * scipy.stats.t.sf(abs(mean) / se, df))
+    noneq = float(scipy.stats.t.sf((abs(mean) - margin) / se, df))
+    verdict = verdict_from(mean, tost, diff, noneq, 1 - confidence)
+    return PairedDelta(n, mean, std, low, high, verdict, low90, high90, tost, margin, diff, noneq, se_seed, se_batch,
+                       df, count)
+
+
+def holm(pvalues, alpha: float = 1 - CONFIDENCE) -> np.ndarray:
+    """Holm's step-down adjustment of ``pvalues`` (NaNs kept, left out of the family):
+    rejecting where the adjusted p < ``alpha`` keeps the family-wise error ≤ ``alpha``
+    (``statsmodels.stats.multitest.multipletests``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(pvalues, dtype=float)
+    out = p.copy()
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], alpha=alpha, method="holm")[1]
+    return out
 
 
 def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha: float = EQUIVALENCE_ALPHA) -> float:
@@ -192,18 +292,42 @@ def seeds_needed(sd: float, margin: float, power: float = POWER, true_delta: flo
     return high if high <= MAX_SEEDS else None
 
 
-def plan_text(seeds: int, sd: float, margin: float, source: str) -> str | None:
-    """What ``seeds`` seeds can decide about equivalence within ±``margin`` at a Δ SD of
-    ``sd`` (``source`` says where it came from): None when they reach ``POWER``, else one
-    sentence with their power and the seeds that would."""
-    power = tost_power(seeds, sd, margin)
-    if power >= POWER:
+class SeedPlan(NamedTuple):
+    """One sketched method of a grid about to be launched: its name, the seeds it shares with
+    exact backprop, the SD of its Δ val to plan for and where that SD came from, in words."""
+
+    name: str
+    seeds: int
+    sd: float
+    source: str
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
+def plan_text(plans: list[SeedPlan], margin: float) -> str | None:
+    """What each method of ``plans`` can decide about equivalence within ±``margin`` with its
+    own seeds at its own Δ SD: None when every method's seeds reach ``POWER`` for a method that
+    truly matches (``tost_power`` at a true Δ of 0), else one sentence that names the methods
+    whose seeds do not, their power and the seeds each would need (``seeds_needed``); methods
+    with the same seeds, SD and source share a clause."""
+    short: dict[tuple[int, float, str], list[str]] = {}
+    for p in plans:
+        if tost_power(p.seeds, p.sd, margin) < POWER:
+            short.setdefault((p.seeds, p.sd, p.source), []).append(p.name)
+    if not short:
         return None
-    need = seeds_needed(sd, margin)
-    want = f"{need} seeds reach {POWER:.0%}" if need else f"no seed count up to {MAX_SEEDS:,} reaches {POWER:.0%}"
-    return (f"{seeds} seed{'s' if seeds != 1 else ''} cannot decide whether a method matches exact backprop within "
-            f"±{margin:g} nats: at a Δ val SD of {sd:.3g} ({source}) a method that truly matches reads "
-            f"\"equivalent\" with probability {power:.0%}; {want}")
+    counts = {seeds for seeds, _, _ in short}
+    clauses = []
+    for (seeds, sd, source), names in short.items():
+        need = seeds_needed(sd, margin)
+        want = f"{need} seeds reach {POWER:.0%}" if need else f"no seed count up to {MAX_SEEDS:,} reaches {POWER:.0%}"
+        own = f" ({_seeds(seeds)})" if len(counts) > 1 else ""
+        clauses.append(f"{', '.join(names)}{own} at a Δ val SD of {sd:.3g} ({source}): a method that truly matches "
+                       f"reads \"equivalent\" with probability {tost_power(seeds, sd, margin):.0%}, and {want}")
+    lead = _seeds(next(iter(counts))) if len(counts) == 1 else "the seeds launched"
+    return f"{lead} cannot decide whether a method matches exact backprop within ±{margin:g} nats: " + "; ".join(clauses)
 
 
 class Slope(NamedTuple):
@@ -236,8 +360,8 @@ def slope(x, y, confidence: float = CONFIDENCE) -> Slope:
         return Slope(b, math.nan, math.nan, math.nan, math.nan, a, math.nan, n)
     sd = float(math.sqrt(np.sum((y - a - b * x) ** 2) / (n - 2)))
     se = sd / math.sqrt(sxx)
-    low, high = _interval(b, se, n - 1, confidence)  # _interval takes n and uses n − 1: here n − 2 degrees of freedom
-    low90, high90 = _interval(b, se, n - 1, 1 - 2 * EQUIVALENCE_ALPHA)
+    low, high = _interval(b, se, n - 2, confidence)
+    low90, high90 = _interval(b, se, n - 2, 1 - 2 * EQUIVALENCE_ALPHA)
     return Slope(b, low, high, low90, high90, a, sd, n)
 
 

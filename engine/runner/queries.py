@@ -5,13 +5,14 @@ each of ``SUMMARY_FORMATS`` (CSV formula-neutralised by ``storage.export``)."""
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import pandas as pd
 
 from engine.analysis.summary import SUMMARY_METRICS, render, summarize, table3
 from engine.config import comparable_key
 from engine.core.choices import SUMMARY_FORMATS
-from engine.core.stats import MARGIN, PRIOR_DELTA_SD, plan_text
+from engine.core.stats import MARGIN, PRIOR_DELTA_SD, SeedPlan, plan_text
 from storage import RunStore
 from storage.export import neutralize
 
@@ -28,46 +29,78 @@ def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.Data
     return summarize(*read_runs(store, run_ids), at_step)
 
 
-def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin: float = MARGIN) -> pd.DataFrame:
-    """``table3`` of the given runs (None: all), read from ``store``, Δ judged against ±``margin``."""
-    return table3(*read_runs(store, run_ids), at_step, margin=margin)
+def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin: float = MARGIN,
+               adjust: bool = True) -> pd.DataFrame:
+    """``table3`` of the given runs (None: all), read from ``store`` with their per-batch
+    validation losses, Δ judged against ±``margin``, the verdicts Holm-adjusted over the
+    table unless not ``adjust``."""
+    records, metrics = read_runs(store, run_ids)
+    return table3(records, metrics, at_step, margin=margin, adjust=adjust,
+                  batches=store.eval_losses([r.id for r in records]))
 
 
-def expected_delta_sd(store: RunStore, configs) -> tuple[float, str]:
-    """The seed-to-seed SD of a paired Δ val to expect for ``configs`` (``RunConfig``s): pooled
-    over the Table 3 rows with two or more paired seeds among the stored finished runs of the
-    same comparable configs, s² = Σ (n−1) s_i² / Σ (n−1), where that is above 0 (runs with no
-    seed noise at all, such as replayed or synthetic ones, say nothing about the spread to
-    plan for); else ``PRIOR_DELTA_SD``. Also where it came from, in words."""
-    keys = {comparable_key(c.to_dict()) for c in configs}
+PRIOR_SOURCE = "prior: the largest seen in this lab's CPU reproductions"
+
+
+class Method(NamedTuple):
+    """A sketched method of a grid in its setup: the ``comparable_key`` of its config, its
+    estimator, R (the effective rank, as runs store it) and λ."""
+
+    key: str
+    estimator: str
+    rank: int
+    lam: float
+
+
+def method_of(config) -> Method:
+    """The ``Method`` of a sketched ``RunConfig``."""
+    return Method(comparable_key(config.to_dict()), config.estimator, int(config.effective_rank),
+                  float(config.lam or 0.0))
+
+
+def expected_delta_sd(store: RunStore, configs) -> dict[Method, tuple[float, str]]:
+    """The seed-to-seed SD of the paired Δ val to expect for each sketched method of ``configs``
+    (``RunConfig``s), with where it came from in words: the method's own Table 3
+    ``delta_val_std`` among the stored finished runs of the same comparable config, where it
+    has two or more paired seeds and an SD above 0 (runs with no seed noise at all, such as
+    replayed or synthetic ones, say nothing about the spread to plan for); else
+    ``PRIOR_DELTA_SD``. Never pooled over methods: a rank's spread is not another's."""
+    methods = {method_of(c) for c in configs if not c.is_exact}
+    keys = {m.key for m in methods}
     records = [r for r in store.list_runs() if r.status == "finished" and comparable_key(r.config) in keys]
+    observed: dict[Method, tuple[float, str]] = {}
     if records:
-        t = table3(records, store.metrics([r.id for r in records], names=list(SUMMARY_METRICS)))
-        rows = t[(t["estimator"] != "exact") & (t["paired_seeds"] >= 2) & t["delta_val_std"].notna()]
-        if len(rows):
-            df = rows["paired_seeds"] - 1
-            sd = float(((df * rows["delta_val_std"] ** 2).sum() / df.sum()) ** 0.5)
-            if sd > 0:
-                return sd, f"observed over {len(records)} finished runs of this setup"
-    return PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions"
+        key_of = {r.id: comparable_key(r.config) for r in records}
+        t = table3(records, store.metrics(list(key_of), names=list(SUMMARY_METRICS)))
+        rows = t[(t["estimator"] != "exact") & (t["paired_seeds"] >= 2) & (t["delta_val_std"] > 0)]
+        for r in rows.itertuples():
+            key = key_of[int(str(r.run_ids).split(", ")[0])]
+            lam = 0.0 if pd.isna(r.lam) else float(r.lam)
+            observed[Method(key, r.estimator, int(r.rank), lam)] = (
+                float(r.delta_val_std), f"observed over {r.paired_seeds} paired seeds of its finished runs")
+    return {m: observed.get(m, (PRIOR_DELTA_SD, PRIOR_SOURCE)) for m in methods}
 
 
 def seed_plan(store: RunStore, configs, margin: float = MARGIN) -> str | None:
-    """When ``configs`` (a grid with exact backprop and sketched methods) has too few seeds per
-    method to decide equivalence within ±``margin`` at the expected spread
-    (``expected_delta_sd``), what they can decide and the seeds that would (``plan_text``);
-    else None (enough seeds, or nothing to compare with exact)."""
+    """When some sketched method of ``configs`` (a grid with exact backprop) has too few seeds
+    paired with exact (of the same comparable config) to decide equivalence within ±``margin``
+    at its own expected spread (``expected_delta_sd``), one sentence naming those methods, what
+    their seeds can decide and the seeds each would need (``plan_text``); else None (enough
+    seeds for every method, or nothing to compare with exact)."""
     configs = list(configs)
-    exact = {c.seed for c in configs if c.is_exact}
-    methods: dict[tuple, set] = {}
+    exact: dict[str, set] = {}
+    methods: dict[Method, tuple[str, set]] = {}
     for c in configs:
-        if not c.is_exact:
-            methods.setdefault((c.estimator, c.rank, c.lam), set()).add(c.seed)
-    if not exact or not methods:
+        if c.is_exact:
+            exact.setdefault(comparable_key(c.to_dict()), set()).add(c.seed)
+        else:
+            methods.setdefault(method_of(c), (c.method(), set()))[1].add(c.seed)
+    methods = {m: named for m, named in methods.items() if m.key in exact}
+    if not methods:
         return None
-    seeds = min(len(s & exact) for s in methods.values())
-    sd, source = expected_delta_sd(store, configs)
-    return plan_text(seeds, sd, margin, source)
+    spreads = expected_delta_sd(store, configs)
+    return plan_text([SeedPlan(name, len(seeds & exact[m.key]), *spreads[m]) for m, (name, seeds) in methods.items()],
+                     margin)
 
 
 RELAUNCH_STATUSES = ("finished", "queued", "running")  # a run that has, or will have, what a relaunch would train

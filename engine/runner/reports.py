@@ -40,7 +40,8 @@ class ReportError(UserError, ValueError):
 
 
 def selection_of(*, sweep: str | None = None, tags: Sequence[str] | None = None,
-                 runs: Sequence[int] | None = None, at_step: int | None = None, margin: float | None = None) -> dict:
+                 runs: Sequence[int] | None = None, at_step: int | None = None, margin: float | None = None,
+                 adjust: bool = True) -> dict:
     """The stored form of a selection: at most one of ``sweep``, ``tags``, ``runs``; with
     ``margin``, the equivalence margin δ its Table 3 and claim (c) use (kept when it is rebuilt;
     the report's key does not change with it: the same runs judged anew replace their report)."""
@@ -63,6 +64,8 @@ def selection_of(*, sweep: str | None = None, tags: Sequence[str] | None = None,
             selection["margin"] = check_margin(margin)
         except ValueError as e:
             raise ReportError(f"--margin: {e}") from None
+    if not adjust:
+        selection["adjust"] = False  # Table 3's verdicts each at its own level (the default, True, is not stored)
     return selection
 
 
@@ -122,13 +125,15 @@ def diagnoses_of(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
 
 def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Report:
     """The report of a selection, from the database as it is now; titled ``title``, else
-    by what it is (``_default_title``)."""
+    by what it is (``_default_title``). Claim (e) reads a run's step times as its own only
+    when no stored run, of this selection or any other, shared its machine meanwhile."""
     records = select_runs(store, selection)
     ids = [r.id for r in records]
     title = title or _default_title(records, selection)
     metrics = store.metrics(ids)
     return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
-                     at_step=selection.get("at_step"), title=title)
+                     at_step=selection.get("at_step"), title=title, others=store.list_runs(),
+                     batches=store.eval_losses(ids))
 
 
 def save(store: RunStore, report: rep.Report) -> int:

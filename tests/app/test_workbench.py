@@ -5,7 +5,7 @@ across page switches and links; labels from the current state."""
 import dataclasses
 
 from app import state
-from engine.analysis.summary import holding_back, one_per_seed
+from engine.analysis.summary import one_per_seed, table3
 from storage import RunStore
 from tests.support.pages import app, figures, page, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, fake_run
@@ -41,15 +41,18 @@ def test_one_run_stands_for_each_seed_the_furthest_trained(tmp_path):
     store.close()
 
 
-def test_holding_back_names_the_runs_that_pull_the_common_step_down(tmp_path):
+def test_table3_names_the_runs_that_hold_its_step_down(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'held.db'}")
     done = [fake_run(store, dataclasses.replace(LONG, estimator=e, rank=8, seed=0)) for e in ("exact", "basis")]
     behind = fake_run(store, dataclasses.replace(LONG, estimator="basis", rank=8, seed=1), status="running",
                       steps_done=95)
     records = store.list_runs()
     metrics = store.metrics([r.id for r in records])
-    assert holding_back(records, metrics) == [{"common": 90, "furthest": 300, "runs": [(behind, 90)]}]
-    assert holding_back([r for r in records if r.id in done], metrics) == []
+    t = table3(records, metrics)
+    assert set(t["read"]) == {f"Read at step 90, not 300; held back by #{behind} (running, validated to step 90)."}
+    assert not t["read_whole"].any()
+    t = table3([r for r in records if r.id in done], metrics)
+    assert set(t["read"]) == {"Read at step 300, the furthest any run validated at."} and t["read_whole"].all()
     store.close()
 
 
@@ -83,7 +86,7 @@ def test_compare_says_which_runs_hold_the_common_step_back(url, store):
                       status="running", steps_done=100)
     at = page(app(selected=[*a, behind]).run(), "compare")
     note = next(i for i in _texts(at.info) if "Read at step" in i)
-    assert "Read at step 90, not 300" in note and f"#{behind} " in note and "(step 90)" in note, note
+    assert "Read at step 90, not 300" in note and f"#{behind} (running, validated to step 90)" in note, note
     assert at.dataframe[0].value["step"].tolist() == ["90", "90"]
 
 

@@ -77,6 +77,7 @@ def seeds_row(rank, deltas, lam=0.01, margin=claims.MATCH_DELTA):
     return {"estimator": "basis", "rank": rank, "lam": lam, "delta_val_mean": d.mean, "delta_val_std": d.std,
             "delta_val_ci95_low": d.ci_low, "delta_val_ci95_high": d.ci_high, "delta_val_ci90_low": d.ci90_low,
             "delta_val_ci90_high": d.ci90_high, "tost_p": d.tost_p, "margin": margin, "verdict": d.verdict,
+            "diff_p": d.diff_p, "noneq_p": d.noneq_p, "diverged": "",
             "paired_seeds": d.n, "delta_val_by_seed": ", ".join(f"s{i} {v:+.4f}" for i, v in enumerate(deltas))}
 
 
@@ -281,7 +282,7 @@ def test_c_supported_when_the_90_percent_interval_lies_inside_the_margin():
     v = verdict("c", table3([seeds_row(32, [0.002, -0.003, 0.001, 0.0]), seeds_row(8, [0.5, 0.4, 0.6])]))
     assert v.verdict == SUPPORTED
     d = paired_delta([0.002, -0.003, 0.001, 0.0])
-    assert v.evidence.startswith(f"basis R=32 λ=0.01: Δ +0.0000, 90 % [{d.ci90_low:+.4f}, {d.ci90_high:+.4f}] vs ±0.02")
+    assert v.evidence.startswith(f"basis R=32 λ=0.01: Table 3 reads equivalent; Δ +0.0000, 90 % [{d.ci90_low:+.4f}, {d.ci90_high:+.4f}] vs ±0.02")
     assert "per seed s0 +0.0020, s1 -0.0030, s2 +0.0010, s3 +0.0000; 4 seeds at step 1000" in v.evidence
 
 
@@ -314,14 +315,29 @@ def test_c_every_lambda_must_match():
     assert verdict("c", table3(rows)).verdict == NOT_SUPPORTED
 
 
-def test_c_says_how_many_seeds_decide_it_at_the_observed_spread_or_the_prior():
-    deltas = [0.01, -0.01, 0.015, -0.005]
-    sd = float(np.std(deltas, ddof=1))
-    v = verdict("c", table3([seeds_row(32, deltas)]))
-    need = seeds_needed(sd, 0.02)
-    assert tost_power(need, sd, 0.02) >= 0.8 > tost_power(need - 1, sd, 0.02)
-    assert f"observed Δ SD {sd:.3g}" in v.power and f"4 seeds give {tost_power(4, sd, 0.02):.0%}" in v.power
-    assert f"{need} seeds give 80%" in v.power
+def test_c_plans_seeds_only_under_an_inconclusive_row_at_its_own_spread():
+    """A decided row (equivalent, worse) gets no seeds-needed line; an inconclusive one gets the seeds
+    for 80 % power at its own observed Δ SD both if it truly matches and if the true Δ is the mean seen
+    (none when that mean lies at or beyond δ); with no row to read, the prior's."""
+    equivalent = verdict("c", table3([seeds_row(32, [0.002, -0.003, 0.001, 0.0])]))
+    assert equivalent.power == "basis R=32 λ=0.01: decided (equivalent), no more seeds needed"
+    worse = verdict("c", table3([seeds_row(32, [0.10, 0.12, 0.14])]))
+    assert worse.power == "basis R=32 λ=0.01: decided (worse), no more seeds needed"
+    deltas = [0.01, -0.03, 0.04]
+    row = seeds_row(32, deltas)
+    assert row["verdict"] == "inconclusive"
+    v = verdict("c", table3([row, seeds_row(32, [0.002, -0.003, 0.001, 0.0], lam=0.0)]))
+    sd, mean = float(np.std(deltas, ddof=1)), float(np.mean(deltas))
+    zero, seen = seeds_needed(sd, 0.02), seeds_needed(sd, 0.02, true_delta=mean)
+    assert tost_power(zero, sd, 0.02) >= 0.8 > tost_power(zero - 1, sd, 0.02) and seen > zero
+    assert f"basis R=32 λ=0.01: inconclusive; at the observed Δ SD {sd:.3g}, 3 seeds give " \
+           f"{tost_power(3, sd, 0.02):.0%} power" in v.power
+    assert f"80% takes {zero} seeds if it truly matches (true Δ 0), if the true Δ is the {mean:+.4f} seen, " \
+           f"{seen} seeds" in v.power
+    assert "basis R=32: decided (equivalent), no more seeds needed" in v.power  # the λ = 0 row: decided
+    beyond = verdict("c", table3([seeds_row(32, [0.0, 0.05])]))  # inconclusive, mean +0.025 beyond δ
+    assert "2 seeds give" in beyond.power
+    assert "if the true Δ is the +0.0250 seen, no number of seeds shows equivalence" in beyond.power
     prior = verdict("c").power
     assert f"prior Δ SD {PRIOR_DELTA_SD:.3g}" in prior and f"{seeds_needed(PRIOR_DELTA_SD, 0.02)} seeds give 80%" in prior
 
@@ -449,6 +465,60 @@ def test_run_time_frame_reads_each_runs_windows(tmp_path):
     rows = TINY.effective_batch_size * TINY.effective_seq_len
     assert np.allclose(frame["ms"], 1000.0 * rows / 1000.0) and (frame["windows"] == 4).all()  # 1000 tokens/s
     assert not frame["shared"].any()  # written one after another
+
+
+def test_shared_runs_reads_the_runs_of_every_selection():
+    """A run of another selection (``others``) that trained on the same machine at the same time
+    shares it too; one on another machine, or at another time, does not; only ``records`` are marked."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    t0 = datetime.now(timezone.utc) - timedelta(days=1)
+
+    def run(i, start, end, owner="lab-a:11"):
+        return SimpleNamespace(id=i, owner=owner, worker_id=None, started_at=t0 + timedelta(minutes=start),
+                               finished_at=t0 + timedelta(minutes=end))
+
+    mine = [run(1, 0, 10), run(2, 20, 30), run(3, 40, 50)]
+    others = [run(11, 5, 8), run(12, 20, 30, owner="lab-b:1"), run(13, 60, 70), *mine]
+    assert shared_runs(mine) == set() and shared_runs(mine, others) == {1}
+
+
+def _loaded_runs(tmp_path, load):
+    """Exact and basis at R = 4 and 16 over two seeds, written by ``fake_run`` one after another
+    (none overlaps another), each recording the host load ``load`` at every window."""
+    from storage import RunStore
+    from tests.support.runs import TINY, fake_run
+
+    store = RunStore(f"sqlite:///{tmp_path / 'load.db'}")
+    ids = [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "estimator": "exact", "seed": s})) for s in (0, 1)]
+    ids += [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "rank": r, "seed": s})) for r in (4, 16) for s in (0, 1)]
+    for run_id in ids:
+        store.add_metrics(run_id, [(step, 0.5, "sys/load1", load) for step in (10, 20, 30, 40)])
+    return store, ids
+
+
+def test_e_reads_the_host_load_each_run_recorded(tmp_path):
+    """Step times measured while the host load exceeded its cores are not the method's: with every
+    run at load 12.3 on 2 cores, (e) reads "not measured (machine shared)" and shows the load; the
+    same runs read on 16 cores, or at load 1.5, are timed alone and decide it."""
+    from engine.analysis.method_frames import LOAD_METRIC
+    from engine.training.system import SYSTEM_METRICS
+
+    assert LOAD_METRIC in SYSTEM_METRICS  # the name the training loop stores
+    store, ids = _loaded_runs(tmp_path, 12.3)
+    records, metrics = store.list_runs(), store.metrics(ids)
+    frame = run_time_frame(records, metrics, cores=2)
+    assert (frame["load"] == 12.3).all() and (frame["cores"] == 2).all() and not frame["shared"].any()
+    v = verdict("e", timings=frame)
+    assert v.verdict == NOT_MEASURED
+    assert "basis: not measured (machine shared): 4 of 4 runs left out: they trained while the host load exceeded " \
+           "its cores (load 12.3 on 2 cores)" in v.evidence
+    assert verdict("e", timings=run_time_frame(records, metrics, cores=16)).verdict == NOT_SUPPORTED  # 1000 tokens/s
+    (tmp_path / "calm").mkdir()
+    calm, calm_ids = _loaded_runs(tmp_path / "calm", 1.5)
+    assert verdict("e", timings=run_time_frame(calm.list_runs(), calm.metrics(calm_ids), cores=2)).verdict == \
+        NOT_SUPPORTED
 
 
 def test_slope_matches_linregress_and_a_perfect_line_has_a_point_interval():

@@ -2,18 +2,19 @@
 
 import dataclasses
 import math
+import types
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
+from engine.analysis.reads import read_group, read_text
 from engine.analysis.summary import (
     MISSING,
     PAPER_TABLE3,
     REFERENCE,
     TABLE3_COLUMNS,
-    common_step,
     paper_note,
     render,
     summarize,
@@ -25,6 +26,8 @@ from engine.core.stats import (
     BETTER,
     EQUIVALENT,
     INCONCLUSIVE,
+    NO_SPREAD,
+    NOT_EQUIVALENT,
     ONE_SEED,
     POWER,
     PRIOR_DELTA_SD,
@@ -78,8 +81,11 @@ def test_paired_delta_matches_scipy_on_random_pairs(n):
     eq = stats.ttest_rel(method, exact).confidence_interval(0.90)
     assert (d.ci90_low, d.ci90_high) == pytest.approx((eq.low, eq.high), rel=1e-10)
     inside = -d.margin < eq.low and eq.high < d.margin
-    expected = EQUIVALENT if inside else BETTER if ref.high < 0 else WORSE if ref.low > 0 else INCONCLUSIVE
+    outside = eq.low > d.margin or eq.high < -d.margin
+    expected = EQUIVALENT if inside else BETTER if ref.high < 0 else WORSE if ref.low > 0 else \
+        NOT_EQUIVALENT if outside else INCONCLUSIVE
     assert d.verdict == expected
+    assert d.diff_p == pytest.approx(stats.ttest_rel(method, exact).pvalue, rel=1e-9)
 
 
 def test_paired_delta_verdicts_and_edge_cases():
@@ -89,21 +95,37 @@ def test_paired_delta_verdicts_and_edge_cases():
     two = paired_delta([0.1, 0.3])  # t_{0.975,1} = 12.706: a wide interval
     half = stats.t.ppf(0.975, 1) * np.std([0.1, 0.3], ddof=1) / math.sqrt(2)
     assert (two.ci_low, two.ci_high) == pytest.approx((0.2 - half, 0.2 + half)) and two.verdict == INCONCLUSIVE
-    # all-equal differences: std 0, the interval is the point; the verdict follows the sign
+    # all-equal differences (identical parameters, as at step 0): zero spread is no evidence
     same = paired_delta([-0.05, -0.05, -0.05])
-    assert same.std == 0 and same.ci_low == same.ci_high == pytest.approx(-0.05) and same.verdict == BETTER
-    assert paired_delta([0.05] * 4).verdict == WORSE and paired_delta([0.0, 0.0]).verdict == EQUIVALENT
-    assert paired_delta([0.01] * 3).verdict == EQUIVALENT and paired_delta([0.01] * 3, margin=0.005).verdict == WORSE
+    assert same.std == 0 and math.isnan(same.ci_low) and same.verdict == NO_SPREAD
+    assert paired_delta([0.0, 0.0]).verdict == paired_delta([0.01] * 3).verdict == NO_SPREAD
     assert paired_delta([-1.0, -1.1, -0.9]).verdict == BETTER and paired_delta([1.0, 1.1, 0.9]).verdict == WORSE
     assert paired_delta([np.nan, 0.2]).n == 1
     none = paired_delta([])
     assert none.n == 0 and math.isnan(none.mean)
 
 
-def test_common_step_is_the_latest_step_every_validated_run_shares():
-    assert common_step([{0, 50, 100, 150}, {0, 50, 100, 101}]) == 100
-    assert common_step([{0, 50}, set()]) == 50  # a run without any validation does not hold the others back
-    assert common_step([set()]) is None and common_step([{0, 10}, {5}]) is None
+def _rec(i, status="running", seed=0, error=None):
+    return types.SimpleNamespace(id=i, status=status, seed=seed, error=error)
+
+
+def test_the_read_step_is_the_latest_step_every_live_run_shares():
+    read = read_group([_rec(1), _rec(2)], {1: {0, 50, 100, 150}, 2: {0, 50, 100, 101}})
+    assert read.step == 100 and read.furthest == 150 and read.held == ((2, 101, "running"),) and read.trained
+    # a run without any validation does not hold the others back; its seed waits
+    read = read_group([_rec(1), _rec(2, "queued")], {1: {0, 50}})
+    assert read.step == 50 and read.waiting == (2,)
+    assert read_group([_rec(1)], {}).step is None and read_group([_rec(1), _rec(2)], {1: {0, 10}, 2: {5}}).step is None
+    # a failed run leaves the choice of the step; a diverged one is named so
+    lost = _rec(3, "failed", seed=4, error="training loss became nan at step 7; lower lr (now 0.01)")
+    read = read_group([_rec(1, "finished"), lost, _rec(4, "cancelled", seed=5)], {1: {0, 100}, 3: {0}, 4: {0}})
+    assert read.step == 100 and read.left == ((3, 4, "diverged"), (4, 5, "cancelled"))
+    text = read_text(read)
+    assert "Read at step 100, the furthest any run validated at" in text and "#3 diverged (seed 4)" in text
+    # step 0 is not a read of training
+    zero = read_group([_rec(1, "finished"), _rec(2)], {1: {0, 100}, 2: {0}})
+    assert zero.step == 0 and not zero.trained and "Not trained yet" in read_text(zero)
+    assert "#2 (running, validated to step 0)" in read_text(zero)
 
 
 # ----------------------------------------------------------------------------- per-run summary
@@ -395,17 +417,20 @@ def test_seed_plan_warns_before_a_launch_that_cannot_decide(store):
     assert seed_plan(store, reproduction_sweep(20, range(need)).expand()) is None
     assert "1 seed cannot" in seed_plan(store, reproduction_sweep(20, (0,)).expand())
     assert seed_plan(store, [c for c in few if c.is_exact]) is None  # nothing to compare
-    # finished runs of the same setup: their observed spread replaces the prior
+    # finished runs of the same setup: their observed spread replaces the prior, for their method only
     config = dataclasses.replace(few[0], steps=20)
     for seed, d in enumerate((0.001, -0.001, 0.0)):
         _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
-        _run(store, dataclasses.replace(config, estimator="basis", rank=32, seed=seed), {20: 6.0 + d})
+        _run(store, dataclasses.replace(config, estimator="basis", rank=32, lam=0.01, seed=seed), {20: 6.0 + d})
     for r in store.list_runs():
         store.set_status(r.id, "running")
         store.set_status(r.id, "finished")
-    sd, source = expected_delta_sd(store, few)
-    assert sd == pytest.approx(0.001) and "observed over 6 finished runs" in source
-    assert seed_plan(store, few) is None  # 3 seeds decide at SD 0.001
+    spreads = {m.rank: spread for m, spread in expected_delta_sd(store, few).items()}
+    assert spreads[32][0] == pytest.approx(0.001) and "observed over 3 paired seeds" in spreads[32][1]
+    assert spreads[8] == spreads[64] == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
+    plan = seed_plan(store, few)  # 3 seeds decide R=32 at SD 0.001, not the ranks with no runs
+    assert "basis R=1 λ=0.01, basis R=8 λ=0.01, basis R=16 λ=0.01, basis R=64 λ=0.01 at a Δ val SD of 0.026" in plan
+    assert "R=32" not in plan
 
 
 def test_an_observed_spread_of_zero_plans_with_the_prior(store):
@@ -418,11 +443,44 @@ def test_an_observed_spread_of_zero_plans_with_the_prior(store):
     config = dataclasses.replace(few[0], steps=20)
     for seed in range(3):
         _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
-        _run(store, dataclasses.replace(config, estimator="basis", rank=32, seed=seed), {20: 6.1})
+        _run(store, dataclasses.replace(config, estimator="basis", rank=32, lam=0.01, seed=seed), {20: 6.1})
     for r in store.list_runs():
         store.set_status(r.id, "running")
         store.set_status(r.id, "finished")
-    assert expected_delta_sd(store, few) == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
+    spreads = {m.rank: spread for m, spread in expected_delta_sd(store, few).items()}
+    assert spreads[32] == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
+
+
+def test_seed_plan_plans_each_method_at_its_own_spread(store):
+    """Two methods of one setup with very different stored spreads, R = 8 (Δ SD 0.1) and R = 32
+    (Δ SD 0.01): each is planned at its own, so R = 8 needs hundreds of seeds and R = 32 four (a
+    pooled SD, 0.071, would have asked both for the same); methods of another setup or without
+    runs fall back to the prior, and say so."""
+    from engine.config import reproduction_sweep
+    from engine.runner.queries import expected_delta_sd, method_of, seed_plan
+
+    grid = [c for c in reproduction_sweep(20, (0, 1, 2)).expand() if c.is_exact or c.rank in (8, 32)]
+    for c in grid:
+        d = {8: (0.1, -0.1, 0.0), 32: (0.01, -0.01, 0.0)}[c.rank][c.seed] if not c.is_exact else 0.0
+        _run(store, c, {20: 6.0 + d})
+    for r in store.list_runs():
+        store.set_status(r.id, "running")
+        store.set_status(r.id, "finished")
+    r8, r32 = (next(c for c in grid if c.rank == r and not c.is_exact) for r in (8, 32))
+    spreads = expected_delta_sd(store, grid)
+    assert spreads[method_of(r8)][0] == pytest.approx(0.1) and spreads[method_of(r32)][0] == pytest.approx(0.01)
+    plan = seed_plan(store, grid)
+    wide, narrow = seeds_needed(0.1, 0.02), seeds_needed(0.01, 0.02)
+    assert wide > 100 and narrow == 4
+    assert plan.startswith("3 seeds cannot decide whether a method matches exact backprop within ±0.02 nats: ")
+    assert (f"basis R=8 λ=0.01 at a Δ val SD of 0.1 (observed over 3 paired seeds of its finished runs): a method "
+            f"that truly matches reads \"equivalent\" with probability {tost_power(3, 0.1, 0.02):.0%}, and {wide} "
+            "seeds reach 80%") in plan
+    assert "basis R=32 λ=0.01 at a Δ val SD of 0.01 (observed" in plan and f"and {narrow} seeds reach 80%" in plan
+    assert seed_plan(store, [c for c in grid if c.is_exact or c.rank == 32] + [
+        dataclasses.replace(c, seed=3) for c in grid if c.is_exact or c.rank == 32]) is None  # 4 seeds decide R=32
+    other = [dataclasses.replace(c, lr=0.02) for c in grid]  # another setup: nothing observed there
+    assert "basis R=8 λ=0.01, basis R=32 λ=0.01 at a Δ val SD of 0.026 (prior" in seed_plan(store, other)
 
 
 def test_cli_summary_margin_judges_table3(store, capsys, monkeypatch):
@@ -440,9 +498,11 @@ def test_cli_summary_margin_judges_table3(store, capsys, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_equivalent(store):
+def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_no_spread(store):
     """Exact and BASIS at R = B·T (balanced hashing is then a signed permutation and the scalars
-    are 1) with λ = 0 compute the same dW up to rounding: over 3 seeds Table 3 reads "equivalent"."""
+    are 1) with λ = 0 compute the same dW up to rounding: over 3 seeds Δ is the same tiny number
+    at every seed, which is no evidence of equivalence (no interval), so Table 3 reads "no spread"
+    rather than a verdict; with the rounding giving a spread it reads "equivalent"."""
     from engine.training.loop import train
 
     base = RunConfig(preset="tiny", steps=3, eval_interval=3, probe_interval=0, val_batches=1, lam=0.0)
@@ -457,7 +517,8 @@ def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_equivalent(store):
     t = run_table3(store)
     row = _row(t, "basis", rows)
     assert row["paired_seeds"] == 3 and row["step"] == 3
-    assert abs(row["delta_val_mean"]) < 1e-3 and row["verdict"] == EQUIVALENT, row.to_dict()
+    assert abs(row["delta_val_mean"]) < 1e-3, row.to_dict()
+    assert row["verdict"] == (NO_SPREAD if row["delta_val_std"] == 0 else EQUIVALENT), row.to_dict()
 
 
 def test_tost_power_at_many_seeds_and_at_the_margin():

@@ -31,21 +31,27 @@ from engine.core.units import format_seconds
 
 def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame | None = None,
           selection: dict | None = None, at_step: int | None = None, title: str | None = None,
-          created_at: datetime | None = None, margin: float | None = None) -> Report:
+          created_at: datetime | None = None, margin: float | None = None, others: Iterable = (),
+          batches: pd.DataFrame | None = None) -> Report:
     """The report of ``records`` (``storage.RunRecord``) from their metric rows (the columns
     of ``RunStore.metrics``) and diagnosis rows (``claims.DIAGNOSIS_COLUMNS`` plus
     ``step`` and ``cos_mean``; None: none stored); every number read at ``at_step``, or
     per config group at the latest step all its runs reached (``summary.table3``); Δ val
-    judged against ±``margin`` nats (None: the selection's ``margin``, else ``MARGIN``)."""
+    judged against ±``margin`` nats (None: the selection's ``margin``, else ``MARGIN``).
+    ``others``: every stored run, of any selection, whose time on a machine claim (e)'s
+    timings must not overlap (``method_frames.run_time_frame``). ``batches``: the runs'
+    per-batch validation losses (``RunStore.eval_losses``), for Δ's interval; the selection's
+    ``adjust`` (default True) reads Table 3's verdicts at a family-wise 5 % (Holm)."""
     records = sorted(records, key=lambda r: r.id)
     selection = dict(selection or {})
     margin = check_margin(margin if margin is not None else selection.get("margin", MARGIN))
     created = (created_at or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    t3 = table3(records, metrics, at_step, margin=margin)
+    t3 = table3(records, metrics, at_step, margin=margin, batches=batches, adjust=bool(selection.get("adjust", True)))
     steps = method_frames.step_time_frame(records, metrics, at_step)
     diag = _diagnoses(diagnoses)
     verdicts = claims.judge(t3, _diagnoses(diagnoses, key_values=True), steps[claims.STEP_TIME_COLUMNS],
-                            timings=method_frames.run_time_frame(records, metrics, at_step), margin=margin)
+                            timings=method_frames.run_time_frame(records, metrics, at_step, others=others),
+                            margin=margin)
     figures, captions = _figures(records, metrics, at_step, steps)
     notes = []
     unfinished = [r for r in records if r.status != "finished"]

@@ -20,9 +20,10 @@ import plotly.io as pio
 
 from engine.analysis import claims
 from engine.analysis.report.stored import decode_frame, encode_frame, json_default
-from engine.analysis.summary import TABLE3_COLUMNS, display_frame, duplicates_note, paper_note
+from engine.analysis.summary import TABLE3_COLUMNS, display_frame
+from engine.analysis.summary import notes as table3_notes
 from engine.config import method_label
-from engine.core.stats import MARGIN, POWER
+from engine.core.stats import MARGIN, POWER, VERDICT_RULE
 
 REPORT_VERSION = 2  # 2: frames as Arrow (``stored``); 1: frames as JSON rows, still read
 READ_VERSIONS = (1, 2)
@@ -78,7 +79,7 @@ class Report:
         out += [Block("heading", "Table 3: validation loss and the paired difference to exact backprop"),
                 Block("table", "Table 3", frame=display_frame(self.table3) if len(self.table3) else _empty("no runs"),
                       text=table3_caption(self.table3))]
-        for note in (duplicates_note(self.table3), paper_note(self.table3)) if len(self.table3) else ():
+        for note in table3_notes(self.table3) if len(self.table3) else ():
             if note:
                 out.append(Block("text", text="Note: " + note))
         out += [Block("heading", "Claims of the paper"),
@@ -164,13 +165,13 @@ def table3_caption(table: pd.DataFrame) -> str:
     delta = " / ".join(f"{m:g}" for m in margins) or f"{MARGIN:g}"
     exact_sd = table.loc[table["estimator"] == "exact", "val_loss_std"].dropna() if len(table) else pd.Series()
     observed = (f" Here exact's seed SD is {' / '.join(f'{v:.4f}' for v in exact_sd)} nats." if len(exact_sd) else "")
-    return ("Each method's seeds are read at one step (the latest all its group reached, or the step asked for). Δ val "
+    return ("Each method's seeds are read at one step (the latest every live run of its group validated at, never "
+            "step 0, or the step asked for; the notes under the table say which and why). Δ val "
             "vs exact is the mean over seeds of val(method, s) − val(exact, s), the same seed meaning the same initial "
-            "parameters and batches; Δ per seed lists each. 95 % CI: its t-interval. 90 % CI: the interval of the "
-            f"equivalence test (two one-sided t-tests at 5 %) against the margin δ = {delta} nats. Verdict: equivalent "
-            "when the 90 % interval lies inside ±δ (any difference is below the margin, even a significant one); "
-            "else better / worse when the 95 % interval lies below / above 0; else inconclusive (more seeds decide). "
-            f"δ defaults to {MARGIN:g} nats (--margin sets it): no more than exact backprop's own seed-to-seed SD of "
+            "parameters and batches; Δ per seed lists each. 95 % CI: its t-interval, from the seeds and the validation "
+            "batches (SE seeds / val). 90 % CI: the interval of the "
+            f"equivalence test (two one-sided t-tests at 5 %) against the margin δ = {delta} nats. Verdict: "
+            f"{VERDICT_RULE} δ defaults to {MARGIN:g} nats (--margin sets it): no more than exact backprop's own seed-to-seed SD of "
             f"validation loss in this lab's CPU reproductions (0.01–0.026 nats).{observed} saved ÷ exact: bytes kept "
             "for the backward pass, run ÷ exact.")
 
@@ -210,5 +211,6 @@ def _with_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     or "" for the text of ``delta_val_by_seed``), so an older report still renders."""
     for column in columns:
         if column not in frame:
-            frame[column] = "" if column in ("delta_val_by_seed", "duplicates") else np.nan
+            frame[column] = "" if column in ("delta_val_by_seed", "duplicates", "diverged", "read") else \
+                0 if column in ("val_batches", "holm_tests") else False if column == "read_whole" else np.nan
     return frame

@@ -25,6 +25,7 @@ def register(subparsers) -> None:
     arguments.add_at_step(p, "read every run at this step (default: per config, the latest step all its runs reached)")
     arguments.add_margin(p, f"equivalence margin δ of Table 3 and claim (c) (default: {MARGIN:g}; a stored "
                             "report rebuilt with --rebuild keeps its own)", default=None)
+    arguments.add_no_adjust(p)
     p.add_argument("--out", help="file to write: report.html or report.md")
     arguments.add_force(p)
     p.add_argument("--rebuild", action="store_true", help="with --id: build that report again from the database")
@@ -101,7 +102,8 @@ def _build(args, store, margin, checked):
         raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
     runs = store.resolve_runs(args.runs) if args.runs else None
     tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
-    selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step, margin=margin)
+    selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step, margin=margin,
+                                     adjust=not args.no_adjust)
     built = checked(reports.build(store, selection))
     report_id = reports.save(store, built)
     print(f"stored as report {report_id}: {built.title} ({len(built.run_ids)} runs)", file=sys.stderr)

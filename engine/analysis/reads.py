@@ -1,0 +1,122 @@
+"""Where a comparison is read, and why there: the one decision that Table 3, claim (c),
+Compare, the report and ``engine summary`` all print.
+
+A comparable group (``engine.config.comparable_key``: the runs that differ only by method and
+seed) is read at one step S, chosen by ``read_group``:
+
+* ``at_step`` when the user names one;
+* else the latest step every *live* run of the group has a validation loss at. A live run is
+  one that is not failed or cancelled: a run still training (or interrupted, to be resumed)
+  holds the read back to its latest validation; a run that has not validated at all (queued)
+  holds nothing back and its seed is missing at S.
+* Failed and cancelled runs leave the choice of S. They are out of the comparison: a failed
+  run whose error says its training loss became non-finite (``DIVERGED_ERROR``) is a
+  *diverged* seed of its method (``diverged``), which Table 3 counts against the method.
+
+S = 0 is "not trained yet": every method of a seed starts from the same parameters, so Δ is
+exactly 0 there and says nothing; no Δ and no verdict are read at step 0.
+
+``read_text`` says it in one sentence: the step, why it is not the furthest step any run
+validated at (which runs held it back, at which step, in which state), and which runs were
+left out (diverged, failed, cancelled, not yet validated).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engine.core.choices import DIVERGED_ERROR
+
+LEFT_STATUSES = ("failed", "cancelled")  # runs out of the comparison: they never hold its step back
+NOT_TRAINED = "not trained yet"  # Table 3's word for a group read at step 0
+SHOWN_RUNS = 8  # runs named per list in a read's sentence before "and N more"
+
+
+def diverged(record) -> bool:
+    """Whether the run failed because its training loss became NaN or infinite."""
+    return record.status == "failed" and (record.error or "").startswith(DIVERGED_ERROR)
+
+
+class Read(NamedTuple):
+    """Where one comparable group is read (module docstring).
+
+    ``step``: the step read (None: no live run has validated); ``furthest``: the furthest
+    step any run of the group validated at; ``asked``: whether ``step`` was the user's;
+    ``held``: (run id, its last validated step, status) of the live runs that have not
+    validated at ``furthest``; ``left``: (run id, seed, why) of the runs out of the
+    comparison, why being "diverged", "failed" or "cancelled"; ``waiting``: ids of live runs
+    with no validation yet."""
+
+    step: int | None
+    furthest: int | None
+    asked: bool
+    held: tuple[tuple[int, int, str], ...]
+    left: tuple[tuple[int, int | None, str], ...]
+    waiting: tuple[int, ...]
+
+    @property
+    def whole(self) -> bool:
+        """Whether nothing is missing from the read: trained, at the furthest step, no run held
+        it back, left it or waits."""
+        return self.trained and self.step == self.furthest and not (self.held or self.left or self.waiting)
+
+    @property
+    def trained(self) -> bool:
+        """Whether the read step is past step 0 (the only steps a verdict is read at)."""
+        return self.step is not None and self.step > 0
+
+
+def _why_left(record) -> str:
+    return "diverged" if diverged(record) else record.status
+
+
+def read_group(members, val_steps: dict[int, set[int]], at_step: int | None = None) -> Read:
+    """The ``Read`` of the group of run records ``members`` whose validation steps are
+    ``val_steps`` (run id → steps; a run without validations may be absent)."""
+    members = sorted(members, key=lambda r: r.id)
+    live = [r for r in members if r.status not in LEFT_STATUSES]
+    left = tuple((r.id, r.seed, _why_left(r)) for r in members if r.status in LEFT_STATUSES)
+    validated = {r.id: val_steps[r.id] for r in live if val_steps.get(r.id)}
+    waiting = tuple(r.id for r in live if r.id not in validated)
+    every = [s for r in members for s in val_steps.get(r.id, ())]
+    furthest = max(every) if every else None
+    if at_step is not None:
+        step: int | None = int(at_step)
+    else:
+        shared = set.intersection(*validated.values()) if validated else set()
+        step = max(shared) if shared else None
+    status = {r.id: r.status for r in live}
+    held = tuple((i, max(s), status[i]) for i, s in validated.items()
+                 if furthest is not None and furthest not in s and (step is None or max(s) < furthest))
+    return Read(step, furthest, at_step is not None, held, left, waiting)
+
+
+def _runs(items: list[str]) -> str:
+    shown = ", ".join(items[:SHOWN_RUNS])
+    return shown + (f" and {len(items) - SHOWN_RUNS} more" if len(items) > SHOWN_RUNS else "")
+
+
+def _where(read: Read) -> str:
+    if read.step is None:
+        return "Nothing to read: no run still in the comparison has validated yet"
+    if read.asked:
+        return f"Read at step {read.step:,} (asked for)"
+    if read.step == 0:
+        return ("Not trained yet: read at step 0, where every method of a seed holds the same parameters, so no Δ "
+                "and no verdict")
+    if read.step == read.furthest:
+        return f"Read at step {read.step:,}, the furthest any run validated at"
+    return f"Read at step {read.step:,}, not {read.furthest:,}"
+
+
+def read_text(read: Read) -> str:
+    """``read`` in one sentence (module docstring)."""
+    parts = [_where(read)]
+    if read.held and not read.asked:
+        parts.append("held back by " + _runs([f"#{i} ({status}, validated to step {s:,})" for i, s, status in read.held]))
+    if read.left:
+        parts.append("left out: " + _runs([f"#{i} {why}" + ("" if seed is None else f" (seed {seed})")
+                                          for i, seed, why in read.left]))
+    if read.waiting:
+        parts.append("not validated yet (their seeds are missing): " + _runs([f"#{i}" for i in read.waiting]))
+    return "; ".join(parts) + "."
