@@ -83,6 +83,7 @@ def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) 
 RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "windows", "ms", "ms_low", "ms_high",
                     "shared", "load", "cores"]
 LOAD_METRIC = "sys/load1"  # the host's 1-minute load, ``engine.training.system`` (the analysis imports no training)
+CORES_METRIC = "sys/cores"  # the host's logical CPUs, recorded beside it
 
 
 def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *, others=(),
@@ -94,14 +95,15 @@ def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *
     ``records`` or of ``others`` (every stored run, of any selection) on the same machine
     (``shared_runs``); ``load`` the median of the host load it recorded (``LOAD_METRIC``)
     at the steps its windows end at (NaN: none recorded), the load its median step time was
-    measured under; ``cores`` the host's cores to read that load against. Runs record no
-    core count, so it is ``cores`` when given, else the cores of the machine reading them
-    (``os.cpu_count()``: the worker's, where a report is built when its sweep ends)."""
+    measured under; ``cores`` the host's cores to read that load against: the count the run
+    recorded (``CORES_METRIC``), else ``cores`` when given, else the cores of the machine
+    reading them (``os.cpu_count()``; runs of versions before 5 record none)."""
     records = list(records)
     rows_of = {r.id: config.rows for r in records if (config := stored(r.config)) is not None}
     tps = metrics[(metrics["name"] == "tokens_per_s") & metrics["run_id"].isin(list(rows_of)) & (metrics["value"] > 0)]
     tps = tps.sort_values("id").drop_duplicates(["run_id", "step"], keep="last")
     loads = metrics[(metrics["name"] == LOAD_METRIC) & metrics["run_id"].isin(list(rows_of))]
+    counted = metrics[(metrics["name"] == CORES_METRIC)].groupby("run_id")["value"].max()
     cores = int(cores or os.cpu_count() or 1)
     shared = shared_runs(records, others)
     by_id = {r.id: r for r in records}
@@ -119,7 +121,7 @@ def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *
             out.append({"run_id": run_id, "estimator": row.estimator, "rank": row.rank, "lam": row.lam,
                         "setup": row.setup, "seed": by_id[run_id].seed, "windows": len(ms), "ms": float(ms.median()),
                         "ms_low": float(ms.min()), "ms_high": float(ms.max()), "shared": run_id in shared,
-                        "load": float(load), "cores": cores})
+                        "load": float(load), "cores": int(counted.get(run_id, cores))})
     return pd.DataFrame(out, columns=RUN_TIME_COLUMNS).astype({"rank": "Int64", "windows": "int64", "shared": bool,
                                                                 "load": float, "cores": "Int64"})
 

@@ -11,6 +11,8 @@ title and its unit: the one definition the pages and the export read):
 - ``sys/rss_mib``: resident set size of that process, MiB;
 - ``sys/load1``: the host's load average over one minute (``os.getloadavg``): runnable
   processes, to compare with its cores (more than cores: runs wait for a CPU);
+- ``sys/cores``: the host's logical CPUs (``os.cpu_count``), what that load is read against
+  (claim (e), ``engine.analysis.method_frames.run_time_frame``);
 - ``sys/device_mem_mib`` and ``sys/device_peak_mib``: bytes in use on the run's device and
   the most ever in use by this process (JAX's ``Device.memory_stats()`` ``bytes_in_use``
   and ``peak_bytes_in_use``), MiB, the largest over the run's devices: per device, like the
@@ -50,6 +52,7 @@ SYSTEM_METRICS = {m.name: m for m in (
     SystemMetric("sys/cpu_percent", "Process CPU", "% of one core"),
     SystemMetric("sys/rss_mib", "Process resident memory", "MiB"),
     SystemMetric("sys/load1", "Host load (1 min)", "runnable processes"),
+    SystemMetric("sys/cores", "Host cores", "logical CPUs"),
     SystemMetric("sys/device_mem_mib", "Device memory in use", "MiB"),
     SystemMetric("sys/device_peak_mib", "Device memory, peak so far", "MiB"),
     SystemMetric("sys/gpu_util", "GPU utilisation", "% of time a kernel ran"),
@@ -94,6 +97,8 @@ class SystemSampler:
                "sys/rss_mib": self._process.memory_info().rss / MIB}
         if hasattr(os, "getloadavg"):
             out["sys/load1"] = float(os.getloadavg()[0])
+        if cores := os.cpu_count():
+            out["sys/cores"] = float(cores)
         stats = [s for s in (_memory_stats(d) for d in self._devices) if s]
         if in_use := [s["bytes_in_use"] for s in stats if "bytes_in_use" in s]:
             out["sys/device_mem_mib"] = max(in_use) / MIB

@@ -515,6 +515,10 @@ def test_e_reads_the_host_load_each_run_recorded(tmp_path):
     assert "basis: not measured (machine shared): 4 of 4 runs left out: they trained while the host load exceeded " \
            "its cores (load 12.3 on 2 cores)" in v.evidence
     assert verdict("e", timings=run_time_frame(records, metrics, cores=16)).verdict == NOT_SUPPORTED  # 1000 tokens/s
+    for run_id in ids:  # runs of version 5 record their host's cores: that count, not the reader's, is read
+        store.add_metrics(run_id, [(0, 0.0, "sys/cores", 16.0)])
+    counted = run_time_frame(store.list_runs(), store.metrics(ids), cores=2)
+    assert (counted["cores"] == 16).all() and verdict("e", timings=counted).verdict == NOT_SUPPORTED
     (tmp_path / "calm").mkdir()
     calm, calm_ids = _loaded_runs(tmp_path / "calm", 1.5)
     assert verdict("e", timings=run_time_frame(calm.list_runs(), calm.metrics(calm_ids), cores=2)).verdict == \

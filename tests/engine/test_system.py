@@ -13,7 +13,7 @@ from engine.config import RunConfig
 from engine.training import loop
 from engine.training.system import MIB, PREFIX, SYSTEM_METRICS, SystemSampler, axis_title, chart_title, is_system
 
-HOST = {"sys/cpu_percent", "sys/rss_mib", "sys/load1"}
+HOST = {"sys/cpu_percent", "sys/rss_mib", "sys/load1", "sys/cores"}
 
 
 def test_every_name_is_a_system_metric_with_a_title_and_a_unit():
@@ -27,7 +27,7 @@ def test_a_cpu_run_samples_the_process_and_the_host_and_no_device_figures():
     sampler = SystemSampler(jax.local_devices())  # the CPU backend has no memory_stats
     values = sampler.sample()
     assert set(values) == HOST
-    assert values["sys/load1"] >= 0 and values["sys/cpu_percent"] >= 0
+    assert values["sys/load1"] >= 0 and values["sys/cpu_percent"] >= 0 and values["sys/cores"] == os.cpu_count()
     import psutil
 
     rss = psutil.Process().memory_info().rss / MIB
