@@ -400,12 +400,12 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         "step": [_num(v, "d") for v in t["step"]],
         "val loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["val_loss_mean"], t["val_loss_std"])],
         "Δ val vs exact": [_num(m, "+.4f") for m in t["delta_val_mean"]],
+        "verdict": t["verdict"],
         "95% CI": ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(t["delta_val_ci95_low"], t["delta_val_ci95_high"])],
         _ci90_heading(t): ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
                            for lo, hi in zip(t["delta_val_ci90_low"], t["delta_val_ci90_high"])],
         "SE seeds / val": ["—" if pd.isna(a) else f"{a:.4f} / " + ("—" if pd.isna(n) or not n else _num(b, ".4f"))
                            for a, b, n in zip(t["delta_val_se_seed"], t["delta_val_se_batch"], t["val_batches"])],
-        "verdict": t["verdict"],
         "diverged": [v or "—" for v in t["diverged"].fillna("")] if "diverged" in t else "—",
         "Δ per seed": [v or "—" for v in t["delta_val_by_seed"]],
         "train loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["train_loss_mean"], t["train_loss_std"])],
