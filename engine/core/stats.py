@@ -69,6 +69,12 @@ one integral over the χ² density (``scipy.integrate.quad``). ``seeds_needed`` 
 n ≥ 2 whose power at μ = 0 reaches ``POWER`` (0.8): the seeds that decide "equivalent"
 for a method that truly matches; at a true Δ of μ ≠ 0 it needs more, and none reaches it
 once |μ| ≥ δ. ``PRIOR_DELTA_SD`` is the spread assumed before any run of a config exists.
+Under an undecided row the plan also carries what more seeds cannot shrink: the validation
+batches' variance se_batch² (``floor``), so se(s)² = s²/n + floor, d̄ ~ N(μ, σ²/n + floor) and
+h(s) = δ − q·se(s) in the integral above (t on n − 1 degrees of freedom, which Satterthwaite's
+only exceed: the plan errs towards more seeds), and the level its table reads it at (Holm's
+first step, α/m for a table of m tests: the plan errs towards more seeds again). A floor of
+(δ/q)² or more leaves no seed count that decides: validate on more tokens.
 ``plan_text`` plans a grid method by method, each at its own spread (``SeedPlan``).
 
 ``slope`` is an ordinary least-squares line with the t-interval of its slope (n − 2
@@ -236,26 +242,32 @@ def holm(pvalues, alpha: float = 1 - CONFIDENCE) -> np.ndarray:
     return out
 
 
-def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha: float = EQUIVALENCE_ALPHA) -> float:
+def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha: float = EQUIVALENCE_ALPHA,
+               floor: float = 0.0) -> float:
     """P(TOST reads "equivalent") with ``n`` paired seeds of SD ``sd`` and true mean
-    difference ``true_delta`` (module docstring); 0 for fewer than 2 seeds."""
+    difference ``true_delta``, each one-sided test at ``alpha``, with a variance ``floor`` that
+    seeds do not shrink (module docstring); 0 for fewer than 2 seeds."""
     margin = check_margin(margin)
     if n < 2:
         return 0.0
-    if sd == 0:
-        return 1.0 if abs(true_delta) < margin else 0.0
     nu, root = n - 1, math.sqrt(n)
     q = float(scipy.stats.t.ppf(1 - alpha, nu))
-    x_max = nu * (margin * root / (q * sd)) ** 2  # s above this leaves no room: h(s) ≤ 0
+    room = (margin / q) ** 2 - floor  # se(s)² must stay below (δ/q)²
+    if room <= 0:
+        return 0.0
+    if sd == 0:
+        return 1.0 if abs(true_delta) < margin - q * math.sqrt(floor) else 0.0
+    x_max = nu * n * room / sd**2  # s above this leaves no room: h(s) ≤ 0
+    tau = math.sqrt(sd**2 / n + floor)
 
     log_norm = (nu / 2) * math.log(2) + scipy.special.gammaln(nu / 2)
 
     def inside(x: float) -> float:  # P(d̄ inside ±h(s) | s) times the χ²_ν density at x = ν s²/σ²
         if x <= 0:
             return 0.0
-        h = margin - q * sd * math.sqrt(x / nu) / root
+        h = margin - q * math.sqrt(sd**2 * x / nu / n + floor)
         density = math.exp((nu / 2 - 1) * math.log(x) - x / 2 - log_norm)
-        return (scipy.special.ndtr((h - true_delta) * root / sd) - scipy.special.ndtr((-h - true_delta) * root / sd)) * density
+        return (scipy.special.ndtr((h - true_delta) / tau) - scipy.special.ndtr((-h - true_delta) / tau)) * density
 
     # the χ² mass lies within its 1e-12 and 1 − 1e-12 quantiles: a narrow peak near ν once n is large
     low, high = (float(scipy.stats.chi2.ppf(q, nu)) for q in (1e-12, 1 - 1e-12))
@@ -267,25 +279,29 @@ def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha:
 
 
 def seeds_needed(sd: float, margin: float, power: float = POWER, true_delta: float = 0.0,
-                 alpha: float = EQUIVALENCE_ALPHA) -> int | None:
-    """The least n ≥ 2 with ``tost_power(n, sd, margin, true_delta) >= power``; None when
-    more than ``MAX_SEEDS`` (or never, |true_delta| ≥ margin). Power rises with n, so a
-    doubling search then bisection finds it."""
+                 alpha: float = EQUIVALENCE_ALPHA, floor: float = 0.0) -> int | None:
+    """The least n ≥ 2 with ``tost_power(n, sd, margin, true_delta, alpha, floor) >= power``;
+    None when more than ``MAX_SEEDS`` (or never: |true_delta| ≥ margin, or a floor that leaves
+    no room). Power rises with n, so a doubling search then bisection finds it."""
     margin = check_margin(margin)
-    if not math.isfinite(sd) or sd < 0:
+    if not math.isfinite(sd) or sd < 0 or not math.isfinite(floor):
         return None
     if abs(true_delta) >= margin:
         return None
-    if tost_power(2, sd, margin, true_delta, alpha) >= power:
+
+    def enough(n: int) -> bool:
+        return tost_power(n, sd, margin, true_delta, alpha, floor) >= power
+
+    if enough(2):
         return 2
     low, high = 2, 4
-    while tost_power(high, sd, margin, true_delta, alpha) < power:
+    while not enough(high):
         low, high = high, high * 2
         if low > MAX_SEEDS:
             return None
     while high - low > 1:
         mid = (low + high) // 2
-        if tost_power(mid, sd, margin, true_delta, alpha) >= power:
+        if enough(mid):
             high = mid
         else:
             low = mid

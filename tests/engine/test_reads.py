@@ -25,6 +25,8 @@ from engine.core.stats import (
     WORSE,
     PairedDelta,
     paired_delta,
+    seeds_needed,
+    tost_power,
 )
 from engine.runner import reports
 from engine.runner.queries import read_runs, run_table3
@@ -317,3 +319,36 @@ def test_a_real_tiny_sweep_read_while_running_has_no_verdict_before_every_run_tr
     row, read = basis_row()
     assert row["step"] == 20 and read == "Read at step 20, the furthest any run validated at."
     assert row["delta_val_se_batch"] >= 0 and np.isfinite(row["delta_val_ci95_low"])
+
+
+# --------------------------------------------------------------------------- 7. power where it helps
+
+def test_tost_power_with_a_floor_is_the_simulated_rate_and_the_floor_costs_seeds():
+    """With a variance floor that seeds share (the validation batches) and each test at α/m,
+    the power integral equals the simulated rate of |d̄| + q·se < δ, se² = s²/n + floor."""
+    n, sd, floor, alpha, margin, reps = 6, 0.012, 0.004**2, 0.05 / 3, 0.02, 20_000
+    q = stats.t.ppf(1 - alpha, n - 1)
+    d = SIM.normal(0.0, sd, (reps, n)) + SIM.normal(0.0, math.sqrt(floor), (reps, 1))
+    se = np.sqrt(d.var(axis=1, ddof=1) / n + floor)
+    rate = np.mean(np.abs(d.mean(axis=1)) + q * se < margin)
+    assert tost_power(n, sd, margin, alpha=alpha, floor=floor) == pytest.approx(rate, abs=4 * math.sqrt(0.25 / reps))
+    plain, held = seeds_needed(sd, margin), seeds_needed(sd, margin, alpha=alpha, floor=floor)
+    assert held > plain and tost_power(held, sd, margin, alpha=alpha, floor=floor) >= 0.8
+    assert seeds_needed(sd, margin, floor=(margin / 1.5) ** 2) is None  # the floor alone fills the margin
+
+
+def test_an_undecided_row_plans_with_its_batch_floor_and_the_tables_level(store):
+    B = 16
+    for seed in range(3):
+        exact_losses = 6.0 + SIM.normal(0, 0.3, B)
+        for rank, shift in ((None, 0.0), (32, 0.008 * seed)):
+            config = dataclasses.replace(BASE, seed=seed, **({"estimator": "exact"} if rank is None else {"rank": rank}))
+            losses = exact_losses + shift + (0 if rank is None else SIM.normal(0, 0.02, B))
+            run_id = _run(store, config, {0: 9.0, 600: float(losses.mean())})
+            store.set_status(run_id, "finished")
+            store.add_eval_losses(run_id, [(600, "val", losses.tolist())])
+    t = run_table3(store)
+    row = _row(t, "basis", 32)
+    assert row["verdict"] == INCONCLUSIVE and row["val_batches"] == B
+    plan = {v.key: v for v in claims.judge(t, None, None)}["c"].power
+    assert "inconclusive" in plan and f"the validation batches' SE {row['delta_val_se_batch']:.3g}" in plan, plan

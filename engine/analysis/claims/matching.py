@@ -108,7 +108,7 @@ def match_plan(table3: pd.DataFrame, diagnoses: pd.DataFrame, step_times: pd.Dat
             parts.append(f"{name}: decided ({r.verdict}), no more seeds needed")
         elif r.verdict == UNDECIDED:
             parts.append(_undecided_plan(name, int(r.paired_seeds), float(r.delta_val_std), float(r.delta_val_mean),
-                                         margin))
+                                         margin, _floor(r), _alpha(r)))
     if not parts:
         parts.append(_seed_plan(f"{CLAIM_ESTIMATOR} R={MATCH_RANK}", 0, PRIOR_DELTA_SD, "prior", margin))
     return "; ".join(parts)
@@ -118,15 +118,34 @@ def _count(seeds: int | None) -> str:
     return f"{seeds} seeds" if seeds else f"more than {MAX_SEEDS:,} seeds"
 
 
-def _undecided_plan(name: str, seeds: int, sd: float, mean: float, margin: float) -> str:
+def _floor(row) -> float:
+    """The validation batches' variance of the row's Δ (0 where none was measured): seeds cannot shrink it."""
+    se = getattr(row, "delta_val_se_batch", math.nan)
+    return float(se) ** 2 if pd.notna(se) else 0.0
+
+
+def _alpha(row) -> float:
+    """The level each one-sided test of the row is read at: Holm's first step over the table's tests."""
+    tests = getattr(row, "holm_tests", 0)
+    return EQUIVALENCE_ALPHA / int(tests) if pd.notna(tests) and int(tests) > 0 else EQUIVALENCE_ALPHA
+
+
+def _undecided_plan(name: str, seeds: int, sd: float, mean: float, margin: float, floor: float = 0.0,
+                    alpha: float = EQUIVALENCE_ALPHA) -> str:
     """The seeds an inconclusive row needs for ``POWER`` at its observed Δ SD ``sd``: at a true
-    Δ of 0 and at the observed mean ``mean`` (``seeds_needed(..., true_delta=mean)``)."""
+    Δ of 0 and at the observed mean ``mean`` (``seeds_needed(..., true_delta=mean)``), with the
+    validation batches' variance ``floor`` that seeds do not shrink and each test at ``alpha``."""
+    def need(true_delta: float) -> str:
+        return _count(seeds_needed(sd, margin, true_delta=true_delta, alpha=alpha, floor=floor))
+
     seen = f"if the true Δ is the {mean:+.4f} seen, "
-    seen += (f"no number of seeds shows equivalence (|Δ| ≥ δ = {margin:g})" if abs(mean) >= margin
-             else _count(seeds_needed(sd, margin, true_delta=mean)))
-    return (f"{name}: inconclusive; at the observed Δ SD {sd:.3g}, {seeds} seeds give "
-            f"{tost_power(seeds, sd, margin):.0%} power to read equivalent within ±{margin:g}, and {POWER:.0%} takes "
-            f"{_count(seeds_needed(sd, margin))} if it truly matches (true Δ 0), {seen}")
+    seen += (f"no number of seeds shows equivalence (|Δ| ≥ δ = {margin:g})" if abs(mean) >= margin else need(mean))
+    terms = (f" (with the validation batches' SE {math.sqrt(floor):.3g}, which more seeds do not shrink"
+             + (f", and each test at Holm's α/m = {alpha:.3g}" if alpha < EQUIVALENCE_ALPHA else "") + ")"
+             if floor or alpha < EQUIVALENCE_ALPHA else "")
+    return (f"{name}: inconclusive; at the observed Δ SD {sd:.3g}{terms}, {seeds} seeds give "
+            f"{tost_power(seeds, sd, margin, alpha=alpha, floor=floor):.0%} power to read equivalent within "
+            f"±{margin:g}, and {POWER:.0%} takes {need(0.0)} if it truly matches (true Δ 0), {seen}")
 
 
 def _seed_plan(name: str, seeds: int, sd: float, source: str, margin: float) -> str:
