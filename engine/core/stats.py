@@ -250,7 +250,7 @@ def tost_power(n: int, sd: float, margin: float, true_delta: float = 0.0, alpha:
     margin = check_margin(margin)
     if n < 2:
         return 0.0
-    nu, root = n - 1, math.sqrt(n)
+    nu = n - 1
     q = float(scipy.stats.t.ppf(1 - alpha, nu))
     room = (margin / q) ** 2 - floor  # se(s)² must stay below (δ/q)²
     if room <= 0:
