@@ -281,13 +281,17 @@ def _pair_batches(pairs: pd.DataFrame, step, losses: dict) -> np.ndarray | None:
     return np.stack(rows) if rows and len({len(r) for r in rows}) == 1 else None
 
 
-def _diverged_text(method_runs: pd.DataFrame, lost: set, exact_lost: set) -> tuple[str, bool]:
-    """(``2 of 5 seeds (s1, s3)``, any) for the seeds of ``method_runs`` that diverged where exact did not."""
+def _diverged_text(method_runs: pd.DataFrame, lost: set, exact_lost: set) -> str:
+    """``2 of 5 seeds (s1, s3)``: the seeds of ``method_runs`` that diverged where exact did not ("" for none)."""
     seeds = sorted({int(s) for s in method_runs["seed"].dropna()})
     bad = [s for s in seeds if s in lost and s not in exact_lost]
-    if not bad:
-        return "", False
-    return f"{len(bad)} of {len(seeds)} seeds ({', '.join(f's{s}' for s in bad)})", True
+    return f"{len(bad)} of {len(seeds)} seeds ({', '.join(f's{s}' for s in bad)})" if bad else ""
+
+
+def _counted(word: str, diverged_seeds: str) -> str:
+    """``word`` with divergence counted against the method: a method that diverged where exact did
+    not reads "diverged" unless its other seeds already read it worse or not equivalent."""
+    return DIVERGED if diverged_seeds and word not in (WORSE, NOT_EQUIVALENT) else word
 
 
 def _delta(method: str, done: pd.DataFrame, exact: pd.DataFrame, read: Read, margin: float,
@@ -323,13 +327,13 @@ def _group_rows(members: list, metrics: pd.DataFrame, read: Read, setup: str, du
     for (estimator, rank, lam), method in s.groupby("method", sort=False):
         done = reached[reached["method"] == (estimator, rank, lam)]
         delta, deltas = _delta(estimator, done, exact[["val_loss", "run_id"]], read, margin, losses)
-        diverged_text, any_diverged = _diverged_text(method, {int(x) for x in method.loc[method["run_id"].isin(lost),
-                                                                                           "seed"]}, exact_lost)
+        diverged_text = _diverged_text(method, {int(x) for x in method.loc[method["run_id"].isin(lost), "seed"]},
+                                       exact_lost)
         rows.append({
             "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
             "step": read.step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
             **_delta_columns(delta, deltas), "diverged": diverged_text,
-            "verdict": DIVERGED if any_diverged and delta.verdict not in (WORSE, NOT_EQUIVALENT) else delta.verdict,
+            "verdict": _counted(delta.verdict, diverged_text),
             "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
             "cos_mean": done["cos_mean"].mean(),
             "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
@@ -371,7 +375,7 @@ def holm_verdicts(table: pd.DataFrame, adjust: bool) -> pd.DataFrame:
     for i in table.index[tested]:
         row = table.loc[i]
         word = verdict_from(row["delta_val_mean"], *(row[f"{t}_holm"] for t in TESTS))
-        table.at[i, "verdict"] = DIVERGED if row["diverged"] and word not in (WORSE, NOT_EQUIVALENT) else word
+        table.at[i, "verdict"] = _counted(word, row["diverged"])
     return table
 
 
