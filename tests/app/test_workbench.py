@@ -90,6 +90,20 @@ def test_compare_says_which_runs_hold_the_common_step_back(url, store):
     assert at.dataframe[0].value["step"].tolist() == ["90", "90"]
 
 
+def test_compare_reads_no_verdict_while_a_run_has_only_its_step_0(url, store):
+    """A live sweep: one basis run has validated only its initial parameters. Compare says the
+    table is not trained yet and which run holds it, and no row reads a verdict."""
+    a, _ = _sweeps(store)
+    starting = fake_run(InSweep(store, SWEEP_A), dataclasses.replace(LONG, estimator="basis", rank=8, seed=3),
+                        status="running", steps_done=0)
+    at = page(app(selected=[*a, starting]).run(), "compare")
+    note = next(i for i in _texts(at.info) if "Not trained yet" in i)
+    assert f"#{starting} (running, validated to step 0)" in note, note
+    table = at.dataframe[0].value
+    assert table["step"].tolist() == ["0", "0"] and table["verdict"].tolist() == ["reference", "not trained yet"]
+    assert table["Δ val vs exact"].tolist() == ["—", "—"]
+
+
 def test_a_compare_link_keeps_the_step_the_quantity_and_per_layer(url, store):
     """The rank figure's step and quantity and the per-layer cosine chart go into the URL
     when changed, and a link with them opens the page showing exactly that."""
