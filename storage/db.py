@@ -36,10 +36,16 @@ opening the database at once upgrade it once.  An empty database gets the whole 
 database written before Alembic (with the old one-row ``schema_version`` table, or from before
 any versioning) is adopted by revision ``0001`` and upgraded in place, keeping every run and
 metric.  A database at a revision this code does not know (written by a newer BASIS Lab) is
-refused untouched.  To change the schema: edit ``models.py`` and add a revision under
-``storage/migrations/versions`` that does the same to a stored database (a test compares
-them).  Revisions never drop or rewrite stored runs, and a database that cannot be opened is
-reported with :class:`StorageError`, never replaced.
+refused untouched, and so is one whose ``alembic_version`` names the newest revision while it
+lacks a table or column of the models (:mod:`storage.schema_check`).  To change the schema:
+edit ``models.py`` and add a revision under ``storage/migrations/versions`` that does the same
+to a stored database (a test compares them).  Revisions never drop stored runs nor rewrite
+what they hold, but for text that UTF-8 cannot encode (revision 0011 writes each such byte as
+its escape), and a database that cannot be opened is reported with :class:`StorageError`,
+never replaced.
+
+Stored JSON is read through :func:`json_loads`: a string holding a lone surrogate (stored
+before the UTF-8 check) comes back with it escaped, never as text no file or page can hold.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ from .errors import (  # noqa: F401  (db's names before errors.py existed)
     StorageError,
     storage_error,
 )
+from .limits import as_utf8_value, has_surrogate_escape
+from .schema_check import check_models
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -87,6 +95,7 @@ __all__ = [
     "storage_error",
     "write_engine",
     "json_dumps",
+    "json_loads",
 ]
 
 DEFAULT_DB_PATH: pathlib.Path = pathlib.Path.home() / ".local" / "share" / "basis-lab" / "basis-lab.db"
@@ -194,6 +203,16 @@ def json_dumps(obj: Any) -> str:
     return json.dumps(obj, default=_json_default)
 
 
+def json_loads(text: "str | bytes") -> Any:
+    """A stored JSON value (every JSON column is read through this): ``json.loads``, and
+    where the text escapes a UTF-16 surrogate (``\\udcfe``) every string that UTF-8 cannot
+    encode (a lone surrogate, stored by a version before the UTF-8 check) gets that escape
+    as visible text (:func:`storage.limits.as_utf8_value`), so no reader, CSV or page fails
+    on it. Text without such an escape costs one search."""
+    value = json.loads(text)
+    return as_utf8_value(value) if has_surrogate_escape(text) else value
+
+
 # --------------------------------------------------------------------------- engine
 
 
@@ -236,7 +255,7 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
             f"malformed database URL {masked_url(resolved)!r}; {FIX_HINT} with a URL like "
             "sqlite:////abs/path/lab.db or postgresql+psycopg://user:pw@host/db"
         ) from e
-    kwargs: dict[str, Any] = {"json_serializer": json_dumps}
+    kwargs: dict[str, Any] = {"json_serializer": json_dumps, "json_deserializer": json_loads}
     is_sqlite = u.get_backend_name() == "sqlite"
     memory = is_sqlite and _is_memory(u.database)
     if is_sqlite:
@@ -336,11 +355,19 @@ def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> 
 
 
 def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
-    """Run the missing revisions on ``conn`` (inside its transaction, under the lock)."""
+    """Run the missing revisions on ``conn`` (inside its transaction, under the lock), then
+    check the result against the models (a mismatch rolls every revision back)."""
     revision = _read_revision(conn)  # re-check under the lock: another process may have done it
     if revision == head:
+        check_models(conn, masked_url(engine.url), head)
         return
     _refuse_newer(engine, conn, revision)
+    _run_revisions(engine, conn, revision, head)
+    check_models(conn, masked_url(engine.url), f"{revision or 'none'} (upgraded here to {head})")
+
+
+def _run_revisions(engine: Engine, conn: Connection, revision: Optional[str], head: str) -> None:
+    """``alembic upgrade head`` on ``conn``; a failure is a StorageError saying nothing changed."""
     try:
         command.upgrade(_alembic_config(conn), "head")
         if conn.dialect.name == "sqlite":
@@ -362,12 +389,16 @@ def ensure_schema(engine: Engine) -> str:
 
     One transaction for all revisions, under SQLite's write lock or a PostgreSQL advisory lock.
     On SQLite, foreign keys are off during the upgrade (a table rebuild must not cascade into
-    its children) and checked with ``PRAGMA foreign_key_check`` before it commits.
+    its children) and checked with ``PRAGMA foreign_key_check`` before it commits.  A database
+    at the newest revision (already, or once upgraded) must hold every table and column of the
+    models (:mod:`storage.schema_check`, once per database and process), else it is refused
+    with nothing written.
     """
     head = head_revision()
     with engine.connect() as conn:  # cheap read-only check first: no write lock when current
         revision = _read_revision(conn)
         if revision == head:
+            check_models(conn, masked_url(engine.url), head)
             return head
         _refuse_newer(engine, conn, revision)
     if engine.dialect.name == "sqlite":

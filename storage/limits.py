@@ -12,10 +12,17 @@ the integers the database stores.  ``models.py`` sizes its columns from these,
   decode, ``$'x\\xfe'``) is refused, as no database column, CSV or page could hold it,
 - integers in ``[INT_MIN, INT_MAX]``: every integer column that a run's settings reach
   (seed, steps, steps done, rank, checkpoint step, metric step) is 64-bit (``BIGINT``).
+
+Text stored before the UTF-8 check is read, never refused: a string UTF-8 cannot encode
+comes back with each such character as its visible escape (``as_utf8``: the byte ``0xfe``
+that was decoded as the lone surrogate U+DCFE reads ``\\udcfe``), the form in which it can
+be typed to edit it (``engine tag RUN --remove 't\\udcfe'``); revision 0011 stores it so.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from .family import InvalidValueError
@@ -67,3 +74,42 @@ def as_utf8(text: str) -> str:
     for text the program writes itself (an error, a note quoting a path), which must be
     stored rather than refused."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape of a UTF-16 surrogate: \ud83d, \udcfe
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def has_surrogate_escape(text: "str | bytes") -> bool:
+    """Whether JSON ``text`` may decode to a lone surrogate: it escapes a surrogate
+    (``\\udcfe``; a pair such as ``\\ud83d\\ude00`` is an emoji and decodes whole)."""
+    if isinstance(text, str):
+        return _SURROGATE_ESCAPE.search(text) is not None
+    return _SURROGATE_ESCAPE_BYTES.search(text) is not None
+
+
+def as_utf8_value(value: Any) -> Any:
+    """``value`` (a string, or nested dicts and lists as JSON gives them) with every string
+    in it, keys included, passed through :func:`as_utf8`: what UTF-8 cannot encode becomes its
+    visible escape. For stored text read back; nothing else changes."""
+    if isinstance(value, str):
+        return value if value.isascii() else as_utf8(value)
+    if isinstance(value, dict):
+        return {as_utf8_value(k): as_utf8_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_utf8_value(v) for v in value]
+    return value
+
+
+def json_text_as_utf8(text: str) -> str:
+    """JSON ``text`` kept as text (a report's content) as it is, unless a string in it is a
+    lone surrogate (escaped in the text as ``\\udcfe``): then the same JSON with each such
+    string passed through :func:`as_utf8_value`. Text that is not JSON is left as it is."""
+    if not has_surrogate_escape(text):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    fixed = as_utf8_value(value)
+    return text if fixed == value else json.dumps(fixed)

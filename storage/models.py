@@ -3,8 +3,10 @@
 and ``database_lineage`` (``run_logs``: :mod:`storage.logs`).
 
 This is the schema at the newest Alembic revision (``storage/migrations/versions``); a test
-compares the two, so a change here needs a new revision that does the same to a stored
-database.
+compares the two (tables, columns, indexes and which columns may be NULL: a column not
+``Optional`` here is NOT NULL in every database, since revision 0011), so a change here needs
+a new revision that does the same to a stored database.  Every open checks that the database
+holds each table and column declared here (:mod:`storage.schema_check`).
 
 Sizes come from :mod:`storage.limits`: a run's name is ``VARCHAR(NAME_MAX)`` and every
 integer a run's settings can reach (seed, steps, rank, steps done, checkpoint and metric

@@ -17,7 +17,7 @@ from sqlalchemy.orm import defer
 from .database import Repository
 from .db import rowcount
 from .errors import StorageError
-from .limits import check_utf8
+from .limits import check_utf8, json_text_as_utf8
 from .models import Report, new_uid, utcnow
 from .records import json_normal
 
@@ -27,7 +27,8 @@ REPORT_TITLE_MAX = 200
 @dataclass(frozen=True)
 class ReportRecord:
     """One stored report; ``content`` is None in listings (``list_reports``), the stored
-    JSON text from ``get_report``."""
+    JSON text from ``get_report`` (a string in it that UTF-8 cannot encode, stored before the
+    UTF-8 check, with its escape: ``storage.limits.json_text_as_utf8``)."""
 
     id: int
     uid: str
@@ -44,7 +45,7 @@ class ReportRecord:
     def from_row(cls, r: Report, content: bool = True) -> "ReportRecord":
         return cls(id=r.id, uid=r.uid, key=r.key, sweep_id=r.sweep_id, title=r.title or f"report {r.id}",
                    selection=dict(r.selection or {}), run_ids=[int(i) for i in (r.run_ids or [])], at_step=r.at_step,
-                   created_at=r.created_at, content=r.content if content else None)
+                   created_at=r.created_at, content=json_text_as_utf8(r.content) if content else None)
 
 
 def report_not_found(report_id: Any) -> StorageError:

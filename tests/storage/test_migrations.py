@@ -70,6 +70,15 @@ def test_unknown_alembic_revision_is_refused_untouched(tmp_path):
     assert (tmp_path / "lab.db").read_bytes() == before
 
 
+def _nullable(engine):
+    """{(table, column): may it be NULL} of the models' tables as the database declares them."""
+    insp = inspect(engine)
+    return {(t, c["name"]): c["nullable"] for t in storage.Base.metadata.tables for c in insp.get_columns(t)}
+
+
+DECLARED_NULLABLE = {(t.name, c.name): c.nullable for t in storage.Base.metadata.tables.values() for c in t.columns}
+
+
 def _schema(engine):
     """{table: (column names, index names)} of every table but Alembic's own."""
     insp = inspect(engine)
@@ -86,7 +95,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0010"
+    assert schema_revision(eng) == head_revision() == "0011"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -119,12 +128,10 @@ def test_migrations_build_exactly_the_models(empty_db_url):
                                                    "diagnostic_results", "reports",
                                                    "saved_views", "database_identity", "database_lineage", "run_logs",
                                                    "eval_losses"}
-    # the tables made since revision 0009 also agree on which columns may be NULL (older ones drifted)
-    nullable = [d[0][2:4] for d in diffs if isinstance(d, list) and d[0][0] == "modify_nullable"
-                and d[0][2] in ("run_logs", "eval_losses")]
-    assert nullable == []
-    assert {c["name"]: c["nullable"] for c in inspect(eng).get_columns("eval_losses")} == dict.fromkeys(
-        ("id", "run_id", "step", "split", "losses"), False)
+    # and on which columns may be NULL, every column of every table (revision 0011 set the NOT NULLs 0001-0005 left out)
+    assert [d[0][2:4] for d in diffs if isinstance(d, list) and d[0][0] == "modify_nullable"] == []
+    assert _nullable(eng) == DECLARED_NULLABLE
+    assert sum(not n for n in DECLARED_NULLABLE.values()) > 24 and DECLARED_NULLABLE[("metrics", "step")] is False
     eng.dispose()
 
 
@@ -155,6 +162,7 @@ def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
     assert _raw_rows(path, "runs", run_cols) == runs_before  # every old column of every run, byte for byte
     assert _raw_rows(path, "metrics", metric_cols) == metrics_before
     assert "schema_version" not in inspect(st.engine).get_table_names()
+    assert _nullable(st.engine) == DECLARED_NULLABLE
 
     runs = {r.id: r for r in st.list_runs()}
     assert {i: (r.name, r.status) for i, r in runs.items()} == {
@@ -192,6 +200,7 @@ def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
     assert schema_revision(eng) == head_revision()
     fresh = make_engine(sqlite_url(tmp_path, "fresh.db"))
     assert _schema(eng) == _schema(fresh)  # adopting and creating give the same schema
+    assert _nullable(eng) == _nullable(fresh) == DECLARED_NULLABLE
 
     st = RunStore(engine=eng)
     runs = {r.id: r for r in st.list_runs()}
@@ -314,6 +323,7 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
     st = RunStore(pg_url)
     assert schema_revision(st.engine) == head_revision()
     assert "schema_version" not in inspect(st.engine).get_table_names()
+    assert _nullable(st.engine) == DECLARED_NULLABLE
     got = {r.id: r for r in st.list_runs()}
     assert sorted(got) == [r["id"] for r in runs]
     for r in runs:
@@ -418,9 +428,82 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
     st = RunStore(empty_db_url)
-    assert schema_revision(st.engine) == head_revision() == "0010"
+    assert schema_revision(st.engine) == head_revision() == "0011"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
     frame = st.runs_frame()
     assert frame["interruption_cause"].tolist()[:6] == ["stale", "stale", "signal", "signal", "disk_full", "crash"]
     st.close()
+
+
+def _broken_state(url, path=None):
+    """What a refused open must leave as it was: the revision, every table's columns and
+    indexes, and (SQLite) the database file's bytes."""
+    import sqlalchemy as sa
+
+    raw = sa.create_engine(url)
+    with raw.connect() as con:
+        state = (con.execute(text("SELECT version_num FROM alembic_version")).scalar(), _schema(con))
+    raw.dispose()
+    return state, (path.read_bytes() if path else None)
+
+
+def test_a_database_at_head_lacking_a_column_is_refused_in_one_line_untouched(empty_db_url, tmp_path, capsys):
+    """``alembic_version`` alone is not trusted (a copy from a side branch stamped with a
+    revision it never ran): opening checks the models' tables and columns, and one missing is
+    a one-line error naming it and the fix, with nothing written, for the store and the CLI."""
+    from engine.cli.main import main
+
+    eng = _at_revision(empty_db_url, "head")
+    with eng.begin() as con:
+        con.execute(text("ALTER TABLE runs DROP COLUMN epoch"))
+        con.execute(text("DROP TABLE eval_losses"))
+    eng.dispose()
+    path = None
+    if empty_db_url.startswith("sqlite"):
+        path = tmp_path / "lab.db"
+        with sqlite3.connect(path) as con:
+            con.execute("PRAGMA journal_mode = WAL")  # as BASIS Lab leaves it: opening changes no byte
+        con.close()
+    before = _broken_state(empty_db_url, path)
+    with pytest.raises(StorageError) as info:
+        RunStore(empty_db_url)
+    message = str(info.value)
+    assert "\n" not in message and "is marked schema revision 0011 but lacks table eval_losses, runs.epoch" in message
+    assert "nothing was written: restore a backup of it, or add the missing columns" in message
+    assert main(["list", "--db", empty_db_url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: database ") and err.count("\n") == 1 and "runs.epoch" in err
+    assert _broken_state(empty_db_url, path) == before
+
+
+def test_an_older_database_lacking_a_column_is_refused_after_its_upgrade_rolled_back(tmp_path):
+    """A database stamped 0009 without a column of that revision: the upgrade runs, the check
+    against the models fails, and every revision is rolled back."""
+    url = sqlite_url(tmp_path)
+    eng = _at_revision(url, "0009")
+    with eng.begin() as con:
+        con.execute(text("ALTER TABLE runs DROP COLUMN epoch"))
+    eng.dispose()
+    with pytest.raises(StorageError, match=r"marked schema revision 0009 \(upgraded here to 0011\) but lacks "
+                                           r"runs\.epoch \(.*nothing was written"):
+        make_engine(url)
+    state, _ = _broken_state(url)
+    assert state[0] == "0009" and "eval_losses" not in state[1] and "epoch" not in state[1]["runs"][0]
+
+
+def test_the_schema_check_is_done_once_per_database_and_process(tmp_path, monkeypatch):
+    """Opening a database that matched again asks it nothing (the check runs on every open)."""
+    from storage import schema_check
+
+    url = sqlite_url(tmp_path)
+    RunStore(url).close()
+    calls = []
+    monkeypatch.setattr(schema_check, "missing_columns", lambda *a: calls.append(a) or [])
+    RunStore(url).close()
+    make_engine(url).dispose()
+    assert calls == []
+    _at_revision(sqlite_url(tmp_path, "other.db"), "head").dispose()
+    calls.clear()  # revision 0011 checks the columns it reads
+    RunStore(sqlite_url(tmp_path, "other.db")).close()  # another database: checked
+    assert len(calls) == 1
