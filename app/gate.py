@@ -6,16 +6,27 @@ variable the dashboard is open, which is what ``make run`` (bound to localhost) 
 the Procfile's public start refuses to run without one (see README).
 
 Guessing is slowed per client (``Throttle``): after ``FREE_TRIES`` wrong passwords in a
-row a client (its IP address, as the server sees it; this browser session where the
-server does not know it) must wait 1 s, then 2 s, 4 s … (at most ``MAX_WAIT_S``) before
-its next try is even checked; a right password clears its count. Twenty guesses take
-over ten minutes instead of seconds. A new tab or session of the same address does not
-start afresh.
+row a client must wait 1 s, then 2 s, 4 s … (at most ``MAX_WAIT_S``) before its next try
+is even checked; a right password clears its count. Twenty guesses take over ten minutes
+instead of seconds. A new tab or session of the same client does not start afresh.
+
+The client (``identify``) is what the server can tell apart even on loopback:
+
+- with ``BASIS_LAB_TRUSTED_PROXY=1`` (the dashboard runs behind a reverse proxy that
+  appends the address it saw to ``X-Forwarded-For``), that header's last hop: the one
+  address the trusted proxy wrote (the hops before it are whatever the client sent);
+  never without the setting, as any client can send the header;
+- else the connection's IP address, as the server sees it;
+- else (Streamlit reports no address for a connection from 127.0.0.1 or ::1: ``make
+  run``, or a proxy on this host that is not trusted) one shared ``LOOPBACK`` bucket for
+  every such client, so fresh sessions never reset the count; behind a proxy on this
+  host, set ``BASIS_LAB_TRUSTED_PROXY`` so that its clients wait each for their own.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import math
 import os
 import threading
@@ -23,9 +34,10 @@ import time
 from typing import Callable
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 ENV_PASSWORD = "BASIS_LAB_PASSWORD"
+ENV_TRUSTED_PROXY = "BASIS_LAB_TRUSTED_PROXY"  # "1" (true, yes): X-Forwarded-For's last hop names the client
+LOOPBACK = "loopback"  # the one client of every connection without an address
 _UNLOCKED = "gate.unlocked"
 FREE_TRIES = 3  # wrong passwords in a row a client may type before it has to wait
 MAX_WAIT_S = 300.0
@@ -68,13 +80,30 @@ class Throttle:
 THROTTLE = Throttle()
 
 
+def _address(text: str | None) -> str | None:
+    """``text`` as an IP address (normalised), or None when it is not one."""
+    try:
+        return str(ipaddress.ip_address((text or "").strip()))
+    except ValueError:
+        return None
+
+
+def identify(forwarded: list[str], ip: str | None, trusted: bool) -> str:
+    """The throttle's key of a client (the rule of the module docstring): the last hop of
+    the ``X-Forwarded-For`` headers ``forwarded`` when the proxy is ``trusted`` and that
+    hop is an address, else the connection's address ``ip``, else ``LOOPBACK``."""
+    hops = [hop for line in forwarded for hop in line.split(",") if hop.strip()]
+    last = _address(hops[-1]) if trusted and hops else None
+    address = last or (_address(ip) if isinstance(ip, str) else None)
+    return f"ip:{address}" if address else LOOPBACK
+
+
 def client() -> str:
-    """Who is typing: the connection's IP address, else this browser session."""
-    ip = getattr(st.context, "ip_address", None)
-    if ip:
-        return f"ip:{ip}"
-    ctx = get_script_run_ctx()
-    return f"session:{ctx.session_id if ctx else ''}"
+    """Who is typing, as ``identify`` tells from this session's connection."""
+    headers = getattr(st.context, "headers", None)
+    forwarded = headers.get_all("X-Forwarded-For") if headers is not None else []
+    trusted = os.environ.get(ENV_TRUSTED_PROXY, "").strip().lower() in ("1", "true", "yes")
+    return identify(forwarded, getattr(st.context, "ip_address", None), trusted)
 
 
 def password() -> str | None:

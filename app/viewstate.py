@@ -29,7 +29,10 @@ With a sweep or tag filter and no ``runs``, the view is every run the filter mat
 so a link keeps showing runs the sweep gains later. ``decode`` never fails: a value it
 cannot read is left at its default and named in ``ViewState.problems``. ``url_id`` reads
 the id parameters of the other pages (Run detail's ``?run=``, Report's ``?id=``) the same
-way. No Streamlit here.
+way. Every number a link holds (``runs``, ``run``, ``id``, ``at``) is read with bounds
+(``url_int``): ASCII digits, at most ``MAX_DIGITS`` of them, at most ``storage.limits.INT_MAX``
+(what the database's 64-bit columns hold); anything else, a 5,000-digit ``?run=`` included,
+is a one-line problem quoting at most ``SHOWN_CHARS`` characters of it. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from engine.analysis.method_frames import RANK_QUANTITIES
+from storage.limits import INT_MAX
 
 X_AXES = ("step", "wall_time")
+MAX_DIGITS = len(str(INT_MAX))  # 19: the most digits of an id or a step in a link
+SHOWN_CHARS = 40  # the most characters of a refused value a problem quotes
 MAX_SMOOTHING = 0.99
 WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
@@ -75,22 +81,38 @@ def is_id(token: str) -> bool:
     return token.isascii() and token.isdigit()
 
 
+def shown(value: str) -> str:
+    """``value`` quoted for a problem line: at most ``SHOWN_CHARS`` characters of it."""
+    return repr(value) if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]!r}… ({len(value):,} characters)"
+
+
+def url_int(token: str) -> int | None:
+    """``token`` as a whole number a link may hold (an id, a step): ASCII digits (``is_id``),
+    at most ``MAX_DIGITS`` of them and at most ``INT_MAX``; else None. The digits are
+    counted before ``int`` reads them, so no length of ``token`` costs more than that."""
+    if len(token) > MAX_DIGITS or not is_id(token):
+        return None
+    value = int(token)
+    return value if value <= INT_MAX else None
+
+
 def url_id(query: Mapping[str, str | Sequence[str]], name: str, known: Iterable[int],
            what: str = "run") -> tuple[int | None, str | None]:
     """(the id that parameter ``name`` of a URL query names, or None; the one-line reason
-    it was not used, or None). An id that is not a number, or not among ``known``, is
-    a problem: the page shows its default view and says why."""
+    it was not used, or None). An id that is not a number ``url_int`` reads, or not among
+    ``known``, is a problem: the page shows its default view and says why."""
     value = query.get(name)
     if isinstance(value, (list, tuple)):
         value = value[-1] if value else None
     if value is None:
         return None, None
     token = str(value).strip()
-    if not is_id(token):
-        return None, f"{name}={token!r} is not a {what} id"
-    if int(token) not in set(known):
-        return None, f"{what} {int(token)} is not in the database"
-    return int(token), None
+    number = url_int(token)
+    if number is None:
+        return None, f"{name}={shown(token)} is not a {what} id"
+    if number not in set(known):
+        return None, f"{what} {number} is not in the database"
+    return number, None
 
 
 def _flag(value: str, name: str, problems: list[str], default: bool) -> bool:
@@ -98,7 +120,7 @@ def _flag(value: str, name: str, problems: list[str], default: bool) -> bool:
         return True
     if value in ("0", "false", "no"):
         return False
-    problems.append(f"{name}={value!r} is not 0 or 1")
+    problems.append(f"{name}={shown(value)} is not 0 or 1")
     return default
 
 
@@ -113,14 +135,14 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         for token in q["runs"].replace(" ", ",").split(","):
             if not token:
                 continue
-            if is_id(token):
-                ids.append(int(token))
+            if (number := url_int(token)) is not None:
+                ids.append(number)
             else:
-                problems.append(f"runs: {token!r} is not a run id")
+                problems.append(f"runs: {shown(token)} is not a run id")
         runs = tuple(dict.fromkeys(ids))
     x = q.get("x", DEFAULT.x)
     if x not in X_AXES:
-        problems.append(f"x={x!r} is not one of {', '.join(X_AXES)}")
+        problems.append(f"x={shown(x)} is not one of {', '.join(X_AXES)}")
         x = DEFAULT.x
     smoothing = DEFAULT.smoothing
     if "smooth" in q:
@@ -129,17 +151,16 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
             if not (math.isfinite(smoothing) and 0.0 <= smoothing <= MAX_SMOOTHING):
                 raise ValueError
         except ValueError:
-            problems.append(f"smooth={q['smooth']!r} is not a number in [0, {MAX_SMOOTHING}]")
+            problems.append(f"smooth={shown(q['smooth'])} is not a number in [0, {MAX_SMOOTHING}]")
             smoothing = DEFAULT.smoothing
     at = None
     if "at" in q and q["at"] not in ("", "common"):
-        if q["at"].isascii() and q["at"].isdigit():
-            at = int(q["at"])
-        else:
-            problems.append(f"at={q['at']!r} is not a step")
+        at = url_int(q["at"])
+        if at is None:
+            problems.append(f"at={shown(q['at'])} is not a step")
     quantity = q.get("q", DEFAULT.quantity)
     if quantity not in RANK_QUANTITIES:
-        problems.append(f"q={quantity!r} is not one of {', '.join(RANK_QUANTITIES)}")
+        problems.append(f"q={shown(quantity)} is not one of {', '.join(RANK_QUANTITIES)}")
         quantity = DEFAULT.quantity
     return ViewState(
         runs=runs, sweep=q.get("sweep") or None, tag=q.get("tag") or None,

@@ -23,6 +23,13 @@ run's ``rank``, a metric it never recorded) satisfies no comparison but ``!=`` a
 ``== none``: ``a != b`` is always ``not (a == b)``. No ``eval``: a recursive-descent parser
 builds the tree; a bad expression or an unknown field raises :class:`WhereError` with a
 one-line message naming the fix.
+
+Limits: a filter holds at most ``MAX_LENGTH`` characters (checked before it is read) and
+nests ``not`` and parentheses at most ``MAX_DEPTH`` deep (checked as it is read), so a
+filter from a shared link or a script (400 parentheses, 1,000 ``not``s) is refused in one
+line naming the limit, never by Python's recursion limit. A filter that is empty or only
+white space is no filter (every run) where one is optional: ``--where``, ``Lab``, the
+pages' filter boxes and links; ``parse`` itself refuses it ("the filter is empty").
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ ORDERING = ("<", "<=", ">", ">=")
 OPERATORS = ("==", "!=", *ORDERING)
 KEYWORDS = ("and", "or", "not", "in", "contains", "true", "false", "none", "null")
 EXAMPLE = "rank >= 8 and lam == 0 and val_loss < 6.5 and tags contains pilot"
+MAX_LENGTH = 10_000  # characters of one filter (a list of 1,000 run ids fits)
+MAX_DEPTH = 32  # levels of ``not`` and parentheses, one inside another
 # the run fields a filter can name: the record's columns (``sweep`` for sweep_id)
 RUN_FIELDS = ("id", "uid", "name", "status", "created_at", "started_at", "finished_at", "heartbeat_at", "estimator",
               "rank", "lam", "seed", "preset", "steps", "steps_done", "error", "notes", "git_commit", "device", "owner",
@@ -126,6 +135,7 @@ class _Parser:
         self.text = text
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0  # levels of ``not`` and parentheses around the token being read
 
     @property
     def tok(self) -> _Token:
@@ -168,13 +178,27 @@ class _Parser:
             parts.append(self.not_expr())
         return parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))
 
+    def deeper(self, by: int) -> None:
+        """Enter (``by`` 1: just after reading it) or leave (-1) a ``not`` or a parenthesis;
+        deeper than ``MAX_DEPTH`` is a WhereError naming the one that went too deep."""
+        self.depth += by
+        if self.depth > MAX_DEPTH:
+            raise WhereError(f"the filter nests 'not' and parentheses more than {MAX_DEPTH} deep (at character "
+                             f"{self.tokens[self.i - 1].pos + 1}); the most is {MAX_DEPTH}: write it flatter, "
+                             "e.g. a != b for not a == b")
+
     def not_expr(self) -> Expr:
         if self.keyword("not"):
-            return Not(self.not_expr())
+            self.deeper(1)
+            inner = self.not_expr()
+            self.deeper(-1)
+            return Not(inner)
         if self.punct("("):
+            self.deeper(1)
             inner = self.or_expr()
             if not self.punct(")"):
                 raise self.fail("')'")
+            self.deeper(-1)
             return inner
         return self.comparison()
 
@@ -229,8 +253,12 @@ def _number(text: str):
 
 
 def parse(text: str) -> Expr:
-    """The tree of ``text``; :class:`WhereError` if it is not a filter."""
-    return _Parser(str(text)).parse()
+    """The tree of ``text``; :class:`WhereError` if it is not a filter, or is longer than
+    ``MAX_LENGTH`` characters (refused before it is read) or nests deeper than ``MAX_DEPTH``."""
+    text = str(text)
+    if len(text) > MAX_LENGTH:
+        raise WhereError(f"the filter is {len(text):,} characters long; the most is {MAX_LENGTH:,}: shorten it")
+    return _Parser(text).parse()
 
 
 # ----------------------------------------------------------------------------- the frame of runs

@@ -33,7 +33,7 @@ def where_parent() -> argparse.ArgumentParser:
     p.add_argument("--where", metavar="EXPR",
                    help="only the runs this filter matches, e.g. \"rank >= 8 and lam == 0 and val_loss < 6.5 and tags "
                         "contains pilot\": any run or config field or metric (its final value); and, or, not, ( ), "
-                        "==, !=, <, <=, >, >=, contains, in [..]")
+                        "==, !=, <, <=, >, >=, contains, in [..]; empty or blank: every run")
     return p
 
 

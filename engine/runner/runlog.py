@@ -10,6 +10,9 @@ keeps the time it was logged. Lines go to the database through the run's ``Store
 ``FLUSH_LINES``, at every ``flush`` (the worker's heartbeat calls it, so a training run's
 log shows within seconds), and all that is left at the end.
 
+What a one-line error leaves out (orbax's tracebacks behind a full checkpoint disk) is
+added with ``keep``: to the run's log only, never to the console.
+
 A run that ends ``failed`` (an error, or a loss that went NaN) also gets one ``ALERT`` line,
 "failed: <the error's first line>": what the dashboard shows as an alert on every page.
 Other threads' records (the heartbeat, another run) are not the run's and are left out.
@@ -53,6 +56,15 @@ def _hook_warnings() -> None:
         if warnings.showwarning is not _showwarning:  # first use, or replaced since (``catch_warnings`` restores)
             _original_showwarning = warnings.showwarning
             warnings.showwarning = _showwarning
+
+
+def keep(lines, level: str = WARNING) -> None:
+    """Add ``lines`` to the log of the run this thread trains (none: they are dropped), and
+    to nothing else: not the console, which has the one line that named the failure."""
+    run_log = _active.get(threading.get_ident())
+    if run_log is not None:
+        for line in lines:
+            run_log.add(level, line)
 
 
 class RunLog(logging.Handler):

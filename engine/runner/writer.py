@@ -18,7 +18,11 @@ A write is a callable and its arguments (``writer.call(run_id, store.set_status,
 A write that fails for good (the run was deleted meanwhile, the disk is full or read-only) is
 not retried: ``failure(run_id)`` returns it, and the trainer stops that run. The run's
 later writes are dropped, as they would leave a hole in its history, except those queued
-with ``final`` (its end: notes and status), which are still tried. An owner's
+with ``final`` (its end: notes and status), which are still tried. Such a failure is
+logged as an error, except a full disk (``storage.DatabaseFullError``), logged at DEBUG
+only: the run it stops says so in the one line of its end (``disk full: … resume N``), so
+the console does not fill with an error for every write (and every beat) that meets it
+meanwhile. An owner's
 write refused because another claim took the run's lease (``storage.LeaseLostError``)
 is not an error of the database: ``lost(run_id, epoch)`` returns it, and every later
 write of that run under that epoch is dropped unwritten.
@@ -33,7 +37,7 @@ import time
 from typing import Any, Callable
 
 from engine.errors import TASK_FAILURES
-from storage import DatabaseBusyError, LeaseLostError, StorageError
+from storage import DatabaseBusyError, DatabaseFullError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +179,8 @@ class StoreWriter:
                 log.warning("%s; retrying %s in %.2f s", e, write, delay)
                 self._sleep(delay)
                 delay = min(2 * delay, MAX_BACKOFF_S)
-            except StorageError as e:
-                log.error("%s failed: %s", write, e)
+            except StorageError as e:  # a full disk: said once, by the end of the run it stops
+                (log.debug if isinstance(e, DatabaseFullError) else log.error)("%s failed: %s", write, e)
                 self._fail(write.run_id, e)
                 return
             except TASK_FAILURES as e:  # the writer thread survives a write that fails

@@ -1,10 +1,13 @@
 """Faults a run outlives or reports in one line: the PostgreSQL server restarting mid-run
 (writes wait for it, the run ends equal to its uninterrupted twin) and a full disk (the run
-ends ``interrupted`` with the reason, partial checkpoints are removed, and a resume once
-space is back ends equal to the twin)."""
+ends ``interrupted`` with the reason, the one line on the console with nothing of orbax's
+tracebacks or the refused writes, partial checkpoints are removed, and a resume once space
+is back ends equal to the twin)."""
 
 import errno
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,12 +15,13 @@ import threading
 import time
 from pathlib import Path
 
-import orbax.checkpoint as ocp
 import pytest
 
 from engine.cli.main import main
 from engine.config import RunConfig
 from engine.runner import jobs
+from engine.training.checkpoints.errors import disk_full
+from engine.training.checkpoints.quiet import details, orbax_held
 from storage import RunStore
 from tests.support.runs import trajectory as _trajectory
 from tests.support.runs import wait_for
@@ -66,47 +70,69 @@ def test_a_run_outlives_a_postgresql_restart_and_equals_its_twin(pg_cluster, pg_
     assert got == want  # every metric but the measured speed, none lost, none twice
 
 
-def _partial_then_enospc(monkeypatch, failing_step: int, full: threading.Event):
-    """While ``full`` is set, orbax's save of ``failing_step`` writes part of the checkpoint
-    (a temporary folder, as orbax does) and then finds the disk full."""
-    real = ocp.CheckpointManager.save
+_BAR = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|#\d+ [^\r\n\[]*\[[^\]\r\n]*\]")  # a progress bar's drawing
 
-    def save(self, step, *args, **kwargs):
-        if step == failing_step and full.is_set():
-            partial = Path(self.directory) / f"{step}.orbax-checkpoint-tmp-1700000000"
-            partial.mkdir(parents=True)
-            (partial / "state").write_bytes(b"\0" * 4096)
-            raise OSError(errno.ENOSPC, "No space left on device", str(partial / "state"))
-        return real(self, step, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+def _console(kind: str, argv: list[str], ckpt: Path) -> tuple[int, list[str], str]:
+    """(exit status, the lines, the whole stderr) of ``python -m engine ARGV`` in a process
+    whose disk fills at step 2·EVERY (``tests.support.disk_full`` KIND): the console as a user
+    sees it, logging as the CLI leaves it (absl's ``basicConfig`` once orbax is imported). The
+    lines leave out the progress bars (redrawn after ``\r``; a log line may follow one on its
+    line). The process compiles as this one does (``tests.support.xla``), so that what it
+    checkpointed resumes here equal to a twin trained here."""
+    proc = subprocess.run([sys.executable, "-m", "tests.support.disk_full", kind, str(2 * EVERY), *argv], cwd=ROOT,
+                          env={**os.environ, "BASIS_LAB_CHECKPOINTS": str(ckpt)},
+                          capture_output=True, text=True, timeout=600)
+    lines = [_BAR.sub("", part).strip() for part in re.split(r"[\r\n]+", proc.stderr)]
+    return proc.returncode, [line for line in lines if line], proc.stderr
+
+
+def test_an_os_error_of_a_full_disk_or_quota_is_recognised():
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device")) and disk_full(OSError(errno.EDQUOT, "quota"))
+    assert disk_full(ValueError("RESOURCE_EXHAUSTED: ... No space left on device [os_error_code='28']"))
+    assert not disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_what_orbax_logs_while_saving_is_passed_on_only_when_the_save_succeeds(caplog):
+    absl = logging.getLogger("absl")  # orbax logs through absl's logger, from threads of its own too
+    with caplog.at_level(logging.WARNING):
+        with orbax_held(ok := []):
+            writer = threading.Thread(target=absl.warning, args=("a warning of a good save",))
+            writer.start()
+            writer.join()
+        assert "a warning of a good save" in caplog.text and len(ok) == 1
+        with pytest.raises(ValueError), orbax_held(failed := []), orbax_held(other := []):
+            absl.error("the disk is full")
+            raise ValueError("No space left on device")
+    assert "the disk is full" not in caplog.text  # held: the failure's one line says it
+    assert details(failed) == details(other) == ("ERROR absl [MainThread]: the disk is full",)
 
 
 @pytest.mark.slow
-def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no_partial_save(
-        tmp_path, monkeypatch, capsys):
+def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no_partial_save(tmp_path, monkeypatch):
+    """Orbax's writer threads log the failure with a traceback (a hundred lines, through
+    absl): the console holds the one line; the run's log keeps what orbax said."""
     url, ckpt = f"sqlite:///{tmp_path / 'lab.db'}", tmp_path / "ckpt"
     monkeypatch.setenv("BASIS_LAB_CHECKPOINTS", str(ckpt))
-    full = threading.Event()
-    full.set()
-    _partial_then_enospc(monkeypatch, 2 * EVERY, full)
-    assert main(["run", "--db", url, *RUN]) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    said = [line for line in err.splitlines() if "disk full" in line]
-    assert len(said) == 1 and said[0].startswith(f"run 1 interrupted: disk full: free space on {ckpt}"), err
-    assert "and run `python -m engine resume 1`" in said[0]
+    status, lines, err = _console("checkpoint", ["run", "--db", url, *RUN], ckpt)
+    assert status == 1 and "Traceback" not in err and "ERROR" not in err and "WARNING" not in err, err
+    assert lines[0] == f"queued 1 run(s) in {url}: ids [1]" and len(lines) == 2, lines
+    assert lines[1].startswith(f"run 1 interrupted: disk full: free space on {ckpt}"), lines
+    assert "and run `python -m engine resume 1`" in lines[1]
     store = RunStore(url)
     run = store.get_run(1)
     assert run.status == "interrupted" and run.error.startswith(f"disk full: free space on {ckpt}"), run.error
     assert run.interruption_cause == "disk_full"
     assert run.checkpoint_step == EVERY
+    logged = [line.text for line in store.run_logs(1)]
+    assert any("raised an exception: RESOURCE_EXHAUSTED" in t and "Traceback" in t for t in logged), logged
+    assert logged[-1].startswith("interrupted: disk full: free space on")
     assert not list(ckpt.rglob("*.orbax-checkpoint-tmp*"))  # the failed save left nothing behind
     stale = ckpt / f"run-{run.uid}" / f"epoch-{run.epoch}" / f"{3 * EVERY}.orbax-checkpoint-tmp-1600000000"
     stale.mkdir(parents=True)  # a save of the earlier lease that never finished (a process killed mid-save)
     (stale / "state").write_bytes(b"\0" * 4096)
 
-    full.clear()  # space is back
+    # space is back
     assert main(["resume", "--db", url, "1"]) == 0
     run = store.get_run(1)
     assert run.status == "finished" and run.steps_done == STEPS, run.error
@@ -175,3 +201,22 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
     run = store.get_run(run_id)
     assert run.status == "finished" and run.steps_done == STEPS, run.error
     assert _trajectory(store, run_id) == _trajectory(store, twin)
+
+
+@pytest.mark.slow
+def test_a_full_database_disk_is_one_line_per_run_on_the_console(tmp_path):
+    """Every write meets the full disk (metrics, heartbeats, the run's end, the next run's
+    claim): the console holds one line for the run it stopped and one for the run it kept
+    queued, no error per refused write and no traceback."""
+    url = f"sqlite:///{tmp_path / 'lab.db'}"
+    sweep = ["sweep", "--db", url, *RUN[:-2], "--ranks", "4,8", "--estimators", "basis", "--yes"]  # RUN less --rank
+    status, lines, err = _console("database", sweep, tmp_path / "ckpt")
+    assert status == 1 and "Traceback" not in err and "ERROR" not in err, err
+    assert lines[0] == f"queued 2 run(s) in {url}: ids [1, 2]" and len(lines) == 3, lines
+    assert lines[1] == (f"WARNING:engine.runner.execution:run 2 not started, still queued: database error on {url}: "
+                        "the database's disk is full (database or disk is full); nothing was written: free space on "
+                        "it and try again; `python -m engine resume --all` trains it once there is space")
+    assert lines[2] == (f"run 1 interrupted: disk full: free space on {tmp_path} and run `python -m engine resume 1` "
+                        "(it continues from its last checkpoint); the database refused a write: database or disk is "
+                        "full")
+    assert [r.status for r in RunStore(url).list_runs()] in (["running", "queued"], ["queued", "running"])

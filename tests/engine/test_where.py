@@ -54,6 +54,26 @@ def test_bad_syntax_is_one_line_naming_where(text, says):
         assert says.split(" at ")[-1] in message
 
 
+DEEP = "(" * 400 + "rank == 8" + ")" * 400  # each would cost Python frames: a RecursionError before the limits
+NOTS = "not " * 1000 + "rank == 8"
+LONG = " or ".join(["rank == 8"] * 1000)
+
+
+@pytest.mark.parametrize("text, says", [
+    (DEEP, f"nests 'not' and parentheses more than {w.MAX_DEPTH} deep (at character {w.MAX_DEPTH + 1}); the most is"),
+    (NOTS, f"nests 'not' and parentheses more than {w.MAX_DEPTH} deep"),
+    (LONG, f"the filter is {len(LONG):,} characters long; the most is {w.MAX_LENGTH:,}: shorten it"),
+])
+def test_a_filter_deeper_or_longer_than_the_limits_is_one_line_naming_the_limit(text, says):
+    with pytest.raises(w.WhereError) as e:
+        w.parse(text)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    at_limit = "(" * w.MAX_DEPTH + "rank == 8" + ")" * w.MAX_DEPTH
+    assert w.parse(at_limit) == w.Compare("rank", "==", 8.0)  # the limit itself is fine
+    assert w.parse("not " * w.MAX_DEPTH + "rank == 8") is not None
+    assert len(w.parse(" or ".join(["rank == 8"] * 500)).parts) == 500  # long, flat and within the length
+
+
 FRAME = pd.DataFrame({
     "id": [1, 2, 3, 4],
     "name": ["exact s0", "basis R=8 s0", "basis R=32 s1", "Basis R=8 λ"],
@@ -197,6 +217,22 @@ def test_cli_bad_where_is_a_one_line_error_and_writes_nothing(lab_store, tmp_pat
         assert "did you mean rank" in err
 
 
+@pytest.mark.parametrize("where", [DEEP, NOTS, LONG])
+def test_cli_refuses_a_too_deep_or_too_long_where_in_one_line(lab_store, capsys, where):
+    for command in (["list"], ["summary"]):
+        assert cli.main([*command, "--where", where]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: the filter ") and err.count("\n") == 1 and "the most is" in err, err
+
+
+def test_a_blank_where_is_no_filter(lab_store, capsys):
+    assert cli.main(["list", "--where", "   "]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[1:]] == [str(i) for i in range(8, 0, -1)]  # every run
+    with Lab() as lab:
+        assert lab.runs("  \t ")["id"].tolist() == list(range(1, 9))
+
+
 # ----------------------------------------------------------------------------- the Python API
 
 
@@ -220,6 +256,11 @@ def test_lab_api_is_the_cli_over_frames(lab_store):
         assert lab.summary("rank == 999").empty
         with pytest.raises(ValueError, match="unknown field 'vall_loss'; did you mean val_loss"):
             lab.runs("vall_loss < 1")
+        for deep in (DEEP, NOTS):  # the project's one-line error, not a RecursionError
+            with pytest.raises(w.WhereError, match=f"more than {w.MAX_DEPTH} deep"):
+                lab.runs(deep)
+            with pytest.raises(w.WhereError, match=f"more than {w.MAX_DEPTH} deep"):
+                lab.summary(deep)
     assert Lab(lab_store.url).runs("status == failed")["error"].tolist() == ["NaN loss"]
 
 

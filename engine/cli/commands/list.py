@@ -20,7 +20,8 @@ def run(args) -> int:
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
         return 0
-    if args.where:
-        frame = frame[frame["id"].isin(arguments.where_ids(store, args.where))]
+    ids = arguments.where_ids(store, args.where)  # None: no filter (none given, or only white space)
+    if ids is not None:
+        frame = frame[frame["id"].isin(ids)]
     print(list_text(frame, wide=args.wide))
     return 0

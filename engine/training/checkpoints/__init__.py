@@ -71,7 +71,10 @@ came with lease epochs, so a checkpoint in an ``epoch-<E>`` folder, or one that 
 the format, whose checksum record is missing is damaged like one whose bytes are: only a
 checkpoint of the older format (directly in the run folder, declaring none) is restored
 unchecked. What orbax logs while it fails to read a damaged checkpoint (tracebacks,
-warnings) is kept out of the output and logged at DEBUG: the failure is one line.
+warnings) is kept out of the output and logged at DEBUG: the failure is one line. What it
+logs while a save fails (a full disk: a traceback from each of its writer threads) is kept
+out of the output too and carried by the error (``CheckpointError.details``), for the run's
+log.
 
 Retention
 ---------
@@ -85,7 +88,7 @@ The modules
 ``run_checkpoints`` (``RunCheckpoints``: save, list, prune, restore), ``folders`` (where
 they live: ``run_dir``, epoch folders, the orbax manager of a folder), ``integrity`` (the
 checksums and the checks of a restored tree), ``errors`` (``CheckpointError`` and how
-orbax's failures read) and ``quiet`` (orbax's log kept out of a failed read's one line).
+orbax's failures read) and ``quiet`` (orbax's log kept out of a failed read's or save's one line).
 """
 
 from engine.training.checkpoints.errors import CheckpointDiskFull, CheckpointError

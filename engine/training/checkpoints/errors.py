@@ -23,16 +23,19 @@ def orbax_error(error: BaseException) -> bool:
 
 
 class CheckpointError(UserError, ValueError):
-    """A checkpoint cannot be written or read; the message names the fix."""
+    """A checkpoint cannot be written or read; the message names the fix. ``details``: what
+    orbax logged while it failed (its tracebacks), for the run's log and not the console."""
+
+    details: tuple[str, ...] = ()
 
 
 class CheckpointDiskFull(CheckpointError):
     """A checkpoint cannot be written because the disk (or the user's quota) under ``path``
     is full; nothing of it was kept."""
 
-    def __init__(self, message: str, path: Path):
+    def __init__(self, message: str, path: Path, details: tuple[str, ...] = ()):
         super().__init__(message)
-        self.path = path
+        self.path, self.details = path, details
 
 
 def disk_full(error: BaseException | None) -> bool:

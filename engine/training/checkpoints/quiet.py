@@ -1,5 +1,8 @@
-"""Orbax kept quiet while it reads a checkpoint: what it logs and leaves behind while a read
-of a damaged checkpoint fails goes to DEBUG, so the failure is the one line of ours."""
+"""Orbax kept quiet while it reads or writes a checkpoint: what it logs and leaves behind
+while a read of a damaged checkpoint fails goes to DEBUG, and what it logs while a save
+fails (a full disk: a hundred lines of traceback from its writer threads) is kept for the
+run's log (``CheckpointError.details``), so the failure is the one line of ours on the
+console. What a save that succeeds logged is passed on as orbax logged it."""
 
 from __future__ import annotations
 
@@ -22,11 +25,15 @@ class _Held(logging.Filter):
         super().__init__()
         self.depth = 0
         self.lock = threading.Lock()
+        self.keepers: list[list[logging.LogRecord]] = []  # of the saves in progress (``orbax_held``)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.depth <= 0 or record.levelno >= logging.CRITICAL:
             return True
-        log.debug("orbax while reading a checkpoint: %s", (record.getMessage().splitlines() or [""])[0])
+        with self.lock:  # from any thread: orbax writes from threads of its own
+            for keeper in self.keepers:
+                keeper.append(record)
+        log.debug("orbax while reading or writing a checkpoint: %s", (record.getMessage().splitlines() or [""])[0])
         return False
 
 
@@ -80,3 +87,33 @@ class orbax_quiet:
             if _HELD.depth == 0:
                 for name in _QUIET_LOGGERS:
                     logging.getLogger(name).removeFilter(_HELD)
+
+
+class orbax_held(orbax_quiet):
+    """Context manager for a save: as ``orbax_quiet``, and orbax's records meanwhile are
+    appended to ``records``. A save that succeeds passes them on as logged (nothing
+    changes); one that raises leaves them in ``records`` for ``details``."""
+
+    def __init__(self, records: list[logging.LogRecord]):
+        self.records = records
+
+    def __enter__(self):
+        super().__enter__()
+        with _HELD.lock:
+            _HELD.keepers.append(self.records)
+
+    def __exit__(self, *exc):
+        with _HELD.lock:  # by identity: two saves' lists may be equal
+            _HELD.keepers = [keeper for keeper in _HELD.keepers if keeper is not self.records]
+        super().__exit__(*exc)
+        if exc[0] is None:
+            for record in self.records:
+                logging.getLogger(record.name).handle(record)
+
+
+_DETAIL = logging.Formatter("%(levelname)s %(name)s [%(threadName)s]: %(message)s")
+
+
+def details(records: list[logging.LogRecord]) -> tuple[str, ...]:
+    """The text of each record, with its traceback: what a failed save logged, for the run's log."""
+    return tuple(_DETAIL.format(record) for record in records)

@@ -36,7 +36,7 @@ from engine.training.checkpoints.integrity import (
     meta_digest,
     verify,
 )
-from engine.training.checkpoints.quiet import orbax_quiet
+from engine.training.checkpoints.quiet import details, orbax_held, orbax_quiet
 
 log = logging.getLogger("engine.training.checkpoints")  # one logger for the package, as before its split
 _FINAL = "basis_lab_final"
@@ -196,6 +196,7 @@ class RunCheckpoints:
                 f"checkpoint metadata at step {step} of {self.name} is not JSON ({brief(e)}): "
                 "fix by passing plain dicts, lists, strings and finite numbers"
             ) from None
+        held: list[logging.LogRecord] = []  # what orbax logs while it saves: the run's log's if the save fails
         with self._lock:
             try:
                 self.write_dir.mkdir(parents=True, exist_ok=True)
@@ -207,13 +208,14 @@ class RunCheckpoints:
                     self._manager.delete(step)
                 if final:
                     self._final.steps.add(step)
-                self._manager.save(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    custom_metadata={_FINAL: bool(final), FORMAT: CHECKSUMMED},
-                    force=True,
-                )
-                self._manager.wait_until_finished()
+                with orbax_held(held):
+                    self._manager.save(
+                        step,
+                        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                        custom_metadata={_FINAL: bool(final), FORMAT: CHECKSUMMED},
+                        force=True,
+                    )
+                    self._manager.wait_until_finished()
             except Exception as e:  # a full or read-only disk
                 if not orbax_error(e):
                     raise  # a bug of ours, with its traceback
@@ -222,11 +224,12 @@ class RunCheckpoints:
                 if disk_full(e):
                     raise CheckpointDiskFull(
                         f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir}: the disk is "
-                        f"full ({brief(e)})", self.write_dir) from None
-                raise CheckpointError(
+                        f"full ({brief(e)})", self.write_dir, details(held)) from None
+                error = CheckpointError(
                     f"cannot write the checkpoint at step {step} of {self.name} to {self.write_dir} "
-                    f"({brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}"
-                ) from None
+                    f"({brief(e)}): fix that path, its permissions or the disk space, or set {ENV_DIR}")
+                error.details = details(held)
+                raise error from None
             if self.epoch is not None:
                 self._prune_older_epochs(self.epoch)
 
