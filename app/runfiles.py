@@ -1,6 +1,8 @@
 """Run detail's tags editor, log and checkpoints.
 
-- Tags: edited in place (``engine.runner.tags``; a bad tag is refused in one line, nothing stored).
+- Tags: edited in place (``engine.runner.tags.change_tags``: what the box added and removed since
+  it was drawn is applied to the tags stored when it saves, so an edit made elsewhere meanwhile is kept;
+  a bad tag is refused in one line, nothing stored).
 - Log: the run's stored log lines (``storage.logs``: what its training thread warned and
   logged, its claims and its end), from a level up, refreshed while it runs, downloadable.
 - Checkpoints: listed with step, lease and size when the expander is opened (listing them
@@ -21,10 +23,10 @@ LOG_HEIGHT_PX = 320
 
 
 def _save_tags(store: RunStore, run_id: int, key: str) -> None:
-    from engine.runner.tags import replace_tags
+    from engine.runner.tags import change_tags
 
     try:
-        tags = replace_tags(store, run_id, st.session_state.get(key) or [])
+        tags = change_tags(store, run_id, st.session_state.get(f"{key}.stored"), st.session_state.get(key) or [])
     except (ValueError, StorageError) as e:
         st.session_state[f"{key}.error"] = str(e)
         st.session_state[key] = st.session_state.get(f"{key}.stored", [])  # show what is stored

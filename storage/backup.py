@@ -18,7 +18,8 @@ own at its first use, keeping the original's in its lineage, so it reads the che
 its runs had when it was taken but never deletes or prunes what its original owns.
 
 The copy is written beside ``out`` under a temporary name and renamed into place once it is
-complete, so a failed backup leaves no partial file; ``out`` is never the database itself.
+complete, so a failed backup leaves no partial file; ``out`` is never the database itself,
+nor anything but a regular file (a device, a FIFO, a socket: ``storage.outputs``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Optional
 
 from .errors import StorageError
 from .models import DatabaseIdentity
+from .outputs import refuse_special
 
 __all__ = ["Backup", "backup", "backup_bytes", "pg_dump_path"]
 
@@ -72,7 +74,9 @@ def pg_dump_path() -> Optional[str]:
 def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
     """Write a consistent copy of ``store``'s database (a :class:`storage.RunStore`) to
     ``out``; refuses an existing ``out`` unless ``force``.  Raises :class:`StorageError`
-    with the fix."""
+    with the fix. ``out`` must not name anything but a regular file (a device, a FIFO, a
+    socket: ``storage.outputs``), ``force`` or not: checked before the copy and again just
+    before it is renamed into place."""
     out = Path(out).expanduser().absolute()
     url = store.engine.url
     backend = url.get_backend_name()
@@ -88,6 +92,7 @@ def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
             raise StorageError(f"{out} is the database itself; write the backup to another file")
     elif backend != "postgresql":
         raise StorageError(f"cannot back up a {backend} database; BASIS Lab backs up SQLite and PostgreSQL")
+    refuse_special(out)
     if out.exists() and not force:
         raise StorageError(f"{out} already exists; pass --force to overwrite it, or choose another path")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
@@ -99,6 +104,7 @@ def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
             runs = _sqlite_backup(source, tmp)
         else:
             _pg_dump(url, tmp)
+        refuse_special(out)  # made while the copy was taken
         os.replace(tmp, out)
     except OSError as e:
         raise StorageError(f"cannot write the backup {out} ({e.strerror or e}); check the disk space and "

@@ -5,7 +5,7 @@ The repository ``store.runs`` of :class:`storage.store.RunStore`, over its :clas
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from sqlalchemy import delete, select, update
 
@@ -198,8 +198,23 @@ class RunsRepository(Repository):
         self._update_run(run_id, epoch=epoch, device=str(device)[:200])
 
     def set_tags(self, run_id: int, tags: Iterable[str]) -> None:
-        """Replace the run's tags (stripped, without duplicates, in order)."""
+        """Replace the run's tags (stripped, without duplicates, in order). An edit of the
+        tags a user sees goes through :meth:`edit_tags` instead, so none made meanwhile is lost."""
         self._update_run(run_id, tags=clean_tags(tags))
+
+    def edit_tags(self, run_id: int, change: Callable[[list[str]], Iterable[str]]) -> list[str]:
+        """Store ``change(tags)`` as the run's tags, ``tags`` being those stored now, read and
+        written in one transaction that holds the run's row (``SELECT … FOR UPDATE`` on
+        PostgreSQL; SQLite's write lock, ``BEGIN IMMEDIATE``), so concurrent edits apply one
+        after the other and none is lost; the tags stored (cleaned as :meth:`set_tags` does).
+        ``change`` may raise to refuse the edit: nothing is stored then."""
+        with self.db.session(write=True) as s:
+            row = s.execute(select(Run.tags).where(Run.id == run_id).with_for_update()).one_or_none()
+            if row is None:
+                raise run_not_found(run_id)
+            tags = clean_tags(change(list(row[0] or [])))
+            s.execute(update(Run).where(Run.id == run_id).values(tags=tags).execution_options(synchronize_session=False))
+        return tags
 
     def request_cancel(self, run_id: int) -> bool:
         """Queued -> cancelled now; running -> flag for the worker; False if already ended."""

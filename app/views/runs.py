@@ -20,7 +20,7 @@ from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
 from engine.runner.queries import where_ids
-from engine.runner.tags import replace_tags
+from engine.runner.tags import change_tags
 from storage import (
     ACTIVE_STATUSES,
     CSV_COLUMNS,
@@ -29,16 +29,15 @@ from storage import (
     RUN_STATUSES,
     RunNotFoundError,
     StorageError,
-    long_frame,
-    to_csv_bytes,
-    wide_frame,
 )
 from storage.backup import backup_bytes, pg_dump_path
+from storage.export import export_bytes
 from storage.limits import NAME_MAX, NOTES_MAX
 
 lab = state.lab()
 store = lab.store
 _LAST_TABLE = "runs.table.last"
+_EDIT_SHOWN = "runs.edit.shown_tags."  # + run id: the tags the open edit dialog showed
 GRID_TOOLBAR_CLEARANCE_PX = 30  # the toolbar (44 px) less the gap between elements (16 px), and a margin
 CSV_HELP = "Columns:  \n" + "  \n".join(f"**{display.plain(c)}**: {display.plain(t)}" for c, t in CSV_COLUMNS.items())  # (widget key, the run ids of its rows) of the table drawn last
 
@@ -55,18 +54,19 @@ def _edit_dialog(run_id: int) -> None:
         record = store.get_run(run_id)
     except RunNotFoundError:
         confirm.close(f"Run {run_id} was deleted meanwhile.")
+    shown = st.session_state.setdefault(f"{_EDIT_SHOWN}{run_id}", ", ".join(record.tags or []))
     with st.form("runs.edit"):
         name = st.text_input("Name", value=record.name, max_chars=NAME_MAX)
         notes = st.text_area("Notes", value=record.notes, placeholder="What this run is for, what you saw…",
                              max_chars=NOTES_MAX)
-        tags = st.text_input("Tags", value=", ".join(record.tags or []), placeholder="pilot, ablation",
+        tags = st.text_input("Tags", value=shown, placeholder="pilot, ablation",
                              help="A comma list; `python -m engine tag` edits them too.")
         c1, c2 = st.columns(2)
         save = c1.form_submit_button("Save", type="primary")
         cancel = c2.form_submit_button("Cancel")
     if save:
         try:
-            replace_tags(store, run_id, tags)  # first: a refused tag leaves name and notes unsaved too
+            change_tags(store, run_id, shown, tags)  # first: a refused tag leaves name and notes unsaved too
             store.rename_run(run_id, name)
             store.set_notes(run_id, notes)
         except (StorageError, ValueError) as e:
@@ -128,6 +128,7 @@ def _act(clicked: dict[str, bool], ids: list[int], active: list[int], running: l
         state.set_dialog(("delete", ids))
         st.rerun()
     if clicked["edit"]:
+        st.session_state.pop(f"{_EDIT_SHOWN}{ids[0]}", None)  # the dialog shows the tags stored now
         state.set_dialog(("edit", ids[0]))
         st.rerun()
     if clicked["detail"]:
@@ -136,14 +137,16 @@ def _act(clicked: dict[str, bool], ids: list[int], active: list[int], running: l
 
 
 def _csv_download(row, ids: list[int]) -> None:
-    """The CSV of the ticked runs, long (a row per value) or wide (a row per run and step)."""
+    """The CSV of the ticked runs, long (a row per value) or wide (a row per run and step):
+    built only on click, streamed a chunk of metric rows at a time through a temporary
+    file (``storage.export.export_bytes``), so the server holds the file's bytes (Streamlit
+    serves a download from memory), never the table behind it."""
     n = len(ids)
     fmt = row.radio("CSV format", ("long", "wide"), horizontal=True, key="runs.csv_format",
                     help="long: one row per metric value. wide: one row per run and step, a column per metric.")
-    build = long_frame if fmt == "long" else wide_frame
     row.download_button(
         f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
-        data=lambda: to_csv_bytes(build(store, ids, shape_columns)), file_name=f"basis-runs-{fmt}.csv",
+        data=lambda: export_bytes(store, ids, fmt, shape_columns), file_name=f"basis-runs-{fmt}.csv",
         mime="text/csv", help=CSV_HELP,
     )
 

@@ -4,10 +4,12 @@ the signal handling)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 from engine.cli.output import print_summary
 
@@ -62,6 +64,17 @@ class _Bars:
             if loss is not None:
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
 
+    def on_resume(self, run_id: int, note: str, skipped: list[str]) -> None:
+        """One line when a run trained before continues, once its checkpoint is read: the step
+        it actually resumed from (``note``; a refused newer checkpoint is not it) and the
+        newest checkpoint refused, if any."""
+        from tqdm import tqdm
+
+        refused = f"; refused: {skipped[0].splitlines()[0]}" if skipped else ""
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        with self._lock:
+            tqdm.write(f"run {run_id}: {note}{refused}{more}", file=sys.stderr)
+
     def add(self, run_id: int, total: int, label: str, done: int = 0) -> None:
         from tqdm import tqdm
 
@@ -74,18 +87,33 @@ class _Bars:
             bar.close()
 
 
+@contextmanager
+def _ends_said_here():
+    """Hold back the job manager's log line of each run's end (``engine.runner.jobs.ENDS``)
+    while ``train_here`` trains: it prints each end itself, once (the summary's failed runs,
+    the interrupted ones' one line), after the progress bars."""
+    ends = logging.getLogger("engine.runner.jobs.ends")
+    level = ends.level
+    ends.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        ends.setLevel(level)
+
+
 def train_here(store, start_runs, concurrent: int = 1) -> int:
     """Train in this process what ``start_runs(manager)`` queues (its run ids), ``concurrent``
-    at a time, with progress bars and signal handling; print the summary. Exit 0 when every
+    at a time, with progress bars, a line naming the checkpoint step each run trained before
+    actually resumes from, and signal handling; print the summary. Exit 0 when every
     run finished, 1 when one did not, 128 + N after signal N."""
     from engine.runner.jobs import JobManager
 
     bars = _Bars()
-    manager = JobManager(store, max_concurrent=concurrent, on_step=bars.on_step)
+    manager = JobManager(store, max_concurrent=concurrent, on_step=bars.on_step, on_resume=bars.on_resume)
     if manager.interrupted:
         print(f"marked interrupted (left running by a process that died): {manager.interrupted}", file=sys.stderr)
     start = time.perf_counter()
-    with Signals(manager.interrupt) as signals:
+    with Signals(manager.interrupt) as signals, _ends_said_here():
         try:
             ids = start_runs(manager)
             for run_id in ids:

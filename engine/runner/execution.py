@@ -20,7 +20,7 @@ import jax
 
 from engine.config import ConfigError, RunConfig
 from engine.errors import TASK_FAILURES
-from engine.runner import hosts, liveness
+from engine.runner import hosts, liveness, runlog
 from engine.runner.paths import resume_limit, run_folders
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
@@ -66,16 +66,20 @@ class RunExecution:
     State: ``run`` (the row as claimed), ``steps_done`` (the progress its heartbeat
     reports), ``notes`` (how it resumed), ``lost`` (the refusal that showed another claim
     took the run), ``status``/``error`` (its end) and ``released`` (whether that end is
-    stored), ``cause`` (why it is interrupted, when it is). ``stop`` is set to cancel it, ``interrupted`` to interrupt it (a signal)."""
+    stored), ``cause`` (why it is interrupted, when it is). ``stop`` is set to cancel it, ``interrupted`` to interrupt it (a signal).
+    ``on_resume(note, skipped)`` hears how a run trained before continues, once its checkpoint is
+    read: ``note`` names the step actually used (``resumed from the checkpoint at step 42``, or a
+    restart from step 0), ``skipped`` why newer checkpoints were refused."""
 
     def __init__(self, store: RunStore, writer: StoreWriter, run_id: int, *, owner: str, stop: threading.Event,
                  interrupted: threading.Event, checkpoints: Path, epoch: int | None = None,
                  on_step: Callable[[int, float | None], None] | None = None,
-                 on_record: Callable[[Record], None] | None = None):
+                 on_record: Callable[[Record], None] | None = None,
+                 on_resume: Callable[[str, list[str]], None] | None = None):
         self.store, self.writer, self.run_id, self.owner = store, writer, run_id, owner
         self.stop_event, self.interrupted = stop, interrupted
         self.checkpoint_root, self.epoch = checkpoints, epoch
-        self.on_step, self.on_record = on_step, on_record
+        self.on_step, self.on_record, self.on_resume = on_step, on_record, on_resume
         self.run: RunRecord | None = None
         self.steps_done = 0
         self.notes: list[str] = []
@@ -106,8 +110,8 @@ class RunExecution:
     def claim(self, worker_id: str) -> bool:
         """Take a new lease on the run unless one was handed over; False when it is not to
         be trained: this process was interrupted before it started (then it is marked
-        ``interrupted``, resumable), or it was cancelled, deleted or claimed elsewhere while
-        queued."""
+        ``interrupted``, resumable), it was cancelled, deleted or claimed elsewhere while
+        queued, or the database's disk is full (it stays queued, said in one line)."""
         if self.epoch is not None:
             return True
         if self.interrupted.is_set():
@@ -115,7 +119,12 @@ class RunExecution:
                              error="interrupted before it started; resume it to train it", cause="signal")
             self.writer.flush()
             return False
-        self.epoch = self.store.claim(self.run_id, self.owner, worker_id)
+        try:
+            self.epoch = self.store.claim(self.run_id, self.owner, worker_id)
+        except DatabaseFullError as e:
+            log.warning("run %s not started, still queued: %s; `python -m engine resume --all` trains it once "
+                        "there is space", self.run_id, e)
+            return False
         return self.epoch is not None
 
     def execute(self) -> Outcome:
@@ -138,10 +147,12 @@ class RunExecution:
         except TrainingDiverged as e:
             self.status, self.error = "failed", str(e)
             self.steps_done = e.step  # the steps run past it before the loss was read are not progress
-        except CheckpointDiskFull as e:
+        except CheckpointDiskFull as e:  # the one line; what orbax logged goes to the run's log only
             self.status, self.error, self.cause = "interrupted", disk_full(self.run_id, e.path, str(e)), "disk_full"
+            runlog.keep(e.details)
         except (ConfigError, CheckpointError) as e:
             self.status, self.error = "failed", str(e)
+            runlog.keep(getattr(e, "details", ()))
         except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
             self.status, self.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
         finally:
@@ -246,16 +257,21 @@ class RunExecution:
             self.on_step(step, loss)
 
     def resume_from(self, step: int, skipped: list[str]) -> None:
-        """The training continues from ``step`` (0: the start): note why, and delete the
+        """The training continues from ``step`` (0: the start; the checkpoint actually read,
+        newer refused ones in ``skipped``): note why, tell ``on_resume``, and delete the
         stored metrics (and per-batch evaluation losses) it will compute again."""
         self.steps_done = step
         had_history = self.row.steps_done > 0 or self.row.checkpoint_step is not None
+        note = None
         if step:
-            self.notes.append(f"resumed from the checkpoint at step {step}")
+            note = f"resumed from the checkpoint at step {step}"
         elif had_history:
-            self.notes.append(f"restarted from step 0: no readable checkpoint in {self.checkpoint_dir} (is the "
-                              "checkpoint directory shared with the machine that trained it?)")
+            note = (f"restarted from step 0: no readable checkpoint in {self.checkpoint_dir} (is the "
+                    "checkpoint directory shared with the machine that trained it?)")
+        self.notes.extend([note] if note else [])
         self.notes.extend(f"skipped: {s}" for s in skipped)
+        if note and self.on_resume is not None:
+            self.on_resume(note, skipped)
         # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
         # that neither records; what this claim recomputes is deleted before it is written
         self.writer.call(self.run_id, self.store.delete_metrics_after, self.run_id, step if step else -1,

@@ -63,14 +63,15 @@ from engine.errors import TASK_FAILURES
 from engine.runner import alerts, liveness
 from engine.runner.diagnosis_jobs import DiagnosisJobs
 from engine.runner.execution import LOST, Outcome, RunExecution, device_kind
-from engine.runner.paths import checkpoint_root, run_folders
+from engine.runner.paths import checked_root, run_folders
 from engine.runner.runlog import INFO, RunLog
 from engine.runner.writer import StoreWriter
-from engine.training.checkpoints import CheckpointError, RunCheckpoints
+from engine.training.checkpoints import CheckpointError
 from engine.training.loop import Record
-from storage import Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
+from storage import DatabaseFullError, Lease, LeaseLostError, RunNotFoundError, RunStore, StorageError
 
 log = logging.getLogger(__name__)
+ENDS = logging.getLogger(f"{__name__}.ends")  # each run's end in one line (the CLI's foreground prints its own)
 
 PULL_POLL_S = 1.0
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
@@ -136,19 +137,22 @@ def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str |
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
     """Delete runs, their metrics, diagnostics and checkpoints; running runs are refused
     (stop them first). Only this database's own checkpoint folder of a run is deleted,
-    never those of the database it was copied from (``engine.runner.paths``). Returns one
-    message per run that was not deleted."""
-    root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
+    never those of the database it was copied from (``engine.runner.paths``), and a copy's
+    ``db-<uid>`` folder once it is left empty. A database whose identity does not name
+    folders inside the checkpoint root (``paths.checked_root``) is refused with a
+    ``CheckpointError`` before anything is deleted; a run whose uid does not is left, with
+    its problem. Returns one message per run that was not deleted."""
+    root = checked_root(store, checkpoints)
     problems = []
     for run_id in run_ids:
         try:
             folders = run_folders(store, store.get_run(run_id).uid, root)
             store.delete_run(run_id)
-        except StorageError as e:
+        except (StorageError, CheckpointError) as e:
             problems.append(str(e))
             continue
         try:
-            RunCheckpoints(folders.own, keep=1).delete_all()
+            folders.delete_own()
         except (CheckpointError, OSError) as e:
             problems.append(f"run {run_id} was deleted but its checkpoints were not ({e}); remove {folders.own}")
     return problems
@@ -173,7 +177,8 @@ class JobManager:
     """Trains runs in background threads, at most ``max_concurrent`` at once.
 
     ``on_step(run_id, step, loss)`` (loss None between reads) and
-    ``on_record(run_id, record)`` are optional hooks called from worker threads.
+    ``on_record(run_id, record)`` and ``on_resume(run_id, note, skipped)`` (how a run trained
+    before continues: ``RunExecution``) are optional hooks called from worker threads.
     With ``pull`` it also claims unowned queued runs from the database; ``max_runs``
     stops claiming after that many runs.
     """
@@ -185,6 +190,7 @@ class JobManager:
         max_concurrent: int = 1,
         on_step: Callable[[int, int, float | None], None] | None = None,
         on_record: Callable[[int, Record], None] | None = None,
+        on_resume: Callable[[int, str, list[str]], None] | None = None,
         pull: bool = False,
         max_runs: int | None = None,
         checkpoints: str | Path | None = None,
@@ -193,9 +199,9 @@ class JobManager:
         self.store = store
         self.owner = liveness.current_owner()
         self.worker_id = f"{self.owner}:{uuid.uuid4().hex[:6]}"
-        self.on_step, self.on_record = on_step, on_record
+        self.on_step, self.on_record, self.on_resume = on_step, on_record, on_resume
         self.pull, self.max_runs = pull, max_runs
-        self.checkpoint_root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
+        self.checkpoint_root = checked_root(store, checkpoints)  # a crafted identity: refused, nothing written
         self.writer = StoreWriter(store)
         self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
@@ -342,8 +348,9 @@ class JobManager:
         self._release()
         try:
             self.store.end_worker(self.worker_id)
-        except StorageError:
-            log.warning("could not mark worker %s stopped", self.worker_id)
+        except StorageError as e:  # a full disk is said by the runs it stopped
+            (log.debug if isinstance(e, DatabaseFullError) else log.warning)("could not mark worker %s stopped",
+                                                                             self.worker_id)
 
     # ------------------------------------------------------------------ workers
 
@@ -399,13 +406,14 @@ class JobManager:
 
     def _run(self, run_id: int, epoch: int | None) -> None:
         """Train ``run_id``: under ``epoch`` when ``_next`` claimed it, else claim it first."""
-        on_step, on_record = self.on_step, self.on_record
+        on_step, on_record, on_resume = self.on_step, self.on_record, self.on_resume
         run = RunExecution(
             self.store, self.writer, run_id, owner=self.owner, epoch=epoch,
             stop=self._events.get(run_id) or threading.Event(), interrupted=self._interrupt,
             checkpoints=self.checkpoint_root,
             on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
             on_record=(lambda record: on_record(run_id, record)) if on_record else None,
+            on_resume=(lambda note, skipped: on_resume(run_id, note, skipped)) if on_resume else None,
         )
         if epoch is None:
             if not run.claim(self.worker_id):
@@ -434,7 +442,7 @@ class JobManager:
         run_log.end(outcome.status, outcome.error)
         self.writer.flush()
         line = f"run {run_id} {outcome.status}" + (f": {outcome.error.splitlines()[0]}" if outcome.error else "")
-        (log.warning if outcome.status in ("failed", "interrupted") else log.info)("%s", line)
+        (ENDS.warning if outcome.status in ("failed", "interrupted") else ENDS.info)("%s", line)
         if not outcome.released:
             with self._lock:
                 self._unreleased[run_id] = (run.lease, outcome)

@@ -29,6 +29,7 @@ from engine.config import REPRODUCE_TAG
 from engine.core.stats import check_margin
 from engine.errors import TASK_FAILURES, UserError
 from storage import ACTIVE_STATUSES, RunStore, StorageError
+from storage.outputs import refuse_special
 
 AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
@@ -218,16 +219,28 @@ def _link_refusal(path: Path) -> ReportError:
                        "choose another path")
 
 
+def _replaceable(path: Path, mode: int) -> None:
+    """``ReportError`` unless ``mode`` (of what is at ``path``, a link not followed) is a
+    regular file's: a report replaces no link, device, FIFO or socket."""
+    if stat.S_ISLNK(mode):
+        raise _link_refusal(path)
+    if not stat.S_ISREG(mode):
+        refuse_special(path, error=ReportError)
+
+
 def check_output(report: rep.Report, path: str | Path, *, force: bool = False) -> None:
     """``ReportError`` unless ``write(report, path, force=force)`` may write, checked before
     anything is written or stored: a .html or .md name in an existing directory, not a
-    symbolic link, not there yet unless ``force``; for Markdown its figure folder too
-    (``figure_dir_name``): not a link, a folder when it exists, and none of the report's
-    figure files in it (``<name>.svg``) a link, nor there yet unless ``force``."""
+    symbolic link nor anything else but a regular file (a device, a FIFO, a socket:
+    ``storage.outputs``; ``force`` or not), not there yet unless ``force``; for Markdown its
+    figure folder too (``figure_dir_name``): not a link, a folder when it exists, and none
+    of the report's figure files in it (``<name>.svg``) a link or not a regular file, nor
+    there yet unless ``force``."""
     path = Path(path).expanduser()
     fmt = format_of(path)
     if path.is_symlink():
         raise _link_refusal(path)
+    refuse_special(path, error=ReportError)
     if path.exists() and not force:
         raise ReportError(f"{path} already exists; pass --force to overwrite it, or choose another path")
     if not path.absolute().parent.is_dir():
@@ -243,6 +256,8 @@ def check_output(report: rep.Report, path: str | Path, *, force: bool = False) -
     links = [f for f in files if f.is_symlink()]
     if links:
         raise _link_refusal(links[0])
+    for f in files:
+        refuse_special(f, error=ReportError)
     there = [f.name for f in files if f.exists()]
     if there and not force:
         raise ReportError(f"{folder} already holds {', '.join(there)}; pass --force to overwrite them, or choose "
@@ -252,8 +267,8 @@ def check_output(report: rep.Report, path: str | Path, *, force: bool = False) -
 def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[Path]:
     """Write ``report`` to ``path`` (.html: one file; .md: the Markdown file and its
     figures in ``figure_dir_name(path)`` beside it); the paths written. Refuses what
-    ``check_output`` refuses (an existing file without ``force``, any symbolic link); a
-    failure leaves no half-written report file. The figures are drawn into a private
+    ``check_output`` refuses (an existing file without ``force``, any symbolic link, anything
+    but a regular file); a failure leaves no half-written report file. The figures are drawn into a private
     folder and moved into place through the figure folder opened with ``O_NOFOLLOW``,
     so nothing is written through a link even if one appears meanwhile."""
     path = Path(path).expanduser()
@@ -290,9 +305,8 @@ def _write_figures(report: rep.Report, folder: Path, force: bool) -> list[Path]:
             try:
                 if force:
                     with contextlib.suppress(FileNotFoundError):
-                        if stat.S_ISLNK(os.stat(p.name, dir_fd=fd, follow_symlinks=False).st_mode):
-                            raise _link_refusal(folder / p.name)
-                    os.replace(p, p.name, dst_dir_fd=fd)  # replaces a file, never follows a name
+                        _replaceable(folder / p.name, os.stat(p.name, dir_fd=fd, follow_symlinks=False).st_mode)
+                    os.replace(p, p.name, dst_dir_fd=fd)  # replaces a regular file, never follows a name
                 else:
                     os.link(p, p.name, dst_dir_fd=fd, follow_symlinks=False)  # fails if the name is taken
             except FileExistsError:

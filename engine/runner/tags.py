@@ -1,10 +1,15 @@
-"""Editing a run's tags after launch: the dashboard's Run detail and Runs pages and
-``python -m engine tag RUN --add a,b --remove c`` all go through ``edit_tags``.
+"""Editing a run's tags after launch: ``python -m engine tag RUN --add a,b --remove c`` goes
+through ``edit_tags``, the dashboard's Run detail and Runs pages through ``change_tags``.
 
 Tags are typed as comma lists everywhere (the Launch form's box, ``--tags``), so a tag
 holds no comma; each is checked as at launch (``storage.records``: not empty, at most
 ``storage.limits.TAG_MAX`` characters, UTF-8), and a bad one is a one-line ValueError
 naming it, with nothing stored.
+
+An edit is a change (tags to add, tags to remove), applied to the tags stored at that
+moment under the run's row lock (``RunStore.edit_tags``: one transaction), never a whole
+list written back from an earlier read: two edits at once (ten ``engine tag 1 --add tK``,
+the CLI and a page) each keep what the other did.
 """
 
 from __future__ import annotations
@@ -22,23 +27,32 @@ def parse_tags(text: str | Iterable[str] | None) -> list[str]:
     return list(dict.fromkeys(t.strip() for part in parts for t in str(part).split(",") if t.strip()))
 
 
-def edit_tags(store: RunStore, run_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+def edit_tags(store: RunStore, run_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = (),
+              missing_ok: bool = False) -> list[str]:
     """Give run ``run_id`` the tags ``add`` (appended, unless it has them) and take ``remove``
-    away; store and return its tags. Removing a tag it does not have is an
-    ``InvalidValueError`` (a one-line user error, and a ValueError) naming the tags it has;
-    nothing is stored then."""
-    current = list(store.get_run(run_id).tags or [])
+    away, atomically (the change is applied to the tags stored when the run's row is locked);
+    return its tags. Removing a tag it does not have is an ``InvalidValueError`` (a one-line
+    user error, and a ValueError) naming the tags it has, nothing stored, unless
+    ``missing_ok`` (a page removing a tag someone removed meanwhile)."""
     add, remove = parse_tags(list(add)), parse_tags(list(remove))
-    missing = [t for t in remove if t not in current and t not in add]
-    if missing:
-        raise InvalidValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
-                         f"{', '.join(current) or 'none'}); check the spelling")
-    tags = [t for t in current + [t for t in add if t not in current] if t not in set(remove) - set(add)]
-    store.set_tags(run_id, tags)
-    return list(store.get_run(run_id).tags)
+    dropped = set(remove) - set(add)
+
+    def change(current: list[str]) -> list[str]:
+        missing = [t for t in remove if t not in current and t not in add]
+        if missing and not missing_ok:
+            raise InvalidValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
+                                    f"{', '.join(current) or 'none'}); check the spelling")
+        return [t for t in current + [t for t in add if t not in current] if t not in dropped]
+
+    return store.edit_tags(run_id, change)
 
 
-def replace_tags(store: RunStore, run_id: int, text: str) -> list[str]:
-    """Set run ``run_id``'s tags to those of the comma list ``text`` (a form's box)."""
-    store.set_tags(run_id, parse_tags(text))
-    return list(store.get_run(run_id).tags)
+def change_tags(store: RunStore, run_id: int, shown: str | Iterable[str] | None,
+                wanted: str | Iterable[str] | None) -> list[str]:
+    """What a page's tag box did, stored as a change: the tags in ``wanted`` and not in
+    ``shown`` (what the box showed, comma lists or lists) are added, those in ``shown`` and
+    not in ``wanted`` removed (one removed meanwhile is no error), and every tag added
+    elsewhere meanwhile kept (``edit_tags``); the run's tags."""
+    before, after = parse_tags(shown), parse_tags(wanted)
+    return edit_tags(store, run_id, add=[t for t in after if t not in before],
+                     remove=[t for t in before if t not in after], missing_ok=True)

@@ -11,6 +11,7 @@ import numpy as np
 
 from app import alerts
 from engine.runner.paths import run_folders
+from engine.runner.tags import edit_tags
 from storage import ALERT
 from storage.limits import TAG_MAX
 from tests.support.pages import app, button, page, store, url  # noqa: F401 (fixtures)
@@ -61,6 +62,26 @@ def test_the_runs_edit_dialog_edits_tags(store):
     button(at, "Save").click().run()
     assert not at.exception
     assert store.get_run(run_id).tags == ["pilot", "lr-sweep"]
+
+
+def test_run_details_tag_box_keeps_a_tag_added_elsewhere_meanwhile(store):
+    run_id = fake_run(store, TINY)
+    at = _detail(run_id)
+    edit_tags(store, run_id, add=["from-the-cli"])  # after the page drew the box, before the user picks
+    at.multiselect(key=f"detail.tags.{run_id}").set_value(["pilot"]).run()
+    assert store.get_run(run_id).tags == ["from-the-cli", "pilot"] and not at.error
+    assert at.multiselect(key=f"detail.tags.{run_id}").value == ["from-the-cli", "pilot"]
+
+
+def test_the_runs_edit_dialog_keeps_a_tag_added_elsewhere_meanwhile(store):
+    run_id = fake_run(store, TINY)
+    at = app(selected=[run_id]).run()
+    button(at, "Rename").click().run()
+    edit_tags(store, run_id, add=["from-the-cli"])  # while the dialog is open
+    next(t for t in at.text_input if t.label == "Tags").input("pilot")
+    button(at, "Save").click().run()
+    assert not at.exception
+    assert store.get_run(run_id).tags == ["from-the-cli", "pilot"]
 
 
 def test_run_detail_shows_the_log_from_a_level_up(store):

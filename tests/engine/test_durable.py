@@ -242,6 +242,27 @@ def test_delete_removes_a_run_its_metrics_and_its_checkpoints(lab, capsys):
     assert not run_dir(ckpt_root, run.uid).exists()
 
 
+def test_resume_names_the_step_it_used_when_the_recorded_checkpoint_is_refused(lab, capsys):
+    """The database records step 4, whose checkpoint is damaged: ``resume`` announces the run
+    without a step, then names step 2, the checkpoint it actually read, and the refusal."""
+    url, ckpt_root = lab
+    assert main(["run", *TINY, "--steps", "4", "--eval-interval", "2", "--checkpoint-interval", "2"]) == 0
+    store = RunStore(url)
+    run = store.list_runs()[0]
+    assert run.checkpoint_step == 4
+    store.set_status(run.id, "interrupted", error="a crash after its last checkpoint")
+    step_dir = run_dir(ckpt_root, run.uid) / f"epoch-{run.epoch}" / "4"
+    big = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    big.write_bytes(big.read_bytes()[: big.stat().st_size // 3])  # a torn write
+    capsys.readouterr()
+    assert main(["resume", str(run.id)]) == 0
+    err = capsys.readouterr().err
+    assert f"run {run.id} {run.name}: resuming from its newest readable checkpoint\n" in err
+    assert "step 4" not in err.split("refused:")[0]  # never announced as the step it resumes from
+    assert f"run {run.id}: resumed from the checkpoint at step 2; refused: checkpoint at step 4 of run {run.id}" in err
+    assert store.get_run(run.id).status == "finished"
+
+
 def _steps_on_disk(folder: Path) -> set[str]:
     """``epoch-E/step`` of every checkpoint step folder under a run's folder."""
     return {f"{p.parent.name}/{p.name}" for p in folder.glob("epoch-*/*") if p.name.isdigit()}
@@ -289,7 +310,7 @@ def test_a_backup_never_deletes_or_prunes_the_checkpoints_of_the_database_it_cop
     assert live.get_run(run_id).checkpoint_step == 6
     assert copy.identity().ancestors == (live.identity().uid,) and copy.identity().uid != live.identity().uid
     own = ckpt_root / f"db-{copy.identity().uid}" / f"run-{run.uid}"
-    assert not own.exists() and own.parent.is_dir()  # where the copy had written its checkpoint of step 6
+    assert not own.exists() and not own.parent.exists()  # where the copy wrote its checkpoint of step 6: gone, emptied
     assert main(["delete", str(run_id)]) == 0
     assert not live_folder.exists()
     copy.close()

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
+import storage.runs
 from engine.cli.main import main
-from engine.runner.tags import edit_tags, parse_tags, replace_tags
+from engine.runner.tags import change_tags, edit_tags, parse_tags
 from storage import ALERT, RunStore
 from storage.limits import TAG_MAX
 from tests.support.runs import new_run
@@ -31,8 +38,89 @@ def test_edit_tags_adds_removes_and_refuses_what_is_not_there(store):
     with pytest.raises(ValueError, match=f"the most is {TAG_MAX}"):
         edit_tags(store, run_id, add=["x" * (TAG_MAX + 1)], remove=["pilot"])
     assert store.get_run(run_id).tags == ["pilot", "lr-sweep"]  # nothing stored by a refused edit
-    assert replace_tags(store, run_id, "b, a") == ["b", "a"]
-    assert replace_tags(store, run_id, "") == []
+    assert edit_tags(store, run_id, remove=["gone"], missing_ok=True) == ["pilot", "lr-sweep"]
+
+
+def test_a_pages_tag_box_stores_what_it_changed_and_keeps_an_edit_made_meanwhile(store):
+    run_id = new_run(store, "r")
+    edit_tags(store, run_id, add=["a", "b"])
+    shown = "a, b"  # what the box showed, before the CLI edited the run
+    edit_tags(store, run_id, add=["from-the-cli"], remove=["b"])
+    assert change_tags(store, run_id, shown, "a, b, mine") == ["a", "from-the-cli", "mine"]  # b: removed meanwhile
+    assert change_tags(store, run_id, ["a", "from-the-cli", "mine"], ["mine"]) == ["mine"]
+    with pytest.raises(ValueError, match="the most is"):
+        change_tags(store, run_id, "mine", ["mine", "x" * (TAG_MAX + 1)])
+    assert store.get_run(run_id).tags == ["mine"]
+
+
+def _slow_checks(monkeypatch) -> None:
+    """Tag checks that take 50 ms (a busy machine): they run between the read of a run's
+    tags and their write, which an edit that reads and writes in two transactions loses in."""
+    check = storage.runs.clean_tags
+
+    def slow(tags):
+        time.sleep(0.05)
+        return check(tags)
+
+    monkeypatch.setattr(storage.runs, "clean_tags", slow)
+
+
+def test_ten_concurrent_tag_edits_keep_every_tag(db_url, monkeypatch):
+    """Ten edits of one run at once, each on its own connection (SQLite and PostgreSQL):
+    each adds its tag to the tags stored when it holds the run's row, so all ten stay."""
+    setup = RunStore(db_url)
+    run_id = new_run(setup, "r", tags=["first"])
+    _slow_checks(monkeypatch)
+    start, errors = threading.Barrier(10), []
+
+    def add(k: int) -> None:
+        store = RunStore(db_url)
+        try:
+            start.wait(30)
+            edit_tags(store, run_id, add=[f"t{k}"])
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(e)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=add, args=(k,)) for k in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    tags = setup.get_run(run_id).tags
+    assert tags[0] == "first" and sorted(tags[1:]) == sorted(f"t{k}" for k in range(10))
+    setup.close()
+
+
+_AT_ONCE = """import pathlib, sys, time
+from engine.cli.main import main
+here, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+here.touch()
+while not go.exists():
+    time.sleep(0.005)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_ten_tag_commands_at_once_keep_every_tag(db, tmp_path):
+    """The fault probe's case: ten ``engine tag 1 --add tK`` processes, started together once
+    each is ready; every one succeeds and every tag is stored."""
+    store = RunStore(db)
+    run_id = new_run(store, "r")
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _AT_ONCE, str(tmp_path / f"ready-{k}"), str(go),
+                               "tag", "--db", db, str(run_id), "--add", f"t{k}"],
+                              cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for k in range(10)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 10, outputs
+    assert sorted(store.get_run(run_id).tags) == sorted(f"t{k}" for k in range(10))
 
 
 def test_the_tag_command_edits_and_prints_and_refuses_in_one_line(db, capsys):

@@ -30,7 +30,9 @@ def run(args) -> int:
 
 def _start(args, store, manager) -> list[int]:
     """Hand the named runs (and with ``--all`` every interrupted and orphaned one) to
-    ``manager``; the ids it resumes."""
+    ``manager``; the ids it resumes. Each is announced without a step: the checkpoint its
+    database records may be refused (damaged), and the line ``train_here`` prints once one is
+    read names the step actually used."""
     from engine.runner.liveness import check_stale
 
     check_stale(store)
@@ -44,9 +46,9 @@ def _start(args, store, manager) -> list[int]:
     moved = manager.resume(ids)
     if args.all:
         moved += manager.adopt_orphans()
-    for run_id in moved:
+    for run_id in moved:  # its step is named once a checkpoint is read (train_here): a damaged one is not it
         r = store.get_run(run_id)
-        where = f"from its checkpoint at step {r.checkpoint_step}" if r.checkpoint_step else "from step 0 (no checkpoint)"
+        where = "from its newest readable checkpoint" if r.checkpoint_step else "from step 0 (no checkpoint)"
         print(f"run {run_id} {r.name}: resuming {where}", file=sys.stderr)
     if not moved:
         print("nothing to resume", file=sys.stderr)
