@@ -144,6 +144,7 @@ class RunStore:
     run_lease = _Via("runs")
     set_device = _Via("runs")
     set_tags = _Via("runs")
+    edit_tags = _Via("runs")
     request_cancel = _Via("runs")
     cancel_requested = _Via("runs")
     active_runs_heartbeats = _Via("runs")
