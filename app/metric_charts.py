@@ -52,15 +52,18 @@ def metric_figure(metrics: pd.DataFrame, info: pd.DataFrame, name: str, *, x: st
 
 
 def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, persist: str, x: str,
-                       smoothing: float, pool: bool, log_y: bool, group_by: str | None, facet: bool) -> None:
-    """Compare's section: a picker of every metric the selected runs recorded (widget
-    ``key``, kept for the ``persist`` scope) and a chart of each chosen, two to a row."""
+                       smoothing: float, pool: bool, log_y: bool, group_by: str | None, facet: bool,
+                       names: Sequence[str] | None = None) -> None:
+    """Compare's section: a picker of every metric the selected runs recorded (``names``;
+    None: those in ``metrics``, which then must hold every name) (widget ``key``, kept for
+    the ``persist`` scope) and a chart of each chosen, two to a row."""
     st.subheader("Any metric")
     chosen = st.session_state.get(key) or []
     if not isinstance(chosen, list):  # a view applied from a link holds a tuple
         chosen = st.session_state[key] = list(chosen)
+    offered = metrics if names is None else pd.DataFrame({"name": list(names)})
     picked = st.multiselect(
-        "Chart metrics", metric_choices(metrics, chosen), key=key, persist_state=persist,
+        "Chart metrics", metric_choices(offered, chosen), key=key, persist_state=persist,
         placeholder="Choose metrics: tokens/s, rel_err_*, per-layer cosine, memory, system (sys/*)…",
         help="Any metric the selected runs recorded, with the pooling, smoothing, x axis, log y and colouring "
              "chosen above. sys/* are the system metrics: process CPU and memory, host load, device memory, "

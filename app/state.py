@@ -26,7 +26,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -170,13 +170,17 @@ def guarded(fn: Callable) -> Callable:
     return run
 
 
-def metrics(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
-    """Every metric row of ``run_ids`` (ordered by id), reading only rows newer than
-    what this session already holds for the current database."""
-    key = f"metrics_feed::{db_url()}"
+def metrics(store: RunStore, run_ids: Iterable[int], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Every metric row of ``run_ids`` (ordered by id), of ``names`` only (None: every
+    name), reading only rows newer than what this session already holds for the current
+    database. The session keeps one feed of every name and one of a name list; another
+    list replaces that one and reads afresh, so a page that reads a few names (Compare)
+    holds only those."""
+    names = None if names is None else sorted(set(names))
+    key = f"metrics_feed::{db_url()}" + ("" if names is None else "::named")
     feed = st.session_state.get(key)
-    if feed is None:
-        feed = st.session_state[key] = MetricsFeed()
+    if feed is None or feed.names != names:
+        feed = st.session_state[key] = MetricsFeed(names)
     feed.poll(store, run_ids)
     return feed.frame
 

@@ -17,7 +17,7 @@ never writes: the database must exist.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import pandas as pd
 
@@ -25,6 +25,7 @@ from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import check_margin
 from engine.runner.queries import run_table3, runs_where, where_ids
 from storage import RunStore
+from storage.store import empty_metrics_frame
 
 
 class Lab:
@@ -60,20 +61,49 @@ class Lab:
 
     def metrics(self, where: Optional[str] = None, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
         """Every recorded value of the matched runs, long: one row per value with
-        ``run_id``, ``name``, ``step``, ``wall_time``, ``value`` and the run's ``run_name``,
+        ``run_id``, ``run_name``, ``name``, ``step``, ``wall_time``, ``value``,
         ordered by run, metric and step. ``names``: only these metrics (None: all).
+        The whole table in memory, built from :meth:`metrics_chunks`; for many runs,
+        iterate that instead.
 
         >>> Lab().metrics("estimator == exact", names=["val_loss"]).groupby("run_id")["value"].min()  # doctest: +SKIP
         """
+        empty, *parts = self._metric_frames(where, names, None)
+        return pd.concat(parts, ignore_index=True) if parts else empty
+
+    def metrics_chunks(self, where: Optional[str] = None, names: Optional[Sequence[str]] = None,
+                       rows: Optional[int] = None) -> Iterator[pd.DataFrame]:
+        """:meth:`metrics` in frames of whole runs, about ``rows`` rows each (default
+        ``storage.stream.CHUNK_ROWS``; a run with more is one frame of its own), by run id:
+        memory is bounded by the chunk, not by the table. Same columns and order:
+        ``pd.concat(list(lab.metrics_chunks(w, n)), ignore_index=True)`` is ``lab.metrics(w, n)``.
+        The rows are read in one snapshot, as the frames are taken.
+
+        >>> for part in Lab().metrics_chunks(names=["val_loss"]):  # doctest: +SKIP
+        ...     best = part.groupby("run_id")["value"].min()
+        """
+        frames = self._metric_frames(where, names, rows)
+        next(frames)  # the empty frame of columns
+        return frames
+
+    def _metric_frames(self, where: Optional[str], names: Optional[Sequence[str]],
+                       rows: Optional[int]) -> Iterator[pd.DataFrame]:
+        """A frame of no rows (the columns), then the chunks of :meth:`metrics_chunks`."""
         ids = where_ids(self.store, where)
-        if ids is None:
-            ids = [r.id for r in self.store.list_runs()]
+        records = self.store.list_runs()
+        ids = [r.id for r in records] if ids is None else ids
+        wanted = set(ids)
+        run_names = {r.id: r.name for r in records if r.id in wanted}
         names = [names] if isinstance(names, str) else (None if names is None else list(names))
-        frame = self.store.metrics(ids, names=names)
-        run_names = {r.id: r.name for r in self.store.list_runs() if r.id in set(ids)}
-        frame = frame.assign(run_name=frame["run_id"].map(run_names))
-        frame = frame.sort_values(["run_id", "name", "step", "id"], kind="stable").reset_index(drop=True)
-        return frame[["run_id", "run_name", "name", "step", "wall_time", "value"]]
+
+        def shaped(frame: pd.DataFrame) -> pd.DataFrame:
+            frame = frame.assign(run_name=frame["run_id"].map(run_names))
+            frame = frame.sort_values(["run_id", "name", "step", "id"], kind="stable").reset_index(drop=True)
+            return frame[["run_id", "run_name", "name", "step", "wall_time", "value"]]
+
+        yield shaped(empty_metrics_frame())
+        for chunk in self.store.metrics.chunks(ids, names=names, size=rows, whole_runs=True):
+            yield shaped(chunk)
 
     def summary(self, where: Optional[str] = None, at_step: Optional[int] = None,
                 margin: float = MARGIN, adjust: bool = True) -> pd.DataFrame:

@@ -20,10 +20,17 @@ Every CSV written here (``to_csv_bytes``, ``export_csv``) goes through ``neutral
 text cell or header that starts with ``=``, ``+``, ``-``, ``@``, tab or CR is prefixed with
 ``'`` so a spreadsheet shows it instead of evaluating it as a formula; numbers stay numbers.
 
+Exports stream: ``export_csv`` (and ``csv_chunks``, ``export_bytes``) reads the metric rows a
+chunk at a time (``storage.stream``; wide: whole runs per chunk, since a run's steps pivot
+together) and writes each chunk as it comes, so memory is bounded by the chunk, not by the
+table; the bytes are those of ``to_csv_bytes`` of ``long_frame``/``wide_frame``, which build
+the whole table in memory.
+
 ``write_file`` is the one way files are written: atomically (a temporary file in the same
 directory, then ``os.replace``), never over an existing file unless ``force``, and never
 over the store's own SQLite database or its ``-wal``/``-shm``/``-journal`` companions,
-however the path is spelt (relative, ``..``, ``~``, a symlink or a hard link to it).
+however the path is spelt (relative, ``..``, ``~``, a symlink or a hard link to it), and
+never over anything but a regular file (a device, a FIFO, a socket: ``storage.outputs``).
 """
 
 from __future__ import annotations
@@ -31,18 +38,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pandas as pd
 
 from .db import StorageError
 from .errors import InvalidValueError
-from .store import RunRecord, RunStore
+from .outputs import refuse_special
+from .store import RunRecord, RunStore, empty_metrics_frame
 
 __all__ = [
     "RUN_COLUMNS", "COLUMNS", "LONG_COLUMNS", "WIDE_RUN_COLUMNS", "EXPORT_FORMATS", "FORMULA_PREFIXES", "long_frame", "wide_frame",
-    "export_csv", "to_csv_bytes", "flatten_config", "neutralize", "database_files", "write_file",
+    "export_csv", "csv_chunks", "export_bytes", "to_csv_bytes", "flatten_config", "neutralize", "database_files",
+    "write_file",
 ]
 
 RUN_COLUMNS = ["run_id", "run_name", "status", "sweep_id", "tags", "notes", "estimator", "rank", "lam", "seed",
@@ -139,26 +149,69 @@ def _run_info(runs: list[RunRecord], shape: Optional[Shape], config: bool = Fals
 
 def long_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optional[Shape] = None) -> pd.DataFrame:
     """Every metric value of ``run_ids`` (None: all runs), ordered by run then record order;
-    ``shape(config)`` fills the effective B, T, R columns."""
-    runs = _runs(store, run_ids)
+    ``shape(config)`` fills the effective B, T, R columns. The whole table in memory:
+    :func:`export_csv` streams it instead."""
+    return _whole(_long_frames(store, _runs(store, run_ids), shape))
+
+
+def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optional[Shape] = None) -> pd.DataFrame:
+    """One row per (run, step) with run/config columns and one column per metric;
+    ``shape(config)`` fills the effective B, T, R columns. The whole table in memory:
+    :func:`export_csv` streams it instead."""
+    return _whole(_wide_frames(store, _runs(store, run_ids), shape))
+
+
+def _whole(frames: Iterator[pd.DataFrame]) -> pd.DataFrame:
+    """The parts of an export (after its empty first frame) as one frame."""
+    empty, *parts = frames
+    return pd.concat(parts, ignore_index=True) if parts else empty
+
+
+def _long_frames(store: RunStore, runs: list[RunRecord], shape: Optional[Shape], size: Optional[int] = None,
+                 neutral: bool = False) -> Iterator[pd.DataFrame]:
+    """The long export of ``runs`` in parts: first a frame of no rows (the columns), then
+    one per chunk of about ``size`` metric rows (``storage.stream``), by run then record
+    order. ``neutral``: text cells formula-neutralised (not the column names)."""
     info = _run_info(runs, shape)
-    m = store.metrics([r.id for r in runs])
+    info = _neutral_cells(info) if neutral else info
+    yield _long_part(empty_metrics_frame(), info)
+    for m in store.metrics.chunks([r.id for r in runs], size=size):
+        if neutral and m["name"].str.startswith(FORMULA_PREFIXES).any():
+            m["name"] = m["name"].map(_neutral)
+        yield _long_part(m, info)
+
+
+def _long_part(m: pd.DataFrame, info: pd.DataFrame) -> pd.DataFrame:
     out = m.merge(info, on="run_id", how="left").rename(columns={"name": "metric", "wall_time": "wall_time_s"})
     out = out.sort_values(["run_id", "id"], kind="stable")
     return out[LONG_COLUMNS].reset_index(drop=True)
 
 
-def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optional[Shape] = None) -> pd.DataFrame:
-    """One row per (run, step) with run/config columns and one column per metric;
-    ``shape(config)`` fills the effective B, T, R columns."""
-    runs = _runs(store, run_ids)
+def _wide_frames(store: RunStore, runs: list[RunRecord], shape: Optional[Shape], size: Optional[int] = None,
+                 neutral: bool = False) -> Iterator[pd.DataFrame]:
+    """The wide export of ``runs`` in parts, as :func:`_long_frames`; each part holds whole
+    runs (a run's steps pivot together). The metric columns are every name the runs
+    recorded, read in the same snapshot as the rows."""
     info = _run_info(runs, shape, config=True)
     config_cols = sorted(c for c in info.columns if c.startswith("config."))
     info = info[WIDE_RUN_COLUMNS + config_cols]
-    m = store.metrics([r.id for r in runs])
     taken = set(info.columns) | {"step", "wall_time_s"}
-    m["name"] = [f"metric.{n}" if n in taken else n for n in m["name"]]
-    metric_cols = sorted(set(m["name"]))
+    info = _neutral_cells(info) if neutral else info
+    ids = [r.id for r in runs]
+    with store.metrics.snapshot() as snap:
+        columns = [*info.columns, "step", "wall_time_s", *sorted({_metric_column(n, taken) for n in snap.names(ids)})]
+        yield _wide_part(empty_metrics_frame(), info, taken, columns)
+        for m in snap.chunks(ids, size=size, whole_runs=True):
+            yield _wide_part(m, info, taken, columns)
+
+
+def _metric_column(name: str, taken: set[str]) -> str:
+    return f"metric.{name}" if name in taken else name
+
+
+def _wide_part(m: pd.DataFrame, info: pd.DataFrame, taken: set[str], columns: list[str]) -> pd.DataFrame:
+    """The wide rows of the whole runs in ``m``; a metric none of them recorded is empty."""
+    m = m.assign(name=[_metric_column(n, taken) for n in m["name"]])
     if m.empty:
         per_step = pd.DataFrame({"run_id": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
                                  "wall_time_s": pd.Series(dtype="float64")})
@@ -170,7 +223,7 @@ def wide_frame(store: RunStore, run_ids: Optional[Sequence[int]], shape: Optiona
         per_step = wall.to_frame().join(values).reset_index()
     out = info.merge(per_step, on="run_id", how="inner")
     out = out.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
-    return out[[*WIDE_RUN_COLUMNS, *config_cols, "step", "wall_time_s", *metric_cols]]
+    return out.reindex(columns=columns)
 
 
 def _neutral(value):
@@ -181,7 +234,12 @@ def neutralize(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``frame`` whose text cells and column names starting with a
     spreadsheet formula character (``FORMULA_PREFIXES``) are prefixed with ``'``.
     Only ``str`` values change: numbers, negative ones included, are left as they are."""
-    out = frame.rename(columns=_neutral)
+    return _neutral_cells(frame.rename(columns=_neutral))
+
+
+def _neutral_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``neutralize`` of the cells alone: the column names stay."""
+    out = frame.copy(deep=False)
     for i in range(out.shape[1]):
         column = out.iloc[:, i]
         if not pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
@@ -219,8 +277,9 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_output(store: Optional[RunStore], path: "str | os.PathLike[str]", force: bool = False) -> Path:
     """The file :func:`write_file` writes for ``path`` (a symlink resolved), once it may:
     :class:`StorageError` when ``path`` is ``store``'s database or a companion of it (always,
-    ``force`` or not), a directory, a file that exists while ``force`` is false, or in a
-    directory that does not exist. Writes nothing: a command checks its output with it
+    ``force`` or not), a directory or anything else but a regular file (a device, a FIFO,
+    a socket: ``storage.outputs``; ``force`` or not), a file that exists while ``force`` is
+    false, or in a directory that does not exist. Writes nothing: a command checks its output with it
     before its work."""
     shown = os.fspath(path)
     target = Path(os.path.realpath(os.path.expanduser(shown)))
@@ -229,6 +288,7 @@ def check_output(store: Optional[RunStore], path: "str | os.PathLike[str]", forc
             raise StorageError(f"refusing to write {shown}: it is the database file {db_file}; choose another output path")
     if target.is_dir():
         raise StorageError(f"cannot write {shown}: it is a directory; give a file name")
+    refuse_special(target, shown)  # a device, FIFO or socket: never replaced, --force or not
     if target.exists() and not force:
         raise StorageError(f"{shown} already exists; pass --force (force=True) to overwrite it, or choose another path")
     if not target.parent.is_dir():
@@ -236,27 +296,34 @@ def check_output(store: Optional[RunStore], path: "str | os.PathLike[str]", forc
     return target
 
 
-def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", content: "str | bytes", force: bool = False) -> Path:
-    """Write ``content`` (text as UTF-8) to ``path`` atomically; return the path written.
+def write_file(store: Optional[RunStore], path: "str | os.PathLike[str]", content: "str | bytes | Iterable[bytes]",
+               force: bool = False) -> Path:
+    """Write ``content`` (text as UTF-8; an iterable of bytes piece by piece, as it comes) to
+    ``path`` atomically; return the path written.
 
     Raises :class:`StorageError`, writing nothing, when ``path`` is ``store``'s
-    database or a companion of it (always, ``force`` or not), when it exists and
-    ``force`` is false, or when it cannot be written. A symlink is followed: its
+    database or a companion of it, or not a regular file (always, ``force`` or not), when
+    it exists and ``force`` is false, or when it cannot be written. A symlink is followed: its
     target gets the new content."""
     shown = os.fspath(path)
     target = check_output(store, path, force)
     data = content.encode("utf-8") if isinstance(content, str) else content
+    chunks = [data] if isinstance(data, bytes) else data
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:  # an iterable is written as it comes: never whole in memory
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"cannot write {shown} ({e.strerror or e}); choose another output path") from e
+    except BaseException:  # the content's own error (a database one while streaming): no file either
+        tmp.unlink(missing_ok=True)
+        raise
     return target
 
 
@@ -270,9 +337,39 @@ def export_csv(
 ) -> int:
     """Write runs (None: all) to ``path`` as ``long`` or ``wide`` CSV with ``write_file``
     (atomic; an existing file only with ``force``; never the database); return the data
-    rows written."""
+    rows written. Streamed: read and written a chunk of metric rows at a time
+    (:func:`csv_chunks`), so memory is bounded by the chunk, not by the table."""
+    counted = [0]
+    write_file(store, path, csv_chunks(store, run_ids, fmt, shape, counted=counted), force=force)
+    return counted[0]
+
+
+def csv_chunks(store: RunStore, run_ids: Optional[Sequence[int]] = None, fmt: str = "long",
+               shape: Optional[Shape] = None, *, size: Optional[int] = None,
+               counted: Optional[list[int]] = None) -> Iterator[bytes]:
+    """The export's CSV (UTF-8, formula-neutralised) piece by piece: the header, then one
+    piece per chunk of about ``size`` metric rows (default ``storage.stream.CHUNK_ROWS``;
+    wide: whole runs). Joined, the pieces are ``to_csv_bytes`` of ``long_frame`` or
+    ``wide_frame``, byte for byte. ``counted[0]`` counts the data rows as they go. The runs
+    are checked (an unknown id raises) and the format too before the first piece."""
     if fmt not in EXPORT_FORMATS:
         raise InvalidValueError(f"unknown export format {fmt!r}; use 'long' or 'wide'")
-    frame = long_frame(store, run_ids, shape) if fmt == "long" else wide_frame(store, run_ids, shape)
-    write_file(store, path, to_csv_bytes(frame), force=force)
-    return len(frame)
+    frames = (_long_frames if fmt == "long" else _wide_frames)(store, _runs(store, run_ids), shape, size, neutral=True)
+    return _csv_pieces(frames, counted if counted is not None else [0])
+
+
+def _csv_pieces(frames: Iterator[pd.DataFrame], counted: list[int]) -> Iterator[bytes]:
+    for i, part in enumerate(frames):
+        yield part.rename(columns=_neutral).to_csv(index=False, header=i == 0).encode("utf-8")
+        counted[0] += len(part)
+
+
+def export_bytes(store: RunStore, run_ids: Optional[Sequence[int]] = None, fmt: str = "long",
+                 shape: Optional[Shape] = None) -> bytes:
+    """:func:`export_csv`'s file as bytes (a download button's data): streamed through an
+    anonymous temporary file, so it takes the file's bytes and one chunk, not the table."""
+    with tempfile.TemporaryFile() as f:
+        for piece in csv_chunks(store, run_ids, fmt, shape):
+            f.write(piece)
+        f.seek(0)
+        return f.read()

@@ -1,4 +1,6 @@
-"""The metrics table: appends in id order per run, reads (whole and incremental), truncation on resume.
+"""The metrics table: appends in id order per run, reads (whole, incremental, streamed), truncation on resume.
+
+Streamed reads (a chunk of rows at a time, in one snapshot) are :mod:`storage.stream`'s.
 
 A metric is stored once per (run, name, step) (a unique index): a row whose key is stored
 already is skipped (``INSERT … ON CONFLICT DO NOTHING`` on both backends). The writes that
@@ -11,10 +13,11 @@ The repository ``store.metrics`` of :class:`storage.store.RunStore`, over its :c
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pandas as pd
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from .database import Repository
 from .db import rowcount
@@ -24,6 +27,23 @@ from .lease import hold
 from .limits import check_int
 from .models import Metric, Run
 from .records import METRIC_COLUMNS, as_ids, empty_metrics_frame, metrics_frame
+from .stream import CHUNK_ROWS, MetricsSnapshot
+
+MARK_BATCH = 200  # distinct high-water marks per query of ``metrics_after``
+
+
+def _rows_after(conn: Connection, groups: list[tuple[int, list[int]]],
+                names: Optional[list[str]]) -> Iterator[pd.DataFrame]:
+    """The rows with ``run_id`` in each group's runs and id > its mark, by id, as frames of
+    ``CHUNK_ROWS`` rows (streamed: the rows as tuples are never all in memory at once)."""
+    mt = Metric.__table__
+    cond = or_(*(and_(mt.c.run_id.in_(rids), mt.c.id > mark) for mark, rids in groups))
+    stmt = select(*(mt.c[c] for c in METRIC_COLUMNS)).where(cond)
+    if names is not None:
+        stmt = stmt.where(mt.c.name.in_(names))
+    result = conn.execute(stmt.order_by(mt.c.id), execution_options={"stream_results": True, "max_row_buffer": CHUNK_ROWS})
+    for rows in result.partitions(CHUNK_ROWS):
+        yield metrics_frame([tuple(r) for r in rows])  # plain tuples: from_records is ~8x slower on Row objects
 
 
 class MetricsRepository(Repository):
@@ -91,21 +111,38 @@ class MetricsRepository(Repository):
     __call__ = read  # ``store.metrics(run_ids)``: the store's read before it had repositories
 
     def metrics_after(self, marks: Mapping[int, int], *, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
-        """Metric rows with id > ``marks[run_id]`` for each run in ``marks``, by id (one query)."""
+        """Metric rows with id > ``marks[run_id]`` for each run in ``marks``, by id: one query
+        per ``MARK_BATCH`` distinct marks (SQLite refuses an expression deeper than 1000, and
+        runs that have read on hold a mark each), in one transaction, each read
+        ``storage.stream.CHUNK_ROWS`` rows at a time (memory holds the frame and one chunk)."""
         if not marks or (names is not None and len(names) == 0):
             return empty_metrics_frame()
-        mt = Metric.__table__
         by_mark: dict[int, list[int]] = {}
         for run_id, mark in marks.items():
             by_mark.setdefault(int(mark), []).append(int(run_id))
-        cond = or_(*(and_(mt.c.run_id.in_(rids), mt.c.id > mark) for mark, rids in by_mark.items()))
-        stmt = select(*(mt.c[c] for c in METRIC_COLUMNS)).where(cond)
-        if names is not None:
-            stmt = stmt.where(mt.c.name.in_([names] if isinstance(names, str) else list(names)))
+        groups = list(by_mark.items())
+        names = None if names is None else ([names] if isinstance(names, str) else list(names))
         with self.db.session() as s:
-            # plain tuples: DataFrame.from_records is ~8x slower on Row objects
-            rows = [tuple(r) for r in s.connection().execute(stmt.order_by(mt.c.id))]
-        return metrics_frame(rows)
+            parts = [part for i in range(0, len(groups), MARK_BATCH)
+                     for part in _rows_after(s.connection(), groups[i:i + MARK_BATCH], names)]
+        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts[0] if parts else empty_metrics_frame())
+        return frame.sort_values("id", kind="stable", ignore_index=True) if len(groups) > MARK_BATCH else frame
+
+    @contextmanager
+    def snapshot(self) -> Iterator[MetricsSnapshot]:
+        """Reads that agree with each other (:mod:`storage.stream`): one read transaction,
+        ``REPEATABLE READ`` on PostgreSQL."""
+        options = {"isolation_level": "REPEATABLE READ"} if self.db.is_postgresql else {}
+        with self.db.session() as s:
+            yield MetricsSnapshot(s.connection(execution_options=options))
+
+    def chunks(self, run_ids: Iterable[int], *, names: Optional[Sequence[str]] = None, size: Optional[int] = None,
+               whole_runs: bool = False) -> Iterator[pd.DataFrame]:
+        """The rows of ``run_ids`` streamed in frames of about ``size`` rows (whole runs with
+        ``whole_runs``), by run id then id, in a snapshot of their own: memory bounded by the
+        chunk, not the table (:meth:`storage.stream.MetricsSnapshot.chunks`)."""
+        with self.snapshot() as snap:
+            yield from snap.chunks(run_ids, names=names, size=size, whole_runs=whole_runs)
 
     def history_versions(self, run_ids: Iterable[int]) -> dict[int, int]:
         """``{run_id: history_version}`` for those of ``run_ids`` that exist."""
@@ -139,8 +176,11 @@ class MetricsRepository(Repository):
         frame = pd.DataFrame.from_records(rows, columns=["run_id", "name", "step", "wall_time", "value"])
         return frame.astype({"run_id": "int64", "step": "int64", "wall_time": "float64", "value": "float64"})
 
-    def metric_names(self) -> list[str]:
-        """Every metric name any run has recorded, sorted."""
+    def metric_names(self, run_ids: Optional[Iterable[int]] = None) -> list[str]:
+        """Every metric name any run (of ``run_ids``; None: of all) has recorded, sorted."""
         mt = Metric.__table__
+        if run_ids is not None:
+            with self.snapshot() as snap:
+                return snap.names(run_ids)
         with self.db.session() as s:
             return sorted(s.execute(select(mt.c.name).distinct()).scalars())

@@ -1,13 +1,24 @@
 """Compare: live loss, gradient-cosine and memory charts, any other recorded metric
 (``app.metric_charts``: system metrics too), the paper's central figure (a quantity
-against the rank R at one step) and its Table 3 for the selected runs."""
+against the rank R at one step) and its Table 3 for the selected runs.
 
+The page reads only the metrics it draws (``_drawn``): those of the loss, mean-cosine and
+memory charts, the rank figure and Table 3, each layer's cosine while "per layer" is on,
+and the metrics chosen under "Any metric"; the names offered there (and the layers) come
+from one query of the names the runs recorded (``_recorded``), so hundreds of runs do not
+load every value of every metric. The summary, the rank figure and Table 3 are computed
+once per state of the data (``_memo``), not again for each control."""
+
+from functools import partial
+
+import pandas as pd
 import streamlit as st
 
 from app import differences, metric_charts, state, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames, method_frames, progress
 from engine.analysis.summary import (
+    SUMMARY_METRICS,
     display_frame,
     holm_note,
     noise_note,
@@ -259,6 +270,46 @@ def _status_line(runs: dict, metrics, duplicates: dict[int, int]) -> None:
                          + "."))
 
 
+_READ = (*SUMMARY_METRICS, method_frames.LOAD_METRIC, method_frames.CORES_METRIC)  # progress, loss, memory, Table 3
+
+
+def _recorded(records_now: dict) -> list[str]:
+    """Every metric name the runs recorded (one query); kept for the session while every
+    run has ended and none changed (a resumed run changes status and history version)."""
+    key = tuple(sorted((r.id, r.status, r.history_version) for r in records_now.values()))
+    kept = st.session_state.get("compare.recorded")
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    names = store.metric_names(list(records_now))
+    if all(r.status not in ACTIVE_STATUSES for r in records_now.values()):
+        st.session_state["compare.recorded"] = (key, names)
+    return names
+
+
+def _drawn(recorded: list[str]) -> list[str]:
+    """The metric names the page draws now (see the module): of ``recorded``, ``_READ``,
+    the memory breakdown's, each layer's cosine while "per layer" is on, and the chosen ones."""
+    chosen = set(st.session_state.get(_KEYS["metrics"]) or ())
+    prefixes = (frames.BREAKDOWN_PREFIX, frames.BREAKDOWN_EXACT_PREFIX)
+    prefixes += ("cos/",) if st.session_state.get(_KEYS["per_layer"]) else ()
+    return [n for n in recorded if n in _READ or n in chosen or n.startswith(prefixes)]
+
+
+def _memo(records_now: dict, metrics, key: tuple, compute):
+    """``compute()`` once per state of the data: kept while the selection, the runs' statuses
+    and the metric rows read stay the same (rows only grow, by id; a replaced history is
+    re-read, and fewer rows change the count), so a rerun for a control (smoothing, log y, x
+    axis, …) does not recompute the summary, the rank figure and Table 3 of hundreds of runs."""
+    data = (tuple((r.id, r.status) for r in records_now.values()), len(metrics),
+            int(metrics["id"].max()) if len(metrics) else 0)
+    memo = st.session_state.get("compare.memo")
+    if memo is None or memo[0] != data:
+        memo = st.session_state["compare.memo"] = (data, {})
+    if key not in memo[1]:
+        memo[1][key] = compute()
+    return memo[1][key]
+
+
 def _view() -> None:
     """Everything below the controls; a live fragment when runs are active. Each section
     is one container, so what appears or goes inside one (a note, a progress row) does not
@@ -270,12 +321,14 @@ def _view() -> None:
     kept, duplicates = one_per_seed(records_now.values())
     records_now = {r.id: r for r in kept}
     info = frames.describe_runs(list(records_now.values()))
-    metrics = state.metrics(store, list(records_now))
+    recorded = _recorded(records_now)
+    metrics = state.metrics(store, list(records_now), _drawn(recorded))
     with st.container():
         _status_line(records_now, metrics, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
-    for section in (_loss, _cosine, _memory, _any_metric, _by_rank, _apart):
+    for section in (_loss, partial(_cosine, recorded=recorded), _memory, partial(_any_metric, recorded=recorded),
+                    _by_rank, _apart):
         with st.container():
             section(records_now, info, metrics)
 
@@ -303,9 +356,9 @@ def _loss(records_now: dict, info, metrics) -> None:
                                     log_y=log_y, height=460), "train")
 
 
-def _cosine(records_now: dict, info, metrics) -> None:
+def _cosine(records_now: dict, info, metrics, recorded: list[str]) -> None:
     st.subheader("Gradient quality: cosine of sketched dW to exact dW")
-    layers = frames.layer_names(metrics)
+    layers = frames.layer_names(pd.DataFrame({"name": recorded}))
     if not layers:
         st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
                 "none of the selected runs has one yet.")
@@ -330,7 +383,7 @@ def _cosine(records_now: dict, info, metrics) -> None:
 
 def _memory(records_now: dict, info, metrics) -> None:
     st.subheader("Memory")
-    summary_end = summarize(records_now.values(), metrics)
+    summary_end = _memo(records_now, metrics, ("summary",), lambda: summarize(records_now.values(), metrics))
     mem = frames.memory_frame(summary_end, info, pool_seeds=pool)
     if mem.empty:
         st.info("Memory figures are recorded at step 0 of each run; none yet.")
@@ -348,9 +401,9 @@ def _memory(records_now: dict, info, metrics) -> None:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "breakdown")
 
 
-def _any_metric(records_now: dict, info, metrics) -> None:
+def _any_metric(records_now: dict, info, metrics, recorded: list[str]) -> None:
     metric_charts.any_metric_section(metrics, info, key=_KEYS["metrics"], persist=KEEP, x=x, smoothing=smoothing,
-                                     pool=pool, log_y=log_y, group_by=group_by, facet=facet)
+                                     pool=pool, log_y=log_y, group_by=group_by, facet=facet, names=recorded)
 
 
 def _by_rank(records_now: dict, info, metrics) -> None:
@@ -373,7 +426,8 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: method_frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = method_frames.RANK_QUANTITIES[quantity]
-    by_rank = method_frames.rank_frame(records_now.values(), metrics, quantity, at_step)
+    by_rank = _memo(records_now, metrics, ("rank", quantity, at_step), partial(
+        method_frames.rank_frame, records_now.values(), metrics, quantity, at_step))
     plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
     st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
                "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")
@@ -388,8 +442,7 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     adjust = st.toggle("Hold the verdicts at 5 % for the whole table (Holm)", value=True, key="compare.adjust",
                        help="Several ranks are several tests: with this on, the chance of any false verdict in the "
                             "table stays at 5 %. Off: each row at its own 5 % level.")
-    table = table3(records_now.values(), metrics, at_step=at_step, margin=margin, adjust=adjust,
-                   batches=store.eval_losses(list(records_now)))
+    table = _table3(records_now, metrics, at_step, margin, adjust)
     with st.container():  # where the table was read and why: the notes come and go as runs progress
         for text in read_notes(table, whole=False):
             st.info(plain(text), icon=":material/vertical_align_bottom:")
@@ -412,6 +465,14 @@ def _by_rank(records_now: dict, info, metrics) -> None:
                                    (d3, "csv", "csv", "text/csv")):
         column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
                                mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
+
+
+def _table3(records_now: dict, metrics, at_step, margin: float, adjust: bool):
+    """``table3`` of the runs with their validation batches, once per state of the data (``_memo``)."""
+    def compute():
+        return table3(records_now.values(), metrics, at_step=at_step, margin=margin, adjust=adjust,
+                      batches=store.eval_losses(list(records_now)))
+    return _memo(records_now, metrics, ("table3", at_step, margin, adjust), compute)
 
 
 def _apart(records_now: dict, info, metrics) -> None:

@@ -248,10 +248,12 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
         groups.setdefault(comparable_key(r.config), []).append(r)
     setups = _setups({k: rs[0].config for k, rs in groups.items()})
     losses = _batch_losses(batches)
+    group_of = {r.id: key for key, members in groups.items() for r in members}
+    parts = dict(list(metrics.groupby(metrics["run_id"].map(group_of), sort=False)))  # each group reads its own rows
     rows = []
     for key, members in groups.items():
         read = read_group(members, val_steps, at_step)
-        rows += _group_rows(members, metrics, read, setups[key], duplicates, margin, losses)
+        rows += _group_rows(members, parts.get(key, metrics.iloc[:0]), read, setups[key], duplicates, margin, losses)
     out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
     out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64",
                       "val_batches": "int64", "holm_tests": "int64"})
