@@ -13,8 +13,8 @@ One persistent XLA compilation cache serves the whole session: this process and 
 ``python -m engine`` it starts (they inherit the environment). The suite trains the same tiny
 configurations many times, each ``train`` jitting fresh step functions, and compiling them
 dominated its time; a cached executable is the one XLA compiled, memory analysis included.
-Unless ``XLA_FLAGS`` is set, this process and the processes it starts compile with
-``tests.support.xla.COMPILE_BOUND`` (that module says why one setting for both), and lowers its programs
+Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
+and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
 into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost
 ``test_basis.py``, thousands of small programs, a fifth of its time), and its garbage
 collector runs less often (``tests.support.collector``).
@@ -54,7 +54,8 @@ def pytest_configure(config):
         os.environ["XLA_FLAGS"] = xla.COMPILE_BOUND
         import jax
 
-        jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once; its children inherit them
+        jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
+        os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
     mlir_contexts.share()
     collector.tune()
 

@@ -228,17 +228,20 @@ def paired_delta(d, margin: float = MARGIN, confidence: float = CONFIDENCE, batc
                        df, count)
 
 
-def holm(pvalues, alpha: float = 1 - CONFIDENCE) -> np.ndarray:
-    """Holm's step-down adjustment of ``pvalues`` (NaNs kept, left out of the family):
-    rejecting where the adjusted p < ``alpha`` keeps the family-wise error ≤ ``alpha``
-    (``statsmodels.stats.multitest.multipletests``)."""
-    from statsmodels.stats.multitest import multipletests
-
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjustment of ``pvalues`` (NaNs kept, left out of the family): with the
+    m p-values sorted, p₍ᵢ₎ ↦ max_{j ≤ i} min(1, (m − j + 1)·p₍ⱼ₎); rejecting where the adjusted
+    p < α keeps the family-wise error ≤ α. These are the values of statsmodels'
+    ``multipletests(method="holm")`` (a test compares them), computed here because that function
+    runs a full ``gc.collect()`` on every call: in a dashboard or a test worker with a large
+    heap it cost seconds per table."""
     p = np.asarray(pvalues, dtype=float)
     out = p.copy()
-    ok = ~np.isnan(p)
-    if ok.any():
-        out[ok] = multipletests(p[ok], alpha=alpha, method="holm")[1]
+    ok = np.flatnonzero(~np.isnan(p))
+    if ok.size:
+        order = ok[np.argsort(p[ok], kind="stable")]
+        scaled = p[order] * np.arange(ok.size, 0, -1)
+        out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
     return out
 
 

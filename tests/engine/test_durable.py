@@ -21,6 +21,7 @@ from engine.training.build import initial_params, optimizer_for
 from engine.training.checkpoints import RunCheckpoints, run_dir
 from engine.training.steps import init_state
 from storage import RunStore
+from tests.support import xla
 from tests.support.runs import dead_pid, trajectory, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,9 @@ def lab(tmp_path, monkeypatch):
 
 
 def _cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=os.environ.copy(),
+    """``python -m engine ARGS``, compiling as this process does: the tests resume its runs here
+    and compare them with twins trained here (``tests.support.xla.twin_env``)."""
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=ROOT, env=xla.twin_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

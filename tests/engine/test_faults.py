@@ -23,6 +23,7 @@ from engine.runner import jobs
 from engine.training.checkpoints.errors import disk_full
 from engine.training.checkpoints.quiet import details, orbax_held
 from storage import RunStore
+from tests.support import xla
 from tests.support.runs import trajectory as _trajectory
 from tests.support.runs import wait_for
 
@@ -40,7 +41,7 @@ def test_a_run_outlives_a_postgresql_restart_and_equals_its_twin(pg_cluster, pg_
     monkeypatch.setenv("BASIS_LAB_CHECKPOINTS", str(tmp_path / "ckpt"))
     store = RunStore(pg_url)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--db", pg_url, *RUN], cwd=ROOT,
-                            env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=xla.twin_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run", timeout=300)
         wait_for(lambda: len(store.metrics([run_id])) > 0, what="the run's first metrics", timeout=300)
@@ -81,7 +82,7 @@ def _console(kind: str, argv: list[str], ckpt: Path) -> tuple[int, list[str], st
     line). The process compiles as this one does (``tests.support.xla``), so that what it
     checkpointed resumes here equal to a twin trained here."""
     proc = subprocess.run([sys.executable, "-m", "tests.support.disk_full", kind, str(2 * EVERY), *argv], cwd=ROOT,
-                          env={**os.environ, "BASIS_LAB_CHECKPOINTS": str(ckpt)},
+                          env=xla.twin_env(BASIS_LAB_CHECKPOINTS=str(ckpt)),
                           capture_output=True, text=True, timeout=600)
     lines = [_BAR.sub("", part).strip() for part in re.split(r"[\r\n]+", proc.stderr)]
     return proc.returncode, [line for line in lines if line], proc.stderr

@@ -24,6 +24,7 @@ from engine.core.stats import (
     NOT_EQUIVALENT,
     WORSE,
     PairedDelta,
+    holm,
     paired_delta,
     seeds_needed,
     tost_power,
@@ -352,3 +353,15 @@ def test_an_undecided_row_plans_with_its_batch_floor_and_the_tables_level(store)
     assert row["verdict"] == INCONCLUSIVE and row["val_batches"] == B
     plan = {v.key: v for v in claims.judge(t, None, None)}["c"].power
     assert "inconclusive" in plan and f"the validation batches' SE {row['delta_val_se_batch']:.3g}" in plan, plan
+
+
+def test_holm_is_statsmodels_holm_without_its_garbage_collection():
+    from statsmodels.stats.multitest import multipletests
+
+    for m in (1, 2, 3, 9, 40):
+        p = SIM.uniform(0, 0.2, m) ** 2
+        assert np.allclose(holm(p), multipletests(p, method="holm")[1], rtol=0, atol=1e-15)
+    with_nan = np.array([0.01, np.nan, 0.04, 0.03])
+    out = holm(with_nan)
+    assert np.isnan(out[1]) and np.allclose(out[[0, 2, 3]], multipletests(with_nan[[0, 2, 3]], method="holm")[1])
+    assert (holm(np.ones(5)) == 1).all() and holm(np.array([])).size == 0
