@@ -56,6 +56,9 @@ def pytest_configure(config):
 
         jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
         os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
+        xla.OWN = xla.COMPILE_BOUND
+    else:  # set by the caller, or inherited: pytest-xdist's workers get the controller's TRAINING
+        xla.OWN = os.environ["XLA_FLAGS"]
     mlir_contexts.share()
     collector.tune()
 

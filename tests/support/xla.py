@@ -33,12 +33,16 @@ COMPILE_BOUND = f"--xla_backend_optimization_level=0 --xla_cpu_parallel_codegen_
 TRAINING = f"--xla_backend_optimization_level=1 {COMMON}"
 
 
+OWN: str | None = None  # the settings this process's backend started with (``tests/conftest.py`` records them)
+
+
 def twin_env(**extra: str) -> dict[str, str]:
     """The environment for a child process whose training pytest's own process continues or
-    compares bit for bit: this process's compiler settings (``COMPILE_BOUND`` where the suite
-    set them), with ``extra``."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    return {**os.environ, "XLA_FLAGS": COMPILE_BOUND if flags == TRAINING else flags, **extra}
+    compares bit for bit: the compiler settings this process runs with (``OWN``: under
+    ``make test``'s workers, which inherit ``TRAINING`` from the controller, that is TRAINING;
+    in a lone pytest, COMPILE_BOUND), with ``extra``."""
+    flags = OWN if OWN is not None else os.environ.get("XLA_FLAGS", "")
+    return {**os.environ, "XLA_FLAGS": flags, **extra}
 
 
 def forced_devices(devices: int, flags: str = COMPILE_BOUND) -> str:
