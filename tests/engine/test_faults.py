@@ -191,7 +191,9 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
         assert f"`python -m engine resume {run_id}`" in outcome.error and "\n" not in outcome.error
         assert store.get_run(run_id).status == "running" and manager.unreleased() == {run_id}
         full.clear()  # space is back: the worker stores the run's end at its next beat
-        wait_for(lambda: store.get_run(run_id).status == "interrupted", timeout=60, what="the run released")
+        # the manager stores the end, then forgets it: wait for both (the status alone raced the set)
+        wait_for(lambda: store.get_run(run_id).status == "interrupted" and not manager.unreleased(), timeout=60,
+                 what="the run released")
         assert store.get_run(run_id).error == outcome.error and manager.unreleased() == set()
         assert outcome.cause == store.get_run(run_id).interruption_cause == "disk_full"
         assert manager.resume([run_id]) == [run_id]
