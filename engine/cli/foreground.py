@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager
 
 from engine.cli.output import print_summary
+from engine.runner.runlog import held_below
 
 
 class Signals:
@@ -92,13 +93,8 @@ def _ends_said_here():
     """Hold back the job manager's log line of each run's end (``engine.runner.jobs.ENDS``)
     while ``train_here`` trains: it prints each end itself, once (the summary's failed runs,
     the interrupted ones' one line), after the progress bars."""
-    ends = logging.getLogger("engine.runner.jobs.ends")
-    level = ends.level
-    ends.setLevel(logging.ERROR)
-    try:
+    with held_below("engine.runner.jobs.ends", logging.ERROR):
         yield
-    finally:
-        ends.setLevel(level)
 
 
 def train_here(store, start_runs, concurrent: int = 1) -> int:

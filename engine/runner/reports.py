@@ -28,6 +28,7 @@ from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
 from engine.core.stats import check_margin
 from engine.errors import TASK_FAILURES, UserError
+from engine.runner import runlog
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 from storage.outputs import refuse_special
 
@@ -205,13 +206,8 @@ def figure_dir_name(path: str | Path) -> str:
 def _quiet_browser():
     """Hold back the browser driver's own log: it prints a traceback for a wire message it
     then ignores, and a failure that matters reaches ``write`` as an exception."""
-    logger = logging.getLogger("choreographer")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
+    with runlog.held_below("choreographer", logging.CRITICAL):
         yield
-    finally:
-        logger.setLevel(level)
 
 
 def _link_refusal(path: Path) -> ReportError:

@@ -20,11 +20,12 @@ Other threads' records (the heartbeat, another run) are not the run's and are le
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from storage import ALERT
 from storage.logs import ERROR, INFO, WARNING
@@ -137,3 +138,16 @@ class RunLog(logging.Handler):
         with self._queue_lock:
             lines = self._take()
             self.writer.final(self.run_id, self.store.add_run_logs, self.run_id, lines, epoch=self.epoch)
+
+
+@contextlib.contextmanager
+def held_below(name: str, level: int) -> Iterator[None]:
+    """Logger ``name`` passes only records at ``level`` or above while the block runs; its own
+    level is restored after."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
