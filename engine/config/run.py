@@ -121,9 +121,16 @@ class RunConfig:
     val_tokens: int = field(default=65536, metadata=spec(
         "held-out validation tokens split off the corpus", "data", "Validation tokens", affects=TRAJECTORY, unit="tokens", low=1,
         step=4096))
+    test_tokens: int | None = field(default=None, metadata=spec(
+        "held-out test tokens split off the corpus after validation, read only by a tuned comparison's verdict; "
+        "0 = no test split (runs of versions before it)", "data", "Test tokens", affects=TRAJECTORY, unit="tokens",
+        low=0, step=4096, none="as many as val_tokens"))
     val_batches: int | None = field(default=None, metadata=spec(
         "validation batches evaluated at every eval", "data", "Validation batches", affects=MEASUREMENT, unit="batches", low=1,
         none=f"enough for {MIN_EVAL_TOKENS:,} tokens"))
+    test_every_eval: bool = field(default=False, metadata=spec(
+        "evaluate the test split at every eval, not only at the last step", "data", "Test at every eval",
+        affects=BOOKKEEPING))
     head_chunk: int | None = field(default=None, metadata=spec(
         "fuse the LM head with the loss in chunks of this many rows, so the B·T×V logits are never stored "
         "(0 = unfused)", "memory", "Fused head chunk", affects=MEASUREMENT, unit="rows", low=0, step=64,
@@ -216,6 +223,12 @@ class RunConfig:
     def effective_val_batches(self) -> int:
         """``val_batches``, or the fewest batches holding ``MIN_EVAL_TOKENS`` tokens."""
         return self.val_batches or math.ceil(MIN_EVAL_TOKENS / self.rows)
+
+    @property
+    def effective_test_tokens(self) -> int:
+        """``test_tokens``, or by default ``val_tokens``: the test split holds at least this
+        many tokens (0: the run has no test split and records no test loss)."""
+        return self.val_tokens if self.test_tokens is None else self.test_tokens
 
     def effective_head_chunk(self, backend: str) -> int:
         """``head_chunk``, or by default the fused head in ``FUSED_CHUNK[backend]``-row

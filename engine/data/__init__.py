@@ -1,6 +1,6 @@
 """Training data: the GPT-2 tokenizer (``tokenizer``), corpora (``sources``: offline
-classics, FineWeb-edu, your own files), the token cache with its held-out split
-(``cache``), and batches (``batches``). May import ``engine.core``."""
+classics, FineWeb-edu, your own files), the token cache with its held-out validation and
+test splits (``cache``), and batches (``batches``). May import ``engine.core``."""
 
 from engine.core.choices import SOURCES
 from engine.data.batches import BatchSampler, validation_batches

@@ -266,7 +266,7 @@ def load_inputs(store: RunStore, plan: Plan):
     """``(model config, params, [batch …])`` the plan measures: the parameters at its step
     and the ``plan.batches`` batches the run drew after it."""
     config = RunConfig.from_dict(store.get_run(plan.run_id).config)
-    train_tokens, _ = load_data(config)
+    train_tokens = load_data(config)[0]
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
     params = initial_params(config)
     if not plan.initial:

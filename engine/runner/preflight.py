@@ -14,8 +14,8 @@ def check_data(configs: Iterable[RunConfig]) -> None:
     a too-short corpus fails before any run is written."""
     seen = set()
     for c in configs:
-        key = (c.dataset, c.dataset_options, c.val_tokens, c.effective_batch_size, c.effective_seq_len,
-               c.effective_val_batches)
+        key = (c.dataset, c.dataset_options, c.val_tokens, c.effective_test_tokens, c.effective_batch_size,
+               c.effective_seq_len, c.effective_val_batches)
         if key not in seen:
             seen.add(key)
             load_data(c)

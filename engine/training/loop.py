@@ -15,7 +15,10 @@ interval and one at the last step. Every record carries the system metrics of it
 moment (``engine.training.system``), sampled outside the timed steps: a run with no
 sketched layer to probe still records them at every probe interval. The records at
 step 0 and at every eval also carry the per-batch validation losses behind ``val_loss``
-(``Record.batch_losses``). It checks ``should_stop`` before every step.
+(``Record.batch_losses``); the record of the last step (and with ``test_every_eval`` those
+of step 0 and every eval) also the held-out test split's ``test_loss`` and its per-batch
+losses, unless the run has no test split (``test_tokens`` 0). It checks ``should_stop``
+before every step.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class Record:
     """Metrics measured at one step; ``wall_time`` is seconds since the run started.
     ``batch_losses`` holds, at step 0 and at every eval, the per-batch mean losses of each
     split evaluated (``"val"``: float32, one per validation batch, in batch order; their
-    mean is ``values["val_loss"]``); it is empty in the other records."""
+    mean is ``values["val_loss"]``; ``"test"`` likewise for ``values["test_loss"]``, where
+    the test split was evaluated); it is empty in the other records."""
 
     step: int
     wall_time: float
@@ -66,13 +70,14 @@ class Record:
     batch_losses: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def val_summary(losses: np.ndarray) -> dict[str, float]:
+def val_summary(losses: np.ndarray, name: str = "val_loss") -> dict[str, float]:
     """``val_loss``, the mean of the n per-batch validation losses ℓ_i, and ``val_loss_se``,
     its standard error sd(ℓ) / √n (ddof 1: the sampling error of the validation loss
-    itself; NaN for one batch), computed in float64 on the host from the float32 losses."""
+    itself; NaN for one batch), computed in float64 on the host from the float32 losses.
+    ``name`` names them (``test_loss`` and ``test_loss_se`` for the test split)."""
     x = np.asarray(losses, dtype=np.float64)
     se = float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else math.nan
-    return {"val_loss": float(x.mean()), "val_loss_se": se}
+    return {name: float(x.mean()), f"{name}_se": se}
 
 
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
@@ -211,14 +216,15 @@ class _Training:
     the wall time before it; ``last_saved`` / ``last_saved_at`` the step and clock of the
     newest checkpoint; ``segment`` the clock since which step time accrues (wall time
     between syncs, less probes, evals, writes and checkpoints); ``batch_losses`` the per-batch
-    validation losses of the newest evaluation (``validate``), by split."""
+    losses of the newest evaluation (``validate``), by split; ``test`` the test batches on the
+    devices (None: the run has no test split)."""
 
     def __init__(self, config: RunConfig, devices: DeviceLayout, checkpoints: Checkpointer | None,
                  max_block: int | None):
         self.config, self.devices, self.checkpoints = config, devices, checkpoints
         self.cfg = cfg = model_config(config)
         param_key, self.sketch_root = run_keys(config.seed)
-        train_tokens, val = load_data(config)
+        train_tokens, val, test = load_data(config)
         self.sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len,
                                          config.seed)
         optimizer = optimizer_for(config)
@@ -231,6 +237,7 @@ class _Training:
         self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
         self.key0 = sketch_key(self.sketch_root, 0)
         self.eval_fn, self.val = devices.eval_step(cfg), devices.put_val(val)
+        self.test = None if test is None else devices.put_val(test)
         self.batch_losses: dict[str, np.ndarray] = {}
         self.state = devices.put_state(state)
         step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
@@ -261,8 +268,9 @@ class _Training:
         return True
 
     def initial_record(self) -> Record:
-        """Step 0: the validation loss of the initial parameters and the memory figures."""
-        values = self.validate()
+        """Step 0: the validation loss of the initial parameters (and, with ``test_every_eval``,
+        the test loss) and the memory figures."""
+        values = self.validate(self.config.test_every_eval)
         rows = jnp.asarray(self.devices.local_rows(self.example))
         values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
         values.update(self.system.sample())
@@ -327,23 +335,31 @@ class _Training:
 
     def evaluate(self, step: int) -> dict[str, float]:
         """The eval record's values at ``step``: the window's mean train loss and throughput,
-        the validation loss (and at the last step the compiled step's peak memory); the
-        window starts afresh."""
+        the validation loss (and at the last step the test loss and the compiled step's peak
+        memory; with ``test_every_eval``, the test loss at every eval); the window starts afresh."""
         self.lap()
         checked = self.window.checked
-        values = dict(train_loss=float(np.mean(checked)), **self.validate(),
+        final = step == self.config.steps
+        values = dict(train_loss=float(np.mean(checked)), **self.validate(final or self.config.test_every_eval),
                       tokens_per_s=len(checked) * self.tokens_per_step / self.window.seconds)
-        if step == self.config.steps and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
+        if final and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
             values["mem_peak_bytes"] = float(peak)
         self.window = _Window()
         return values
 
-    def validate(self) -> dict[str, float]:
-        """``val_loss`` and ``val_loss_se`` of the current parameters (``val_summary``); their
-        per-batch losses become ``batch_losses["val"]``, for the record that carries them."""
+    def validate(self, test: bool = False) -> dict[str, float]:
+        """``val_loss`` and ``val_loss_se`` of the current parameters (``val_summary``), and
+        with ``test`` (when the run has a test split) ``test_loss`` and ``test_loss_se``, the
+        same of the test batches; their per-batch losses become ``batch_losses["val"]`` (and
+        ``["test"]``), for the record that carries them."""
         losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.val)), dtype=np.float32)
         self.batch_losses = {"val": losses}
-        return val_summary(losses)
+        values = val_summary(losses)
+        if test and self.test is not None:
+            losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.test)), dtype=np.float32)
+            self.batch_losses["test"] = losses
+            values.update(val_summary(losses, "test_loss"))
+        return values
 
     # ------------------------------------------------------------------ time and checkpoints
 

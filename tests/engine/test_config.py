@@ -142,7 +142,7 @@ def test_every_field_declares_what_it_affects_and_identity_ignores_bookkeeping()
     roles = {f.name: s.affects for f, s, _ in schema()}
     assert set(roles.values()) == {TRAJECTORY, MEASUREMENT, BOOKKEEPING} and all(r in AFFECTS for r in roles.values())
     assert {n for n, r in roles.items() if r == BOOKKEEPING} == {
-        "steps", "eval_interval", "probe_interval", "checkpoint_interval", "checkpoint_keep", "name"}
+        "steps", "eval_interval", "probe_interval", "checkpoint_interval", "checkpoint_keep", "name", "test_every_eval"}
     with pytest.raises(TypeError, match="affects"):
         spec("a field that does not say", "training", "Undeclared")
     with pytest.raises(ValueError, match="unknown affects"):

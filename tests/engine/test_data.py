@@ -67,10 +67,11 @@ def cache_env(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def classics(tmp_path_factory):
-    """The classics splits, tokenized once per session with the network blocked."""
+    """The classics splits (train, val, test), tokenized once per session with the network blocked."""
     with pytest.MonkeyPatch.context() as patch:
         _block_network(patch)
-        return load_splits("classics", cache_dir=tmp_path_factory.mktemp("classics-cache"))
+        cache_dir = tmp_path_factory.mktemp("classics-cache")
+        return (*load_splits("classics", cache_dir=cache_dir), load_split("classics", "test", cache_dir=cache_dir))
 
 
 def _documents(n, seed=0):
@@ -148,13 +149,13 @@ def test_missing_or_corrupt_tokenizer_file_is_a_clear_error(tmp_path, damage, me
 
 
 def test_classics_is_large_and_split_by_whole_documents(classics):
-    train, val = classics
-    assert train.dtype == val.dtype == np.uint16
-    assert len(train) + len(val) >= 2_000_000
-    assert len(val) >= 65_536
-    train_docs, val_docs = _split_documents(train), _split_documents(val)
-    assert len(train_docs) + len(val_docs) == 38 + 1189  # plays + Bible chapters
-    assert not set(train_docs) & set(val_docs)
+    train, val, test = classics
+    assert train.dtype == val.dtype == test.dtype == np.uint16
+    assert len(train) + len(val) + len(test) >= 2_000_000
+    assert len(val) >= 65_536 and len(test) >= 65_536  # test_tokens: as many as val_tokens by default
+    train_docs, val_docs, test_docs = _split_documents(train), _split_documents(val), _split_documents(test)
+    assert len(train_docs) + len(val_docs) + len(test_docs) == 38 + 1189  # plays + Bible chapters
+    assert not set(train_docs) & set(val_docs) and not set(test_docs) & (set(train_docs) | set(val_docs))
 
 
 def test_classics_text_is_clean_prose(classics):
@@ -173,7 +174,8 @@ def test_fineweb_reads_the_text_field_up_to_the_document_cap(tmp_path, no_networ
     suffix = "parquet" if write is _write_parquet else "jsonl"
     path = write(tmp_path / f"fineweb.{suffix}", _fineweb_rows(texts))
     train, val = load_splits("fineweb-edu", data_files=str(path), max_documents=12, val_tokens=100)
-    loaded = _split_documents(train) + _split_documents(val)
+    test = load_split("fineweb-edu", "test", data_files=str(path), max_documents=12, val_tokens=100)
+    loaded = _split_documents(train) + _split_documents(val) + _split_documents(test)
     assert sorted(loaded) == sorted(texts[:12])
     assert not set(_split_documents(train)) & set(_split_documents(val))
 
@@ -187,10 +189,11 @@ def test_fineweb_streams_sample_10bt_from_the_hub(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     train, val = load_splits("fineweb-edu", max_documents=10, val_tokens=50)
+    test = load_split("fineweb-edu", "test", max_documents=10, val_tokens=50)  # the cache: no second stream
     ((args, kwargs),) = calls
     assert args == ("HuggingFaceFW/fineweb-edu",)
     assert kwargs["name"] == "sample-10BT" and kwargs["split"] == "train" and kwargs["streaming"] is True
-    assert len(_split_documents(train)) + len(_split_documents(val)) == 10
+    assert len(_split_documents(train)) + len(_split_documents(val)) + len(_split_documents(test)) == 10
 
 
 def test_unreachable_hub_names_the_offline_sources(monkeypatch):
@@ -222,7 +225,8 @@ def test_files_load_each_format(tmp_path, no_network, kind):
     path = _write_files(kind, tmp_path, texts)
     field = {} if kind == "txt" else {"text_field": "body"}
     train, val = load_splits("files", path=path, val_tokens=80, **field)
-    assert sorted(_split_documents(train) + _split_documents(val)) == sorted(texts)
+    test = load_split("files", "test", path=path, val_tokens=80, **field)
+    assert sorted(_split_documents(train) + _split_documents(val) + _split_documents(test)) == sorted(texts)
     assert describe_source("files", path=path, **field).startswith("files:")
 
 
@@ -256,7 +260,7 @@ def test_bad_files_input_names_the_problem_and_the_fix(tmp_path, options, messag
     ("source", "split", "options", "message"),
     [
         ("wikipedia", "train", {}, "unknown source"),
-        ("classics", "test", {}, "unknown split"),
+        ("classics", "tests", {}, "unknown split"),
         ("classics", "train", {"path": "corpus.txt"}, "unknown option"),
         ("classics", "train", {"val_tokens": 0}, "val_tokens=0"),
         ("fineweb-edu", "train", {"max_documents": 0}, "max_documents=0"),
@@ -291,7 +295,7 @@ def test_split_is_deterministic_for_a_seed(tmp_path):
 def test_second_load_reads_the_cache_without_tokenizing(tmp_path, cache_env, monkeypatch):
     path = str(_write_jsonl(tmp_path / "c.jsonl", [{"text": t} for t in _documents(30)]))
     first = load_split("files", "train", path=path, val_tokens=100)
-    assert sorted(p.name.rsplit("-", 1)[1] for p in cache_env.glob("*.npy")) == ["train.npy", "val.npy"]
+    assert sorted(p.name.rsplit("-", 1)[1] for p in cache_env.glob("*.npy")) == ["test.npy", "train.npy", "val.npy"]
 
     def tokenize_again(*args):
         raise AssertionError("the cache was not used")
@@ -359,7 +363,7 @@ def test_two_processes_building_one_cache_tokenize_once(tmp_path):
     digests = {out.strip() for out, _ in outs}
     reference = load_split("files", "train", path=path, val_tokens=100, cache_dir=tmp_path / "alone")
     assert digests == {hashlib.sha256(np.asarray(reference).tobytes()).hexdigest()}
-    assert sorted(p.name.rsplit("-", 1)[1] for p in store.glob("*.npy")) == ["train.npy", "val.npy"]
+    assert sorted(p.name.rsplit("-", 1)[1] for p in store.glob("*.npy")) == ["test.npy", "train.npy", "val.npy"]
     assert not list(store.glob("*.tmp"))
 
 
