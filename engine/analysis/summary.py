@@ -1,8 +1,8 @@
 """Run summaries and the paper's Table 3, comparing seeds at the same step only.
 
 A run's value "at step S" is
-* for the metrics recorded at evaluation boundaries (``EVAL_METRICS``: train and
-  validation loss, tokens/s): the value recorded AT step S. A run without a
+* for the metrics recorded at evaluation boundaries (``EVAL_METRICS``: train, validation
+  and test loss, tokens/s): the value recorded AT step S. A run without a
   validation loss at S has not reached S: it is missing there, never replaced by
   its last value;
 * for the dW cosine (``cos_mean``, probed every probe interval): the last probe at
@@ -11,14 +11,17 @@ A run's value "at step S" is
   last value recorded.
 
 ``table3`` pools the seeds of each method (estimator, rank, λ) within a comparable
-config group (``comparable_key``: the config less estimator, rank, λ, seed, name).
+config group (``comparable_key``: the config less estimator, rank, λ, seed, name, and the
+``free`` fields such as a tuned lr, which belong to the method).
 Every row of a group is read at one step S, chosen by ``engine.analysis.reads.read_group``
 (``at_step`` when given, else the latest step every live run of the group has validated at;
 failed and cancelled runs are out; step 0 reads "not trained yet"), and each row says where
-and why (``read``). Δ vs exact is the paired difference over seeds,
+and why (``read``); at S the group reads the held-out test split where every counted run
+recorded one there (``split``, ``engine.analysis.split_read``), else validation. Δ vs exact is
+the paired difference over seeds,
 d_s = val(method, s) − val(exact, s), over the seeds where both reached S;
 ``engine.core.stats.paired_delta`` gives its mean, std, 95 % interval (from the seeds and,
-where the per-batch validation losses are stored, the validation batches), the 90 % interval
+where the per-batch losses of the split read are stored, its batches), the 90 % interval
 of its equivalence test (TOST) against ±δ (``margin``, default ``engine.core.stats.MARGIN``)
 and the p-values behind the verdict: equivalent, better, worse, not equivalent or
 inconclusive, read over the whole table at a 5 % family-wise error (Holm) unless asked not
@@ -27,7 +30,8 @@ seeds already read it worse or not equivalent. Memory ratios are run ÷ exact ev
 
 The paper's own Table 3 (``PAPER_TABLE3``) is not a row of this table: it comes from
 50,000 steps on FineWeb-edu, one run per method, and no run of the lab is comparable with
-it; ``paper_note`` states it beside the table when the paper preset is shown.
+it; ``paper_note`` states it beside the table when the paper preset is shown. The text
+(``display_frame``, ``notes``, ``render``) is ``engine.analysis.table3_text``'s, re-exported here.
 
 Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
 ``RunStore.metrics`` return them); ``engine.runner.queries`` reads them from a store.
@@ -39,11 +43,26 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tabulate import tabulate
 
 from engine.analysis.reads import LEFT_STATUSES, NOT_TRAINED, Read, diverged, read_group, read_text
+from engine.analysis.split_read import TEST, SplitRead, check_split, split_read, tuned_text
+from engine.analysis.table3_text import (  # re-exported: Table 3's rendering lived here
+    MIB,
+    PAPER_SETTING,
+    PAPER_TABLE3,
+    TEXT_FORMATS,
+    display_frame,
+    duplicates_note,
+    holm_note,
+    noise_note,
+    notes,
+    paper_note,
+    read_notes,
+    render,
+    split_notes,
+)
 from engine.config import comparable_key, differing_fields, seed_group_key
-from engine.core.choices import SUMMARY_FORMATS
+from engine.config.identity import check_free
 from engine.core.stats import (
     DECIDED,
     INCONCLUSIVE,
@@ -58,14 +77,7 @@ from engine.core.stats import (
     verdict_from,
 )
 
-MIB = 2**20
-
-# Table 3 of the paper: final validation loss after 50,000 steps on FineWeb-edu, one run per
-# method (exact: None), at the paper preset.
-PAPER_TABLE3 = {None: 6.616, 64: 6.573, 32: 6.575, 16: 6.675, 8: 6.762, 1: 7.221}
-PAPER_SETTING = "50,000 steps on FineWeb-edu, one run per method"
-
-EVAL_METRICS = ("train_loss", "val_loss", "tokens_per_s")
+EVAL_METRICS = ("train_loss", "val_loss", "tokens_per_s", "test_loss")
 PROBE_METRICS = ("cos_mean",)
 MEMORY_METRICS = ("mem_saved_bytes", "mem_saved_bytes_exact", "mem_saved_ratio", "mem_temp_bytes", "mem_peak_bytes")
 SUMMARY_METRICS = (*EVAL_METRICS, *PROBE_METRICS, *MEMORY_METRICS)
@@ -79,15 +91,20 @@ TABLE3_COLUMNS = [
     "missing_seeds", "preset", "setup", "run_ids",
     "delta_val_ci90_low", "delta_val_ci90_high", "tost_p", "margin", "delta_val_by_seed", "duplicates",
     "diff_p", "noneq_p", "tost_p_holm", "diff_p_holm", "noneq_p_holm", "holm_tests", "delta_val_se_seed",
-    "delta_val_se_batch", "val_batches", "delta_val_df", "diverged", "read", "read_whole",
+    "delta_val_se_batch", "val_batches", "delta_val_df", "diverged", "read", "read_whole", "split", "split_note",
+    "tuned",
 ]
 REFERENCE, MISSING, DIVERGED = "reference", "missing", "diverged"
-TEXT_FORMATS = tuple(f for f in SUMMARY_FORMATS if f != "csv")  # ``render``'s; CSV is an export
+__all__ = ["DIVERGED", "EVAL_METRICS", "MEMORY_METRICS", "MIB", "MISSING", "PAPER_SETTING", "PAPER_TABLE3",
+           "PROBE_METRICS", "REFERENCE", "SUMMARY_METRICS", "TABLE3_COLUMNS", "TEXT_FORMATS", "display_frame",
+           "duplicates_note", "holm_note", "holm_verdicts", "noise_note", "notes", "one_per_seed", "paper_note",
+           "read_notes", "render", "split_notes", "summarize", "table3"]
 
 
-def _val_steps(metrics: pd.DataFrame) -> dict[int, set[int]]:
-    val = metrics[metrics["name"] == "val_loss"]
-    return {int(r): {int(s) for s in g} for r, g in val.groupby("run_id")["step"]}
+def _val_steps(metrics: pd.DataFrame, name: str = "val_loss") -> dict[int, set[int]]:
+    """Run id → the steps it recorded metric ``name`` at."""
+    rows = metrics[metrics["name"] == name]
+    return {int(r): {int(s) for s in g} for r, g in rows.groupby("run_id")["step"]}
 
 
 def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
@@ -161,21 +178,12 @@ def one_per_seed(records) -> tuple[list, dict[int, int]]:
     return [r for r in records if r.id in kept], duplicates
 
 
-def _setups(configs: dict[str, dict]) -> dict[str, str]:
-    """``key=value`` of the config fields that differ between the groups ("" for one group)."""
-    varying = differing_fields(configs.values())
+def _setups(groups: dict[str, list], free: tuple[str, ...] = ()) -> dict[str, str]:
+    """``key=value`` of the config fields other than ``free`` that differ between the groups (their first
+    runs' configs; "" for one group)."""
+    configs = {k: rs[0].config for k, rs in groups.items()}
+    varying = [k for k in differing_fields(configs.values()) if k not in free]
     return {g: ", ".join(f"{k}={c.get(k)}" for k in varying) for g, c in configs.items()}
-
-
-def paper_note(table: pd.DataFrame) -> str | None:
-    """The paper's Table 3 as a labelled note, when ``table`` holds paper-preset rows
-    (None otherwise): its setting, and why its numbers are not compared with the rows."""
-    if table.empty or not (table["preset"] == "paper").any():
-        return None
-    values = "; ".join(("exact" if r is None else f"basis R={r}") + f" {v:.3f}"
-                       for r, v in sorted(PAPER_TABLE3.items(), key=lambda kv: -1 if kv[0] is None else kv[0]))
-    return (f"The paper's Table 3 ({PAPER_SETTING}), final validation loss: {values}. It is not compared with the "
-            "rows above: other data, another length, and no seed spread to test against.")
 
 
 def _by_seed_text(deltas: pd.Series) -> str:
@@ -188,28 +196,24 @@ def _duplicates_text(duplicates: dict[int, int], kept: set[int]) -> str:
     return ", ".join(f"{d} (see {k})" for d, k in sorted(duplicates.items()) if k in kept)
 
 
-def duplicates_note(table: pd.DataFrame) -> str | None:
-    """Which runs ``table3`` left out as duplicates (None: none), in one sentence."""
-    if table.empty or "duplicates" not in table or not table["duplicates"].fillna("").astype(bool).any():
-        return None
-    listed = ", ".join(d for d in table["duplicates"].fillna("") if d)
-    return (f"Left out as duplicates (the same setup and seed as a run that trained further, which stands for each): "
-            f"runs {listed}.")
-
-
 def _seeds_text(seeds) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
 
 
 def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: float = MARGIN,
-           batches: pd.DataFrame | None = None, adjust: bool = True) -> pd.DataFrame:
+           batches: pd.DataFrame | None = None, adjust: bool = True, *, split: str = "auto",
+           free: tuple[str, ...] = (), test_batches: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's Table 3: one row per method (estimator, rank, λ) of each comparable
     config group, every row of a group read at the step ``engine.analysis.reads.read_group``
-    chooses (never a verdict at step 0; failed and cancelled runs out), Δ judged against the
-    equivalence margin ±``margin`` nats. ``batches`` (``RunStore.eval_losses``: run_id,
-    step, losses) puts the validation batches' sampling error into Δ's interval
-    (``engine.core.stats.paired_delta``); ``adjust`` reads the verdicts of the whole table
-    at a 5 % family-wise error (``engine.core.stats.holm``). Columns ``TABLE3_COLUMNS``:
+    chooses on validation (never a verdict at step 0; failed and cancelled runs out), Δ judged
+    against the equivalence margin ±``margin`` nats. ``split`` ("val", "test", "auto"): what a
+    group reads there (``engine.analysis.split_read``). ``batches`` / ``test_batches``
+    (``RunStore.eval_losses`` of split "val" / "test") put the evaluated batches' sampling error
+    into Δ's interval (``engine.core.stats.paired_delta``); ``adjust`` reads the verdicts of the
+    table at a 5 % family-wise error (``engine.core.stats.holm``). ``free``: run fields of the
+    method, not the setup (``("lr",)``: each method at its own tuned lr, paired with exact at
+    exact's; ``comparable_key``). Columns ``TABLE3_COLUMNS`` (on the test split, the ``val_*``
+    and ``delta_val_*`` columns hold test values):
 
     * ``seeds``: seeds with a validation loss at ``step`` (the latest run of a seed
       counts once); ``missing_seeds``: the method's seeds that have not reached it;
@@ -234,37 +238,51 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
       saved-for-backward bytes and their ratio run ÷ exact (mean over seeds);
     * ``preset``, ``setup`` (the config fields in which the groups differ),
       ``run_ids`` (the runs counted), ``duplicates``: the runs left out as duplicates
-      of a counted one (``one_per_seed``), ``25 (see 1), …``.
+      of a counted one (``one_per_seed``), ``25 (see 1), …``;
+    * ``split``: "val" or "test", what the row read, ``split_note`` why ("": nothing to say);
+      ``tuned``: the values of the ``free`` fields its runs used (``lr=0.01, 0.0316``).
 
     Ordered by setup, exact first, then estimator, rank and λ."""
-    margin = check_margin(margin)
+    margin, split, free = check_margin(margin), check_split(split), check_free(free)
     records, duplicates = one_per_seed(records)
     if not records:
         return pd.DataFrame(columns=TABLE3_COLUMNS)
     metrics = metrics[metrics["run_id"].isin([r.id for r in records])]
-    val_steps = _val_steps(metrics)
-    groups: dict[str, list] = {}
-    for r in records:
-        groups.setdefault(comparable_key(r.config), []).append(r)
-    setups = _setups({k: rs[0].config for k, rs in groups.items()})
-    losses = _batch_losses(batches)
+    val_steps, test_steps, groups = _val_steps(metrics), _val_steps(metrics, "test_loss"), _groups(records, free)
+    setups, losses = _setups(groups, free), {"val": _batch_losses(batches), TEST: _batch_losses(test_batches)}
     group_of = {r.id: key for key, members in groups.items() for r in members}
     parts = dict(list(metrics.groupby(metrics["run_id"].map(group_of), sort=False)))  # each group reads its own rows
     rows = []
     for key, members in groups.items():
         read = read_group(members, val_steps, at_step)
-        rows += _group_rows(members, parts.get(key, metrics.iloc[:0]), read, setups[key], duplicates, margin, losses)
-    out = pd.DataFrame(rows, columns=TABLE3_COLUMNS)
-    out = out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64",
-                      "val_batches": "int64", "holm_tests": "int64"})
-    out = holm_verdicts(out, adjust)
-    out["_not_exact"] = (out["estimator"] != "exact").astype(int)
+        on = split_read(split, members, read, val_steps, test_steps)
+        rows += _group_rows(members, parts.get(key, metrics.iloc[:0]), read, on, setups[key], duplicates, margin,
+                            losses[on.split], free)
+    return _ordered(holm_verdicts(_typed(pd.DataFrame(rows, columns=TABLE3_COLUMNS)), adjust))
+
+
+def _groups(records, free: tuple[str, ...]) -> dict[str, list]:
+    """The comparable groups of ``records`` (``comparable_key`` less the ``free`` fields), in order."""
+    groups: dict[str, list] = {}
+    for r in records:
+        groups.setdefault(comparable_key(r.config, free), []).append(r)
+    return groups
+
+
+def _typed(out: pd.DataFrame) -> pd.DataFrame:
+    return out.astype({"rank": "Int64", "step": "Int64", "seeds": "int64", "paired_seeds": "int64",
+                       "val_batches": "int64", "holm_tests": "int64"})
+
+
+def _ordered(out: pd.DataFrame) -> pd.DataFrame:
+    """``out`` by setup, exact first, then estimator, rank and λ."""
+    out = out.assign(_not_exact=(out["estimator"] != "exact").astype(int))
     out = out.sort_values(["setup", "_not_exact", "estimator", "rank", "lam"], kind="stable", na_position="first")
     return out.drop(columns="_not_exact").reset_index(drop=True)
 
 
 def _batch_losses(batches: pd.DataFrame | None) -> dict[tuple[int, int], np.ndarray]:
-    """(run id, step) → that validation's per-batch losses."""
+    """(run id, step) → that evaluation's per-batch losses."""
     if batches is None or batches.empty:
         return {}
     return {(int(r), int(s)): np.asarray(v, dtype=float) for r, s, v in zip(batches["run_id"], batches["step"],
@@ -312,11 +330,16 @@ def _delta(method: str, done: pd.DataFrame, exact: pd.DataFrame, read: Read, mar
     return paired_delta(deltas, margin, batches=_pair_batches(pairs, read.step, losses)), deltas
 
 
-def _group_rows(members: list, metrics: pd.DataFrame, read: Read, setup: str, duplicates: dict[int, int],
-                margin: float, losses: dict) -> list[dict[str, Any]]:
+def _group_rows(members: list, metrics: pd.DataFrame, read: Read, on: SplitRead, setup: str,
+                duplicates: dict[int, int], margin: float, losses: dict, free: tuple[str, ...]) -> list[dict[str, Any]]:
     """The Table 3 rows of one comparable group ``members``, each method read at ``read.step``
-    (None: no live run of the group has validated; read at step -1, which none has reached)."""
+    (None: no live run of the group has validated; read at step -1, which none has reached) on
+    the split ``on`` says (test: its ``test_loss`` stands in for ``val_loss``), with ``losses``
+    that split's per-batch losses."""
     s = summarize(members, metrics, at_step=read.step if read.step is not None else -1)
+    if on.split == TEST:
+        s["val_loss"] = s["test_loss"]
+    configs = {r.id: r.config for r in members}
     s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
     s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
                    for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
@@ -345,7 +368,8 @@ def _group_rows(members: list, metrics: pd.DataFrame, read: Read, setup: str, du
             "preset": members[0].preset, "setup": setup,
             "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
             "duplicates": _duplicates_text(duplicates, set(method["run_id"])), "read": read_text(read),
-            "read_whole": read.whole,
+            "read_whole": read.whole, "split": on.split, "split_note": on.note,
+            "tuned": tuned_text([configs[i] for i in (done if len(done) else method)["run_id"]], free),
         })
     return rows
 
@@ -380,113 +404,3 @@ def holm_verdicts(table: pd.DataFrame, adjust: bool) -> pd.DataFrame:
         table.at[i, "verdict"] = _counted(word, row["diverged"])
     return table
 
-
-# ----------------------------------------------------------------------------- rendering
-
-def _num(value, spec: str) -> str:
-    return "—" if value is None or pd.isna(value) else format(value, spec)
-
-
-def _ci90_heading(table: pd.DataFrame) -> str:
-    margins = sorted({float(m) for m in table["margin"].dropna()})
-    return "90% CI" + (f" vs ±{margins[0]:g}" if len(margins) == 1 else "")
-
-
-def display_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """``table3`` as text for people: ``mean ± std``, the interval as ``[low, high]``,
-    ``—`` for what is unknown; ``setup`` (first, so a row says which setup it is) only
-    when the groups differ. The equivalence interval is headed by its margin."""
-    t = table
-    out = pd.DataFrame({
-        "setup": t["setup"],
-        "method": t["estimator"],
-        "rank": [_num(r, "d") for r in t["rank"]],
-        "λ": ["—" if e == "exact" else _num(v, "g") for e, v in zip(t["estimator"], t["lam"])],  # exact shrinks nothing
-        "seeds": t["seeds"],
-        "step": [_num(v, "d") for v in t["step"]],
-        "val loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["val_loss_mean"], t["val_loss_std"])],
-        "Δ val vs exact": [_num(m, "+.4f") for m in t["delta_val_mean"]],
-        "verdict": t["verdict"],
-        "95% CI": ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]" for lo, hi in zip(t["delta_val_ci95_low"], t["delta_val_ci95_high"])],
-        _ci90_heading(t): ["—" if pd.isna(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
-                           for lo, hi in zip(t["delta_val_ci90_low"], t["delta_val_ci90_high"])],
-        "SE seeds / val": ["—" if pd.isna(a) else f"{a:.4f} / " + ("—" if pd.isna(n) or not n else _num(b, ".4f"))
-                           for a, b, n in zip(t["delta_val_se_seed"], t["delta_val_se_batch"], t["val_batches"])],
-        "diverged": [v or "—" for v in t["diverged"].fillna("")] if "diverged" in t else "—",
-        "Δ per seed": [v or "—" for v in t["delta_val_by_seed"]],
-        "train loss": [_num(m, ".4f") + ("" if pd.isna(sd) else f" ± {sd:.4f}") for m, sd in zip(t["train_loss_mean"], t["train_loss_std"])],
-        "cos": [_num(c, ".3f") for c in t["cos_mean"]],
-        "saved MiB": [_num(b / MIB if pd.notna(b) else b, ".3f") for b in t["mem_saved_bytes_mean"]],
-        "saved ÷ exact": [_num(r, ".4f") for r in t["mem_saved_ratio"]],
-        "missing seeds": [m or "—" for m in t["missing_seeds"]],
-    })
-    if (t["setup"] == "").all():
-        out = out.drop(columns="setup")
-    if "diverged" not in t or not t["diverged"].fillna("").astype(bool).any():
-        out = out.drop(columns="diverged")
-    return out
-
-
-def read_notes(table: pd.DataFrame, whole: bool | None = None) -> list[str]:
-    """Where each setup of ``table3`` was read and why (``read``), one sentence a setup; with
-    ``whole`` True / False, only the setups whose read is / is not whole (``read_whole``)."""
-    if table.empty or "read" not in table:
-        return []
-    reads = table.drop_duplicates("setup")
-    if whole is not None:
-        reads = reads[reads["read_whole"].fillna(False).astype(bool) == whole]
-    return [(f"[{setup}] " if setup else "") + text for setup, text in zip(reads["setup"], reads["read"]) if text]
-
-
-def holm_note(table: pd.DataFrame) -> str | None:
-    """How the verdicts of ``table3`` were read: over the table at a family-wise 5 % (Holm),
-    or each row at its own level when some row has a test and none was adjusted."""
-    tests = int(table["holm_tests"].max()) if len(table) and "holm_tests" in table else 0
-    if tests:
-        return (f"The verdicts hold at 5 % for the whole table: Holm's adjustment over its {tests} tests (each row's "
-                "TOST, difference and non-equivalence tests), so a row whose 90 % interval lies inside ±δ can still "
-                "read inconclusive; --no-adjust reads each row at its own 5 % level.")
-    if len(table) and table["tost_p"].notna().sum() > 1:
-        return "Each row's verdict is read at its own 5 % level (not adjusted for the table's several rows)."
-    return None
-
-
-def noise_note(table: pd.DataFrame) -> str | None:
-    """What Δ's interval holds: seed noise and, where per-batch losses were stored, the
-    validation batches' sampling error (``SE seeds / val``)."""
-    tested = table[table["delta_val_se_seed"].notna()] if len(table) and "delta_val_se_seed" in table else table
-    if tested.empty:
-        return None
-    seeds_only = tested[tested["val_batches"] == 0]
-    text = ("Δ's intervals hold two sources of noise, the seeds and the validation set's own batches (column "
-            "'SE seeds / val': the two standard errors; t on Satterthwaite's degrees of freedom)")
-    if len(seeds_only):
-        text += ("; rows with '—' for val have no per-batch validation losses stored (runs of an older version): "
-                 "their interval holds the seed noise alone")
-    return text + "."
-
-
-def notes(table: pd.DataFrame) -> list[str]:
-    """Every note printed under ``table3`` on every surface (summary, report, Compare)."""
-    found = [*read_notes(table), holm_note(table), noise_note(table), duplicates_note(table), paper_note(table)]
-    return [n for n in found if n]
-
-
-def render(table: pd.DataFrame, fmt: str = "table") -> str:
-    """``table3`` as text for people: ``table`` (aligned plain text), ``markdown`` or
-    ``latex`` (``TEXT_FORMATS``), followed by its ``notes``."""
-    if fmt not in TEXT_FORMATS:
-        raise ValueError(f"unknown summary format {fmt!r}; use one of {', '.join(TEXT_FORMATS)}")
-    if table.empty:
-        return "no runs to summarise\n"
-    shown = display_frame(table)
-    said = notes(table)
-    if fmt == "table":
-        return shown.to_string(index=False) + "\n" + "".join(f"\nNote: {n}" for n in said) + ("\n" if said else "")
-    if fmt == "markdown":
-        # tabulate itself: pandas' to_markdown asks for tabulate >= 0.9
-        text = tabulate(shown.astype(str).values.tolist(), headers=list(shown.columns), tablefmt="pipe",
-                        disable_numparse=True) + "\n"
-        return text + "".join(f"\n*Note: {n}*\n" for n in said)
-    styler = shown.style.hide(axis="index").format(escape="latex").format_index(escape="latex", axis=1)
-    return styler.to_latex(hrules=True, column_format="l" * shown.shape[1]) + "".join(f"% Note: {n}\n" for n in said)

@@ -5,12 +5,13 @@ by another version) still gets a key, from its fields as they are."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from engine.config.fields import ConfigError
-from engine.config.run import BOOKKEEPING_NAMES, SWEPT_NAMES, RunConfig, fingerprint_of
+from engine.config.run import BOOKKEEPING_NAMES, SWEPT_NAMES, RunConfig, base_type, fingerprint_of, schema
 
 
 def stored(config: Mapping[str, Any]) -> RunConfig | None:
@@ -22,11 +23,43 @@ def stored(config: Mapping[str, Any]) -> RunConfig | None:
         return None
 
 
-def comparable_key(config: Mapping[str, Any]) -> str:
+def float_fields() -> list[str]:
+    """The ``RunConfig`` fields that hold a real number (what a campaign tunes, such as ``lr``)."""
+    return [f.name for f, _, tp in schema() if base_type(tp)[0] is float]
+
+
+def check_free(free) -> tuple[str, ...]:
+    """``free`` (run fields that are part of the method, not the setup) as a tuple; ValueError
+    for a field ``RunConfig`` does not have, naming the real-valued fields one may free."""
+    free = (free,) if isinstance(free, str) else tuple(free)
+    unknown = [f for f in free if f not in RunConfig.__dataclass_fields__]
+    if unknown:
+        raise ValueError(f"unknown run field(s) {', '.join(map(repr, unknown))} to leave free; run fields with a "
+                         f"real value: {', '.join(float_fields())}")
+    return free
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """The ``RunConfig`` defaults, as ``to_dict`` writes them."""
+    return RunConfig().to_dict()
+
+
+def comparable_key(config: Mapping[str, Any], free=()) -> str:
     """The fingerprint of ``RunConfig.comparable()`` of a stored config: equal for runs
-    that may be compared (a string, so tables can group by it)."""
+    that may be compared (a string, so tables can group by it). ``free``: run fields that
+    are part of the method rather than the setup (``("lr",)`` when each method runs at
+    its own tuned learning rate), set to their ``RunConfig`` defaults first, so runs
+    that differ only in them compare; ValueError for a field ``RunConfig`` does not have."""
+    free = check_free(free)
     run = stored(config)
-    return run.comparable().fingerprint() if run else fingerprint_of(config, {*SWEPT_NAMES, *BOOKKEEPING_NAMES})
+    if run is None:
+        return fingerprint_of(config, {*SWEPT_NAMES, *BOOKKEEPING_NAMES, *free})
+    if not free:
+        return run.comparable().fingerprint()
+    values = run.comparable().to_dict()
+    values.update({name: _defaults()[name] for name in free})
+    return fingerprint_of(values)
 
 
 def seed_group_key(config: Mapping[str, Any]) -> str:

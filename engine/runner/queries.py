@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from engine.analysis.split_read import check_split
 from engine.analysis.summary import SUMMARY_METRICS, render, summarize, table3
 from engine.config import comparable_key
 from engine.core.choices import SUMMARY_FORMATS
@@ -30,13 +31,16 @@ def run_summary(store: RunStore, run_ids, at_step: int | None = None) -> pd.Data
 
 
 def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin: float = MARGIN,
-               adjust: bool = True) -> pd.DataFrame:
+               adjust: bool = True, *, split: str = "auto", free: tuple[str, ...] = ()) -> pd.DataFrame:
     """``table3`` of the given runs (None: all), read from ``store`` with their per-batch
-    validation losses, Δ judged against ±``margin``, the verdicts Holm-adjusted over the
-    table unless not ``adjust``."""
+    validation losses (and test losses, where ``split`` may read the test split and some run
+    recorded a test loss), Δ judged against ±``margin``, the verdicts Holm-adjusted over the
+    table unless not ``adjust``; ``split`` and ``free`` as ``table3`` takes them."""
     records, metrics = read_runs(store, run_ids)
-    return table3(records, metrics, at_step, margin=margin, adjust=adjust,
-                  batches=store.eval_losses([r.id for r in records]))
+    ids = [r.id for r in records]
+    tested = check_split(split) != "val" and bool((metrics["name"] == "test_loss").any())
+    return table3(records, metrics, at_step, margin=margin, adjust=adjust, split=split, free=free,
+                  batches=store.eval_losses(ids), test_batches=store.eval_losses(ids, split="test") if tested else None)
 
 
 PRIOR_SOURCE = "prior: the largest seen in this lab's CPU reproductions"
