@@ -9,6 +9,7 @@ with the same ``--where`` filters as the CLI and the dashboard (``engine.analysi
     runs = lab.runs("estimator == basis and val_loss < 6.5")
     curves = lab.metrics("tags contains pilot", names=["val_loss"])
     table3 = lab.summary("sweep == 20261122-101500-3fa9c1")
+    trials, chosen = lab.trials(1), lab.choices(1)  # tuning campaign 1 (``python -m engine tune``)
 
 Every method reads through the functions the CLI uses (``engine.runner.queries``), so a
 frame here is what ``python -m engine list/export/summary --where`` would print. Reading
@@ -121,3 +122,60 @@ class Lab:
             raise ValueError(f"at_step must be >= 0 (got {at_step})")
         return run_table3(self.store, where_ids(self.store, where), at_step=at_step, margin=check_margin(margin),
                           adjust=bool(adjust))
+
+    # ------------------------------------------------------------------ tuning campaigns
+
+    def campaigns(self) -> pd.DataFrame:
+        """One row per tuning campaign (``python -m engine tune``), oldest first: ``id``, ``name``,
+        ``stage`` (tuning, evaluating), ``fields`` (what is tuned), ``trials`` per method, the
+        ``tune_seeds`` and ``eval_seeds``, ``budget_steps`` per method and the two sweeps."""
+        from engine.runner import campaigns
+
+        rows = []
+        for c in self.store.campaigns.list():
+            spec = campaigns.spec_of(c)
+            rows.append({"id": c.id, "name": c.name, "stage": c.stage, "fields": ", ".join(r.text() for r in spec.ranges),
+                         "trials": spec.trials, "tune_seeds": list(spec.tune_seeds),
+                         "eval_seeds": list(spec.eval_seeds), "budget_steps": spec.budget_steps(),
+                         "trials_sweep": c.tune_sweep_id, "comparison_sweep": c.eval_sweep_id, "created_at": c.created_at})
+        return pd.DataFrame(rows, columns=["id", "name", "stage", "fields", "trials", "tune_seeds", "eval_seeds",
+                                           "budget_steps", "trials_sweep", "comparison_sweep", "created_at"])
+
+    def trials(self, campaign: int) -> pd.DataFrame:
+        """Every trial of campaign ``campaign``, one row per run: ``run_id``, ``method``, ``trial``
+        (index of its point), ``seed``, ``status``, ``steps_done``, ``val_loss`` at the last step
+        (NaN until then, +inf diverged), ``diverged`` and a column per tuned field (``lr``, …).
+
+        >>> Lab().trials(1).pivot_table("val_loss", "lr", "method")  # doctest: +SKIP
+        """
+        from engine.runner import campaigns
+
+        return campaigns.trials(self.store, self.store.campaigns.get(campaign))
+
+    def choices(self, campaign: int) -> pd.DataFrame:
+        """Per method of campaign ``campaign``, the value chosen from its trials
+        (``engine.analysis.tuning.choose``): ``method``, ``chosen`` ({field: value}, {} while no trial
+        has finished on every tuning seed), one ``chosen_<field>`` column per tuned field, the
+        chosen ``trial``, its mean ``val_loss`` over the tuning seeds, ``edge`` (a field chosen at
+        the smallest or largest value tried: widen the range), ``budget_steps`` and ``spent_steps``."""
+        from engine.analysis import tuning
+        from engine.runner import campaigns
+
+        record = self.store.campaigns.get(campaign)
+        spec = campaigns.spec_of(record)
+        choices = tuning.choose(spec, campaigns.trials(self.store, record))
+        for name in spec.fields:
+            choices[f"chosen_{name}"] = [c.get(name, float("nan")) for c in choices["chosen"]]
+        return choices
+
+    def tuned_summary(self, campaign: int, untuned: bool = False, adjust: bool = True) -> pd.DataFrame:
+        """Table 3 of campaign ``campaign``'s comparison: every method at its own chosen value
+        (``untuned``: at the untuned value), paired on the evaluation seeds and read on the
+        held-out test split where every run recorded it (its ``split`` column says); empty until
+        the comparison is queued."""
+        from engine.runner import campaigns
+
+        record = self.store.campaigns.get(campaign)
+        tables = dict(campaigns.comparison_tables(self.store, record, adjust=bool(adjust)))
+        wanted = [t for title, t in tables.items() if ("untuned" in title) == bool(untuned)]
+        return wanted[0] if wanted else pd.DataFrame()

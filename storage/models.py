@@ -45,7 +45,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .limits import NAME_MAX
 
-__all__ = ["Base", "Run", "Metric", "EvalLosses", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "UTCDateTime",
+__all__ = ["Base", "Run", "Metric", "EvalLosses", "Worker", "Diagnostic", "DiagnosticResult", "Report", "SavedView", "Campaign",
+           "UTCDateTime",
            "DatabaseIdentity", "DatabaseLineage", "new_uid", "utcnow"]
 
 
@@ -270,6 +271,30 @@ class Report(Base):
     at_step: Mapped[Optional[int]] = mapped_column(BigInteger)
     created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
     content: Mapped[str] = mapped_column(Text)
+
+
+class Campaign(Base):
+    """A campaign of runs in stages (revision 0013): a tuning campaign first trains its trials
+    (runs of sweep ``tune_sweep_id``), then, once every trial has ended, its comparison (runs of
+    sweep ``eval_sweep_id``) at the values ``chosen`` from the trials. ``spec`` is the protocol
+    as JSON (what ``engine.config.tuning`` writes; storage reads nothing inside it). ``stage``
+    moves ``tuning`` → ``evaluating`` exactly once, in the transaction that queues the
+    comparison's runs (``storage.campaigns``)."""
+
+    __tablename__ = "campaigns"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
+    name: Mapped[str] = mapped_column(String(NAME_MAX))
+    kind: Mapped[str] = mapped_column(String(16), default="tune")
+    stage: Mapped[str] = mapped_column(String(16), index=True, default="tuning")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    chosen: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    tune_sweep_id: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    eval_sweep_id: Mapped[Optional[str]] = mapped_column(String(64), unique=True, index=True)
+    created_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime, default=utcnow)
+    advanced_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
 
 
 class DatabaseIdentity(Base):

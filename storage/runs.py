@@ -88,6 +88,20 @@ def _name(name: Any) -> str:
     return check_text("name", name, NAME_MAX)
 
 
+def new_runs(runs: Sequence[Mapping[str, Any]]) -> list[Run]:
+    """The ``Run`` rows of ``runs`` (``create_run``'s arguments each), every one checked
+    before any is written: one the schema cannot hold is an ``InvalidValueError`` naming the
+    run and the field."""
+    rows = []
+    for i, spec in enumerate(runs):
+        try:
+            rows.append(_new_run(**spec))
+        except ValueError as e:
+            raise InvalidValueError(f"run {i + 1} of {len(runs)} ({str(spec.get('name'))[:40]!r}): {e}"
+                                    if len(runs) > 1 else str(e)) from None
+    return rows
+
+
 class RunsRepository(Repository):
     """The run lifecycle and edits: create, status, heartbeat, notes, tags, cancel, read, rename, delete."""
 
@@ -105,13 +119,7 @@ class RunsRepository(Repository):
         holds :meth:`create_run`'s arguments.  Their ids, in order.  Every run is checked
         before anything is written: one that the schema cannot hold is a ValueError naming
         the run and the field."""
-        rows = []
-        for i, spec in enumerate(runs):
-            try:
-                rows.append(_new_run(**spec))
-            except ValueError as e:
-                raise InvalidValueError(f"run {i + 1} of {len(runs)} ({str(spec.get('name'))[:40]!r}): {e}"
-                                        if len(runs) > 1 else str(e)) from None
+        rows = new_runs(runs)
         if not rows:
             return []
         with self.db.session(write=True) as s:

@@ -13,7 +13,8 @@ it does not declare:
 - ``store.reports``: stored reports (:mod:`storage.reports`);
 - ``store.frames``: pandas frames of runs, workers and diagnoses (:mod:`storage.frames`);
 - ``store.views``: saved Compare views (:mod:`storage.views`);
-- ``store.identities``: the database's identity and lineage (:mod:`storage.identity`).
+- ``store.identities``: the database's identity and lineage (:mod:`storage.identity`);
+- ``store.campaigns``: campaigns of runs in stages, advanced exactly once (:mod:`storage.campaigns`).
 
 Each method uses its own short session (``with db.session(write) as s:``); write methods
 take SQLite's write lock at BEGIN and wait up to the busy timeout for it.  A database error
@@ -42,6 +43,7 @@ from typing import Any, Optional
 
 from sqlalchemy import Engine
 
+from .campaigns import CampaignsRepository
 from .database import Database
 from .diagnostics import DiagnosticsRepository
 from .errors import RunNotFoundError, StorageError  # noqa: F401
@@ -115,6 +117,7 @@ class RunStore:
         self.views = ViewsRepository(self.db)
         self.identities = IdentityRepository(self.db)
         self.logs = LogsRepository(self.db)
+        self.campaigns = CampaignsRepository(self.db)
 
     @property
     def engine(self) -> Engine:

@@ -97,11 +97,13 @@ def _ends_said_here():
         yield
 
 
-def train_here(store, start_runs, concurrent: int = 1) -> int:
+def train_here(store, start_runs, concurrent: int = 1, then=None) -> int:
     """Train in this process what ``start_runs(manager)`` queues (its run ids), ``concurrent``
     at a time, with progress bars, a line naming the checkpoint step each run trained before
-    actually resumes from, and signal handling; print the summary. Exit 0 when every
-    run finished, 1 when one did not, 128 + N after signal N."""
+    actually resumes from, and signal handling; print the summary. ``then(manager)``, when
+    given, is asked for the runs to wait for next each time those waited for have ended (a
+    campaign's next stage; [] ends the wait). Exit 0 when every run finished, 1 when one did
+    not, 128 + N after signal N."""
     from engine.runner.jobs import JobManager
 
     bars = _Bars()
@@ -111,11 +113,15 @@ def train_here(store, start_runs, concurrent: int = 1) -> int:
     start = time.perf_counter()
     with Signals(manager.interrupt) as signals, _ends_said_here():
         try:
-            ids = start_runs(manager)
-            for run_id in ids:
-                r = store.get_run(run_id)
-                bars.add(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
-            manager.wait(ids)
+            ids, batch = [], start_runs(manager)
+            while batch:
+                ids += batch
+                for run_id in batch:
+                    r = store.get_run(run_id)
+                    bars.add(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
+                manager.wait(batch)
+                batch = [] if then is None or signals.received is not None else \
+                    [i for i in then(manager) if i not in ids]
         finally:
             manager.shutdown(cancel_running=False)
             bars.close()

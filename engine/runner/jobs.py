@@ -47,13 +47,10 @@ the metrics of every step before it, so the stored history never has a gap.
 from __future__ import annotations
 
 import logging
-import platform
 import queue
-import subprocess
 import threading
 import time
 import uuid
-from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -62,8 +59,10 @@ from engine.core import checks
 from engine.errors import TASK_FAILURES
 from engine.runner import alerts, liveness
 from engine.runner.diagnosis_jobs import DiagnosisJobs
+from engine.runner.ends import after_end
 from engine.runner.execution import LOST, Outcome, RunExecution, device_kind
 from engine.runner.paths import checked_root, run_folders
+from engine.runner.queueing import create_run, environment, new_sweep_id, queue_runs, run_row  # noqa: F401
 from engine.runner.runlog import INFO, RunLog
 from engine.runner.writer import StoreWriter
 from engine.training.checkpoints import CheckpointError
@@ -74,66 +73,6 @@ log = logging.getLogger(__name__)
 ENDS = logging.getLogger(f"{__name__}.ends")  # each run's end in one line (the CLI's foreground prints its own)
 
 PULL_POLL_S = 1.0
-_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
-             "streamlit")
-
-
-def environment() -> dict:
-    """Package versions, git commit and device, stored with every run."""
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        ).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"versions": versions, "git_commit": commit, "device": device_kind()}
-
-
-def new_sweep_id() -> str:
-    """A short id shared by the runs of one launch."""
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-
-
-def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id: str | None = None,
-            tags: Iterable[str] = ()) -> dict:
-    """The ``RunStore.create_run`` arguments of one run of ``config``."""
-    return dict(
-        name=config.label(),
-        config=config.to_dict(),
-        estimator="exact" if config.is_exact else config.estimator,
-        rank=None if config.is_exact else config.effective_rank,
-        lam=config.lam,
-        seed=config.seed,
-        preset=config.preset,
-        steps=config.steps,
-        sweep_id=sweep_id,
-        tags=list(tags),
-        owner=owner,
-        **env,
-    )
-
-
-def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
-               sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
-    """Queue one run; ``owner`` None leaves it to any worker."""
-    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
-
-
-def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
-               tags: Iterable[str] = (), owner: str | None = None, env: dict | None = None) -> list[int]:
-    """Queue runs in one transaction, all or none (``owner`` None: for any worker, as
-    ``--queue-only``); their ids in order."""
-    env, sweep_id = env or environment(), sweep_id or new_sweep_id()
-    tags = list(tags)
-    return store.create_runs([run_row(c, env, owner=owner, sweep_id=sweep_id, tags=tags) for c in configs])
-
-
 def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path | None = None) -> list[str]:
     """Delete runs, their metrics, diagnostics and checkpoints; running runs are refused
     (stop them first). Only this database's own checkpoint folder of a run is deleted,
@@ -156,21 +95,6 @@ def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path
         except (CheckpointError, OSError) as e:
             problems.append(f"run {run_id} was deleted but its checkpoints were not ({e}); remove {folders.own}")
     return problems
-
-
-def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
-    """After ``run_id`` ended: when it belongs to a sweep that asks for a report (tagged
-    ``engine.runner.reports.AUTO_REPORT_TAGS``) and no run of that sweep is still queued,
-    running or interrupted, build the sweep's report and store it with the sweep
-    (replacing its earlier one); the report's id, else None. A failure is logged, never
-    raised: the runs are what matters."""
-    try:
-        from engine.runner import reports
-
-        return reports.report_if_sweep_ended(store, run_id)
-    except TASK_FAILURES:  # a report must never take a worker down
-        log.warning("the report of run %s's sweep could not be built", run_id, exc_info=True)
-        return None
 
 
 class JobManager:
@@ -242,6 +166,10 @@ class JobManager:
         ids = queue_runs(self.store, configs, sweep_id=sweep_id, tags=tags, owner=self.owner, env=self._env)
         self._enqueue(ids)
         return ids
+
+    def train(self, run_ids: Iterable[int]) -> None:
+        """Train here the queued runs ``run_ids`` that this process queued (owned by ``owner``)."""
+        self._enqueue(list(run_ids))
 
     def resume(self, run_ids: Iterable[int]) -> list[int]:
         """Queue ended runs (interrupted, cancelled, failed) again here, to continue from
@@ -450,7 +378,9 @@ class JobManager:
             return
         alerts.notify_end(self.store, run_id, outcome.status, outcome.error)
         if not self._interrupt.is_set():
-            report_if_sweep_ended(self.store, run_id)
+            queued = after_end(self.store, run_id, owner=None if self.pull else self.owner)
+            if queued and not self.pull:
+                self._enqueue(queued)
 
     def _release(self) -> None:
         """Store the end of every run whose end the database refused so far (its disk was

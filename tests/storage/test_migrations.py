@@ -8,6 +8,7 @@ the rest are about SQLite files. Every database lives in tmp_path or that cluste
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -95,7 +96,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0011"
+    assert schema_revision(eng) == head_revision() == "0013"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -126,7 +127,7 @@ def test_migrations_build_exactly_the_models(empty_db_url):
     assert structural == []
     assert set(inspect(eng).get_table_names()) == {"alembic_version", "runs", "metrics", "workers", "diagnostics",
                                                    "diagnostic_results", "reports",
-                                                   "saved_views", "database_identity", "database_lineage", "run_logs",
+                                                   "saved_views", "database_identity", "database_lineage", "run_logs", "campaigns",
                                                    "eval_losses"}
     # and on which columns may be NULL, every column of every table (revision 0011 set the NOT NULLs 0001-0005 left out)
     assert [d[0][2:4] for d in diffs if isinstance(d, list) and d[0][0] == "modify_nullable"] == []
@@ -159,7 +160,10 @@ def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
 
     st = RunStore(str(path))
     assert schema_revision(st.engine) == head_revision()
-    assert _raw_rows(path, "runs", run_cols) == runs_before  # every old column of every run, byte for byte
+    after, config = _raw_rows(path, "runs", run_cols), run_cols.index("config")
+    assert [r[:config] + r[config + 1:] for r in after] == [r[:config] + r[config + 1:] for r in runs_before]  # every
+    # old column of every run, byte for byte, but the config, where revision 0012 says the run had no test split
+    assert [json.loads(r[config]) for r in after] == [{**json.loads(r[config]), "test_tokens": 0} for r in runs_before]
     assert _raw_rows(path, "metrics", metric_cols) == metrics_before
     assert "schema_version" not in inspect(st.engine).get_table_names()
     assert _nullable(st.engine) == DECLARED_NULLABLE
@@ -205,9 +209,11 @@ def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
     st = RunStore(engine=eng)
     runs = {r.id: r for r in st.list_runs()}
     assert sorted(runs) == [1, 7]
-    assert (runs[1].name, runs[1].status, runs[1].config, runs[1].lam) == ("old-a", "finished", {"lr": 0.1}, 0.5)
+    assert (runs[1].name, runs[1].status, runs[1].config, runs[1].lam) == ("old-a", "finished",
+                                                                           {"lr": 0.1, "test_tokens": 0}, 0.5)
     assert runs[1].created_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    assert (runs[7].name, runs[7].status, runs[7].config, runs[7].cancel_requested) == ("run-7", "finished", {}, False)
+    assert (runs[7].name, runs[7].status, runs[7].config, runs[7].cancel_requested) == (
+        "run-7", "finished", {"test_tokens": 0}, False)  # revision 0012: a run before the test split had none
     st.add_metrics(1, [(0, 0.0, "train_loss", 2.0)])
     assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == 2.0
     new = new_run(st, "new")
@@ -330,7 +336,7 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
         rec = got[r["id"]]
         for k in ("name", "status", "config", "versions", "error", "notes", "owner", "cancel_requested", "steps_done",
                   "estimator", "rank", "lam", "seed"):
-            assert getattr(rec, k) == r[k], (r["id"], k)
+            assert getattr(rec, k) == ({**r[k], "test_tokens": 0} if k == "config" else r[k]), (r["id"], k)
         assert rec.created_at == r["created_at"].replace(tzinfo=timezone.utc) and len(rec.uid) == 32
     m = st.metrics(list(got))
     assert m["id"].tolist() == [x["id"] for x in metrics]
@@ -428,7 +434,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
     st = RunStore(empty_db_url)
-    assert schema_revision(st.engine) == head_revision() == "0011"
+    assert schema_revision(st.engine) == head_revision() == "0013"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
     frame = st.runs_frame()
@@ -469,7 +475,7 @@ def test_a_database_at_head_lacking_a_column_is_refused_in_one_line_untouched(em
     with pytest.raises(StorageError) as info:
         RunStore(empty_db_url)
     message = str(info.value)
-    assert "\n" not in message and "is marked schema revision 0011 but lacks table eval_losses, runs.epoch" in message
+    assert "\n" not in message and "is marked schema revision 0013 but lacks table eval_losses, runs.epoch" in message
     assert "nothing was written: restore a backup of it, or add the missing columns" in message
     assert main(["list", "--db", empty_db_url]) == 2
     err = capsys.readouterr().err
@@ -485,7 +491,7 @@ def test_an_older_database_lacking_a_column_is_refused_after_its_upgrade_rolled_
     with eng.begin() as con:
         con.execute(text("ALTER TABLE runs DROP COLUMN epoch"))
     eng.dispose()
-    with pytest.raises(StorageError, match=r"marked schema revision 0009 \(upgraded here to 0011\) but lacks "
+    with pytest.raises(StorageError, match=r"marked schema revision 0009 \(upgraded here to 0013\) but lacks "
                                            r"runs\.epoch \(.*nothing was written"):
         make_engine(url)
     state, _ = _broken_state(url)

@@ -17,13 +17,14 @@ from . import (
     summary,
     sweep,
     tag,
+    tune,
     worker,
     workers,
 )
 from . import list as list_runs
 
 COMMANDS = {
-    "run": run, "sweep": sweep, "reproduce": reproduce, "resume": resume, "worker": worker, "workers": workers,
+    "run": run, "sweep": sweep, "tune": tune, "reproduce": reproduce, "resume": resume, "worker": worker, "workers": workers,
     "list": list_runs, "show": show, "export": export, "summary": summary, "backup": backup, "report": report,
     "delete": delete, "cancel": cancel, "diagnose": diagnose, "tag": tag, "logs": logs,
 }

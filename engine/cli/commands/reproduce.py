@@ -17,7 +17,9 @@ def register(subparsers) -> None:
         help="the paper's grid: exact and basis R=1,8,16,32,64 (λ 0.01), tagged reproduce",
         description="Train (or with --queue-only, queue) the paper's grid: the paper preset, exact backprop and basis "
                     "at R = 1, 8, 16, 32, 64 with λ = 0.01, over seeds, tagged 'reproduce'. The estimated time is "
-                    "printed first. When its last run ends, the sweep's report is built and stored (`python -m "
+                    "printed first. With --tune, each method is first tuned under one budget (as `python -m engine "
+                    "tune`), then the grid trains at each method's chosen value on --seeds and is read on the test "
+                    "split. When its last run ends, the sweep's report is built and stored (`python -m "
                     "engine report --sweep ID --out report.html` writes it).")
     p.add_argument("--steps", type=int, default=PAPER_STEPS, help=f"steps per run (default: {PAPER_STEPS:,}, the paper's)")
     p.add_argument("--seeds", default=_SEEDS, metavar="LIST", help=f"comma list or range of seeds (default: {_SEEDS})")
@@ -26,6 +28,9 @@ def register(subparsers) -> None:
     arguments.add_queue_only(p)
     arguments.add_margin(p, f"equivalence margin δ of a Δ val loss vs exact (default: {MARGIN:g}): the seeds are "
                             "checked for the power to decide it before anything starts")
+    from engine.cli.commands.tune import add_tuning_flags
+
+    add_tuning_flags(p, tune_default=None)
     p.add_argument("--no-measure", action="store_true",
                    help="do not compile and time a step of models the lab has no finished run of (the estimate "
                         "is then unknown)")
@@ -41,6 +46,10 @@ def run(args) -> int:
     arguments.at_least(args.steps, "--steps", 1)
     arguments.at_least(args.concurrent, "--concurrent", 1)
     margin = arguments.margin(args.margin)
+    if args.tune:  # each method at its own best value first, then the paper's grid on the evaluation seeds
+        from engine.cli import tuning
+
+        return tuning.launch(args, reproduction_sweep(args.steps, parse_seeds(args.tune_seeds)))
     sweep = reproduction_sweep(args.steps, parse_seeds(args.seeds))
     configs = sweep.expand()
     confirmed(args, configs, "fewer --seeds")

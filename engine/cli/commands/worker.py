@@ -20,6 +20,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from engine.cli.foreground import Signals
+    from engine.runner import campaigns
     from engine.runner.jobs import JobManager
 
     arguments.at_least(args.concurrent, "--concurrent", 1)
@@ -27,6 +28,7 @@ def run(args) -> int:
     arguments.at_least(args.idle_exit, "--idle-exit", 0, " seconds")
     store = arguments.open_store(args.db)
     manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs, on_step=None)
+    campaigns.advance_all(store)  # a campaign whose last trial ended while no process could queue its comparison
     print(f"worker {manager.worker_id} on {store.url}: training queued runs, {args.concurrent} at a time; "
           f"checkpoints in {manager.checkpoint_root}", file=sys.stderr)
     with Signals(manager.interrupt) as signals:

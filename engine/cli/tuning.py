@@ -1,0 +1,155 @@
+"""Launching and showing tuning campaigns from the command line (``tune``, ``reproduce --tune``).
+
+Before anything is written: the protocol is checked (ranges, seeds, grid: one line each), the
+evaluation seeds are chosen (``--seeds``, or by the power rule at the spread the lab expects),
+and the plan is printed: runs, each method's budget and the estimated time, with ``sweep``'s
+confirmation rule above ``LARGE_LAUNCH`` runs."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from engine.cli.arguments import CliError, at_least, margin, open_store
+from engine.config import ConfigError, Sweep, parse_seeds
+from engine.config.tuning import TuneSpec, parse_ranges
+
+AUTO = "auto"
+AUTO_SEEDS_MAX = 10
+
+
+def _auto_seeds(store, grid: Sweep, delta: float, tune_seeds: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
+    """The evaluation seeds the power rule asks for (TOST at ``delta``, power ``POWER``) at each
+    sketched method's expected Δ spread (``expected_delta_sd``), at most ``AUTO_SEEDS_MAX``, the
+    first that are not tuning seeds; and why, in words."""
+    from engine.core.stats import POWER, seeds_needed
+    from engine.runner.queries import expected_delta_sd
+
+    configs = grid.expand()
+    spreads = expected_delta_sd(store, configs)
+    needs = [seeds_needed(sd, delta) for sd, _ in spreads.values()]
+    n = AUTO_SEEDS_MAX if any(k is None for k in needs) else max([2, *[k for k in needs if k is not None]])
+    n = min(n, AUTO_SEEDS_MAX)
+    seeds: list[int] = []
+    s = 0
+    while len(seeds) < n:
+        if s not in tune_seeds:
+            seeds.append(s)
+        s += 1
+    sds = ", ".join(f"{sd:.3f} ({source})" for sd, source in dict.fromkeys(spreads.values()))
+    why = (f"{n} evaluation seeds: the power rule's count for TOST at ±{delta:g} with power {POWER:.0%} at the "
+           f"expected Δ SD {sds or '—'}" + (f", capped at {AUTO_SEEDS_MAX}" if n == AUTO_SEEDS_MAX else ""))
+    return tuple(seeds), why
+
+
+def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
+    """The protocol the flags describe (``grid``'s seeds are replaced), and a line on its seeds."""
+    at_least(args.trials, "--trials", 1)
+    delta = margin(args.margin)
+    try:
+        tune_seeds = tuple(parse_seeds(args.tune_seeds))
+        ranges = parse_ranges(args.tune, grid.base)
+        if str(args.seeds).strip().lower() == AUTO:
+            eval_seeds, why = _auto_seeds(store, grid, delta, tune_seeds)
+        else:
+            eval_seeds, why = tuple(parse_seeds(args.seeds)), "evaluation seeds as given (--seeds)"
+        spec = TuneSpec(grid, ranges, args.trials, tune_seeds, eval_seeds, args.sampler_seed,
+                        untuned=not args.no_untuned, margin=delta)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+    return spec, why
+
+
+def plan_lines(spec: TuneSpec, store, concurrent: int, measure: bool = False) -> tuple[list, list, list[str]]:
+    """(trial configs, comparison configs at the base values, the plan in lines); ``measure``
+    times a step of each model the lab has no finished run of (``grid_estimate``)."""
+    from engine.core import units
+    from engine.runner.estimates import grid_estimate
+
+    trials = [c for _, _, c in spec.trial_configs()]
+    base = {m.method(): {f: float(getattr(spec.grid.base, f)) for f in spec.fields} for m in spec.methods()}
+    comparison = spec.eval_configs(base)
+    tuned_runs = len(spec.methods()) * len(spec.eval_seeds) * (2 if spec.untuned else 1)
+    estimate = grid_estimate(store, [*trials, *comparison], concurrent, measure=measure)
+    lines = [
+        f"tuning {', '.join(r.text() for r in spec.ranges)}: {len(spec.methods())} methods × {spec.trials} trials × "
+        f"{len(spec.tune_seeds)} tuning seed(s) = {len(trials)} trial runs; budget {spec.budget_steps():,} steps per "
+        "method",
+        f"then the comparison: about {tuned_runs} runs (each method at its chosen value"
+        + (" and at its untuned one" if spec.untuned else "") + f") on seeds {', '.join(map(str, spec.eval_seeds))}",
+        "estimated time: " + (units.format_seconds(estimate.seconds) if estimate.known else "unknown")
+        + f" ({concurrent} at a time)",
+    ]
+    return trials, comparison, lines
+
+
+def launch(args, grid_of) -> int:
+    """``tune`` (and ``reproduce --tune``): plan, confirm, store the campaign, train or queue it."""
+    from engine.cli.foreground import train_here
+    from engine.cli.launch import confirmed
+    from engine.runner import campaigns
+    from engine.runner.preflight import check_data
+
+    at_least(args.concurrent, "--concurrent", 1)
+    store = open_store(args.db)
+    spec, why = spec_from_args(args, store, grid_of)
+    trials, comparison, lines = plan_lines(spec, store, 1 if args.queue_only else args.concurrent,
+                                           measure=not args.no_measure)
+    print(f"note: {why}", file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
+    confirmed(args, [*trials, *comparison], "fewer --trials/--seeds/--ranks")
+    check_data([*trials, *comparison])
+    if args.queue_only:
+        cid, ids = campaigns.start(store, spec)
+        print(f"campaign {cid}: queued {len(ids)} trial(s) for workers in {store.url}; the comparison is queued when "
+              "the last trial ends; start workers with `python -m engine worker`")
+        return 0
+    state: dict = {}
+
+    def start(manager):
+        state["id"], ids = campaigns.start(store, spec, owner=manager.owner)
+        manager.train(ids)
+        print(f"campaign {state['id']}: {len(ids)} trial(s) queued in {store.url}", file=sys.stderr)
+        return ids
+
+    def then(manager):
+        campaigns.advance(store, state["id"], owner=manager.owner)
+        return store.campaigns.runs_of(state["id"])[1]
+
+    code = train_here(store, start, args.concurrent, then=then)
+    if "id" in state:
+        show(store, state["id"])
+    return code
+
+
+def _frame_text(frame: pd.DataFrame) -> str:
+    return frame.to_string(index=False) if len(frame) else "(none)"
+
+
+def show(store, campaign_id: int | None) -> int:
+    """Print the stored campaigns (``campaign_id`` None), or one campaign's protocol, choices,
+    trials and, once its comparison has read, its tuned and untuned Table 3."""
+    from engine.analysis import tuning
+    from engine.runner import campaigns
+
+    if campaign_id is None:
+        rows = [{"id": c.id, "name": c.name, "stage": c.stage, "trials sweep": c.tune_sweep_id,
+                 "comparison sweep": c.eval_sweep_id or "—"} for c in store.campaigns.list()]
+        print(_frame_text(pd.DataFrame(rows)))
+        return 0
+    campaign = store.campaigns.get(campaign_id)
+    spec = campaigns.spec_of(campaign)
+    frame = campaigns.trials(store, campaign)
+    choices = tuning.choose(spec, frame)
+    print(f"campaign {campaign.id} {campaign.name}: {campaign.stage}")
+    for what, how in tuning.protocol(spec, choices):
+        print(f"  {what}: {how}")
+    print("\nchosen per method:\n" + _frame_text(tuning.choice_table(choices)))
+    print("\ntrials:\n" + _frame_text(frame.drop(columns=["diverged"])))
+    for title, table in campaigns.comparison_tables(store, campaign):
+        from engine.analysis.summary import render
+
+        print(f"\n{title}:\n" + render(table))
+    return 0

@@ -1,0 +1,124 @@
+"""Tuning campaigns in the database: started with their trials, advanced to the comparison exactly once.
+
+``start`` stores a campaign (its ``TuneSpec`` as JSON) and queues every trial in one transaction.
+``advance`` is called whenever a run ends (``engine.runner.ends``), by ``engine resume --all`` and
+by every worker as it starts: once every trial of a campaign has ended (``engine.analysis.tuning
+.settled``) it chooses each method's values from the stored trials and queues the comparison,
+in one transaction that moves the campaign's stage (``storage.campaigns``): whoever finishes
+the last trial, and however many workers notice, the comparison is queued exactly once. The
+comparison's runs are tagged ``TUNE_TAG``, so their sweep's report is built when the last ends.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from engine.analysis import tuning
+from engine.config.tuning import TRIAL_TAG, TUNE_TAG, TuneSpec
+from engine.errors import TASK_FAILURES
+from storage import RunStore
+from storage.campaigns import CampaignRecord
+
+log = logging.getLogger(__name__)
+
+
+def spec_of(campaign: CampaignRecord) -> TuneSpec:
+    return TuneSpec.from_dict(campaign.spec)
+
+
+def start(store: RunStore, spec: TuneSpec, *, owner: str | None = None, env: dict | None = None,
+          name: str | None = None) -> tuple[int, list[int]]:
+    """Store the campaign and queue its trials (owned by ``owner``; None: any worker), all or
+    nothing; (the campaign's id, the trials' run ids)."""
+    from engine.runner.queueing import environment, new_sweep_id, run_row
+
+    env, sweep_id = env or environment(), new_sweep_id()
+    rows = [run_row(config, env, owner=owner, sweep_id=sweep_id, tags=(TRIAL_TAG,))
+            for _, _, config in spec.trial_configs()]
+    return store.campaigns.create(name=name or spec.grid.base.name or f"tune {sweep_id}", spec=spec.to_dict(),
+                                  tune_sweep_id=sweep_id, runs=rows)
+
+
+def trials(store: RunStore, campaign: CampaignRecord) -> pd.DataFrame:
+    """The campaign's trials as ``engine.analysis.tuning.trial_frame`` reads them from the store."""
+    spec = spec_of(campaign)
+    records = [r for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
+    return tuning.trial_frame(spec, records, store.metrics([r.id for r in records]))
+
+
+def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> list[int]:
+    """Queue the comparison of a campaign whose trials have all ended (module docstring); the
+    new runs' ids, [] when it is not time yet or another process advanced it."""
+    from engine.runner.queueing import environment, new_sweep_id, run_row
+
+    campaign = store.campaigns.get(campaign_id)
+    if campaign.stage != "tuning":
+        return []
+    frame = trials(store, campaign)
+    if not tuning.settled(frame):
+        return []
+    spec = spec_of(campaign)
+    choices = tuning.choose(spec, frame)
+    chosen = tuning.chosen_values(spec, choices)
+    env, sweep_id = environment(), new_sweep_id()
+    rows = [run_row(c, env, owner=owner, sweep_id=sweep_id, tags=(TUNE_TAG,)) for c in spec.eval_configs(chosen)]
+    record = {"values": chosen, "choices": choices.to_dict(orient="records")}
+    ids = store.campaigns.advance(campaign.id, chosen=record, eval_sweep_id=sweep_id, runs=rows)
+    if ids:
+        log.info("campaign %s: trials settled; its comparison is queued (%d runs, sweep %s)", campaign.id, len(ids),
+                 sweep_id)
+    return ids or []
+
+
+def advance_all(store: RunStore, *, owner: str | None = None) -> list[int]:
+    """``advance`` every campaign still tuning; every new run's id. A failure is logged, never
+    raised: the trials are stored, and the next run's end or ``resume --all`` tries again."""
+    ids: list[int] = []
+    for campaign in store.campaigns.list(stage="tuning"):
+        try:
+            ids += advance(store, campaign.id, owner=owner)
+        except TASK_FAILURES:
+            log.warning("campaign %s could not be advanced", campaign.id, exc_info=True)
+    return ids
+
+
+def after_trial(store: RunStore, run_id: int, *, owner: str | None = None) -> list[int]:
+    """After run ``run_id`` ended: advance its campaign when it is a trial (``advance``)."""
+    try:
+        campaign = store.campaigns.of_sweep(store.get_run(run_id).sweep_id)
+        if campaign is None or campaign.stage != "tuning":
+            return []
+        return advance(store, campaign.id, owner=owner)
+    except TASK_FAILURES:
+        log.warning("the campaign of run %s could not be advanced", run_id, exc_info=True)
+        return []
+
+
+def comparison(store: RunStore, campaign: CampaignRecord) -> tuple[list, list]:
+    """(the tuned runs, the untuned runs) of the campaign's comparison ([] before it is queued)."""
+    if campaign.eval_sweep_id is None or not campaign.chosen:
+        return [], []
+    records = [r for r in store.list_runs() if r.sweep_id == campaign.eval_sweep_id]
+    return tuning.split_comparison(spec_of(campaign), campaign.chosen["values"], records)
+
+
+def comparison_tables(store: RunStore, campaign: CampaignRecord, adjust: bool = True) -> list[tuple[str, pd.DataFrame]]:
+    """Table 3 of the comparison, each method at its chosen values (``free``: the tuned fields are
+    part of the method, so each pairs with exact at exact's own choice) and, where trained, at the
+    untuned values; both read on the test split where every run recorded it."""
+    from engine.core.stats import MARGIN
+    from engine.runner.queries import run_table3
+
+    spec = spec_of(campaign)
+    tuned, untuned = comparison(store, campaign)
+    delta = spec.margin if spec.margin is not None else MARGIN
+    out = []
+    if tuned:
+        out.append(("each method at its own best value (tuned)",
+                    run_table3(store, [r.id for r in tuned], margin=delta, adjust=adjust, free=spec.fields)))
+    if untuned:
+        out.append(("every method at the untuned value",
+                    run_table3(store, [r.id for r in untuned], margin=delta, adjust=adjust)))
+    return out
