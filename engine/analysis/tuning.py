@@ -5,7 +5,8 @@ Pure functions of a ``TuneSpec`` (``engine.config.tuning``), run records and met
 a trial's value is read from its stored config, its loss from its stored metrics.
 
 * ``trial_frame``: one row per trial run: method, trial index, seed, the tuned values, status,
-  steps run and the validation loss at the last step (NaN until then; +inf for a diverged run).
+  steps run, the validation loss at the last step (NaN until then; +inf for a diverged run) and
+  whether a pruner stopped it (``engine.analysis.pruning``).
 * ``choose``: per method, the trial whose mean final validation loss over the tuning seeds is
   lowest (a trial with a seed that diverged, failed or was cancelled is never chosen), the values
   it used, and whether that is the smallest or largest value tried of a field ("at the range's
@@ -23,12 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.analysis.pruning import PRUNED, REDUCTION
 from engine.analysis.reads import diverged
 from engine.config.identity import stored
 from engine.config.tuning import TuneSpec
 
 SETTLED_STATUSES = ("finished", "failed", "cancelled")
-TRIAL_COLUMNS = ["run_id", "method", "trial", "seed", "status", "steps_done", "val_loss", "diverged"]
+TRIAL_COLUMNS = ["run_id", "method", "trial", "seed", "status", "steps_done", "val_loss", "diverged", "pruned"]
 CHOICE_COLUMNS = ["method", "chosen", "trial", "val_loss", "seeds", "edge", "budget_steps", "spent_steps", "trials"]
 
 
@@ -58,6 +60,7 @@ def trial_frame(spec: TuneSpec, records, metrics: pd.DataFrame) -> pd.DataFrame:
         loss = math.inf if lost else (float(mine["value"].iloc[-1]) if len(mine) else math.nan)
         rows.append({"run_id": r.id, "method": found[0], "trial": found[1], "seed": r.seed, "status": r.status,
                      "steps_done": int(r.steps_done or 0), "val_loss": loss, "diverged": lost,
+                     "pruned": r.status == "cancelled" and (r.error or "").startswith(PRUNED),
                      **{f: r.config.get(f) for f in spec.fields}})
     frame = pd.DataFrame(rows, columns=[*TRIAL_COLUMNS, *spec.fields])
     return frame.sort_values(["method", "trial", "seed"], kind="stable").reset_index(drop=True)
@@ -85,7 +88,8 @@ def _choice(spec: TuneSpec, method: str, mine: pd.DataFrame) -> dict[str, Any]:
     means = {}
     for i, t in mine.groupby("trial"):
         complete = (t["status"] == "finished").all() and len(t) == len(spec.tune_seeds)
-        means[int(i)] = float(t["val_loss"].mean()) if complete else math.inf
+        mean = float(t["val_loss"].mean()) if complete else math.inf
+        means[int(i)] = mean if math.isfinite(mean) else math.inf
     best = min(means, key=lambda i: (means[i], i)) if means else -1
     ok = best in means and math.isfinite(means[best])
     sample = mine[mine["trial"] == best].iloc[0] if ok else None
@@ -120,7 +124,11 @@ def protocol(spec: TuneSpec, choices: pd.DataFrame | None = None, split: str | N
         ("search space", "; ".join(r.text() for r in spec.ranges)),
         ("trials", f"{spec.trials} per method, the same points for every method"),
         ("sampler", f"Optuna QMCSampler (scrambled Sobol), seed {spec.sampler_seed}"),
-        ("pruner", "none: every trial runs to its last step"),
+        ("pruner", {"none": "none: every trial runs to its last step",
+                    "halving": f"Optuna SuccessiveHalvingPruner (rungs from one eval interval, reduction factor "
+                               f"{REDUCTION})",
+                    "hyperband": f"Optuna HyperbandPruner (one eval interval to {steps:,} steps, reduction factor "
+                                 f"{REDUCTION})"}[spec.pruner]),
         ("budget", f"{spec.budget_steps():,} steps per method ({spec.trials} trials × {len(spec.tune_seeds)} tuning "
                    f"seed(s) × {steps:,} steps)"),
         ("tuning seeds", ", ".join(map(str, spec.tune_seeds))),

@@ -55,7 +55,7 @@ def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
         else:
             eval_seeds, why = tuple(parse_seeds(args.seeds)), "evaluation seeds as given (--seeds)"
         spec = TuneSpec(grid, ranges, args.trials, tune_seeds, eval_seeds, args.sampler_seed,
-                        untuned=not args.no_untuned, margin=delta)
+                        untuned=not args.no_untuned, margin=delta, pruner=args.pruner)
     except ConfigError as e:
         raise CliError(str(e)) from None
     return spec, why
@@ -121,7 +121,19 @@ def launch(args, grid_of) -> int:
     code = train_here(store, start, args.concurrent, then=then)
     if "id" in state:
         show(store, state["id"])
+        if code == 1 and _ended_well(store, state["id"]):
+            code = 0  # every run finished, or was a trial its pruner stopped
     return code
+
+
+def _ended_well(store, campaign_id: int) -> bool:
+    """Whether every run of the campaign finished or is a trial its pruner stopped."""
+    from engine.analysis.pruning import PRUNED
+
+    trials, comparison = store.campaigns.runs_of(campaign_id)
+    runs = [store.get_run(i) for i in [*trials, *comparison]]
+    return bool(comparison) and all(r.status == "finished" or (r.status == "cancelled" and (r.error or "").startswith(
+        PRUNED)) for r in runs)
 
 
 def _frame_text(frame: pd.DataFrame) -> str:

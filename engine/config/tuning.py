@@ -9,6 +9,9 @@ A ``TuneSpec`` holds
   clipped to the field's bounds);
 * ``trials`` per method, trained on every ``tune_seeds`` seed, and the ``eval_seeds`` of the
   comparison (disjoint from the tuning seeds: an overlap is refused);
+* ``pruner``: none, or Optuna's successive-halving (``halving``) or Hyperband (``hyperband``)
+  pruner, which stops a trial at an eval whose loss falls behind its rung (a pruned trial's
+  steps count in its method's budget; ``engine.analysis.pruning``);
 * the trial points: the first ``trials`` points Optuna's ``QMCSampler`` (scrambled Sobol,
   seeded by ``sampler_seed``) asks for over the log ranges, drawn once and stored with the
   campaign, the same points for every method: each method is tried at the same values.
@@ -33,6 +36,7 @@ from engine.config.fields import ConfigError
 from engine.config.run import DEFAULTS, TRAJECTORY, RunConfig, kinds
 from engine.config.sweep import Sweep
 
+PRUNERS = ("none", "halving", "hyperband")  # engine.analysis.pruning: Optuna's pruners by these names
 TUNE_TAG = "tuned"  # the comparison's runs (a report is built when the last one ends)
 TRIAL_TAG = "tune-trial"  # the trials' runs
 MAX_TRIALS = 1000
@@ -147,11 +151,14 @@ class TuneSpec:
     sampler_seed: int = 0
     untuned: bool = True
     margin: float | None = None
+    pruner: str = "none"
     points: tuple[dict, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
             raise ConfigError(f"--trials must be an integer in [1, {MAX_TRIALS}] (got {self.trials!r})", field="trials")
+        if self.pruner not in PRUNERS:
+            raise ConfigError(f"--pruner {self.pruner!r}: choose one of {', '.join(PRUNERS)}", field="pruner")
         object.__setattr__(self, "ranges", tuple(self.ranges))
         if not self.ranges:
             raise ConfigError("--tune: name at least one field to tune, e.g. lr", field="tune")
@@ -230,6 +237,7 @@ class TuneSpec:
             "trials": self.trials, "tune_seeds": list(self.tune_seeds), "eval_seeds": list(self.eval_seeds),
             "sampler_seed": self.sampler_seed, "untuned": self.untuned, "margin": self.margin,
             "points": [dict(p) for p in self.points], "sampler": "optuna QMCSampler (scrambled Sobol)",
+            "pruner": self.pruner,
         }
 
     @classmethod
@@ -238,4 +246,4 @@ class TuneSpec:
                      tuple(d["tune_seeds"]), bool(d["with_exact"]))
         return cls(grid, tuple(Range(**r) for r in d["ranges"]), int(d["trials"]), tuple(d["tune_seeds"]),
                    tuple(d["eval_seeds"]), int(d["sampler_seed"]), bool(d["untuned"]), d.get("margin"),
-                   tuple(dict(p) for p in d["points"]))
+                   str(d.get("pruner", "none")), tuple(dict(p) for p in d["points"]))

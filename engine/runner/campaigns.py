@@ -16,6 +16,8 @@ import logging
 import pandas as pd
 
 from engine.analysis import tuning
+from engine.analysis.pruning import PRUNED, decide
+from engine.config import RunConfig
 from engine.config.tuning import TRIAL_TAG, TUNE_TAG, TuneSpec
 from engine.errors import TASK_FAILURES
 from storage import RunStore
@@ -122,3 +124,53 @@ def comparison_tables(store: RunStore, campaign: CampaignRecord, adjust: bool = 
         out.append(("every method at the untuned value",
                     run_table3(store, [r.id for r in untuned], margin=delta, adjust=adjust)))
     return out
+
+
+class TrialPruning:
+    """Whether a trial of a campaign with a pruner stops at its newest validation
+    (``engine.analysis.pruning.decide``, from the stored validations of the trials of its method
+    and tuning seed queued before it)."""
+
+    def __init__(self, store: RunStore, campaign: CampaignRecord, spec: TuneSpec, run) -> None:
+        self.store, self.campaign, self.spec, self.run = store, campaign, spec, run
+        found = tuning.trial_frame(spec, [run], pd.DataFrame(columns=["run_id", "step", "name", "value"]))
+        self.method = str(found["method"].iloc[0]) if len(found) else None
+        self.history: dict[int, float] = {}
+
+    def earlier(self) -> list[tuple[dict[int, float], str]]:
+        """(validations by step past 0, status) of the earlier trials of this method and seed, in queue order."""
+        records = [r for r in self.store.list_runs() if r.sweep_id == self.campaign.tune_sweep_id
+                   and r.id < self.run.id and r.seed == self.run.seed]
+        frame = tuning.trial_frame(self.spec, records, pd.DataFrame(columns=["run_id", "step", "name", "value"]))
+        ids = [int(i) for i in frame.loc[frame["method"] == self.method, "run_id"]]
+        metrics = self.store.metrics(ids, names=["val_loss"])
+        status = {r.id: r.status for r in records}
+        pruned = set(frame.loc[frame["pruned"], "run_id"])
+        out = []
+        for run_id in ids:
+            mine = metrics[(metrics["run_id"] == run_id) & (metrics["step"] > 0)]
+            out.append(({int(s): float(v) for s, v in zip(mine["step"], mine["value"])},
+                        PRUNED if run_id in pruned else status[run_id]))
+        return out
+
+    def prune(self, step: int, val_loss: float) -> str | None:
+        """Record this trial's validation at ``step``; the reason it stops there, else None."""
+        config = RunConfig.from_dict(self.run.config)
+        if self.method is None or step <= 0 or step >= config.steps:
+            return None
+        self.history[int(step)] = float(val_loss)
+        interval = config.effective_eval_interval
+        name = f"campaign {self.campaign.uid} {self.method} s{self.run.seed}"
+        if decide(self.spec.pruner, interval, config.steps, self.earlier(), self.history, name):
+            return (f"{PRUNED} by Optuna's {self.spec.pruner} pruner at step {step} (validation loss {val_loss:.4f} "
+                    "behind its rung); its steps count in its method's budget")
+        return None
+
+
+def pruning_for(store: RunStore, run) -> TrialPruning | None:
+    """The pruning of run record ``run`` when it is a trial of a campaign with a pruner, else None."""
+    campaign = store.campaigns.of_sweep(run.sweep_id)
+    if campaign is None or campaign.tune_sweep_id != run.sweep_id:
+        return None
+    spec = spec_of(campaign)
+    return TrialPruning(store, campaign, spec, run) if spec.pruner != "none" else None

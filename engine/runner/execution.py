@@ -16,12 +16,11 @@ import traceback
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-import jax
-
 from engine.config import ConfigError, RunConfig
 from engine.errors import TASK_FAILURES
-from engine.runner import hosts, liveness, runlog
+from engine.runner import campaigns, hosts, liveness, runlog
 from engine.runner.paths import resume_limit, run_folders
+from engine.runner.queueing import device_kind  # noqa: F401  (where jobs and tests read it)
 from engine.runner.writer import StoreWriter
 from engine.training import parallel
 from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, RunCheckpoints
@@ -53,13 +52,6 @@ class Outcome(NamedTuple):
     cause: str | None = None  # why it is interrupted (``storage.records.INTERRUPTION_CAUSES``), when it is
 
 
-def device_kind(count: int = 1) -> str:
-    """``gpu: NVIDIA H200``, and ``gpu: NVIDIA H200 × 4`` for a run on 4 such devices
-    (``app.tables.device_parts`` reads it back)."""
-    dev = jax.devices()[0]
-    return f"{dev.platform}: {dev.device_kind}" + (f" × {count}" if count > 1 else "")
-
-
 class RunExecution:
     """The training of run ``run_id`` by this process, under its owner's lease ``epoch``.
 
@@ -83,6 +75,7 @@ class RunExecution:
         self.run: RunRecord | None = None
         self.steps_done = 0
         self.notes: list[str] = []
+        self.pruned: str | None = None  # why a pruner stopped this trial (engine.analysis.pruning)
         self.lost: LeaseLostError | None = None
         self.status: str | None = None
         self.error: str | None = None
@@ -170,12 +163,18 @@ class RunExecution:
         config = RunConfig.from_dict(self.row.config)
         self.writer.call(self.run_id, self.store.set_device, self.run_id,
                          device_kind(parallel.device_count(config)), epoch=self.epoch)
+        pruning = campaigns.pruning_for(self.store, self.row)
         with self.open_checkpoints(config) as checkpoints:
             for record in train(config, should_stop=self.should_stop, on_step=self.note_step, checkpoints=checkpoints,
                                 resume=True, on_resume=self.resume_from):
                 if self.lease_lost():
                     break
                 self.store_record(record)
+                if pruning is not None and "val_loss" in record.values:
+                    self.writer.flush()
+                    self.pruned = pruning.prune(record.step, record.values["val_loss"])
+                    if self.pruned:
+                        self.stop_event.set()
         if self.lease_lost() and self.lost is not None:
             raise self.lost
         return self.ending()
@@ -203,7 +202,7 @@ class RunExecution:
         if self.interrupted.is_set():
             return "interrupted", "interrupted by a signal; resume it to continue from its checkpoint", "signal"
         if self.stop_event.is_set():
-            return "cancelled", None, None
+            return "cancelled", self.pruned, None
         return "finished", None, None
 
     def finish(self) -> None:

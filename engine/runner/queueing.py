@@ -15,8 +15,17 @@ from pathlib import Path
 from typing import Iterable
 
 from engine.config import RunConfig
-from engine.runner.execution import device_kind
 from storage import RunStore
+
+
+def device_kind(count: int = 1) -> str:
+    """``gpu: NVIDIA H200``, and ``gpu: NVIDIA H200 × 4`` for a run on 4 such devices
+    (``app.tables.device_parts`` reads it back)."""
+    import jax
+
+    dev = jax.devices()[0]
+    return f"{dev.platform}: {dev.device_kind}" + (f" × {count}" if count > 1 else "")
+
 
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tiktoken", "datasets", "SQLAlchemy",
              "streamlit")

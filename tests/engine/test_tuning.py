@@ -171,3 +171,38 @@ def test_the_comparison_is_queued_exactly_once_however_many_notice_at_once(db_ur
     assert {r.config["lr"] for r in tuned} == {best} and {r.seed for r in tuned} == {0, 1}
     assert {r.config["lr"] for r in untuned} == {0.05} and len(untuned) == 4
     assert campaigns.advance_all(store) == []  # advanced already: nothing more, ever
+
+
+def test_the_pruners_stop_a_trial_behind_its_rung_and_never_a_first_one():
+    from engine.analysis.pruning import decide
+
+    earlier = [({s: 5.0 - 0.01 * s * (1 + i / 10) for s in range(10, 91, 10)}, "finished") for i in range(9)]
+    behind, ahead = {s: 9.0 for s in range(10, 91, 10)}, {s: 1.0 for s in range(10, 91, 10)}
+    assert decide("halving", 10, 90, earlier, {10: 9.0}, "s") is True  # far behind at the first rung
+    for name in ("halving", "hyperband"):  # Hyperband's bracket (its first rung) depends on the study
+        assert decide(name, 10, 90, earlier, behind, "s") is True
+        assert decide(name, 10, 90, earlier, ahead, "s") is False  # ahead of every earlier trial
+        assert decide(name, 10, 90, [], behind, "s") is False  # nothing to be behind
+
+
+@pytest.mark.slow
+def test_a_pruned_campaign_stops_bad_trials_early_and_counts_their_steps_in_the_budget(tmp_path):
+    db = f"sqlite:///{tmp_path / 'lab.db'}"
+    argv = ["tune", "--db", db, "--preset", "tiny", "--estimators", "exact", "--ranks", "exact", "--steps", "30", "--eval-interval", "10",
+            "--probe-interval", "0", "--val-batches", "2", "--tune", "lr=0.0003:1", "--trials", "5",
+            "--tune-seeds", "7", "--seeds", "0", "--no-untuned", "--pruner", "halving", "--no-measure"]
+    assert main(argv) == 0
+    store = RunStore(db)
+    (campaign,) = store.campaigns.list()
+    spec = campaigns.spec_of(campaign)
+    assert spec.pruner == "halving"
+    trials = campaigns.trials(store, campaign)
+    pruned = trials[trials["pruned"]]
+    assert len(pruned) >= 1 and (pruned["steps_done"] < 30).all() and (pruned["status"] == "cancelled").all()
+    assert not trials.loc[trials["trial"] == 0, "pruned"].any()  # the first trial has nobody to fall behind
+    choices = tuning.choose(spec, trials)
+    row = choices.iloc[0]
+    assert row.spent_steps == trials["steps_done"].sum() < row.budget_steps == 5 * 30
+    assert row.trial not in set(pruned["trial"])
+    assert store.campaigns.get(campaign.id).stage == "evaluating"
+    assert [r.status for r in campaigns.comparison(store, store.campaigns.get(campaign.id))[0]] == ["finished"]

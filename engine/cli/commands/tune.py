@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.cli import arguments
 from engine.cli.config_flags import add_config_flags
+from engine.config.tuning import PRUNERS
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 
 TRIALS = 8
@@ -26,6 +27,10 @@ def add_tuning_flags(p, *, tune_default: str | None = "lr") -> None:
                    help=f"seeds the trials train on; disjoint from the evaluation seeds (default: {TUNE_SEEDS})")
     g.add_argument("--sampler-seed", type=int, default=0,
                    help="seed of Optuna's QMC sampler that draws the trial points (default: 0)")
+    g.add_argument("--pruner", choices=PRUNERS, default="none",
+                   help="stop trials early at an eval whose validation loss falls behind: Optuna's successive-halving "
+                        "(halving) or Hyperband pruner; a pruned trial's steps count in its method's budget "
+                        "(default: none)")
     g.add_argument("--no-untuned", action="store_true",
                    help="do not also train each method at its untuned values on the evaluation seeds")
 
