@@ -14,7 +14,7 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
-from app import differences, metric_charts, state, viewstate
+from app import differences, metric_charts, state, tuning_view, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames, method_frames, progress
 from engine.analysis.summary import (
@@ -25,6 +25,7 @@ from engine.analysis.summary import (
     one_per_seed,
     paper_note,
     read_notes,
+    split_notes,
     summarize,
     table3,
 )
@@ -327,8 +328,8 @@ def _view() -> None:
         _status_line(records_now, metrics, duplicates)
     if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
-    for section in (_loss, partial(_cosine, recorded=recorded), _memory, partial(_any_metric, recorded=recorded),
-                    _by_rank, _apart):
+    for section in (partial(tuning_view.section, store), _loss, partial(_cosine, recorded=recorded), _memory,
+                    partial(_any_metric, recorded=recorded), _by_rank, _apart):  # a campaign's section first
         with st.container():
             section(records_now, info, metrics)
 
@@ -446,10 +447,10 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     with st.container():  # where the table was read and why: the notes come and go as runs progress
         for text in read_notes(table, whole=False):
             st.info(plain(text), icon=":material/vertical_align_bottom:")
-        for text in read_notes(table, whole=True):
+        for text in [*read_notes(table, whole=True), *split_notes(table)]:
             st.caption(plain(text))
     shown = display_frame(table)
-    widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "val loss": 130, "Δ val vs exact": 105,
+    widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "split": 50, "tuned": 110, "val loss": 130, "Δ val vs exact": 105,
               "95% CI": 150, "verdict": 95, "Δ per seed": 220, "train loss": 130, "cos": 55, "saved MiB": 80,
               "saved ÷ exact": 100}
     st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
@@ -470,8 +471,10 @@ def _by_rank(records_now: dict, info, metrics) -> None:
 def _table3(records_now: dict, metrics, at_step, margin: float, adjust: bool):
     """``table3`` of the runs with their validation batches, once per state of the data (``_memo``)."""
     def compute():
+        tested = bool((metrics["name"] == "test_loss").any())  # the test split's batches only where it is read
         return table3(records_now.values(), metrics, at_step=at_step, margin=margin, adjust=adjust,
-                      batches=store.eval_losses(list(records_now)))
+                      batches=store.eval_losses(list(records_now)),
+                      test_batches=store.eval_losses(list(records_now), split="test") if tested else None)
     return _memo(records_now, metrics, ("table3", at_step, margin, adjust), compute)
 
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import confirm, form, state
+from app import confirm, form, state, tuning_launch
 from app.display import plain
 from engine import data
 from engine.config import (
@@ -252,8 +252,12 @@ st.caption(
     "One run per estimator × rank × λ × seed (exact backprop once per seed). Runs train in the "
     f"background, {state.MAX_CONCURRENT} at a time, and keep going if you leave this page."
 )
+tune = tuning_launch.mode_picker()  # a plain sweep, or each method tuned first, then compared
 values = {w.name: st.session_state.get(w.key) for w in WIDGETS}
+if tune:
+    values["seeds"] = "0"  # the grid's seeds are the protocol's (tuning and evaluation seeds)
 grid, configs, problems = form.read(values)  # every error at once
+plan, tune_problems = tuning_launch.read(lab, grid) if tune else (None, {})
 warnings = launch_warnings(configs) if configs else []
 notes: dict[str, list[tuple[str, str]]] = {}  # widget → what to show under it (error or warning, text)
 for widget, text in problems:
@@ -271,10 +275,13 @@ with form_col:
                    "lr 0.01, λ = 0.01 as in its code, ranks 1–64, 50,000 steps, validation every 1,000.")
     b2.button("Defaults", icon=":material/restart_alt:", on_click=_fill, args=(form.DEFAULT_SWEEP,), width="stretch",
               help="A quick tiny-model sweep.")
-    _reproduce(lab)
+    if tune:
+        tuning_launch.inputs(tune_problems)
+    else:
+        _reproduce(lab)
     dataset = st.session_state.get(form.KEY + "dataset")
     for group, ws in form.grouped(WIDGETS).items():
-        shown = [w for w in ws if not w.sources or dataset in w.sources]
+        shown = [w for w in ws if (not w.sources or dataset in w.sources) and not (tune and w.name == "seeds")]
         flagged = any(w.name in notes for w in shown)
         with st.expander(GROUPS[group], expanded=flagged or group in ("method", "model", "training", "data")):
             for i, w in enumerate(shown):
@@ -292,5 +299,7 @@ with preview_col:
                 "Fix the field marked in the form:" if marked else "")
         lines = [plain(text) for widget, text in problems if not widget] + [f"- {plain(text)}" for text in marked]
         st.error("\n".join(([head] if head else []) + lines), icon=":material/error:")
-    if configs:
+    if tune:
+        tuning_launch.preview(lab, plan, tune_problems)
+    elif configs:
         _preview(lab, grid, configs, warnings)

@@ -26,13 +26,15 @@ import pandas as pd
 from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
+from engine.config.tuning import TUNE_TAG
 from engine.core.stats import check_margin
 from engine.errors import TASK_FAILURES, UserError
 from engine.runner import runlog
 from storage import ACTIVE_STATUSES, RunStore, StorageError
+from storage.campaigns import CampaignRecord
 from storage.outputs import refuse_special
 
-AUTO_REPORT_TAGS = (REPRODUCE_TAG,)  # a sweep with one of these tags gets its report when its last run ends
+AUTO_REPORT_TAGS = (REPRODUCE_TAG, TUNE_TAG)  # a sweep with one of these tags gets its report when its last run ends
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
 WAITING_STATUSES = (*ACTIVE_STATUSES, "interrupted")  # a sweep with such a run has not ended
 
@@ -135,7 +137,30 @@ def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Rep
     metrics = store.metrics(ids)
     return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
                      at_step=selection.get("at_step"), title=title, others=store.list_runs(),
-                     batches=store.eval_losses(ids))
+                     batches=store.eval_losses(ids), campaign=_campaign(store, selection),
+                     test_batches=store.eval_losses(ids, split="test"))
+
+
+def campaign_data(store: RunStore, campaign: CampaignRecord, role: str = "comparison") -> rep.Campaign:
+    """What a report (and the Compare page) shows of a tuning campaign, read from the database now:
+    its protocol, trials, the choice read from them and its comparison's Table 3s."""
+    from engine.analysis import tuning
+    from engine.runner import campaigns
+
+    spec = campaigns.spec_of(campaign)
+    trials = campaigns.trials(store, campaign)
+    return rep.Campaign(id=campaign.id, name=campaign.name, stage=campaign.stage, spec=spec, trials=trials,
+                        choices=tuning.choose(spec, trials), tables=campaigns.comparison_tables(store, campaign),
+                        role=role)
+
+
+def _campaign(store: RunStore, selection: dict) -> rep.Campaign | None:
+    """The tuning campaign whose trials or comparison the selection's sweep is, else None."""
+    sweep = selection.get("sweep")
+    campaign = store.campaigns.of_sweep(sweep) if sweep else None
+    if campaign is None:
+        return None
+    return campaign_data(store, campaign, "trials" if sweep == campaign.tune_sweep_id else "comparison")
 
 
 def save(store: RunStore, report: rep.Report) -> int:
@@ -328,5 +353,5 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "check_output", "diagnoses_of", "figure_dir_name",
+__all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "campaign_data", "check_output", "diagnoses_of", "figure_dir_name",
            "format_of", "load", "rebuild", "report_if_sweep_ended", "report_key", "save", "select_runs", "selection_of", "write"]

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 
 from engine.analysis import charts, claims, frames, method_frames
 from engine.analysis.parallel import config_text
+from engine.analysis.report import tuning as tuning_part
 from engine.analysis.report.model import Report, describe_selection
 from engine.analysis.summary import table3
 from engine.config import GROUPS, method_label, schema, stored
@@ -32,7 +33,8 @@ from engine.core.units import format_seconds
 def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame | None = None,
           selection: dict | None = None, at_step: int | None = None, title: str | None = None,
           created_at: datetime | None = None, margin: float | None = None, others: Iterable = (),
-          batches: pd.DataFrame | None = None) -> Report:
+          batches: pd.DataFrame | None = None, campaign: tuning_part.Campaign | None = None,
+          test_batches: pd.DataFrame | None = None) -> Report:
     """The report of ``records`` (``storage.RunRecord``) from their metric rows (the columns
     of ``RunStore.metrics``) and diagnosis rows (``claims.DIAGNOSIS_COLUMNS`` plus
     ``step`` and ``cos_mean``; None: none stored); every number read at ``at_step``, or
@@ -40,19 +42,28 @@ def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame |
     judged against ±``margin`` nats (None: the selection's ``margin``, else ``MARGIN``).
     ``others``: every stored run, of any selection, whose time on a machine claim (e)'s
     timings must not overlap (``method_frames.run_time_frame``). ``batches``: the runs'
-    per-batch validation losses (``RunStore.eval_losses``), for Δ's interval; the selection's
-    ``adjust`` (default True) reads Table 3's verdicts at a family-wise 5 % (Holm)."""
+    per-batch validation losses (``RunStore.eval_losses``), for Δ's interval (``test_batches``: those
+    of the test split, where Table 3 reads it); the selection's
+    ``adjust`` (default True) reads Table 3's verdicts at a family-wise 5 % (Holm). ``campaign``:
+    the tuning campaign whose runs these are (``report.tuning``): its protocol, choices and
+    sensitivity figure in a section of their own, and its tuned comparison's Table 3 is the one
+    the claims read (each method at its own best value), the untuned one shown beside it."""
     records = sorted(records, key=lambda r: r.id)
     selection = dict(selection or {})
     margin = check_margin(margin if margin is not None else selection.get("margin", MARGIN))
     created = (created_at or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    t3 = table3(records, metrics, at_step, margin=margin, batches=batches, adjust=bool(selection.get("adjust", True)))
+    t3 = table3(records, metrics, at_step, margin=margin, batches=batches, adjust=bool(selection.get("adjust", True)),
+                test_batches=test_batches)
+    section, tuned_figures, tuned_captions = tuning_part.section(campaign) if campaign is not None else (None, {}, {})
+    if campaign is not None and campaign.tuned_table() is not None:
+        t3 = campaign.tuned_table()
     steps = method_frames.step_time_frame(records, metrics, at_step)
     diag = _diagnoses(diagnoses)
     verdicts = claims.judge(t3, _diagnoses(diagnoses, key_values=True), steps[claims.STEP_TIME_COLUMNS],
                             timings=method_frames.run_time_frame(records, metrics, at_step, others=others),
                             margin=margin)
     figures, captions = _figures(records, metrics, at_step, steps)
+    figures, captions = {**tuned_figures, **figures}, {**tuned_captions, **captions}
     notes = []
     unfinished = [r for r in records if r.status != "finished"]
     if unfinished:
@@ -61,10 +72,12 @@ def build(records: Iterable, metrics: pd.DataFrame, *, diagnoses: pd.DataFrame |
     if len(t3) and (t3["missing_seeds"] != "").any():
         notes.append("Some methods miss seeds at the compared step (Table 3's 'missing seeds').")
     notes += interruption_notes(records)
+    if title is None and campaign is not None:
+        title = f"Tuning campaign {campaign.id} ({campaign.name}): its {campaign.role}"
     return Report(title=title or describe_selection(selection), created_at=created, selection=selection,
                   run_ids=[r.id for r in records], at_step=at_step, setup=_setup(records, metrics),
                   table3=t3, step_times=steps, diagnoses=diag, verdicts=verdicts, figures=figures,
-                  captions=captions, notes=notes, gathering=gathering(records, selection))
+                  captions=captions, notes=notes, gathering=gathering(records, selection), tuning=section)
 
 
 RESUMED = re.compile(r"(resumed from the checkpoint at step \d+|restarted from step 0)")

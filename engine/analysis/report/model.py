@@ -20,6 +20,7 @@ import plotly.io as pio
 
 from engine.analysis import claims
 from engine.analysis.report.stored import decode_frame, encode_frame, json_default
+from engine.analysis.report.tuning import TuningSection, is_tuned
 from engine.analysis.summary import TABLE3_COLUMNS, display_frame
 from engine.analysis.summary import notes as table3_notes
 from engine.config import method_label
@@ -63,6 +64,7 @@ class Report:
     captions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     gathering: list[str] = field(default_factory=list)  # how to gather the data claims (a) and (b) need
+    tuning: TuningSection | None = None  # the runs are a tuning campaign's (``report.tuning``)
 
     # ------------------------------------------------------------------ document
 
@@ -76,12 +78,7 @@ class Report:
         out += [Block("heading", "Setup")]
         for section, rows in self.setup.items():
             out.append(Block("table", section, frame=pd.DataFrame(rows, columns=["item", "value"]), level=3))
-        out += [Block("heading", "Table 3: validation loss and the paired difference to exact backprop"),
-                Block("table", "Table 3", frame=display_frame(self.table3) if len(self.table3) else _empty("no runs"),
-                      text=table3_caption(self.table3))]
-        for note in table3_notes(self.table3) if len(self.table3) else ():
-            if note:
-                out.append(Block("text", text="Note: " + note))
+        out += _tuning_blocks(self) + _table3_blocks(self)
         out += [Block("heading", "Claims of the paper"),
                 Block("table", "Claims", frame=claims.verdict_frame(self.verdicts),
                       text="Each claim with the verdict the stored data support, by the rules below, and the numbers "
@@ -93,7 +90,8 @@ class Report:
         if self.gathering:
             out.append(Block("list", "How to gather the data claims (a) and (b) need", items=tuple(self.gathering)))
         out += [Block("heading", "Figures")]
-        out += [Block("figure", name=name, text=self.captions.get(name, "")) for name in self.figures]
+        placed = set(self.tuning.figures) if self.tuning else set()  # drawn in the tuning section
+        out += [Block("figure", name=name, text=self.captions.get(name, "")) for name in self.figures if name not in placed]
         if len(self.step_times):
             out.append(Block("table", "Time per train step", frame=_step_time_table(self.step_times),
                              text="Milliseconds per train step: 1000 · B·T / the median tokens/s of the run's "
@@ -126,6 +124,7 @@ class Report:
             "verdicts": [v.__dict__ for v in self.verdicts],
             "figures": {k: json.loads(pio.to_json(f, validate=False)) for k, f in self.figures.items()},
             "captions": self.captions, "notes": self.notes, "gathering": self.gathering,
+            "tuning": None if self.tuning is None else self.tuning.to_dict(),
         }, allow_nan=False, default=json_default)
 
     @classmethod
@@ -142,7 +141,47 @@ class Report:
             diagnoses=decode_frame(d["diagnoses"]), verdicts=[claims.Verdict(**v) for v in d["verdicts"]],
             figures={k: pio.from_json(json.dumps(f), skip_invalid=True) for k, f in d["figures"].items()},
             captions=d.get("captions", {}), notes=d.get("notes", []), gathering=d.get("gathering", []),
+            tuning=TuningSection.from_dict(d["tuning"]) if d.get("tuning") else None,
         )
+
+
+# ----------------------------------------------------------------------------- parts of the document
+
+def _table3_block(table: pd.DataFrame, title: str, caption: str | None = None) -> list[Block]:
+    """A Table 3 with its caption (``table3_caption`` unless given) and the notes under it."""
+    out = [Block("table", title, frame=display_frame(table) if len(table) else _empty("no runs"),
+                 text=table3_caption(table) if caption is None else caption)]
+    return out + [Block("text", text="Note: " + n) for n in (table3_notes(table) if len(table) else ()) if n]
+
+
+def _table3_blocks(report: "Report") -> list[Block]:
+    """Table 3; for a tuning campaign's comparison, each method at its own best value, then
+    every method at the untuned value (``TuningSection.tables``, the tuned one first)."""
+    tables = report.tuning.tables if report.tuning else []
+    if not tables:
+        return [Block("heading", "Table 3: validation loss and the paired difference to exact backprop"),
+                *_table3_block(report.table3, "Table 3")]
+    out = []
+    for i, (title, table) in enumerate(tables):
+        short = "tuned" if is_tuned(table) else "untuned"
+        again = "The columns and verdicts read as in the table above." if i else None
+        out += [Block("heading", f"Table 3, {title}"), *_table3_block(table, f"Table 3 ({short})", again)]
+    return out
+
+
+def _tuning_blocks(report: "Report") -> list[Block]:
+    """The tuning section (``report.tuning``): the protocol, the chosen values, the sensitivity figures."""
+    t = report.tuning
+    if t is None:
+        return []
+    return [Block("heading", t.title), Block("text", text=t.intro),
+            Block("table", "Protocol", frame=pd.DataFrame(t.protocol, columns=["item", "how"]), level=3,
+                  text="How every method was tuned: the same search space, points, budget and seeds for each."),
+            Block("table", "Chosen value per method", frame=t.choices, level=3,
+                  text="The trial with the lowest mean validation loss over the tuning seeds at the last step; a "
+                       "value at the edge of the range tried says to widen the range."),
+            *[Block("figure", name=name, text=report.captions.get(name, "")) for name in t.figures
+              if name in report.figures]]
 
 
 # ----------------------------------------------------------------------------- text of the document
