@@ -110,12 +110,12 @@ def read(lab: state.Lab, grid: Sweep | None) -> tuple[Plan | None, dict[str, str
     ranges, trials, tune_seeds, eval_seeds = _inputs_read(grid, problems)
     if problems:
         return None, problems
-    from engine.cli import tuning as cli  # the CLI's plan and its evaluation-seed rule, shared
+    from engine.runner import tuning_plan as cli  # the CLI's plan and its evaluation-seed rule, shared
 
     try:
         why = "evaluation seeds as given"
         if eval_seeds == AUTO:
-            eval_seeds, why = cli._auto_seeds(lab.store, grid, MARGIN, tune_seeds)
+            eval_seeds, why = cli.auto_seeds(lab.store, grid, MARGIN, tune_seeds)
         spec = TuneSpec(grid, ranges, trials, tune_seeds, eval_seeds, untuned=bool(st.session_state.get(K["untuned"])),
                         margin=MARGIN, points=_points(ranges, trials, 0))
         trial_configs, comparison, lines = cli.plan_lines(spec, lab.store, state.MAX_CONCURRENT)

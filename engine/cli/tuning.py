@@ -14,33 +14,7 @@ import pandas as pd
 from engine.cli.arguments import CliError, at_least, margin, open_store
 from engine.config import ConfigError, Sweep, parse_seeds
 from engine.config.tuning import TuneSpec, parse_ranges
-
-AUTO = "auto"
-AUTO_SEEDS_MAX = 10
-
-
-def _auto_seeds(store, grid: Sweep, delta: float, tune_seeds: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
-    """The evaluation seeds the power rule asks for (TOST at ``delta``, power ``POWER``) at each
-    sketched method's expected Δ spread (``expected_delta_sd``), at most ``AUTO_SEEDS_MAX``, the
-    first that are not tuning seeds; and why, in words."""
-    from engine.core.stats import POWER, seeds_needed
-    from engine.runner.queries import expected_delta_sd
-
-    configs = grid.expand()
-    spreads = expected_delta_sd(store, configs)
-    needs = [seeds_needed(sd, delta) for sd, _ in spreads.values()]
-    n = AUTO_SEEDS_MAX if any(k is None for k in needs) else max([2, *[k for k in needs if k is not None]])
-    n = min(n, AUTO_SEEDS_MAX)
-    seeds: list[int] = []
-    s = 0
-    while len(seeds) < n:
-        if s not in tune_seeds:
-            seeds.append(s)
-        s += 1
-    sds = ", ".join(f"{sd:.3f} ({source})" for sd, source in dict.fromkeys(spreads.values()))
-    why = (f"{n} evaluation seeds: the power rule's count for TOST at ±{delta:g} with power {POWER:.0%} at the "
-           f"expected Δ SD {sds or '—'}" + (f", capped at {AUTO_SEEDS_MAX}" if n == AUTO_SEEDS_MAX else ""))
-    return tuple(seeds), why
+from engine.runner.tuning_plan import AUTO, auto_seeds, plan_lines
 
 
 def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
@@ -51,7 +25,7 @@ def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
         tune_seeds = tuple(parse_seeds(args.tune_seeds))
         ranges = parse_ranges(args.tune, grid.base)
         if str(args.seeds).strip().lower() == AUTO:
-            eval_seeds, why = _auto_seeds(store, grid, delta, tune_seeds)
+            eval_seeds, why = auto_seeds(store, grid, delta, tune_seeds)
         else:
             eval_seeds, why = tuple(parse_seeds(args.seeds)), "evaluation seeds as given (--seeds)"
         spec = TuneSpec(grid, ranges, args.trials, tune_seeds, eval_seeds, args.sampler_seed,
@@ -59,29 +33,6 @@ def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
     except ConfigError as e:
         raise CliError(str(e)) from None
     return spec, why
-
-
-def plan_lines(spec: TuneSpec, store, concurrent: int, measure: bool = False) -> tuple[list, list, list[str]]:
-    """(trial configs, comparison configs at the base values, the plan in lines); ``measure``
-    times a step of each model the lab has no finished run of (``grid_estimate``)."""
-    from engine.core import units
-    from engine.runner.estimates import grid_estimate
-
-    trials = [c for _, _, c in spec.trial_configs()]
-    base = {m.method(): {f: float(getattr(spec.grid.base, f)) for f in spec.fields} for m in spec.methods()}
-    comparison = spec.eval_configs(base)
-    tuned_runs = len(spec.methods()) * len(spec.eval_seeds) * (2 if spec.untuned else 1)
-    estimate = grid_estimate(store, [*trials, *comparison], concurrent, measure=measure)
-    lines = [
-        f"tuning {', '.join(r.text() for r in spec.ranges)}: {len(spec.methods())} methods × {spec.trials} trials × "
-        f"{len(spec.tune_seeds)} tuning seed(s) = {len(trials)} trial runs; budget {spec.budget_steps():,} steps per "
-        "method",
-        f"then the comparison: about {tuned_runs} runs (each method at its chosen value"
-        + (" and at its untuned one" if spec.untuned else "") + f") on seeds {', '.join(map(str, spec.eval_seeds))}",
-        "estimated time: " + (units.format_seconds(estimate.seconds) if estimate.known else "unknown")
-        + f" ({concurrent} at a time)",
-    ]
-    return trials, comparison, lines
 
 
 def launch(args, grid_of) -> int:

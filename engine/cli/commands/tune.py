@@ -6,12 +6,11 @@ from __future__ import annotations
 from engine.cli import arguments
 from engine.cli.config_flags import add_config_flags
 from engine.config.tuning import PRUNERS
+from engine.runner.tuning_plan import AUTO, AUTO_SEEDS_MAX
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 
 TRIALS = 8
 TUNE_SEEDS = "1000"
-AUTO = "auto"
-AUTO_SEEDS_MAX = 10  # the power rule's evaluation seeds are capped here (say so; --seeds gives more)
 
 
 def add_tuning_flags(p, *, tune_default: str | None = "lr") -> None:
