@@ -90,7 +90,7 @@ def _inputs_read(grid: Sweep, problems: dict[str, str]):
     """(ranges, trials, tuning seeds, evaluation seeds or AUTO) of the inputs; problems by input."""
     ranges: tuple = ()
     try:
-        ranges = parse_ranges(str(st.session_state.get(K["fields"]) or ""), grid.base)
+        ranges = parse_ranges(str(st.session_state.get(K["fields"]) or ""), grid.base.replace(lam=grid.lams[0]))
     except ConfigError as e:
         problems["fields"] = _text(str(e))
     trials = st.session_state.get(K["trials"])

@@ -40,10 +40,9 @@ def _method_and_trial(spec: TuneSpec, config) -> tuple[str, int] | None:
     if run is None:
         return None
     values = {f: getattr(run, f) for f in spec.fields if spec.applies(run, f)}
-    base = run.replace(**{f: getattr(spec.grid.base, f) for f in values}, seed=spec.tune_seeds[0], name=None)
     for i, point in enumerate(spec.points):
         if all(math.isclose(values[f], point[f], rel_tol=1e-12) for f in values):
-            return base.method(), i
+            return spec.at_base(run).method(), i
     return None
 
 
@@ -71,10 +70,13 @@ def settled(trials: pd.DataFrame) -> bool:
     return bool(len(trials)) and bool(trials["status"].isin(SETTLED_STATUSES).all())
 
 
-def _edge(spec: TuneSpec, values: dict[str, float]) -> str:
-    """The fields whose chosen value is the smallest or largest tried, as ``lr (lowest tried)``."""
+def _edge(spec: TuneSpec, values: dict[str, float], config) -> str:
+    """The fields whose chosen value is the smallest or largest tried, as ``lr (lowest tried)``
+    (not a field that means nothing to the method, such as exact backprop's λ)."""
     out = []
     for f, v in values.items():
+        if not spec.applies(config, f):
+            continue
         tried = [p[f] for p in spec.points]
         if len(tried) > 1 and v <= min(tried):
             out.append(f"{f} (lowest tried)")
@@ -94,9 +96,10 @@ def _choice(spec: TuneSpec, method: str, mine: pd.DataFrame) -> dict[str, Any]:
     ok = best in means and math.isfinite(means[best])
     sample = mine[mine["trial"] == best].iloc[0] if ok else None
     values = {f: float(sample[f]) for f in spec.fields if sample is not None and pd.notna(sample[f])}
+    config = next(m for m in spec.methods() if m.method() == method)
     return {"method": method, "chosen": values if ok else {}, "trial": best if ok else None,
             "val_loss": means[best] if ok else np.nan, "seeds": len(spec.tune_seeds),
-            "edge": _edge(spec, values) if ok else "", "budget_steps": spec.budget_steps(),
+            "edge": _edge(spec, values, config) if ok else "", "budget_steps": spec.budget_steps(),
             "spent_steps": int(mine["steps_done"].sum()), "trials": int(mine["trial"].nunique())}
 
 
@@ -109,10 +112,21 @@ def choose(spec: TuneSpec, trials: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CHOICE_COLUMNS)
 
 
+def stored_choices(choices: pd.DataFrame) -> list[dict[str, Any]]:
+    """``choose``'s rows as JSON can hold them: NaN as None, the trial an int or None."""
+    out = []
+    for row in choices.to_dict(orient="records"):
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        trial = clean.get("trial")
+        clean["trial"] = None if trial is None else int(trial)
+        out.append(clean)
+    return out
+
+
 def chosen_values(spec: TuneSpec, choices: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Method label → the values the comparison trains it at: the chosen ones, or the base
     values for a method with no finished trial (said by ``choices``' NaN loss)."""
-    base = {f: float(getattr(spec.grid.base, f)) for f in spec.fields}
+    base = {f: spec.base_value(f) for f in spec.fields}
     return {row.method: (dict(row.chosen) or base) for row in choices.itertuples()}
 
 
@@ -168,10 +182,9 @@ def split_comparison(spec: TuneSpec, chosen: dict[str, dict[str, float]], record
         if run is None:
             continue
         values = {f: getattr(run, f) for f in spec.fields if spec.applies(run, f)}
-        base = run.replace(**{f: getattr(spec.grid.base, f) for f in values}, seed=spec.tune_seeds[0], name=None)
-        mine = chosen.get(base.method(), {})
+        mine = chosen.get(spec.at_base(run).method(), {})
         if all(math.isclose(values[f], mine.get(f, math.nan), rel_tol=1e-12) for f in values):
             tuned.append(r)
-        if all(math.isclose(values[f], float(getattr(spec.grid.base, f)), rel_tol=1e-12) for f in values):
+        if all(math.isclose(values[f], spec.base_value(f), rel_tol=1e-12) for f in values):
             untuned.append(r)
     return tuned, untuned

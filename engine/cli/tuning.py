@@ -8,6 +8,7 @@ confirmation rule above ``LARGE_LAUNCH`` runs."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pandas as pd
 
@@ -17,22 +18,31 @@ from engine.config.tuning import TuneSpec, parse_ranges
 from engine.runner.tuning_plan import AUTO, auto_seeds, plan_lines
 
 
-def spec_from_args(args, store, grid: Sweep) -> tuple[TuneSpec, str]:
-    """The protocol the flags describe (``grid``'s seeds are replaced), and a line on its seeds."""
+def spec_from_args(args, grid: Sweep, open_db) -> tuple[TuneSpec, str, Any]:
+    """The protocol the flags describe (``grid``'s seeds are replaced), a line on its seeds, and
+    the store: every flag is checked before ``open_db()`` opens (or creates) the database, which
+    the power rule's evaluation seeds read."""
     at_least(args.trials, "--trials", 1)
     delta = margin(args.margin)
     try:
         tune_seeds = tuple(parse_seeds(args.tune_seeds))
-        ranges = parse_ranges(args.tune, grid.base)
-        if str(args.seeds).strip().lower() == AUTO:
-            eval_seeds, why = auto_seeds(store, grid, delta, tune_seeds)
-        else:
-            eval_seeds, why = tuple(parse_seeds(args.seeds)), "evaluation seeds as given (--seeds)"
-        spec = TuneSpec(grid, ranges, args.trials, tune_seeds, eval_seeds, args.sampler_seed,
-                        untuned=not args.no_untuned, margin=delta, pruner=args.pruner)
+        ranges = parse_ranges(args.tune, grid.base.replace(lam=grid.lams[0]))
+        auto = str(args.seeds).strip().lower() == AUTO
+        eval_seeds = (next(s for s in range(len(tune_seeds) + 1) if s not in tune_seeds),) if auto \
+            else tuple(parse_seeds(args.seeds))
+
+        def spec(seeds: tuple[int, ...]) -> TuneSpec:
+            return TuneSpec(grid, ranges, args.trials, tune_seeds, seeds, args.sampler_seed,
+                            untuned=not args.no_untuned, margin=delta, pruner=args.pruner)
+
+        checked = spec(eval_seeds)  # every check, before anything is opened or written
+        store = open_db()
+        if not auto:
+            return checked, "evaluation seeds as given (--seeds)", store
+        eval_seeds, why = auto_seeds(store, grid, delta, tune_seeds)
+        return spec(eval_seeds), why, store
     except ConfigError as e:
         raise CliError(str(e)) from None
-    return spec, why
 
 
 def launch(args, grid_of) -> int:
@@ -43,8 +53,7 @@ def launch(args, grid_of) -> int:
     from engine.runner.preflight import check_data
 
     at_least(args.concurrent, "--concurrent", 1)
-    store = open_store(args.db)
-    spec, why = spec_from_args(args, store, grid_of)
+    spec, why, store = spec_from_args(args, grid_of, lambda: open_store(args.db))
     trials, comparison, lines = plan_lines(spec, store, 1 if args.queue_only else args.concurrent,
                                            measure=not args.no_measure)
     print(f"note: {why}", file=sys.stderr)
@@ -66,7 +75,7 @@ def launch(args, grid_of) -> int:
         return ids
 
     def then(manager):
-        campaigns.advance(store, state["id"], owner=manager.owner)
+        manager.train(campaigns.advance(store, state["id"], owner=manager.owner))  # if no trial's end did it
         return store.campaigns.runs_of(state["id"])[1]
 
     code = train_here(store, start, args.concurrent, then=then)

@@ -157,6 +157,10 @@ class TuneSpec:
     def __post_init__(self):
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
             raise ConfigError(f"--trials must be an integer in [1, {MAX_TRIALS}] (got {self.trials!r})", field="trials")
+        if isinstance(self.sampler_seed, bool) or not isinstance(self.sampler_seed, int) or \
+                not 0 <= self.sampler_seed < 2**32:
+            raise ConfigError(f"--sampler-seed must be an integer in [0, 2**32) (got {self.sampler_seed!r})",
+                              field="sampler_seed")
         if self.pruner not in PRUNERS:
             raise ConfigError(f"--pruner {self.pruner!r}: choose one of {', '.join(PRUNERS)}", field="pruner")
         object.__setattr__(self, "ranges", tuple(self.ranges))
@@ -182,6 +186,16 @@ class TuneSpec:
             object.__setattr__(self, "points", tuple(qmc_points(self.ranges, self.trials, self.sampler_seed)))
         elif len(self.points) != self.trials:
             raise ConfigError(f"a stored campaign holds {len(self.points)} points for {self.trials} trials")
+
+    def base_value(self, name: str) -> float:
+        """A tuned field's untuned value: the grid's λ for ``lam`` (one λ when λ is tuned), else the base run's."""
+        return float(self.grid.lams[0] if name == "lam" else getattr(self.grid.base, name))
+
+    def at_base(self, config: RunConfig) -> RunConfig:
+        """``config`` (a trial or comparison run) with its tuned fields at their untuned values and the
+        first tuning seed, no name: equal for the runs of one method."""
+        return config.replace(**{f: self.base_value(f) for f in self.fields if self.applies(config, f)},
+                              seed=self.tune_seeds[0], name=None)
 
     @property
     def fields(self) -> tuple[str, ...]:

@@ -58,6 +58,9 @@ def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> l
     campaign = store.campaigns.get(campaign_id)
     if campaign.stage != "tuning":
         return []
+    statuses = [r.status for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
+    if not statuses or not set(statuses) <= set(tuning.SETTLED_STATUSES):
+        return []  # a trial still to train (or none left): not yet, and no metrics read
     frame = trials(store, campaign)
     if not tuning.settled(frame):
         return []
@@ -66,7 +69,7 @@ def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> l
     chosen = tuning.chosen_values(spec, choices)
     env, sweep_id = environment(), new_sweep_id()
     rows = [run_row(c, env, owner=owner, sweep_id=sweep_id, tags=(TUNE_TAG,)) for c in spec.eval_configs(chosen)]
-    record = {"values": chosen, "choices": choices.to_dict(orient="records")}
+    record = {"values": chosen, "choices": tuning.stored_choices(choices)}
     ids = store.campaigns.advance(campaign.id, chosen=record, eval_sweep_id=sweep_id, runs=rows)
     if ids:
         log.info("campaign %s: trials settled; its comparison is queued (%d runs, sweep %s)", campaign.id, len(ids),

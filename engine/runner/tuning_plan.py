@@ -35,21 +35,22 @@ def auto_seeds(store, grid: Sweep, delta: float, tune_seeds: tuple[int, ...]) ->
 
 
 def plan_lines(spec: TuneSpec, store, concurrent: int, measure: bool = False) -> tuple[list, list, list[str]]:
-    """(trial configs, comparison configs at the base values, the plan in lines); ``measure``
+    """(trial configs, the comparison's configs (at the base values: as many runs as it will train, for
+    the launch rule and the estimate), the plan in lines); ``measure``
     times a step of each model the lab has no finished run of (``grid_estimate``)."""
     from engine.core import units
     from engine.runner.estimates import grid_estimate
 
     trials = [c for _, _, c in spec.trial_configs()]
-    base = {m.method(): {f: float(getattr(spec.grid.base, f)) for f in spec.fields} for m in spec.methods()}
-    comparison = spec.eval_configs(base)
+    base = {m.method(): {f: spec.base_value(f) for f in spec.fields} for m in spec.methods()}
+    comparison = spec.eval_configs(base) * (2 if spec.untuned else 1)  # at the chosen and at the untuned values
     tuned_runs = len(spec.methods()) * len(spec.eval_seeds) * (2 if spec.untuned else 1)
     estimate = grid_estimate(store, [*trials, *comparison], concurrent, measure=measure)
     lines = [
         f"tuning {', '.join(r.text() for r in spec.ranges)}: {len(spec.methods())} methods × {spec.trials} trials × "
         f"{len(spec.tune_seeds)} tuning seed(s) = {len(trials)} trial runs; budget {spec.budget_steps():,} steps per "
         "method",
-        f"then the comparison: about {tuned_runs} runs (each method at its chosen value"
+        f"then the comparison: up to {tuned_runs} runs (each method at its chosen value"
         + (" and at its untuned one" if spec.untuned else "") + f") on seeds {', '.join(map(str, spec.eval_seeds))}",
         "estimated time: " + (units.format_seconds(estimate.seconds) if estimate.known else "unknown")
         + f" ({concurrent} at a time)",

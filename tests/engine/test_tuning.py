@@ -49,6 +49,7 @@ def test_a_stored_protocol_reads_back_equal():
 @pytest.mark.parametrize("changes, said", [
     ({"eval_seeds": (100, 1)}, "tuning and evaluation seeds overlap (100)"),
     ({"trials": 0}, "--trials must be an integer in [1, 1000]"),
+    ({"sampler_seed": -1}, "--sampler-seed must be an integer in [0, 2**32)"),
 ])
 def test_bad_protocols_are_refused_with_one_line(changes, said):
     with pytest.raises(ConfigError) as e:
@@ -77,13 +78,15 @@ def test_bad_ranges_are_refused_with_one_line(text, said):
     (["--ranks", "exact,8", "--tune", "lam=0.01:0.1"], "exact backprop has no λ"),
     (["--ranks", ""], "ranks: give at least one rank or 'exact'"),
     (["--trials", "0"], "--trials must be >= 1"),
+    (["--sampler-seed", "-1"], "--sampler-seed must be an integer in [0, 2**32)"),
+    (["--tune", "lr=nan:1"], "0 < LOW < HIGH"),
 ])
 def test_the_command_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys, argv, said):
     db = tmp_path / "lab.db"
     assert main(["tune", "--db", f"sqlite:///{db}", "--preset", "tiny", "--queue-only", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert said in err and len(err.splitlines()) == 1, err
-    assert not db.exists() or not RunStore(f"sqlite:///{db}").list_runs()
+    assert not db.exists()  # every flag is checked before the database is opened
 
 
 def test_tune_help_lists_every_schema_flag_and_the_protocols(capsys):
@@ -206,3 +209,48 @@ def test_a_pruned_campaign_stops_bad_trials_early_and_counts_their_steps_in_the_
     assert row.trial not in set(pruned["trial"])
     assert store.campaigns.get(campaign.id).stage == "evaluating"
     assert [r.status for r in campaigns.comparison(store, store.campaigns.get(campaign.id))[0]] == ["finished"]
+
+
+def _record(run_id: int, config: RunConfig, status: str = "finished"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(id=run_id, config=config.to_dict(), steps=config.steps, status=status, error=None,
+                           steps_done=config.steps if status == "finished" else 0, seed=config.seed)
+
+
+def test_tuning_lambda_on_a_grid_at_a_nonzero_lambda_finds_every_trial_and_its_untuned_value():
+    grid = Sweep(BASE, estimators=("basis",), ranks=(8,), lams=(0.01,), seeds=(0,), with_exact=False)
+    spec = TuneSpec(grid, parse_ranges("lr, lam", BASE.replace(lam=0.01)), 3, (100,), (0, 1))
+    assert spec.ranges[1] == Range("lam", 0.001, 0.1) and spec.base_value("lam") == 0.01
+    records = [_record(i, c) for i, (_, _, c) in enumerate(spec.trial_configs(), start=1)]
+    losses = [(i, c.steps, "val_loss", 5.0 - c.lr) for i, (_, _, c) in enumerate(spec.trial_configs(), start=1)]
+    metrics = pd.DataFrame(losses, columns=["run_id", "step", "name", "value"])
+    frame = tuning.trial_frame(spec, records, metrics)
+    assert list(frame["method"]) == ["basis R=8 λ=0.01"] * 3 and sorted(frame["trial"]) == [0, 1, 2]
+    choices = tuning.choose(spec, frame)
+    assert choices["chosen"].iloc[0] and not choices["edge"].iloc[0].startswith("lam (lowest")
+    chosen = tuning.chosen_values(spec, choices)
+    comparison = [_record(100 + i, c) for i, c in enumerate(spec.eval_configs(chosen))]
+    tuned, untuned = tuning.split_comparison(spec, chosen, comparison)
+    assert len(tuned) == 2 and len(untuned) == 2 and {r.config["lam"] for r in untuned} == {0.01}
+
+
+def test_a_method_without_a_finished_trial_is_stored_as_json_without_nan():
+    import json
+
+    spec = _spec(trials=2)
+    rows = [[i + 1, m, i, 100, "failed", 3, math.nan, False, p["lr"]]
+            for m in ("exact", "basis R=8") for i, p in enumerate(spec.points)]
+    frame = _trials(rows).assign(pruned=False)
+    stored = tuning.stored_choices(tuning.choose(spec, frame))
+    json.dumps(stored, allow_nan=False)  # PostgreSQL's json refuses NaN
+    assert [c["trial"] for c in stored] == [None, None] and [c["chosen"] for c in stored] == [{}, {}]
+
+
+def test_the_plan_counts_every_comparison_run_for_the_launch_rule(tmp_path):
+    from engine.runner.tuning_plan import plan_lines
+
+    spec = _spec(eval_seeds=tuple(range(10)))
+    trials, comparison, lines = plan_lines(spec, RunStore(f"sqlite:///{tmp_path / 'lab.db'}"), 1)
+    assert len(trials) == 2 * 4 and len(comparison) == 2 * 10 * 2  # each method, seed, chosen and untuned
+    assert "up to 40 runs" in lines[1]

@@ -31,7 +31,9 @@ def run(args) -> int:
     store = arguments.open_store(args.db, create=False)
     if args.queue_only:
         return _queue(args, store)
-    return train_here(store, lambda manager: _start(args, store, manager), args.concurrent)
+    # then: what the runs' ends queued here meanwhile (a campaign's comparison), until nothing is left
+    return train_here(store, lambda manager: _start(args, store, manager), args.concurrent,
+                      then=lambda manager: sorted(manager.pending()))
 
 
 def _queue(args, store) -> int:
