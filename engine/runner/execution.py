@@ -25,6 +25,7 @@ from engine.runner.writer import StoreWriter
 from engine.training import parallel
 from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, RunCheckpoints
 from engine.training.loop import Record, TrainingDiverged, train
+from engine.training.phases import Phases
 from storage import (
     DatabaseBusyError,
     DatabaseFullError,
@@ -159,17 +160,21 @@ class RunExecution:
 
     def train(self) -> tuple[str, str | None, str | None]:
         """Open the run's checkpoints under the lease, train from the newest trusted one and
-        store every record; (status, error, interruption cause) of how the training ended."""
+        store every record; (status, error, interruption cause) of how the training ended. A
+        training that reached the last step also stores where its time went (``Phases``:
+        ``time/<phase>_s`` at the last step)."""
         config = RunConfig.from_dict(self.row.config)
         self.writer.call(self.run_id, self.store.set_device, self.run_id,
                          device_kind(parallel.device_count(config)), epoch=self.epoch)
         pruning = campaigns.pruning_for(self.store, self.row)
+        phases, wall = Phases(), None
         with self.open_checkpoints(config) as checkpoints:
             for record in train(config, should_stop=self.should_stop, on_step=self.note_step, checkpoints=checkpoints,
-                                resume=True, on_resume=self.resume_from):
+                                resume=True, on_resume=self.resume_from, phases=phases):
                 if self.lease_lost():
                     break
                 self.store_record(record)
+                wall = record.wall_time
                 if pruning is not None and "val_loss" in record.values:
                     self.writer.flush()
                     self.pruned = pruning.prune(record.step, record.values["val_loss"])
@@ -177,6 +182,9 @@ class RunExecution:
                         self.stop_event.set()
         if self.lease_lost() and self.lost is not None:
             raise self.lost
+        if wall is not None and self.steps_done == config.steps and not self.stop_event.is_set():
+            self.writer.metrics(self.run_id, [(config.steps, wall, k, v) for k, v in phases.metrics().items()],
+                                epoch=self.epoch)
         return self.ending()
 
     def open_checkpoints(self, config: RunConfig) -> RunCheckpoints:

@@ -10,11 +10,16 @@ import jax
 from engine.config import RunConfig
 from engine.core.presets import GPTConfig
 from engine.model.gpt import init_params
+from engine.training import compile_cache
 from engine.training.steps import make_optimizer
 
 
 def model_config(config: RunConfig, backend: str | None = None) -> GPTConfig:
-    """``config.model_config`` on ``backend`` (default: the one JAX runs on)."""
+    """``config.model_config`` on ``backend`` (default: the one JAX runs on, whose programs
+    are about to be compiled: the persistent compilation cache is enabled first,
+    ``engine.training.compile_cache``)."""
+    if backend is None:
+        compile_cache.enable()
     return config.model_config(backend or jax.default_backend())
 
 

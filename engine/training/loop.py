@@ -18,7 +18,9 @@ step 0 and at every eval also carry the per-batch validation losses behind ``val
 (``Record.batch_losses``); the record of the last step (and with ``test_every_eval`` those
 of step 0 and every eval) also the held-out test split's ``test_loss`` and its per-batch
 losses, unless the run has no test split (``test_tokens`` 0). It checks ``should_stop``
-before every step.
+before every step. It enables the persistent compilation cache before it compiles anything
+(``engine.training.compile_cache``: each program once per machine and shape) and counts where
+its time goes (``engine.training.phases``).
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ from engine.core.choices import DIVERGED_ERROR
 from engine.errors import BasisLabError
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
+from engine.training import compile_cache
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
 from engine.training.devices import DeviceLayout, device_layout
 from engine.training.inputs import load_data
+from engine.training.phases import Phases
 from engine.training.steps import init_state, make_optimizer, make_train_block
 from engine.training.system import SystemSampler
 
@@ -157,6 +161,7 @@ def train(
     resume: bool = False,
     on_resume: Callable[[int, list[str]], None] | None = None,
     max_block: int | None = None,
+    phases: Phases | None = None,
 ) -> Iterator[Record]:
     """Train ``config`` and yield its ``Record``s; raises ``TrainingDiverged`` on a
     non-finite loss (after yielding everything measured before it).
@@ -177,10 +182,11 @@ def train(
     (default ``block_limit`` of the backend: 1 on a CPU; on several devices, always 1),
     one dispatch per block; a block computes what its steps one by one compute (same
     batches, same sketch keys), and ``should_stop`` is checked before every block.
+    ``phases`` (default: a new one) counts where its time goes (``engine.training.phases``).
     """
-    training = _Training(config, device_layout(config), checkpoints, max_block)
+    training = _Training(config, device_layout(config), checkpoints, max_block, phases or Phases())
     if not (resume and training.resume(on_resume)):
-        yield training.initial_record()
+        yield from training.hand_over(training.initial_record())
     training.begin()
     step = training.done
     while step < config.steps:
@@ -202,7 +208,7 @@ def train(
             if not eval_now:
                 training.lap()
             values.update(training.system.sample())
-            yield Record(step, training.wall(), values, training.batch_losses if eval_now else {})
+            yield from training.hand_over(Record(step, training.wall(), values, training.batch_losses if eval_now else {}))
         training.checkpoint(step, eval_now)
         if values or step == training.last_saved:
             training.segment = time.perf_counter()
@@ -217,10 +223,12 @@ class _Training:
     newest checkpoint; ``segment`` the clock since which step time accrues (wall time
     between syncs, less probes, evals, writes and checkpoints); ``batch_losses`` the per-batch
     losses of the newest evaluation (``validate``), by split; ``test`` the test batches on the
-    devices (None: the run has no test split)."""
+    devices (None: the run has no test split); ``phases`` the seconds of each phase so far."""
 
     def __init__(self, config: RunConfig, devices: DeviceLayout, checkpoints: Checkpointer | None,
-                 max_block: int | None):
+                 max_block: int | None, phases: Phases):
+        self.phases = phases
+        compile_cache.enable()
         self.config, self.devices, self.checkpoints = config, devices, checkpoints
         self.cfg = cfg = model_config(config)
         param_key, self.sketch_root = run_keys(config.seed)
@@ -245,6 +253,7 @@ class _Training:
         self.limit = devices.block_limit(max_block if max_block is not None else block_limit(jax.default_backend()))
         self.window, self.done, self.offset = _Window(), 0, 0.0
         self.last_saved, self.last_saved_at, self.segment = 0, self.start, self.start
+        phases.close("setup")
 
     # ------------------------------------------------------------------ start
 
@@ -255,7 +264,8 @@ class _Training:
         notes: list[str] = []
         if self.checkpoints is not None and self.checkpoints.latest_step() is not None:
             try:
-                _, self.state, extra, notes = self.checkpoints.restore_latest_valid(self.state)
+                with self.phases.timed("checkpoint"):
+                    _, self.state, extra, notes = self.checkpoints.restore_latest_valid(self.state)
             except ValueError as e:  # CheckpointError: none is readable
                 notes = [str(e)]
         if on_resume is not None:
@@ -267,12 +277,18 @@ class _Training:
         self.done, self.offset = int(extra["step"]), float(extra["wall_time"])
         return True
 
+    def hand_over(self, record: Record) -> Iterator[Record]:
+        """Yield ``record``; the time its caller keeps it (storing it) is ``write`` time."""
+        with self.phases.timed("write"):
+            yield record
+
     def initial_record(self) -> Record:
         """Step 0: the validation loss of the initial parameters (and, with ``test_every_eval``,
         the test loss) and the memory figures."""
         values = self.validate(self.config.test_every_eval)
         rows = jnp.asarray(self.devices.local_rows(self.example))
-        values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
+        with self.phases.timed("compile"):  # the saved residuals are listed by tracing two programs
+            values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
         values.update(self.system.sample())
         return Record(0, time.perf_counter() - self.start, values, self.batch_losses)
 
@@ -299,8 +315,9 @@ class _Training:
         """The dW probe of step ``first``, before it runs (on several devices: device 0's
         rows and sketch, as its step draws them); its time is not step time."""
         self.lap()
-        rows, key = self.devices.probe_inputs(batch, sketch_key(self.sketch_root, first))
-        cos, rel = (np.asarray(a) for a in self.probe_fn(self.state.params, rows, key))
+        with self.phases.timed("probe"):
+            rows, key = self.devices.probe_inputs(batch, sketch_key(self.sketch_root, first))
+            cos, rel = (np.asarray(a) for a in self.probe_fn(self.state.params, rows, key))
         cos = np.clip(cos, -1.0, 1.0)  # float32 rounding takes the exact estimator's 1 to 1.0000001
         values = {f"cos/{n}": float(c) for n, c in zip(self.probe_names, cos)}
         values.update({f"rel_err/{n}": float(r) for n, r in zip(self.probe_names, rel)})
@@ -353,13 +370,14 @@ class _Training:
         with ``test`` (when the run has a test split) ``test_loss`` and ``test_loss_se``, the
         same of the test batches; their per-batch losses become ``batch_losses["val"]`` (and
         ``["test"]``), for the record that carries them."""
-        losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.val)), dtype=np.float32)
-        self.batch_losses = {"val": losses}
-        values = val_summary(losses)
-        if test and self.test is not None:
-            losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.test)), dtype=np.float32)
-            self.batch_losses["test"] = losses
-            values.update(val_summary(losses, "test_loss"))
+        with self.phases.timed("eval"):
+            losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.val)), dtype=np.float32)
+            self.batch_losses = {"val": losses}
+            values = val_summary(losses)
+            if test and self.test is not None:
+                losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.test)), dtype=np.float32)
+                self.batch_losses["test"] = losses
+                values.update(val_summary(losses, "test_loss"))
         return values
 
     # ------------------------------------------------------------------ time and checkpoints
@@ -368,9 +386,11 @@ class _Training:
         return self.offset + time.perf_counter() - self.start
 
     def lap(self) -> None:
-        """Close the current segment of step time (after the device has finished it)."""
+        """Close the current segment of step time (after the device has finished it); the
+        phases count what ran since their last boundary as training."""
         jax.block_until_ready(self.state)
         self.window.seconds += time.perf_counter() - self.segment
+        self.phases.close("train")
 
     def checkpoint(self, step: int, eval_now: bool) -> None:
         """Save at the last step (final), and whenever ``_checkpoint_due`` says so (on
@@ -395,7 +415,8 @@ class _Training:
         self.window.read(self.config.lr)
         extra = {"step": step, "sampler": self.sampler.state(), "window": self.window.state(), "wall_time": self.wall(),
                  "config": self.config.to_dict()}
-        self.checkpoints.save(step, self.state, extra, final=final)
+        with self.phases.timed("checkpoint"):
+            self.checkpoints.save(step, self.state, extra, final=final)
         self.last_saved, self.last_saved_at = step, time.perf_counter()
 
 
