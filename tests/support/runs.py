@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from engine.config import RunConfig
+from engine.training.phases import PREFIX as PHASES
 from engine.training.system import is_system
 from storage import RunStore
 
@@ -114,13 +115,14 @@ def wait_for(predicate, timeout: float = 600.0, what: str = "the condition", eve
 
 def trajectory(store: RunStore, run_id: int) -> dict:
     """``{(step, metric): value}`` of every stored metric of the run but the measured speed
-    (``tokens_per_s``) and the system metrics (``sys/*``: they measure the machine), and
+    (``tokens_per_s``), the system metrics (``sys/*``) and the time of each phase (``time/*``):
+    they measure the machine, and
     ``{(step, "eval_losses/val"): per-batch losses}`` of every stored evaluation, NaN as
     "nan" so that equal histories compare equal; asserts that no (step, metric) is stored
     twice. A resumed run's must equal its uninterrupted twin's."""
     m = store.metrics([run_id])
     assert not m.duplicated(["step", "name"]).any(), "a (step, metric) stored twice"
-    m = m[(m["name"] != "tokens_per_s") & ~m["name"].map(is_system)]
+    m = m[(m["name"] != "tokens_per_s") & ~m["name"].map(is_system) & ~m["name"].str.startswith(PHASES)]
     out = {(int(s), n): (v if v == v else "nan") for s, n, v in zip(m["step"], m["name"], m["value"])}
     e = store.eval_losses([run_id], split="val")
     out.update({(int(s), "eval_losses/val"): tuple(x if x == x else "nan" for x in losses.tolist())
