@@ -33,7 +33,7 @@ from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import VERDICT_RULE
-from engine.runner.queries import table3_text, where_ids
+from engine.runner.queries import split_batches, table3_text, where_ids
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
@@ -471,10 +471,9 @@ def _by_rank(records_now: dict, info, metrics) -> None:
 def _table3(records_now: dict, metrics, at_step, margin: float, adjust: bool):
     """``table3`` of the runs with their validation batches, once per state of the data (``_memo``)."""
     def compute():
-        tested = bool((metrics["name"] == "test_loss").any())  # the test split's batches only where it is read
+        batches, test_batches = split_batches(store, records_now, metrics)
         return table3(records_now.values(), metrics, at_step=at_step, margin=margin, adjust=adjust,
-                      batches=store.eval_losses(list(records_now)),
-                      test_batches=store.eval_losses(list(records_now), split="test") if tested else None)
+                      batches=batches, test_batches=test_batches)
     return _memo(records_now, metrics, ("table3", at_step, margin, adjust), compute)
 
 

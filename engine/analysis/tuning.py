@@ -85,8 +85,9 @@ def _edge(spec: TuneSpec, values: dict[str, float], config) -> str:
     return ", ".join(out)
 
 
-def _choice(spec: TuneSpec, method: str, mine: pd.DataFrame) -> dict[str, Any]:
-    """The choice row of one method's trials ``mine``."""
+def _choice(spec: TuneSpec, config, mine: pd.DataFrame) -> dict[str, Any]:
+    """The choice row of one method's trials ``mine`` (``config``: the method's, from ``spec.methods()``)."""
+    method = config.method()
     means = {}
     for i, t in mine.groupby("trial"):
         complete = (t["status"] == "finished").all() and len(t) == len(spec.tune_seeds)
@@ -96,7 +97,6 @@ def _choice(spec: TuneSpec, method: str, mine: pd.DataFrame) -> dict[str, Any]:
     ok = best in means and math.isfinite(means[best])
     sample = mine[mine["trial"] == best].iloc[0] if ok else None
     values = {f: float(sample[f]) for f in spec.fields if sample is not None and pd.notna(sample[f])}
-    config = next(m for m in spec.methods() if m.method() == method)
     return {"method": method, "chosen": values if ok else {}, "trial": best if ok else None,
             "val_loss": means[best] if ok else np.nan, "seeds": len(spec.tune_seeds),
             "edge": _edge(spec, values, config) if ok else "", "budget_steps": spec.budget_steps(),
@@ -107,8 +107,8 @@ def choose(spec: TuneSpec, trials: pd.DataFrame) -> pd.DataFrame:
     """Per method of ``spec`` (in grid order), the chosen trial and values (module docstring); a
     method none of whose trials finished on every seed has ``chosen`` {} and NaN loss."""
     rows = []
-    for method in [m.method() for m in spec.methods()]:
-        rows.append(_choice(spec, method, trials[trials["method"] == method]))
+    for config in spec.methods():
+        rows.append(_choice(spec, config, trials[trials["method"] == config.method()]))
     return pd.DataFrame(rows, columns=CHOICE_COLUMNS)
 
 

@@ -43,11 +43,19 @@ def start(store: RunStore, spec: TuneSpec, *, owner: str | None = None, env: dic
                                   tune_sweep_id=sweep_id, runs=rows)
 
 
-def trials(store: RunStore, campaign: CampaignRecord) -> pd.DataFrame:
-    """The campaign's trials as ``engine.analysis.tuning.trial_frame`` reads them from the store."""
-    spec = spec_of(campaign)
-    records = [r for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
-    return tuning.trial_frame(spec, records, store.metrics([r.id for r in records]))
+NO_METRICS = pd.DataFrame(columns=["run_id", "step", "name", "value"])  # a trial frame of configs and statuses alone
+
+
+def trial_records(store: RunStore, campaign: CampaignRecord) -> list:
+    """The run records of the campaign's trials."""
+    return [r for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
+
+
+def trials(store: RunStore, campaign: CampaignRecord, records: list | None = None) -> pd.DataFrame:
+    """The campaign's trials (``records``: its ``trial_records``, when read already) as
+    ``engine.analysis.tuning.trial_frame`` reads them from the store."""
+    records = trial_records(store, campaign) if records is None else records
+    return tuning.trial_frame(spec_of(campaign), records, store.metrics([r.id for r in records]))
 
 
 def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> list[int]:
@@ -58,10 +66,10 @@ def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> l
     campaign = store.campaigns.get(campaign_id)
     if campaign.stage != "tuning":
         return []
-    statuses = [r.status for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
-    if not statuses or not set(statuses) <= set(tuning.SETTLED_STATUSES):
+    records = trial_records(store, campaign)
+    if not records or not {r.status for r in records} <= set(tuning.SETTLED_STATUSES):
         return []  # a trial still to train (or none left): not yet, and no metrics read
-    frame = trials(store, campaign)
+    frame = trials(store, campaign, records)
     if not tuning.settled(frame):
         return []
     spec = spec_of(campaign)
@@ -136,15 +144,14 @@ class TrialPruning:
 
     def __init__(self, store: RunStore, campaign: CampaignRecord, spec: TuneSpec, run) -> None:
         self.store, self.campaign, self.spec, self.run = store, campaign, spec, run
-        found = tuning.trial_frame(spec, [run], pd.DataFrame(columns=["run_id", "step", "name", "value"]))
+        found = tuning.trial_frame(spec, [run], NO_METRICS)
         self.method = str(found["method"].iloc[0]) if len(found) else None
         self.history: dict[int, float] = {}
 
     def earlier(self) -> list[tuple[dict[int, float], str]]:
         """(validations by step past 0, status) of the earlier trials of this method and seed, in queue order."""
-        records = [r for r in self.store.list_runs() if r.sweep_id == self.campaign.tune_sweep_id
-                   and r.id < self.run.id and r.seed == self.run.seed]
-        frame = tuning.trial_frame(self.spec, records, pd.DataFrame(columns=["run_id", "step", "name", "value"]))
+        records = [r for r in trial_records(self.store, self.campaign) if r.id < self.run.id and r.seed == self.run.seed]
+        frame = tuning.trial_frame(self.spec, records, NO_METRICS)
         ids = [int(i) for i in frame.loc[frame["method"] == self.method, "run_id"]]
         metrics = self.store.metrics(ids, names=["val_loss"])
         status = {r.id: r.status for r in records}

@@ -37,10 +37,19 @@ def run_table3(store: RunStore, run_ids=None, at_step: int | None = None, margin
     recorded a test loss), Δ judged against ±``margin``, the verdicts Holm-adjusted over the
     table unless not ``adjust``; ``split`` and ``free`` as ``table3`` takes them."""
     records, metrics = read_runs(store, run_ids)
-    ids = [r.id for r in records]
-    tested = check_split(split) != "val" and bool((metrics["name"] == "test_loss").any())
+    batches, test_batches = split_batches(store, [r.id for r in records], metrics, split)
     return table3(records, metrics, at_step, margin=margin, adjust=adjust, split=split, free=free,
-                  batches=store.eval_losses(ids), test_batches=store.eval_losses(ids, split="test") if tested else None)
+                  batches=batches, test_batches=test_batches)
+
+
+def split_batches(store: RunStore, ids, metrics: pd.DataFrame,
+                  split: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(the per-batch validation losses, the per-batch test losses or None) of runs ``ids`` that
+    ``table3`` reads at ``split``: the test split's are read only where ``split`` may read it and
+    some run of ``metrics`` recorded a test loss (one query less for the runs of older versions)."""
+    ids = list(ids)
+    tested = check_split(split) != "val" and bool((metrics["name"] == "test_loss").any())
+    return store.eval_losses(ids), store.eval_losses(ids, split="test") if tested else None
 
 
 PRIOR_SOURCE = "prior: the largest seen in this lab's CPU reproductions"

@@ -30,6 +30,7 @@ from engine.config.tuning import TUNE_TAG
 from engine.core.stats import check_margin
 from engine.errors import TASK_FAILURES, UserError
 from engine.runner import runlog
+from engine.runner.queries import split_batches
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 from storage.campaigns import CampaignRecord
 from storage.outputs import refuse_special
@@ -135,10 +136,10 @@ def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Rep
     ids = [r.id for r in records]
     title = title or _default_title(records, selection)
     metrics = store.metrics(ids)
+    batches, test_batches = split_batches(store, ids, metrics)
     return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
                      at_step=selection.get("at_step"), title=title, others=store.list_runs(),
-                     batches=store.eval_losses(ids), campaign=_campaign(store, selection),
-                     test_batches=store.eval_losses(ids, split="test"))
+                     batches=batches, campaign=_campaign(store, selection), test_batches=test_batches)
 
 
 def campaign_data(store: RunStore, campaign: CampaignRecord, role: str = "comparison") -> rep.Campaign:
