@@ -138,6 +138,24 @@ def summary(rows: list[dict], sweep_s: float, slots: int, workers: int, concurre
             f"(process start, imports, claims); training share of it {train / (slots * sweep_s):.1%}"]
 
 
+def validation_lines(store: RunStore, run_ids: list[int]) -> list[str]:
+    """The validation rule's cost in noise, per run: the standard error of ``val_loss`` at its
+    interim evals (median over steps 1..last−1; step 0 is untrained) beside the last step's,
+    which evaluates every batch (``engine.config.RunConfig.effective_interim_val_batches``)."""
+    frame = store.metrics_after({i: 0 for i in run_ids}, names=["val_loss_se"])
+    lines = ["validation (the interim evals' batches and val_loss SE, median over steps > 0; the last step's):"]
+    for run_id in run_ids:
+        rows = frame[frame["run_id"] == run_id].sort_values("step")
+        last = int(rows["step"].max())
+        between = rows[(rows["step"] > 0) & (rows["step"] < last)]["value"]
+        final = float(rows[rows["step"] == last]["value"].iloc[0])
+        config = RunConfig.from_dict(store.get_run(run_id).config)
+        interim, full = config.effective_interim_val_batches, config.effective_val_batches
+        lines.append(f"  #{run_id}: interim {interim} batches, SE {between.median():.4f}; last step {full} batches, "
+                     f"SE {final:.4f} ({between.median() / final:.2f}×)")
+    return lines
+
+
 def run(args) -> list[dict]:
     """Queue the grid, train it with the workers, print the table; the rows."""
     configs = grid(args.preset, args.ranks, args.steps, args.seeds)
@@ -150,9 +168,11 @@ def run(args) -> list[dict]:
               f"{args.steps} steps), compilation cache: {args.cache}; load {os.getloadavg()[0]:.2f}", flush=True)
         start = train(url, tmp, args.workers, args.concurrent, args.cache)
         rows = rows_of(store, ids)
+        noise = validation_lines(store, ids)
         sweep_s = max(epoch_s(r["finished"]) for r in rows) - start  # the workers' start to the last run's end
         store.engine.dispose()
-    for line in table(rows) + summary(rows, sweep_s, args.workers * args.concurrent, args.workers, args.concurrent):
+    lines = table(rows) + summary(rows, sweep_s, args.workers * args.concurrent, args.workers, args.concurrent) + noise
+    for line in lines:
         print(line)
     print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
     return rows

@@ -56,6 +56,7 @@ from storage.limits import INT_MAX, NAME_MAX, check_text
 
 EVALS_PER_RUN = 10  # the default eval interval validates this many times a run (and at step 0)
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
+MIN_INTERIM_EVAL_TOKENS = 2_048  # the default interim validation reads at least this many of them
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
 # Seeds are 32-bit: 0 <= seed < SEED_END. ``jax.random.key(seed)`` (with 64-bit mode off, as
 # here) keeps only the low 32 bits of a larger seed, so seed 2**32 + 5 would train exactly
@@ -128,6 +129,11 @@ class RunConfig:
     val_batches: int | None = field(default=None, metadata=spec(
         "validation batches evaluated at every eval", "data", "Validation batches", affects=MEASUREMENT, unit="batches", low=1,
         none=f"enough for {MIN_EVAL_TOKENS:,} tokens"))
+    interim_val_batches: int | None = field(default=None, metadata=spec(
+        "validation batches evaluated at the evals before the last step: the first ones of the validation set, "
+        "the same at every eval (the last step always evaluates all of them)", "data", "Interim validation batches",
+        affects=MEASUREMENT, unit="batches", low=1,
+        none=f"enough for {MIN_INTERIM_EVAL_TOKENS:,} tokens, at most the validation batches"))
     test_every_eval: bool = field(default=False, metadata=spec(
         "evaluate the test split at every eval, not only at the last step", "data", "Test at every eval",
         affects=BOOKKEEPING))
@@ -223,6 +229,15 @@ class RunConfig:
     def effective_val_batches(self) -> int:
         """``val_batches``, or the fewest batches holding ``MIN_EVAL_TOKENS`` tokens."""
         return self.val_batches or math.ceil(MIN_EVAL_TOKENS / self.rows)
+
+    @property
+    def effective_interim_val_batches(self) -> int:
+        """The validation batches an eval before the last step reads: ``interim_val_batches``,
+        or the fewest holding ``MIN_INTERIM_EVAL_TOKENS`` tokens; never more than
+        ``effective_val_batches``. They are the first ones of the validation set, so two
+        evals of a run (and two runs at one step) read the same text."""
+        chosen = self.interim_val_batches or math.ceil(MIN_INTERIM_EVAL_TOKENS / self.rows)
+        return min(chosen, self.effective_val_batches)
 
     @property
     def effective_test_tokens(self) -> int:

@@ -84,6 +84,17 @@ def val_summary(losses: np.ndarray, name: str = "val_loss") -> dict[str, float]:
     return {name: float(x.mean()), f"{name}_se": se}
 
 
+def validation(eval_fn: Callable, params, val, test) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(``val_summary`` of the batches ``val`` and, unless ``test`` is None, of ``test`` as
+    ``test_loss``; their per-batch losses by split) of ``params``, evaluated by ``eval_fn``."""
+    losses = np.asarray(jax.device_get(eval_fn(params, val)), dtype=np.float32)
+    values, batch_losses = val_summary(losses), {"val": losses}
+    if test is not None:
+        batch_losses["test"] = losses = np.asarray(jax.device_get(eval_fn(params, test)), dtype=np.float32)
+        values.update(val_summary(losses, "test_loss"))
+    return values, batch_losses
+
+
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, in total
     and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
@@ -244,8 +255,12 @@ class _Training:
         # shapes alone decide the compiled step and the memory figures
         self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
         self.key0 = sketch_key(self.sketch_root, 0)
-        self.eval_fn, self.val = devices.eval_step(cfg), devices.put_val(val)
-        self.test = None if test is None else devices.put_val(test)
+        interim = config.effective_interim_val_batches
+        self.eval_fn = devices.eval_step(cfg)
+        self.val, self.val_interim = devices.put_val(val), devices.put_val(val[:interim])
+        self.test = self.test_interim = None
+        if test is not None:
+            self.test, self.test_interim = devices.put_val(test), devices.put_val(test[:interim])
         self.batch_losses: dict[str, np.ndarray] = {}
         self.state = devices.put_state(state)
         step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
@@ -283,9 +298,9 @@ class _Training:
             yield record
 
     def initial_record(self) -> Record:
-        """Step 0: the validation loss of the initial parameters (and, with ``test_every_eval``,
-        the test loss) and the memory figures."""
-        values = self.validate(self.config.test_every_eval)
+        """Step 0: the validation loss of the initial parameters on the interim batches (and,
+        with ``test_every_eval``, the test loss) and the memory figures."""
+        values = self.validate(self.config.test_every_eval, whole=self.config.steps == 0)
         rows = jnp.asarray(self.devices.local_rows(self.example))
         with self.phases.timed("compile"):  # the saved residuals are listed by tracing two programs
             values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
@@ -353,31 +368,29 @@ class _Training:
 
     def evaluate(self, step: int) -> dict[str, float]:
         """The eval record's values at ``step``: the window's mean train loss and throughput,
-        the validation loss (and at the last step the test loss and the compiled step's peak
-        memory; with ``test_every_eval``, the test loss at every eval); the window starts afresh."""
+        the validation loss (on every validation batch at the last step, where comparisons
+        read, and on the interim ones before it), at the last step the test loss and the
+        compiled step's peak memory (with ``test_every_eval``, the test loss at every eval,
+        interim before the last step); the window starts afresh."""
         self.lap()
         checked = self.window.checked
         final = step == self.config.steps
-        values = dict(train_loss=float(np.mean(checked)), **self.validate(final or self.config.test_every_eval),
+        values = dict(train_loss=float(np.mean(checked)), **self.validate(final or self.config.test_every_eval, final),
                       tokens_per_s=len(checked) * self.tokens_per_step / self.window.seconds)
         if final and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
             values["mem_peak_bytes"] = float(peak)
         self.window = _Window()
         return values
 
-    def validate(self, test: bool = False) -> dict[str, float]:
+    def validate(self, test: bool = False, whole: bool = False) -> dict[str, float]:
         """``val_loss`` and ``val_loss_se`` of the current parameters (``val_summary``), and
         with ``test`` (when the run has a test split) ``test_loss`` and ``test_loss_se``, the
         same of the test batches; their per-batch losses become ``batch_losses["val"]`` (and
-        ``["test"]``), for the record that carries them."""
+        ``["test"]``), for the record that carries them. ``whole``: every validation (and test)
+        batch, as at the last step; else the interim ones (``effective_interim_val_batches``)."""
+        val, held_out = (self.val, self.test) if whole else (self.val_interim, self.test_interim)
         with self.phases.timed("eval"):
-            losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.val)), dtype=np.float32)
-            self.batch_losses = {"val": losses}
-            values = val_summary(losses)
-            if test and self.test is not None:
-                losses = np.asarray(jax.device_get(self.eval_fn(self.state.params, self.test)), dtype=np.float32)
-                self.batch_losses["test"] = losses
-                values.update(val_summary(losses, "test_loss"))
+            values, self.batch_losses = validation(self.eval_fn, self.state.params, val, held_out if test else None)
         return values
 
     # ------------------------------------------------------------------ time and checkpoints

@@ -112,7 +112,10 @@ def run_seconds(config: RunConfig, timing: StepTiming) -> float:
     """Estimated wall time of one run of ``config`` (see the module docstring)."""
     evals = config.steps // config.effective_eval_interval + 1
     probes = 0 if config.is_exact or not config.probe_interval else config.steps // config.probe_interval
-    step_equivalents = config.steps + evals * config.effective_val_batches * EVAL_COST + probes * PROBE_COST
+    held_out = 2 if config.effective_test_tokens else 1  # the last step validates (and tests) on every batch
+    batches = (evals - 1) * config.effective_interim_val_batches * (held_out if config.test_every_eval else 1)
+    batches += held_out * config.effective_val_batches
+    step_equivalents = config.steps + batches * EVAL_COST + probes * PROBE_COST
     return timing.startup_s + step_equivalents * timing.step_s
 
 

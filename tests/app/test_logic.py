@@ -345,9 +345,10 @@ def test_run_seconds_counts_steps_evals_probes_and_startup():
     t = timing.StepTiming(step_s=0.1, startup_s=5.0, source="measured")
     config = RunConfig(preset="tiny", steps=100, eval_interval=10, val_batches=3, probe_interval=20)
     evals, probes = 100 // 10 + 1, 100 // 20
-    assert timing.run_seconds(config, t) == pytest.approx(5.0 + 0.1 * (100 + evals * 3 * timing.EVAL_COST + probes * timing.PROBE_COST))
+    batches = evals * 3 + 3  # every eval reads the 3 validation batches; the last step also the 3 test batches
+    assert timing.run_seconds(config, t) == pytest.approx(5.0 + 0.1 * (100 + batches * timing.EVAL_COST + probes * timing.PROBE_COST))
     exact = dataclasses.replace(config, estimator="exact")
-    assert timing.run_seconds(exact, t) == pytest.approx(5.0 + 0.1 * (100 + evals * 3 * timing.EVAL_COST))
+    assert timing.run_seconds(exact, t) == pytest.approx(5.0 + 0.1 * (100 + batches * timing.EVAL_COST))
     assert timing.grid_seconds([config, exact], [t, t]) == pytest.approx(timing.run_seconds(config, t) + timing.run_seconds(exact, t))
     assert timing.grid_seconds([config, exact], [t, t], concurrent=2) == pytest.approx(timing.run_seconds(config, t))
 
