@@ -16,6 +16,11 @@ seed) is read at one step S, chosen by ``read_group``:
 S = 0 is "not trained yet": every method of a seed starts from the same parameters, so Δ is
 exactly 0 there and says nothing; no Δ and no verdict are read at step 0.
 
+A step before a run's last is validated on its *interim* batches, the first
+``effective_interim_val_batches`` of the validation set (``engine.training.loop``); the read
+says so (``Read.interim``), since its batch noise is that of fewer batches. The last step
+always reads every batch.
+
 ``read_text`` says it in one sentence: the step, why it is not the furthest step any run
 validated at (which runs held it back, at which step, in which state), and which runs were
 left out (diverged, failed, cancelled, not yet validated).
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from engine.config.identity import stored
 from engine.core.choices import DIVERGED_ERROR
 
 LEFT_STATUSES = ("failed", "cancelled")  # runs out of the comparison: they never hold its step back
@@ -45,7 +51,9 @@ class Read(NamedTuple):
     ``held``: (run id, its last validated step, status) of the live runs that have not
     validated at ``furthest``; ``left``: (run id, seed, why) of the runs out of the
     comparison, why being "diverged", "failed" or "cancelled"; ``waiting``: ids of live runs
-    with no validation yet."""
+    with no validation yet; ``interim``: (interim batches, validation batches) when ``step``
+    is before the last step of a live run, so it was validated on the interim batches only
+    (None otherwise)."""
 
     step: int | None
     furthest: int | None
@@ -53,6 +61,7 @@ class Read(NamedTuple):
     held: tuple[tuple[int, int, str], ...]
     left: tuple[tuple[int, int | None, str], ...]
     waiting: tuple[int, ...]
+    interim: tuple[int, int] | None = None
 
     @property
     def whole(self) -> bool:
@@ -88,7 +97,23 @@ def read_group(members, val_steps: dict[int, set[int]], at_step: int | None = No
     status = {r.id: r.status for r in live}
     held = tuple((i, max(s), status[i]) for i, s in validated.items()
                  if furthest is not None and furthest not in s and (step is None or max(s) < furthest))
-    return Read(step, furthest, at_step is not None, held, left, waiting)
+    return Read(step, furthest, at_step is not None, held, left, waiting, _interim(live, step))
+
+
+def _interim(live, step: int | None) -> tuple[int, int] | None:
+    """(fewest interim batches, their validation batches) of the live runs that read ``step``
+    before their last step on fewer batches than at it; None when none did."""
+    if not step:
+        return None
+    sizes = []
+    for r in live:
+        values = getattr(r, "config", None)
+        config = stored(values) if values else None
+        if config is not None and step < config.steps:
+            interim, whole = config.effective_interim_val_batches, config.effective_val_batches
+            if interim < whole:
+                sizes.append((interim, whole))
+    return min(sizes) if sizes else None
 
 
 def _runs(items: list[str]) -> str:
@@ -119,4 +144,7 @@ def read_text(read: Read) -> str:
                                           for i, seed, why in read.left]))
     if read.waiting:
         parts.append("not validated yet (their seeds are missing): " + _runs([f"#{i}" for i in read.waiting]))
+    if read.interim:
+        parts.append(f"validated there on the interim batches ({read.interim[0]:,} of {read.interim[1]:,}; "
+                     "a run's last step reads them all)")
     return "; ".join(parts) + "."

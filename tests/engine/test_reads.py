@@ -137,9 +137,21 @@ def test_summary_and_report_say_where_they_read_and_why(store, capsys, monkeypat
     monkeypatch.setenv("BASIS_LAB_DB_URL", store.url)
     assert cli.main(["summary"]) == 0
     said = f"Read at step 180, not 300; held back by #{slow} (running, validated to step 180)"
-    assert said in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert said in out
+    assert "validated there on the interim batches (32 of 256; a run's last step reads them all)" in out  # 180 < 600
     report = reports.build(store, reports.selection_of(runs=[r.id for r in store.list_runs()]))
     assert said in to_markdown(report, "figures")
+
+
+def test_a_read_at_the_runs_last_step_reads_every_validation_batch_and_says_nothing_of_interim(store):
+    _method(store, range(2), [0.0] * 2, None, steps=(0, 300, 600))
+    _method(store, range(2), [0.01] * 2, 8, steps=(0, 300, 600))
+    reads = {int(r["step"]): r["read"] for _, r in table3(store.list_runs(), store.metrics_after(
+        {r.id: 0 for r in store.list_runs()})).iterrows()}
+    assert list(reads) == [600] and "interim" not in reads[600]
+    early = table3(store.list_runs(), store.metrics_after({r.id: 0 for r in store.list_runs()}), at_step=300)
+    assert "on the interim batches (32 of 256" in early["read"].iloc[-1]
 
 
 # --------------------------------------------------------------------------- 4. four honest words
