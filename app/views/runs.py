@@ -21,6 +21,7 @@ from engine.config import ConfigError, shape_columns
 from engine.runner import liveness
 from engine.runner.queries import where_ids
 from engine.runner.tags import change_tags
+from engine.runner.tensorboard import tensorboard_zip
 from storage import (
     ACTIVE_STATUSES,
     CSV_COLUMNS,
@@ -140,7 +141,9 @@ def _csv_download(row, ids: list[int]) -> None:
     """The CSV of the ticked runs, long (a row per value) or wide (a row per run and step):
     built only on click, streamed a chunk of metric rows at a time through a temporary
     file (``storage.export.export_bytes``), so the server holds the file's bytes (Streamlit
-    serves a download from memory), never the table behind it."""
+    serves a download from memory), never the table behind it. Beside it, the same runs as
+    TensorBoard event folders in a zip (``engine.runner.tensorboard.tensorboard_zip``), built
+    on click the same way."""
     n = len(ids)
     fmt = row.radio("CSV format", ("long", "wide"), horizontal=True, key="runs.csv_format",
                     help="long: one row per metric value. wide: one row per run and step, a column per metric.")
@@ -148,6 +151,13 @@ def _csv_download(row, ids: list[int]) -> None:
         f"CSV of {n} run{'s' if n != 1 else ''} ({fmt})", icon=":material/download:", key="runs.download",
         data=lambda: export_bytes(store, ids, fmt, shape_columns), file_name=f"basis-runs-{fmt}.csv",
         mime="text/csv", help=CSV_HELP,
+    )
+    row.download_button(
+        "TensorBoard (zip)", icon=":material/download:", key="runs.download_tensorboard",
+        data=lambda: tensorboard_zip(store, ids), file_name="basis-runs-tensorboard.zip", mime="application/zip",
+        help="The ticked runs as TensorBoard event files, a folder per run with its config and method in the HParams "
+             "view (the same as `python -m engine export --format tensorboard DIR`): unzip, then run `tensorboard "
+             "--logdir basis-runs-tensorboard`.",
     )
 
 
