@@ -3,8 +3,9 @@
 - Tags: edited in place (``engine.runner.tags.change_tags``: what the box added and removed since
   it was drawn is applied to the tags stored when it saves, so an edit made elsewhere meanwhile is kept;
   a bad tag is refused in one line, nothing stored).
-- Log: the run's stored log lines (``storage.logs``: what its training thread warned and
-  logged, its claims and its end), from a level up, refreshed while it runs, downloadable.
+- Log: the run's stored log lines (``storage.logs``: what its training thread printed, warned
+  and logged, its claims, progress and end), from a level up, searched, refreshed while it
+  runs (the newest ``SHOWN_MAX``), downloadable.
 - Checkpoints: listed with step, lease and size when the expander is opened (listing them
   loads the checkpoint library, which pages that only read otherwise never load), and the
   newest downloadable as a tar made from disk when the button is pressed.
@@ -18,8 +19,9 @@ from app import state
 from app.text import plain
 from storage import LOG_LEVELS, RunRecord, RunStore, StorageError
 
-_LEVELS = {"info": "everything", "warning": "warnings and errors", "error": "errors"}
+_LEVELS = {"debug": "debug and up", "info": "info and up", "warning": "warnings and errors", "error": "errors"}
 LOG_HEIGHT_PX = 320
+SHOWN_MAX = 2_000  # the newest lines drawn (the download has them all)
 
 
 def _save_tags(store: RunStore, run_id: int, key: str) -> None:
@@ -51,26 +53,42 @@ def tags_editor(store: RunStore, run: RunRecord, known: list[str]) -> None:
 
 
 def log_text(lines) -> str:
-    """The log lines as text, one a line: time (UTC), level, text."""
-    return "\n".join(f"{line.time:%Y-%m-%d %H:%M:%S}  {line.level.upper():<7}  {line.text}" for line in lines)
+    """The log lines as text, one a line: time (UTC), level, text (a console line's with its stream in front)."""
+    return "\n".join(f"{line.time:%Y-%m-%d %H:%M:%S}  {line.level.upper():<7}  {line.shown}" for line in lines)
+
+
+def _no_lines(least: str, search: str) -> str:
+    if search:
+        return f"No log line holds “{search}”" + ("." if least == "info" else f" at {least} or above.")
+    return ("No log lines yet: a run logs when it is claimed, what it prints, warns and logs while it trains, its "
+            "progress at every evaluation, and its end." if least in ("debug", "info") else
+            "No warnings or errors." if least == "warning" else "No errors.")
 
 
 def log_section(store: RunStore, run_id: int, active: bool) -> None:
-    """The run's log from the chosen level up (a live fragment while the run is active)."""
+    """The run's console and log from the chosen level up, searched (a live fragment while the run is active)."""
     st.subheader("Log")
-    least = st.segmented_control("Show", list(_LEVELS), format_func=_LEVELS.get, default="info",
-                                 key="detail.log_level", width="content") or "info"
+    left, right = st.columns([3, 2], vertical_alignment="bottom")
+    with left:
+        least = st.segmented_control("Show", list(_LEVELS), format_func=_LEVELS.get, default="info",
+                                     key="detail.log_level", width="content") or "info"
+    with right:
+        search = st.text_input("Search the log", key="detail.log_search", placeholder="text, stderr, a logger…",
+                               help="Lines whose text or source (stdout, stderr, warning, a logger's name) holds "
+                                    "this, any case. `python -m engine logs RUN --grep TEXT` searches the same.").strip()
+    levels = LOG_LEVELS[LOG_LEVELS.index(least):]
 
     def draw() -> None:
-        lines = store.run_logs(run_id, levels=LOG_LEVELS[LOG_LEVELS.index(least):])
+        lines = store.run_logs(run_id, levels=levels, search=search, tail=SHOWN_MAX)
         if not lines:
-            st.caption("No log lines yet: a run logs when it is claimed, what it warns while it trains, and its end."
-                       if least == "info" else "No warnings or errors.")
+            st.caption(plain(_no_lines(least, search)))
             return
-        text = log_text(lines)
+        if len(lines) == SHOWN_MAX:
+            st.caption(f"The newest {SHOWN_MAX:,} lines; the download holds every line shown by this filter.")
         with st.container(height=LOG_HEIGHT_PX if len(lines) > 12 else "content", border=False):
-            st.code(text, language=None, wrap_lines=True)
-        st.download_button("Download the log", data=text + "\n", file_name=f"run-{run_id}-log.txt", mime="text/plain",
+            st.code(log_text(lines), language=None, wrap_lines=True)
+        st.download_button("Download the log", data=lambda: log_text(store.run_logs(run_id, levels=levels, search=search))
+                           + "\n", file_name=f"run-{run_id}-log.txt", mime="text/plain",
                            icon=":material/download:", key="detail.log_download", on_click="ignore")
 
     st.fragment(run_every=state.refresh_every(active))(state.guarded(draw))()

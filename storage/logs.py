@@ -1,10 +1,13 @@
-"""Each run's log: what its training process logged and warned while it trained it, stored
+"""Each run's log: what its training printed, warned and logged while it trained, stored
 in the database (table ``run_logs``) so that every machine that reads the database sees it.
 
-A row is one line: ``(id, run_id, time, level, text)``. ``id`` only grows (AUTOINCREMENT on
-SQLite, a sequence on PostgreSQL), so a reader polls with "ids greater than the last I saw".
-Levels are ``LOG_LEVELS``; ``ALERT`` marks a run's bad end (it failed, or its loss went
-NaN): one row per such end, what the dashboard raises as an alert on every open page.
+A row is one line: ``(id, run_id, time, level, text, source)``. ``id`` only grows
+(AUTOINCREMENT on SQLite, a sequence on PostgreSQL), so a reader polls with "ids greater than
+the last I saw". Levels are ``LOG_LEVELS``, least severe first; ``ALERT`` marks a run's bad
+end (it failed, or its loss went NaN): one row per such end, what the dashboard raises as an
+alert on every open page. ``source`` says where the line came from: ``stdout`` or ``stderr``
+(what the run's thread printed), ``warning`` (a Python warning), a logger's name, ``lab`` (the
+lab's own lines: claimed, progress, the end); ``""`` for lines stored before revision 0014.
 
 Bounded: a line keeps at most ``LOG_TEXT_MAX`` characters (a longer one ends in "…"), and a
 run keeps its newest ``LOG_LINES_MAX`` lines; each write deletes the older ones.
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Optional, Sequence, Union
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Text, delete, func, insert, select
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, delete, func, insert, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .database import Repository
@@ -26,10 +29,12 @@ from .lease import hold
 from .limits import as_utf8
 from .models import Base, UTCDateTime, utcnow
 
-INFO, WARNING, ERROR, ALERT = "info", "warning", "error", "alert"
-LOG_LEVELS = (INFO, WARNING, ERROR, ALERT)
-LOG_LINES_MAX = 2_000  # lines a run keeps (its newest)
+DEBUG, INFO, WARNING, ERROR, ALERT = "debug", "info", "warning", "error", "alert"
+LOG_LEVELS = (DEBUG, INFO, WARNING, ERROR, ALERT)
+CONSOLE_SOURCES = ("stdout", "stderr")  # lines shown with their source in front
+LOG_LINES_MAX = 25_000  # lines a run keeps (its newest): more than two trainings' capture (engine.runner.runlog)
 LOG_TEXT_MAX = 4_000  # characters a line keeps
+SOURCE_MAX = 100  # characters a source keeps
 
 
 class RunLog(Base):
@@ -44,6 +49,7 @@ class RunLog(Base):
     time: Mapped[datetime] = mapped_column(UTCDateTime)
     level: Mapped[str] = mapped_column(String(16))
     text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(SOURCE_MAX), default="", server_default="")
 
 
 @dataclass(frozen=True)
@@ -55,27 +61,43 @@ class LogLine:
     time: datetime
     level: str
     text: str
+    source: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The text as the CLI and Run detail show it: a console line with its stream in front
+        (``stderr: …``); a logger's line names its logger already, a warning its category."""
+        return f"{self.source}: {self.text}" if self.source in CONSOLE_SOURCES else self.text
 
 
-LineIn = Union[tuple[str, str], tuple[Union[datetime, float], str, str]]  # (level, text) or (time, level, text)
+When = Union[datetime, float]
+# (level, text), (time, level, text) or (time, level, text, source)
+LineIn = Union[tuple[str, str], tuple[When, str, str], tuple[When, str, str, str]]
+
+
+def _cut(text: object, limit: int) -> str:
+    text = as_utf8(str(text))
+    return text[:limit - 1] + "…" if len(text) > limit else text
 
 
 def _row(run_id: int, line: LineIn) -> dict:
     """The row of ``line``: its time (a datetime, or seconds since the epoch; now when not
-    given), a known level, and its text made storable and cut to ``LOG_TEXT_MAX``."""
-    when, level, text = (utcnow(), *line) if len(line) == 2 else line
+    given), a known level, its text made storable and cut to ``LOG_TEXT_MAX``, its source
+    (none: "")."""
+    parts = tuple(line)
+    if len(parts) == 2:
+        parts = (utcnow(), *parts)
+    when, level, text, source = (*parts, "") if len(parts) == 3 else parts
     if isinstance(when, (int, float)):
         when = datetime.fromtimestamp(when, timezone.utc)
     if level not in LOG_LEVELS:
         raise InvalidValueError(f"log level {level!r} is not one of {', '.join(LOG_LEVELS)}")
-    text = as_utf8(str(text))
-    if len(text) > LOG_TEXT_MAX:
-        text = text[:LOG_TEXT_MAX - 1] + "…"
-    return {"run_id": int(run_id), "time": when, "level": level, "text": text}
+    return {"run_id": int(run_id), "time": when, "level": level, "text": _cut(text, LOG_TEXT_MAX),
+            "source": _cut(source, SOURCE_MAX)}
 
 
 def _line(row) -> LogLine:
-    return LogLine(int(row.id), int(row.run_id), row.time, row.level, row.text)
+    return LogLine(int(row.id), int(row.run_id), row.time, row.level, row.text, row.source)
 
 
 class LogsRepository(Repository):
@@ -97,14 +119,22 @@ class LogsRepository(Repository):
             if cutoff is not None:
                 s.execute(delete(table).where(table.c.run_id == run_id, table.c.id <= cutoff))
 
-    def run_logs(self, run_id: int, *, after_id: int = 0, levels: Optional[Sequence[str]] = None) -> list[LogLine]:
-        """The run's log lines with ``id > after_id`` (of ``levels``; None: all), oldest first."""
+    def run_logs(self, run_id: int, *, after_id: int = 0, levels: Optional[Sequence[str]] = None,
+                 search: Optional[str] = None, tail: Optional[int] = None) -> list[LogLine]:
+        """The run's log lines with ``id > after_id``, oldest first: of ``levels`` (None: all),
+        whose text or source holds ``search`` (case-insensitive; None or "": all), the newest
+        ``tail`` of them (None: all)."""
         table = RunLog.__table__
-        stmt = select(table).where(table.c.run_id == run_id, table.c.id > after_id).order_by(table.c.id)
+        stmt = select(table).where(table.c.run_id == run_id, table.c.id > after_id)
         if levels is not None:
             stmt = stmt.where(table.c.level.in_(list(levels)))
+        if search:
+            stmt = stmt.where(or_(table.c.text.icontains(search, autoescape=True),
+                                  table.c.source.icontains(search, autoescape=True)))
+        stmt = stmt.order_by(table.c.id.desc()).limit(tail) if tail is not None else stmt.order_by(table.c.id)
         with self.db.session() as s:
-            return [_line(r) for r in s.execute(stmt)]
+            rows = s.execute(stmt).all()
+        return [_line(r) for r in (reversed(rows) if tail is not None else rows)]
 
     def alerts_after(self, after_id: int, *, limit: int = 20) -> list[LogLine]:
         """The ``ALERT`` lines of every run with ``id > after_id``, oldest first (at most ``limit``, the newest)."""

@@ -277,6 +277,8 @@ class RunExecution:
                     "checkpoint directory shared with the machine that trained it?)")
         self.notes.extend([note] if note else [])
         self.notes.extend(f"skipped: {s}" for s in skipped)
+        runlog.keep([note] if note else [], runlog.INFO)
+        runlog.keep([f"skipped: {s}" for s in skipped], runlog.WARNING)
         if note and self.on_resume is not None:
             self.on_resume(note, skipped)
         # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
@@ -290,6 +292,8 @@ class RunExecution:
         losses = [(record.step, split, values) for split, values in record.batch_losses.items()]
         self.writer.metrics(self.run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
                             eval_losses=losses, epoch=self.epoch)
+        if "val_loss" in record.values:  # an evaluation: the run's progress line
+            runlog.note(runlog.INFO, progress_line(record, self.row.steps))
         if self.on_record:
             self.on_record(record)
 
@@ -322,6 +326,15 @@ class RunExecution:
     def record_checkpoint(self, step: int) -> None:
         """After a checkpoint: record its step, fenced by the lease."""
         self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
+
+
+PROGRESS_KEYS = ("train_loss", "val_loss", "test_loss", "lr")
+
+
+def progress_line(record: Record, steps: int | None) -> str:
+    """A run's progress at an evaluation, as its log keeps it: "step 200/1000: train_loss 3.214, val_loss 3.402 (41.2 s)"."""
+    values = ", ".join(f"{k} {record.values[k]:.4g}" for k in PROGRESS_KEYS if k in record.values)
+    return f"step {record.step}" + (f"/{steps}" if steps else "") + f": {values} ({record.wall_time:.1f} s)"
 
 
 def disk_full(run_id: int, where, detail: str) -> str:

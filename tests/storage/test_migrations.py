@@ -96,7 +96,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
-    assert schema_revision(eng) == head_revision() == "0013"
+    assert schema_revision(eng) == head_revision() == "0014"
     with eng.connect() as con:
         assert con.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head_revision()]
         assert "schema_version" not in inspect(con).get_table_names()
@@ -434,7 +434,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
     st = RunStore(empty_db_url)
-    assert schema_revision(st.engine) == head_revision() == "0013"
+    assert schema_revision(st.engine) == head_revision() == "0014"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
     frame = st.runs_frame()
@@ -475,7 +475,7 @@ def test_a_database_at_head_lacking_a_column_is_refused_in_one_line_untouched(em
     with pytest.raises(StorageError) as info:
         RunStore(empty_db_url)
     message = str(info.value)
-    assert "\n" not in message and "is marked schema revision 0013 but lacks table eval_losses, runs.epoch" in message
+    assert "\n" not in message and "is marked schema revision 0014 but lacks table eval_losses, runs.epoch" in message
     assert "nothing was written: restore a backup of it, or add the missing columns" in message
     assert main(["list", "--db", empty_db_url]) == 2
     err = capsys.readouterr().err
@@ -491,7 +491,7 @@ def test_an_older_database_lacking_a_column_is_refused_after_its_upgrade_rolled_
     with eng.begin() as con:
         con.execute(text("ALTER TABLE runs DROP COLUMN epoch"))
     eng.dispose()
-    with pytest.raises(StorageError, match=r"marked schema revision 0009 \(upgraded here to 0013\) but lacks "
+    with pytest.raises(StorageError, match=r"marked schema revision 0009 \(upgraded here to 0014\) but lacks "
                                            r"runs\.epoch \(.*nothing was written"):
         make_engine(url)
     state, _ = _broken_state(url)

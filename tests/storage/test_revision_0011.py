@@ -63,7 +63,7 @@ def test_text_stored_before_the_utf8_check_is_repaired_and_every_command_reads_i
     escaped form) succeed, with no traceback."""
     _old_database(empty_db_url)
     st = RunStore(empty_db_url)
-    assert schema_revision(st.engine) == head_revision() == "0013"
+    assert schema_revision(st.engine) == head_revision() == "0014"
     bad, good = st.get_run(1), st.get_run(2)
     assert bad.tags == ["pilot", "t\\udcfe"] and bad.config == {"x": "c\\udcfe", "model": {"width": 16}, "test_tokens": 0}
     assert bad.notes.startswith("mine\n[upgrade 0011] text stored before the UTF-8 check was repaired (tags, config)")

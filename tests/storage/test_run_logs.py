@@ -24,7 +24,7 @@ def test_lines_come_back_in_order_with_their_level_and_time(store):
 
 def test_a_bad_level_writes_nothing(store):
     a = new_run(store, "a")
-    with pytest.raises(ValueError, match="log level 'loud' is not one of info, warning, error, alert"):
+    with pytest.raises(ValueError, match="log level 'loud' is not one of debug, info, warning, error, alert"):
         store.add_run_logs(a, [("info", "fine"), ("loud", "x")])
     assert store.run_logs(a) == []
 
