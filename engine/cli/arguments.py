@@ -8,6 +8,7 @@ anything: one line, ``error: --concurrent must be >= 1 (got 0)``, exit status 2.
 from __future__ import annotations
 
 import argparse
+from typing import Iterable
 
 from engine.config import LARGE_LAUNCH
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
@@ -16,8 +17,9 @@ from engine.errors import UserError
 EXIT_BAD_INPUT = 2
 
 
-class CliError(UserError):
-    """Bad command-line input: printed without a traceback, exit status 2."""
+class CliError(UserError, ValueError):
+    """Bad command-line input: printed without a traceback, exit status 2; a ``ValueError``
+    too (``engine.errors``), as ``engine.api``, which raises the same checks, promises."""
 
 
 def db_parent() -> argparse.ArgumentParser:
@@ -99,17 +101,19 @@ def margin(value) -> float:
         raise CliError(f"--margin: {e}") from None
 
 
-def parse_tags(text: str | None) -> tuple[str, ...]:
-    """The ``--tags`` comma list: stripped, without empties or repeats; each short enough
-    and UTF-8 text (``storage.limits``), else a CliError."""
+def parse_tags(text: str | Iterable[str] | None, flag: str = "--tags") -> tuple[str, ...]:
+    """The ``--tags`` comma list (or a list of tags or of such lists, as ``engine.api`` takes
+    them): stripped, without empties or repeats; each short enough and UTF-8 text
+    (``storage.limits``), else a CliError naming ``flag``."""
     from storage.limits import TAG_MAX, check_utf8
 
-    found = tuple(dict.fromkeys(t.strip() for t in (text or "").split(",") if t.strip()))
+    parts = [text] if text is None or isinstance(text, str) else list(text)
+    found = tuple(dict.fromkeys(t.strip() for part in parts for t in str(part or "").split(",") if t.strip()))
     for t in found:
         if len(t) > TAG_MAX:
-            raise CliError(f"--tags: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
+            raise CliError(f"{flag}: {t[:20]!r}… is longer than {TAG_MAX} characters; use shorter tags")
         try:
-            check_utf8("--tags", t)
+            check_utf8(flag, t)
         except ValueError as e:
             raise CliError(str(e)) from None
     return found

@@ -4,6 +4,7 @@ one flag per run field, and the ``Sweep`` they describe."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from engine.config import (
     DATA_OPTIONS,
@@ -84,3 +85,13 @@ def sweep_from_args(args: argparse.Namespace, cls: type = RunConfig, *, sweep: b
         return Sweep(from_flat(vars(args), cls), estimators=(args.estimator,), ranks=(args.rank,), lams=(args.lam,),
                      seeds=(args.seed,))
     return sweep_from_flat(vars(args), cls)
+
+
+def flag_defaults(cls: type = RunConfig, *, sweep: bool) -> dict[str, Any]:
+    """What the run flags of ``run`` (with ``sweep``: of ``sweep``) hold when none is given,
+    by destination: each field by name (``sweep``: the swept ones as their comma lists under
+    their plural names, ``ranks``: ``exact,1,8,32``) and each data option. ``engine.api``
+    starts from these, so a field it is not given takes the value the CLI would."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_config_flags(parser, cls, sweep=sweep)
+    return vars(parser.parse_args([]))

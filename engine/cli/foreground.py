@@ -18,7 +18,8 @@ from engine.runner.runlog import held_below
 class Signals:
     """SIGINT, SIGTERM and SIGHUP end the runs of this process the same way: each
     running run writes a checkpoint and ends ``interrupted`` (resumable), then the
-    process exits with 128 + the signal number."""
+    process exits with 128 + the signal number. Outside the main thread (a caller of
+    ``engine.api`` training from a thread of its own) it handles none."""
 
     NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
 
@@ -28,6 +29,8 @@ class Signals:
         self._previous = {}
 
     def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self  # Python lets only the main thread handle signals (``engine.api`` may train in another)
         for name in self.NAMES:
             if hasattr(signal, name):
                 sig = getattr(signal, name)

@@ -1,5 +1,6 @@
-"""Editing a run's tags after launch: ``python -m engine tag RUN --add a,b --remove c`` goes
-through ``edit_tags``, the dashboard's Run detail and Runs pages through ``change_tags``.
+"""Editing a run's tags after launch: ``python -m engine tag RUN… --add a,b --remove c`` and
+``engine.api.Lab.tag`` go through ``tag_runs`` (``edit_tags`` on each run), the dashboard's Run
+detail and Runs pages through ``change_tags``.
 
 Tags are typed as comma lists everywhere (the Launch form's box, ``--tags``), so a tag
 holds no comma; each is checked as at launch (``storage.records``: not empty, at most
@@ -38,13 +39,33 @@ def edit_tags(store: RunStore, run_id: int, *, add: Iterable[str] = (), remove: 
     dropped = set(remove) - set(add)
 
     def change(current: list[str]) -> list[str]:
-        missing = [t for t in remove if t not in current and t not in add]
-        if missing and not missing_ok:
-            raise InvalidValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
-                                    f"{', '.join(current) or 'none'}); check the spelling")
+        if not missing_ok:
+            _check_has(run_id, current, add, remove)
         return [t for t in current + [t for t in add if t not in current] if t not in dropped]
 
     return store.edit_tags(run_id, change)
+
+
+def _check_has(run_id: int, current: list[str], add: list[str], remove: list[str]) -> None:
+    """An ``InvalidValueError`` unless run ``run_id``, with tags ``current``, has every tag of
+    ``remove`` that ``add`` does not give it back."""
+    missing = [t for t in remove if t not in current and t not in add]
+    if missing:
+        raise InvalidValueError(f"run {run_id} has no tag {', '.join(map(repr, missing))} (its tags: "
+                                f"{', '.join(current) or 'none'}); check the spelling")
+
+
+def tag_runs(store: RunStore, refs: Iterable[str | int], *, add: str | Iterable[str] = (),
+             remove: str | Iterable[str] = ()) -> dict[int, list[str]]:
+    """``edit_tags`` on each run ``refs`` names (ids or exact names), for ``python -m engine tag``
+    and ``engine.api.Lab.tag``; ``add`` and ``remove`` are comma lists or lists of them; per run
+    id, its tags after. Checked on every run before any is changed: an unknown run, or a tag to
+    remove that one of them lacks, changes none."""
+    ids = store.resolve_runs(list(refs))
+    add, remove = parse_tags(add), parse_tags(remove)
+    for run_id in ids:
+        _check_has(run_id, store.get_run(run_id).tags, add, remove)
+    return {run_id: edit_tags(store, run_id, add=add, remove=remove) for run_id in ids}
 
 
 def change_tags(store: RunStore, run_id: int, shown: str | Iterable[str] | None,

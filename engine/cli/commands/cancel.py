@@ -11,15 +11,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.runner.liveness import check_stale
+    from engine.runner.control import cancel_runs
 
     store = arguments.open_store(args.db, create=False)
-    check_stale(store)
-    for run_id in store.resolve_runs(args.runs):
-        status = store.get_run(run_id).status
-        if status not in ("queued", "running"):
-            print(f"run {run_id}: not active ({status}); nothing to cancel")
-            continue
-        store.request_cancel(run_id)
-        print(f"run {run_id}: {'cancelled' if status == 'queued' else 'cancel requested; it stops within a step'}")
+    for run_id, done in cancel_runs(store, args.runs).items():
+        print(f"run {run_id}: {done}")
     return 0

@@ -1,20 +1,5 @@
-"""BASIS Lab from Python: runs, metrics and the paper's Table 3 as pandas frames.
-
-What ``wandb.Api`` and ``MlflowClient`` give their users, over the lab's own database,
-with the same ``--where`` filters as the CLI and the dashboard (``engine.analysis.where``)::
-
-    from engine.api import Lab
-
-    lab = Lab()                                    # the CLI's database: $BASIS_LAB_DB_URL or the default file
-    runs = lab.runs("estimator == basis and val_loss < 6.5")
-    curves = lab.metrics("tags contains pilot", names=["val_loss"])
-    table3 = lab.summary("sweep == 20261122-101500-3fa9c1")
-    trials, chosen = lab.trials(1), lab.choices(1)  # tuning campaign 1 (``python -m engine tune``)
-
-Every method reads through the functions the CLI uses (``engine.runner.queries``), so a
-frame here is what ``python -m engine list/export/summary --where`` would print. Reading
-never writes: the database must exist.
-"""
+"""``engine.api.Lab``'s reads: runs, metrics, Table 3 and tuning campaigns as pandas frames,
+through the functions the CLI reads with (``engine.runner.queries``). Reading never writes."""
 
 from __future__ import annotations
 
@@ -29,25 +14,11 @@ from storage import RunStore
 from storage.store import empty_metrics_frame
 
 
-class Lab:
-    """A read-only handle on the lab's database.
-
-    ``db_url``: a SQLAlchemy URL or a SQLite path; None: the CLI's default
-    (``$BASIS_LAB_DB_URL``, else ``storage.db.DEFAULT_DB_PATH``). A bad filter raises
+class Reads:
+    """The read methods of ``engine.api.Lab``, on its ``store``. A bad filter raises
     ``engine.analysis.where.WhereError`` (a ``ValueError``) naming the fix."""
 
-    def __init__(self, db_url: Optional[str] = None):
-        self.store = RunStore(db_url, create=False)
-
-    def close(self) -> None:
-        """Release the database connections."""
-        self.store.close()
-
-    def __enter__(self) -> "Lab":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    store: RunStore
 
     def runs(self, where: Optional[str] = None) -> pd.DataFrame:
         """One row per run the filter matches (None: every run), by id: the run fields
