@@ -150,3 +150,22 @@ class Reads:
         tables = dict(campaigns.comparison_tables(self.store, record, adjust=bool(adjust)))
         wanted = [t for title, t in tables.items() if ("untuned" in title) == bool(untuned)]
         return wanted[0] if wanted else pd.DataFrame()
+
+    def export(self, out: str, where: Optional[str] = None, format: str = "long", force: bool = False) -> int:
+        """Write the matched runs (None: every run) as ``python -m engine export`` does: ``format``
+        ``long`` or ``wide`` to the CSV file ``out`` (the number of rows written), or
+        ``tensorboard`` into the folder ``out``, a folder of event files per run (the number of
+        runs written; ``tensorboard --logdir OUT`` shows them). An existing output is refused
+        unless ``force``; a bad path or format raises a ``ValueError`` naming the fix, and
+        nothing is written. Memory is bounded by a chunk of metric rows, not by the table."""
+        ids = where_ids(self.store, where)
+        if format == "tensorboard":
+            from engine.runner.tensorboard import export_tensorboard
+
+            return len(export_tensorboard(self.store, ids, out, force=force))
+        if format not in ("long", "wide"):
+            raise ValueError(f"unknown export format {format!r}; use 'long', 'wide' or 'tensorboard'")
+        from engine.config import shape_columns
+        from storage import export_csv
+
+        return export_csv(self.store, out, ids, fmt=format, force=force, shape=shape_columns)

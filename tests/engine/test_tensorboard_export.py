@@ -252,3 +252,28 @@ def test_the_dashboards_zip_holds_the_run_folders(lab, tmp_path):
     acc = _read(tmp_path / "unzipped" / "basis-runs-tensorboard" / tb.folder_name(store.get_run(ids[0])))
     want = store.metrics([ids[0]], names=["val_loss"])["value"].astype(np.float32).tolist()
     assert [e.value for e in acc.Scalars("val_loss")] == want
+
+
+def test_the_python_api_exports_what_the_cli_exports(lab, tmp_path):
+    """``Lab.export`` writes the same run folders and event values as ``engine export``, CSV as
+    the CLI's too; a bad format raises a ValueError and writes nothing."""
+    from engine.api import Lab
+
+    url, store, ids = lab
+    assert _export(url, tmp_path / "cli") == 0
+    with Lab(url) as api:
+        assert api.export(str(tmp_path / "api"), format="tensorboard") == 3
+        assert api.export(str(tmp_path / "exact"), where="estimator == exact", format="tensorboard") == 1
+        assert api.export(str(tmp_path / "runs.csv"), format="wide") > 0
+        with pytest.raises(ValueError, match="unknown export format 'parquet'"):
+            api.export(str(tmp_path / "x"), format="parquet")
+    assert sorted(p.name for p in (tmp_path / "api").iterdir()) == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert [p.name for p in (tmp_path / "exact").iterdir()] == [f"{ids[1]}-exact_s1"]
+    folder = f"{ids[0]}-basis_R=32_s0"
+    cli, api_read = _read(tmp_path / "cli" / folder), _read(tmp_path / "api" / folder)
+    assert cli.Tags()["scalars"] == api_read.Tags()["scalars"]
+    for tag in cli.Tags()["scalars"]:
+        assert [(e.step, e.value) for e in cli.Scalars(tag)] == [(e.step, e.value) for e in api_read.Scalars(tag)]
+    assert main(["export", "--db", url, "--format", "wide", "--out", str(tmp_path / "cli.csv")]) == 0
+    assert (tmp_path / "runs.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    assert not (tmp_path / "x").exists()
