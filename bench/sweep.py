@@ -22,11 +22,14 @@ run wall``: process start, imports, waiting for a claim), the training share of 
 and runs per hour. ``--cache`` picks the persistent compilation cache the workers use
 (``engine.training.compile_cache``): ``default`` (the machine's, warm from earlier runs),
 ``fresh`` (an empty one) or ``off``; run ``off`` and ``default`` back to back for a before and
-after. The 1-minute load average is printed at the start and the end: on a shared machine the
+after. ``--cohorts on|off`` makes the workers train a setup's seeds as one program or each
+alone (``engine.runner.cohorts``; default ``auto``: on a GPU only); run both for the side-by-side
+table (with cohorts a slot trains several runs at once, so the slot time outside runs can read
+negative). The 1-minute load average is printed at the start and the end: on a shared machine the
 seconds drift with it, the shares much less.
 
     PYTHONPATH=$PWD python bench/sweep.py [--preset paper] [--ranks exact,32] [--steps 1000]
-        [--seeds 0] [--workers 1] [--concurrent 1] [--cache default|fresh|off] [--quick]
+        [--seeds 0] [--workers 1] [--concurrent 1] [--cache default|fresh|off] [--cohorts auto|on|off] [--quick]
 
 ``--quick`` is a smoke run of 50 steps.
 """
@@ -44,6 +47,8 @@ from pathlib import Path
 
 from engine.config import RunConfig
 from engine.runner import jobs
+from engine.runner.cohorts import ENV as COHORTS_ENV
+from engine.runner.cohorts import SETTINGS
 from engine.training.phases import OTHER, metric
 from storage import RunStore
 
@@ -63,9 +68,10 @@ def grid(preset: str, ranks: list[str], steps: int, seeds: list[int]) -> list[Ru
     return out
 
 
-def worker_env(tmp: Path, cache: str) -> dict[str, str]:
-    """The workers' environment: checkpoints in ``tmp``, and the compilation cache ``cache`` asks for."""
-    env = {**os.environ, "BASIS_LAB_CHECKPOINTS": str(tmp / "checkpoints"),
+def worker_env(tmp: Path, cache: str, cohorts: str = "auto") -> dict[str, str]:
+    """The workers' environment: checkpoints in ``tmp``, the compilation cache ``cache`` asks for
+    and the ``cohorts`` setting (``engine.runner.cohorts``)."""
+    env = {**os.environ, "BASIS_LAB_CHECKPOINTS": str(tmp / "checkpoints"), COHORTS_ENV: cohorts,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if cache != "default":
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -73,13 +79,13 @@ def worker_env(tmp: Path, cache: str) -> dict[str, str]:
     return env
 
 
-def train(url: str, tmp: Path, workers: int, concurrent: int, cache: str) -> float:
+def train(url: str, tmp: Path, workers: int, concurrent: int, cache: str, cohorts: str = "auto") -> float:
     """Start the workers on the queued runs and wait for them to exit; the time they started
     (``time.time``'s clock)."""
     logs = [open(tmp / f"worker-{i}.log", "w") for i in range(workers)]
     start = time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "engine", "worker", "--db", url, "--concurrent", str(concurrent),
-                               "--idle-exit", str(IDLE_EXIT_S)], cwd=ROOT, env=worker_env(tmp, cache),
+                               "--idle-exit", str(IDLE_EXIT_S)], cwd=ROOT, env=worker_env(tmp, cache, cohorts),
                               stdout=log, stderr=subprocess.STDOUT) for log in logs]
     for p, log in zip(procs, logs):
         p.wait()
@@ -165,8 +171,9 @@ def run(args) -> list[dict]:
         store = RunStore(url)
         ids = jobs.queue_runs(store, configs)
         print(f"{len(ids)} runs ({args.preset}, {','.join(args.ranks)} × seeds {','.join(map(str, args.seeds))}, "
-              f"{args.steps} steps), compilation cache: {args.cache}; load {os.getloadavg()[0]:.2f}", flush=True)
-        start = train(url, tmp, args.workers, args.concurrent, args.cache)
+              f"{args.steps} steps), compilation cache: {args.cache}, cohorts: {args.cohorts}; "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+        start = train(url, tmp, args.workers, args.concurrent, args.cache, args.cohorts)
         rows = rows_of(store, ids)
         noise = validation_lines(store, ids)
         sweep_s = max(epoch_s(r["finished"]) for r in rows) - start  # the workers' start to the last run's end
@@ -188,6 +195,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--concurrent", type=int, default=1, help="runs each worker trains at once (default: 1)")
     ap.add_argument("--cache", choices=("default", "fresh", "off"), default="default",
                     help="the workers' persistent compilation cache (default: the machine's)")
+    ap.add_argument("--cohorts", choices=SETTINGS, default="auto",
+                    help="train a setup's seeds as one program: on, off, or auto (on a GPU only; default)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 50 steps")
     args = ap.parse_args(argv)
     args.ranks = [r.strip() for r in args.ranks.split(",") if r.strip()]

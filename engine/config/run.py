@@ -277,6 +277,11 @@ class RunConfig:
             return self.comparable()
         return self.replace(**_BOOKKEEPING_DEFAULTS, seed=0)
 
+    def cohort(self) -> "RunConfig":
+        """Runs with equal cohorts differ only by seed and name: they may train as one program,
+        step for step on one schedule (``engine.training.cohort``)."""
+        return self.replace(seed=0, name=None)
+
     def method(self) -> str:
         """``exact``, ``basis R=8``, ``basis R=8 λ=0.01``."""
         return "exact" if self.is_exact else method_label(self.estimator, self.effective_rank, self.lam)

@@ -17,6 +17,7 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 ATTENTION_CHOICES = ("xla", "recompute")
 OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
+COHORT_SETTINGS = ("auto", "on", "off")  # whether workers train a sweep's seeds as one program (engine.runner.cohorts)
 DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sketched layer's dW
 SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text
 # δ, nats/token: the default equivalence margin of a Δ val loss vs exact (engine.core.stats, where it is argued)

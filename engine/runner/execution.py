@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from engine.config import ConfigError, RunConfig
 from engine.errors import TASK_FAILURES
@@ -68,11 +68,13 @@ class RunExecution:
                  interrupted: threading.Event, checkpoints: Path, epoch: int | None = None,
                  on_step: Callable[[int, float | None], None] | None = None,
                  on_record: Callable[[Record], None] | None = None,
-                 on_resume: Callable[[str, list[str]], None] | None = None):
+                 on_resume: Callable[[str, list[str]], None] | None = None,
+                 source: Callable[..., Iterator[Record]] | None = None):
         self.store, self.writer, self.run_id, self.owner = store, writer, run_id, owner
         self.stop_event, self.interrupted = stop, interrupted
         self.checkpoint_root, self.epoch = checkpoints, epoch
         self.on_step, self.on_record, self.on_resume = on_step, on_record, on_resume
+        self.source = source or train  # what trains it: ``train``, or its cohort (``engine.runner.cohorts``)
         self.run: RunRecord | None = None
         self.steps_done = 0
         self.notes: list[str] = []
@@ -169,8 +171,8 @@ class RunExecution:
         pruning = campaigns.pruning_for(self.store, self.row)
         phases, wall = Phases(), None
         with self.open_checkpoints(config) as checkpoints:
-            for record in train(config, should_stop=self.should_stop, on_step=self.note_step, checkpoints=checkpoints,
-                                resume=True, on_resume=self.resume_from, phases=phases):
+            for record in self.source(config, should_stop=self.should_stop, on_step=self.note_step,
+                                      checkpoints=checkpoints, resume=True, on_resume=self.resume_from, phases=phases):
                 if self.lease_lost():
                     break
                 self.store_record(record)

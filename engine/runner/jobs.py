@@ -58,6 +58,7 @@ from engine.config import RunConfig
 from engine.core import checks
 from engine.errors import TASK_FAILURES
 from engine.runner import alerts, liveness
+from engine.runner.cohorts import Cohorts
 from engine.runner.diagnosis_jobs import DiagnosisJobs
 from engine.runner.ends import after_end
 from engine.runner.execution import LOST, Outcome, RunExecution, device_kind
@@ -118,6 +119,7 @@ class JobManager:
         pull: bool = False,
         max_runs: int | None = None,
         checkpoints: str | Path | None = None,
+        cohorts: str | None = None,
     ):
         checks.whole("max_concurrent", max_concurrent, 1)
         self.store = store
@@ -145,6 +147,7 @@ class JobManager:
         self._last_busy = time.monotonic()
         self._env: dict | None = None
         self.diagnoses = DiagnosisJobs(store, self.owner, self.checkpoint_root)
+        self.cohorts = Cohorts(self, cohorts)  # runs of a sweep that differ by seed, as one program
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
         self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
@@ -318,22 +321,31 @@ class JobManager:
         name = threading.current_thread().name
         while (item := self._next()) is not None:
             run_id, epoch = (item.run_id, item.epoch) if isinstance(item, Lease) else (item, None)
+            if self.cohorts.skip(run_id):
+                continue  # a cohort of this manager claimed it: it ends there
             try:
                 with self._lock:
                     self._current[name] = run_id
-                self._run(run_id, epoch)
+                if not self.cohorts.run(run_id, epoch):
+                    self._run(run_id, epoch)
             except TASK_FAILURES:  # a worker survives a run that fails
                 log.exception("run %s crashed the worker", run_id)
             finally:
-                with self._idle:
-                    self._current.pop(name, None)
-                    self._pending.discard(run_id)
-                    self._events.pop(run_id, None)
-                    self._last_busy = time.monotonic()
-                    self._idle.notify_all()
+                self._done(name, run_id)
 
-    def _run(self, run_id: int, epoch: int | None) -> None:
-        """Train ``run_id``: under ``epoch`` when ``_next`` claimed it, else claim it first."""
+    def _done(self, thread: str | None, run_id: int) -> None:
+        """``run_id`` has ended here (trained by ``thread``)."""
+        with self._idle:
+            if thread is not None:
+                self._current.pop(thread, None)
+            self._pending.discard(run_id)
+            self._events.pop(run_id, None)
+            self._last_busy = time.monotonic()
+            self._idle.notify_all()
+
+    def _run(self, run_id: int, epoch: int | None, source: Callable | None = None) -> None:
+        """Train ``run_id``: under ``epoch`` when ``_next`` claimed it, else claim it first;
+        ``source`` stands for ``train`` (a cohort's member: ``engine.runner.cohorts``)."""
         on_step, on_record, on_resume = self.on_step, self.on_record, self.on_resume
         run = RunExecution(
             self.store, self.writer, run_id, owner=self.owner, epoch=epoch,
@@ -342,6 +354,7 @@ class JobManager:
             on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
             on_record=(lambda record: on_record(run_id, record)) if on_record else None,
             on_resume=(lambda note, skipped: on_resume(run_id, note, skipped)) if on_resume else None,
+            source=source,
         )
         if epoch is None:
             if not run.claim(self.worker_id):

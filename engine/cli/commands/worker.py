@@ -6,6 +6,7 @@ import sys
 import time
 
 from engine.cli import arguments
+from engine.core.choices import COHORT_SETTINGS
 
 
 def register(subparsers) -> None:
@@ -16,6 +17,9 @@ def register(subparsers) -> None:
     arguments.add_concurrent(p)
     p.add_argument("--max-runs", type=int, help="exit after this many runs")
     p.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
+    p.add_argument("--cohorts", choices=COHORT_SETTINGS, default=None,
+                   help="train queued runs of a sweep that differ only by seed as one program: on, off, or auto "
+                        "(on a GPU only; default: $BASIS_LAB_COHORTS, else auto)")
 
 
 def run(args) -> int:
@@ -27,7 +31,8 @@ def run(args) -> int:
     arguments.at_least(args.max_runs, "--max-runs", 1)
     arguments.at_least(args.idle_exit, "--idle-exit", 0, " seconds")
     store = arguments.open_store(args.db)
-    manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs, on_step=None)
+    manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs, on_step=None,
+                         cohorts=args.cohorts)
     campaigns.advance_all(store)  # a campaign whose last trial ended while no process could queue its comparison
     print(f"worker {manager.worker_id} on {store.url}: training queued runs, {args.concurrent} at a time; "
           f"checkpoints in {manager.checkpoint_root}", file=sys.stderr)
