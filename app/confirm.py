@@ -1,5 +1,6 @@
-"""Confirmations for the actions that stop compute or lose data: Stop and Delete; and
-the tick a launch of many runs needs (``large_launch``).
+"""Confirmations for the actions that stop compute or lose data: Stop and Delete; the
+tick a launch of many runs needs (``large_launch``); and the guard that keeps a launch
+button from queueing the same runs twice (``launched``, ``record``, ``forget``).
 
 Each dialog is opened with run *ids* (``state.set_dialog(("stop", ids))``), reads
 those runs again from the database, names them (id, name as plain text, status) and
@@ -10,7 +11,9 @@ refresh would close it).
 
 from __future__ import annotations
 
-from typing import Iterable
+import hashlib
+import json
+from typing import Any, Iterable
 
 import streamlit as st
 
@@ -27,6 +30,46 @@ def large_launch(n: int, eta: str, key: str) -> bool:
         return True
     return st.checkbox(f"Yes, launch all {n:,} runs (estimated total time {eta})", key=key, value=False,
                        help=f"More than {LARGE_LAUNCH} runs in one launch: check the seeds and ranks first.")
+
+
+LAUNCHED = "confirm.launched."  # + a launch button's key: (the form's signature when it launched, what it said)
+
+
+def signature(*parts: Any) -> str:
+    """A digest of what a launch button would queue (configs, tags, where): equal while the form
+    is unchanged."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def launched(key: str, sig: str) -> tuple[str | None, bool]:
+    """(what the launch ``key`` said, True) while its form still reads ``sig`` since it launched
+    (the message is None while it is queueing); (None, False) when it may launch. A second click,
+    or a double click, of the same form queues nothing: the button is disarmed until the form
+    changes or the user asks for the same runs again (``again``)."""
+    done = st.session_state.get(LAUNCHED + key)
+    if done is not None and done[0] == sig:
+        return done[1], True
+    return None, False
+
+
+def record(key: str, sig: str, message: str | None) -> None:
+    """Remember that the launch ``key`` of the form ``sig`` went (``message``: what it queued;
+    None: it is queueing now). Set before the first database write, so a click that interrupts
+    the script after it cannot queue the runs again."""
+    st.session_state[LAUNCHED + key] = (sig, message)
+
+
+def forget(key: str) -> None:
+    """Arm the launch button ``key`` again for the form as it is."""
+    st.session_state.pop(LAUNCHED + key, None)
+
+
+def again(key: str) -> None:
+    """The button that arms a launched form's button once more (a deliberate repeat)."""
+    st.button("Launch the same runs again", key=f"{key}.again", icon=":material/replay:", type="tertiary",
+              on_click=forget, args=(key,),
+              help="Arms the button above for the same runs once more: they train again, and Compare keeps the "
+                   "furthest-trained run of each seed.")
 
 
 def close(message: str | None = None) -> None:

@@ -9,22 +9,35 @@ axes: a multiselect of estimators and text entries that take exactly what is typ
 The form's state is a flat dict of widget values keyed by ``KEY + name``; it
 converts to a ``Sweep`` (``to_sweep``) and back (``values_of``), so presets such as
 the paper's settings and "clone to Launch" are just sweeps. No Streamlit here.
+
+A number widget hands over what the browser parsed, and the schema checks it
+(``number_args``): an integer field takes a real number input, so a value past the
+browser's safe integers (9,007,199,254,740,991) still reaches the page and is refused
+by name, rather than kept by the browser while the page launches the value before it.
+Values that read but a run cannot train with, or that are far from the field's
+default, are said beside the field (``refusals``, ``far_values``, ``memory_note``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from engine.config import (
     DATA_OPTIONS,
     GROUPS,
     SWEEP_AXES,
     ConfigError,
+    LaunchWarning,
     RunConfig,
     Sweep,
     base_type,
+    default_of,
     reproduction_sweep,
     schema,
     sweep_from_flat,
@@ -49,7 +62,10 @@ class Widget:
     fmt: str | None = None
     placeholder: str | None = None
     sources: tuple[str, ...] = ()
-    max_chars: int | None = None  # text: the schema's longest value
+    # text: the schema's longest value. Not the browser field's limit: a browser field with one
+    # ignores a longer paste whole (the field stays as it was, with no word), so the form takes
+    # the text and the schema's check says how long it is and what the most is.
+    max_chars: int | None = None
 
     @property
     def key(self) -> str:
@@ -90,6 +106,16 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
     return out
 
 
+def number_args(w: Widget) -> dict[str, Any]:
+    """``st.number_input``'s step and format for number widget ``w``. An integer field gets a
+    real step and ``%g``: the browser parses any real number it is given (an integer input
+    refuses one past its safe integers, keeping the value before while the page launches it);
+    ``to_sweep`` turns whole numbers back into integers and the schema refuses the rest."""
+    if w.name in _INT_FIELDS:
+        return {"step": float(w.step or 1), "format": w.fmt or "%g"}
+    return {"step": w.step, "format": w.fmt}
+
+
 def grouped(ws: Sequence[Widget]) -> dict[str, list[Widget]]:
     """Widgets by group, in ``GROUPS`` order."""
     return {g: [w for w in ws if w.group == g] for g in GROUPS if any(w.group == g for w in ws)}
@@ -113,12 +139,18 @@ def to_sweep(values: Mapping[str, Any], cls: type = RunConfig) -> Sweep:
     """The ``Sweep`` the widget values describe; ``ConfigError`` names the bad field."""
     values = dict(values)
     for name, value in list(values.items()):
-        if isinstance(value, float) and name in _INT_FIELDS and value.is_integer():
-            values[name] = int(value)  # number inputs may hand back 3.0
+        if name in _INT_FIELDS:
+            values[name] = whole(value)  # number inputs hand back 3.0
     if isinstance(values.get("name"), str) and not values["name"].strip():
         values["name"] = None
     values["lams"] = values.get("lams") or "0"  # an empty λ field: no shrink
     return sweep_from_flat(values, cls)
+
+
+def whole(value: Any) -> Any:
+    """A real number input's value as an integer when it is whole (``3.0`` → 3), else as it is
+    (``2.5``, None: the schema's check names the field)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 _INT_FIELDS = {f.name for f, _, tp in schema(RunConfig) if base_type(tp)[0] is int} | {
@@ -202,3 +234,98 @@ def field_note(error: Exception) -> tuple[str | None, str]:
     field = getattr(error, "field", None)
     w = widget_of(field)
     return (w.name if w else None), labelled(field, str(error))
+
+
+# ----------------------------------------------------------------------------- values a run cannot train with
+
+# A number field more than this many times the value it takes by default (the preset's, for the
+# batch size and the sequence length) is warned about: a run's time or memory grows with it.
+FAR = 1000
+_FLOAT_MAX = float(np.finfo(np.float32).max)  # a real field past it is infinite in the run's arithmetic
+
+
+def _number_fields(c: RunConfig):
+    """(field, spec, kind, value) of every number field of ``c`` the form sets itself (not swept,
+    not a choice) holding a value."""
+    for f, s, tp in schema(type(c)):
+        kind = base_type(tp)[0]
+        value = getattr(c, f.name)
+        if kind in (int, float) and not s.swept and s.allowed() is None and value is not None:
+            yield f, s, kind, value
+
+
+def _text(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _reference(c: RunConfig, f: dataclasses.Field) -> float | None:
+    """The value field ``f`` of ``c`` takes by default: its default, or where that is None (the
+    preset's, or a share of another field) the run's ``effective_`` value then."""
+    default = default_of(f)
+    effective = f"effective_{f.name}"
+    if default is None and isinstance(getattr(RunConfig, effective, None), property):
+        return getattr(c.replace(**{f.name: None}), effective)
+    return default if isinstance(default, (int, float)) else None
+
+
+def far_values(configs: Sequence[RunConfig]) -> list[LaunchWarning]:
+    """A warning for each number field of the grid more than ``FAR`` times the value it takes by
+    default (e.g. a batch of 10⁹ sequences where the preset has 1): a slip of the keyboard
+    more often than a plan. The grid's runs share these fields; the first run's are read."""
+    if not configs:
+        return []
+    c, out = configs[0], []
+    for f, _, _, value in _number_fields(c):
+        ref = _reference(c, f)
+        if ref and ref > 0 and FAR * ref < value <= _FLOAT_MAX:  # past float32: refused (``refusals``)
+            out.append(LaunchWarning(f.name, f"{f.name} {_text(value)} is {value / ref:,.0f} times the value it "
+                                             f"takes by default ({_text(ref)}): check it"))
+    return out
+
+
+def refusals(configs: Sequence[RunConfig]) -> list[tuple[str | None, str]]:
+    """(widget, message) for each real field of the grid past the largest float32 (a learning
+    rate of 1e308): infinite in the run's arithmetic, it makes every weight infinite at the
+    first step."""
+    if not configs:
+        return []
+    return [(f.name, f"{f.name} {_text(value)} is past float32's largest number ({_FLOAT_MAX:.3g}): the run's "
+                     "weights would be infinite after its first step; use a smaller value")
+            for f, _, kind, value in _number_fields(configs[0]) if kind is float and abs(value) > _FLOAT_MAX]
+
+
+def step_bytes(c: RunConfig) -> int | None:
+    """A lower bound of the bytes one train step of ``c`` holds on each device: its share of the
+    batch's int32 tokens, every block's input kept for the backward pass (B·T·d values of the run's
+    dtype a layer, what even full remat keeps) and one layer's attention scores (B·heads·T²
+    float32, which both attention implementations form). None when the run spans every device
+    (``devices`` 0: its share is known only when it starts)."""
+    if not c.devices:
+        return None
+    model = c.model_config("")
+    per_device = c.effective_batch_size // c.devices
+    t, itemsize = c.effective_seq_len, int(re.findall(r"\d+", c.dtype)[-1]) // 8
+    return per_device * ((t + 1) * 4 + t * model.d_model * model.n_layers * itemsize + model.n_heads * t * t * 4)
+
+
+def machine_memory() -> int | None:
+    """The physical memory of this machine in bytes, None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_note(configs: Sequence[RunConfig], memory: int | None) -> tuple[str, str] | None:
+    """(the field, a message) when one train step of the grid needs more memory on each device than
+    ``memory`` (this machine's) at the least (``step_bytes``): such a run cannot train here. The
+    field is the one of batch size and sequence length further above the preset's."""
+    need = step_bytes(configs[0]) if configs else None
+    if need is None or memory is None or need <= memory:
+        return None
+    c = configs[0]
+    preset = c.replace(batch_size=None, seq_len=None)
+    longer = c.effective_seq_len / preset.effective_seq_len > c.effective_batch_size / preset.effective_batch_size
+    name, value = ("seq_len", c.effective_seq_len) if longer else ("batch_size", c.effective_batch_size)
+    return name, (f"{name} {value:,}: one train step needs at least {need / 2**30:,.1f} GiB a device (B·T = "
+                  f"{c.effective_batch_size:,} × {c.effective_seq_len:,}), more than this machine's {memory / 2**30:,.1f} GiB")

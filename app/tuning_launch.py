@@ -22,11 +22,12 @@ from app.display import plain
 from engine import data
 from engine.cli.commands.tune import TRIALS, TUNE_SEEDS
 from engine.config import LARGE_LAUNCH, ConfigError, Sweep, parse_seeds
-from engine.config.tuning import TuneSpec, parse_ranges, qmc_points
+from engine.config.tuning import MAX_TRIALS, TuneSpec, parse_ranges, qmc_points
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from storage import StorageError
 
 KEEP = "session"
+CAMPAIGN = "launch.tune"  # the campaign's button, for ``confirm.launched``
 MODE = form.KEY + "mode"
 MODES = {"sweep": "A sweep", "tune": "Tune, then compare"}
 K = {name: form.KEY + "tune." + name for name in ("fields", "trials", "tune_seeds", "eval_seeds", "untuned",
@@ -93,13 +94,13 @@ def _inputs_read(grid: Sweep, problems: dict[str, str]):
         ranges = parse_ranges(str(st.session_state.get(K["fields"]) or ""), grid.base.replace(lam=grid.lams[0]))
     except ConfigError as e:
         problems["fields"] = _text(str(e))
-    trials = st.session_state.get(K["trials"])
-    if trials is None or int(trials) < 1:
-        problems["trials"] = f"{LABELS['trials']} must be an integer >= 1"
+    trials = form.whole(st.session_state.get(K["trials"]))  # a real input: whatever the box holds reaches here
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= MAX_TRIALS:
+        problems["trials"] = f"{LABELS['trials']} must be an integer in [1, {MAX_TRIALS}] (got {trials!r})"
     tune_seeds = _seeds("tune_seeds", problems)
     auto = str(st.session_state.get(K["eval_seeds"]) or "").strip().lower() == AUTO
     eval_seeds = AUTO if auto else _seeds("eval_seeds", problems)
-    return ranges, int(trials or 0), tune_seeds, eval_seeds
+    return ranges, trials if isinstance(trials, int) else 0, tune_seeds, eval_seeds
 
 
 def read(lab: state.Lab, grid: Sweep | None) -> tuple[Plan | None, dict[str, str]]:
@@ -132,7 +133,7 @@ def inputs(problems: dict[str, str]) -> None:
                       help="Float fields of a run, comma separated: FIELD (a decade either side of the form's value) "
                            "or FIELD=LOW:HIGH, drawn log-uniformly by Optuna's QMC sampler, the same points for "
                            "every method.")
-        c2.number_input(LABELS["trials"], key=K["trials"], min_value=1, max_value=1000, step=1, persist_state=KEEP,
+        c2.number_input(LABELS["trials"], key=K["trials"], step=1.0, format="%g", persist_state=KEEP,  # the range: read()'s
                         help="Every method trains this many values on every tuning seed: the same budget for each.")
         _note(c1, problems, "fields")
         _note(c2, problems, "trials")
@@ -161,8 +162,10 @@ def _trial_frame(plan: Plan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def preview(lab: state.Lab, plan: Plan | None, problems: dict[str, str]) -> None:
-    """The plan (before anything is written), the confirmation, where to train, the button."""
+def preview(lab: state.Lab, plan: Plan | None, problems: dict[str, str], blocked: str | None = None) -> None:
+    """The plan (before anything is written), the confirmation, where to train, the button
+    (disarmed while ``blocked`` says why the runs cannot train here, and once it has started
+    this campaign until the plan changes: ``confirm.launched``)."""
     if plan is None:
         if problems:
             st.error("\n".join(["Fix the tuning fields marked in the form:"]
@@ -185,16 +188,33 @@ def preview(lab: state.Lab, plan: Plan | None, problems: dict[str, str]) -> None
     queue_only = st.toggle("Queue for workers", key=K["queue_only"], persist_state=KEEP,
                            help="Leave the trials (and the comparison they lead to) to `python -m engine worker` "
                                 "processes instead of training them in this dashboard.")
-    go = st.button(f"{'Queue' if queue_only else 'Launch'} {len(plan.trials):,} trial runs",
-                   icon=":material/rocket_launch:", type="primary", width="stretch", disabled=not confirmed,
-                   key="launch.tune.go",
-                   help=None if confirmed else f"More than {LARGE_LAUNCH} runs: tick the confirmation above first.")
+    if blocked:
+        st.error(plain(blocked), icon=":material/memory:")
+    why_not = blocked or (None if confirmed else f"More than {LARGE_LAUNCH} runs: tick the confirmation above first.")
+    _button(lab, plan, queue_only, why_not)
     st.dataframe(_trial_frame(plan), hide_index=True, width="stretch", height=min(35 * len(plan.trials) + 38, 420))
-    if go:
-        _launch(lab, plan, queue_only)
 
 
-def _launch(lab: state.Lab, plan: Plan, queue_only: bool) -> None:
+def _button(lab: state.Lab, plan: Plan, queue_only: bool, why_not: str | None) -> None:
+    """The campaign's button, or once it has started this plan, what it queued in its place."""
+    sig = confirm.signature([c.to_dict() for c in plan.trials], plan.lines, queue_only)
+    message, done = confirm.launched(CAMPAIGN, sig)
+    if done:
+        st.success(message or "Queued (the ids are on Runs).", icon=":material/check_circle:")
+        st.page_link("views/compare.py", label="Watch the trials on Compare", icon=":material/monitoring:")
+        st.button("Launched: change the plan to launch again", icon=":material/check:", type="primary",
+                  width="stretch", disabled=True, key="launch.tune.done")
+        confirm.again(CAMPAIGN)
+        return
+    slot = st.container()  # the outcome goes above the button, where the user clicked
+    if st.button(f"{'Queue' if queue_only else 'Launch'} {len(plan.trials):,} trial runs",
+                 icon=":material/rocket_launch:", type="primary", width="stretch", disabled=why_not is not None,
+                 key="launch.tune.go", help=why_not):
+        with slot:
+            _launch(lab, plan, queue_only, sig)
+
+
+def _launch(lab: state.Lab, plan: Plan, queue_only: bool, sig: str) -> None:
     """Check the data, store the campaign and its trials, train them here or leave them to workers."""
     from engine.runner import campaigns
     from engine.runner.preflight import check_data
@@ -205,6 +225,7 @@ def _launch(lab: state.Lab, plan: Plan, queue_only: bool) -> None:
     except (data.DataError, ConfigError, OSError) as e:
         st.error(plain(f"The data could not be loaded: {e}"), icon=":material/error:")
         return
+    confirm.record(CAMPAIGN, sig, None)  # from here, another click of this plan queues nothing
     try:
         if queue_only:
             cid, ids = campaigns.start(lab.store, plan.spec)
@@ -213,10 +234,11 @@ def _launch(lab: state.Lab, plan: Plan, queue_only: bool) -> None:
             cid, ids = campaigns.start(lab.store, plan.spec, owner=manager.owner)
             manager.train(ids)
     except (StorageError, ValueError) as e:
+        confirm.forget(CAMPAIGN)
         st.error(plain(f"The campaign could not be queued: {e}"), icon=":material/error:")
         return
     state.set_selected(ids)
     who = "for workers (`python -m engine worker`)" if queue_only else "here"
-    st.success(f"Campaign {cid}: queued {len(ids)} trial runs {who} (ids {ids[0]}–{ids[-1]}); the comparison is queued "
-               "when the last one ends. They are selected for Compare.")
-    st.page_link("views/compare.py", label="Watch the trials on Compare", icon=":material/monitoring:")
+    confirm.record(CAMPAIGN, sig, f"Campaign {cid}: queued {len(ids)} trial runs {who} (ids {ids[0]}–{ids[-1]}); the "
+                                  "comparison is queued when the last one ends. They are selected for Compare.")
+    st.rerun()  # the button redrawn disarmed, the message above it

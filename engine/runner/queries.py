@@ -138,8 +138,9 @@ def relaunch_warning(store: RunStore, configs) -> str | None:
     named = ", ".join(f"#{r.id} {r.name} ({r.status})" for r in same[:SHOWN_DUPLICATES])
     more = f" and {len(same) - SHOWN_DUPLICATES} more" if len(same) > SHOWN_DUPLICATES else ""
     return (f"{repeated} of the {len(configs)} runs to launch are already in the database with the same config and "
-            f"seed: {named}{more}. Launching trains them again; Compare and Table 3 count the furthest-trained run "
-            "of each seed, so change the seeds (or steps) to add new ones.")
+            f"seed: {named}{more}. Launching trains them again; Compare and Table 3 count one run per seed (the "
+            "furthest-trained), so only new seeds add runs to the comparison: other steps train the same seeds "
+            "again, to another length, and Compare keeps whichever trained further.")
 
 
 def table3_text(table: pd.DataFrame, fmt: str = "table") -> str:

@@ -80,7 +80,8 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
     assert summary["verdict"].tolist()[1:] == ["one seed", "one seed"]  # one seed: no interval
 
     page(at, "runs")  # the launched runs are still selected: export them
-    assert [d.label for d in at.get("download_button")] == ["Back up the database", "CSV of 3 runs (long)"]
+    assert [d.label for d in at.get("download_button")] == ["Back up the database", "CSV of 3 runs (long)",
+                                                              "TensorBoard (zip)"]
     got = pd.read_csv(io.BytesIO(downloads["basis-runs-long.csv"]()))
     want = long_frame(store, ids)
     assert len(got) == len(want) > 0

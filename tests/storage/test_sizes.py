@@ -114,7 +114,7 @@ def test_the_form_refuses_a_long_name_by_field():
     with pytest.raises(ConfigError, match=f"name is {NAME_MAX + 1} characters long"):
         form.to_sweep({**values, "name": "n" * (NAME_MAX + 1)})
     name = next(w for w in form.widgets() if w.name == "name")
-    assert name.max_chars == NAME_MAX  # the widget takes no more than the schema holds
+    assert name.max_chars == NAME_MAX  # the limit its message names (the browser box takes a longer paste, so the form can refuse it)
     assert RunConfig(name="n" * NAME_MAX).name == "n" * NAME_MAX
 
 
