@@ -11,6 +11,7 @@ With ``BASIS_LAB_PASSWORD`` set, every page sits behind a password (``app.gate``
 """
 
 from pathlib import Path
+from urllib.parse import urlparse
 
 import streamlit as st
 
@@ -23,16 +24,34 @@ st.set_page_config(page_title="BASIS Lab", page_icon=str(Path(__file__).with_nam
 if not gate.unlocked():
     st.stop()
 
+def _home() -> None:
+    """The address without a page (``/``, ``/home``) opens Runs; any other names no page
+    (Streamlit falls back to this default one): said in one line, with the pages there are."""
+    base = st.get_option("server.baseUrlPath").strip("/")
+    path = urlparse(st.context.url or "").path.strip("/")
+    asked = path[len(base):].strip("/") if base and path.startswith(base) else path
+    if asked in ("", "home"):
+        st.switch_page(runs_page)
+    st.warning(display.plain(f"There is no page {asked!r}; the pages are "
+                             + ", ".join(f"/{p.url_path} ({p.title})" for p in shown_pages) + "."),
+               icon=":material/link_off:")
+    for p in shown_pages:
+        st.page_link(p, label=p.title, icon=p.icon)
+
+
 runs_page = st.Page("views/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs")
 diagnosis_page = st.Page("views/diagnosis.py", title="Diagnosis", icon=":material/query_stats:", url_path="diagnosis")
-page = st.navigation([
-    st.Page(lambda: st.switch_page(runs_page), title="Home", url_path="home", default=True, visibility="hidden"),
+shown_pages = [
     st.Page("views/launch.py", title="Launch", icon=":material/rocket_launch:", url_path="launch"),
     runs_page,
     st.Page("views/compare.py", title="Compare", icon=":material/monitoring:", url_path="compare"),
     st.Page("views/detail.py", title="Run detail", icon=":material/description:", url_path="detail"),
     diagnosis_page,
     st.Page("views/report.py", title="Report", icon=":material/summarize:", url_path="report"),
+]
+page = st.navigation([
+    st.Page(_home, title="Home", url_path="home", default=True, visibility="hidden"),
+    *shown_pages,
     # the Diagnosis page's address before it was renamed, so old links and bookmarks still lead to it
     st.Page(lambda: st.switch_page(diagnosis_page), title="Estimators", url_path="estimators", visibility="hidden"),
 ])

@@ -16,6 +16,8 @@
   live refresh reads only metric rows newer than the last it read (per run: nothing is
   missed on PostgreSQL, and a resumed run's replaced history is re-read).
 - ``paused()``: the sidebar's switch that stops live refreshes.
+- The URL: ``seed_from_url`` sets a page's controls from its link when they are first drawn,
+  ``keep_in_url`` holds what they show in the URL (``app.viewstate`` reads and checks the values).
 - What one page hands another (a run to open in Run detail, a sweep to clone into
   Launch, the Runs page's open dialog, its last message and its standing error): typed accessors
   below, so no page reads a bare session-state key of another.
@@ -26,11 +28,12 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 import streamlit as st
 
+from app import viewstate
 from app.text import plain
 from engine.config import Sweep
 from engine.runner import liveness
@@ -183,6 +186,38 @@ def metrics(store: RunStore, run_ids: Iterable[int], names: Optional[Sequence[st
         feed = st.session_state[key] = MetricsFeed(names)
     feed.poll(store, run_ids)
     return feed.frame
+
+
+def url_query() -> dict[str, list[str]]:
+    """The page's URL query, every value of a repeated parameter kept."""
+    return {name: st.query_params.get_all(name) for name in st.query_params}
+
+
+def seed_from_url(params: Sequence[viewstate.Param], choices: Mapping[str, Sequence[str]]) -> list[str]:
+    """Set each control of ``params`` that is not drawn yet in this session from the URL
+    (``viewstate.read_params``), so a link opens the page as its sender saw it; the
+    problems of the values that were used (none once every control is drawn)."""
+    missing = [p for p in params if p.key not in st.session_state]
+    if not missing:
+        return []
+    values, problems = viewstate.read_params(url_query(), missing, choices)
+    for key, value in values.items():
+        st.session_state[key] = value
+    return problems
+
+
+def keep_in_url(values: Mapping[str, object]) -> None:
+    """Hold each value in its URL parameter (``viewstate.param_text``; a blank one removes the
+    parameter), where the URL holds another: what the page shows is what a link to it opens."""
+    query = url_query()
+    for name, value in values.items():
+        text = viewstate.param_text(value)
+        if (query.get(name) or None) == (text if isinstance(text, list) or text is None else [text]):
+            continue
+        if text is None:
+            del st.query_params[name]
+        else:
+            st.query_params[name] = text
 
 
 def open_detail(run_id: int) -> None:

@@ -112,6 +112,59 @@ def filter_runs(view: pd.DataFrame, text: str = "", statuses: Sequence[str] = ()
     return view[keep].reset_index(drop=True)
 
 
+NOT_STARTED = "⚠ not started"  # the status shown for an interrupted run that trained no step (``never_started``)
+CAUSES = {  # why runs were interrupted (storage.records.INTERRUPTION_CAUSES), as a notice says it
+    "signal": "because their process was stopped (a restart, Ctrl-C or a signal)",
+    "stale": "because their worker died",
+    "crash": "because their training crashed",
+    "disk_full": "because the disk was full",
+    None: "for a reason not recorded",
+}
+
+
+def never_started(frame: pd.DataFrame) -> pd.Series:
+    """Which rows (of ``runs_frame`` or ``runs_view``) are interrupted runs that never trained a
+    step: no step done and no checkpoint, so Resume trains them from step 0 and nothing is lost."""
+    return (frame["status"] == "interrupted") & frame["steps_done"].fillna(0).eq(0) & frame["checkpoint_step"].isna()
+
+
+def cause_text(cause: str | None, one: bool = False) -> str:
+    """Why a run (``one``) or runs were interrupted: ``because its worker died``."""
+    text = CAUSES.get(cause, CAUSES[None])
+    return text.replace("their", "its") if one else text
+
+
+def count_text(view: pd.DataFrame, total: int) -> str:
+    """The count above the table, of the rows it shows (``view``) by status: ``2 finished ·
+    1 failed · 3 in all``, or, when a filter hides some of the ``total`` runs, ``… · 3 of 16
+    runs match the filters``."""
+    counts = view["status"].value_counts()
+    parts = [f"{counts[s]} {s}" for s in ("queued", "running", "finished", "failed", "cancelled", "interrupted")
+             if s in counts]
+    tail = f"{total} in all" if len(view) == total else f"{len(view)} of {total} runs match the filters"
+    return " · ".join([*parts, tail])
+
+
+def interrupted_text(frame: pd.DataFrame) -> str | None:
+    """What the Runs page says of the interrupted runs of ``runs_frame`` (None: there are none):
+    how many, why (their ``interruption_cause``), how many of them never trained a step, and
+    what Resume all does with them."""
+    rows = frame[frame["status"] == "interrupted"]
+    n = len(rows)
+    if not n:
+        return None
+    causes = rows["interruption_cause"].fillna("").value_counts()  # "": not recorded
+    why = [(int(k), cause_text(c or None, one=n == 1)) for c, k in causes.items()]
+    fresh = int(never_started(rows).sum())
+    if n == 1:
+        text = f"1 run was interrupted{' before its first step' if fresh else ''} {why[0][1]}"
+        return f"{text}. Resume all continues it from its last checkpoint."
+    text = f"{n} runs were interrupted" + (f" {why[0][1]}" if len(why) == 1 else ": " + ", ".join(f"{k} {w}" for k, w in why))
+    if fresh:
+        text += f"; {fresh} of them before {'its' if fresh == 1 else 'their'} first step (nothing trained, nothing lost)"
+    return f"{text}. Resume all continues them from their last checkpoints."
+
+
 def merge_selection(previous: Sequence[int], visible: Sequence[int], chosen: Sequence[int]) -> list[int]:
     """The app-wide selection after the user chose ``chosen`` among the ``visible``
     rows: selected runs hidden by a filter stay selected; order is kept."""

@@ -32,7 +32,13 @@ the id parameters of the other pages (Run detail's ``?run=``, Report's ``?id=``)
 way. Every number a link holds (``runs``, ``run``, ``id``, ``at``) is read with bounds
 (``url_int``): ASCII digits, at most ``MAX_DIGITS`` of them, at most ``storage.limits.INT_MAX``
 (what the database's 64-bit columns hold); anything else, a 5,000-digit ``?run=`` included,
-is a one-line problem quoting at most ``SHOWN_CHARS`` characters of it. No Streamlit here.
+is a one-line problem quoting at most ``SHOWN_CHARS`` characters of it.
+
+The other pages keep their controls in their URLs the same way, through ``Param`` (Runs:
+``RUNS_PARAMS``, every filter; ``app.state.seed_from_url`` and ``keep_in_url`` do the Streamlit
+part): a link sets each control the first time the page is drawn, a value that matches none of
+its choices is a one-line problem (``read_params``, ``url_pick``) and leaves the URL, and from
+then on the URL follows the controls. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -242,6 +248,102 @@ def with_where(query: Mapping[str, str], text: str) -> dict[str, str]:
     if text.strip():
         out[WHERE] = text.strip()
     return out
+
+
+@dataclass(frozen=True)
+class Param:
+    """A page's control kept in its URL, as ``where`` is: URL parameter ``name``, the widget's
+    session-state ``key``; ``many``: a multiselect, the parameter repeated once per value
+    (``?status=failed&status=interrupted``, so a value may hold a comma); ``unknown``: the
+    problem a value outside the control's choices is, ``{value}`` and ``{choices}`` filled in."""
+
+    name: str
+    key: str
+    many: bool = False
+    unknown: str = "{name}={value} is not one of {choices}"
+
+
+RUNS_PARAMS = (  # the Runs page's filters, in the URL's order
+    Param("search", "runs.search"),
+    Param("status", "runs.status", True, "status {value} is not a run status; the statuses are {choices}"),
+    Param("estimator", "runs.estimator", True, "estimator {value} is no run's estimator; they are {choices}"),
+    Param("sweep", "runs.sweep", True, "sweep {value} is not in the database"),
+    Param("tag", "runs.tag", True, "tag {value} is on no run"),
+    Param(WHERE, "runs.where"),
+)
+MAX_LISTED = 8  # the most choices a problem lists
+
+
+def values_of(query: Mapping[str, str | Sequence[str]], name: str) -> list[str]:
+    """Every value of parameter ``name`` (repeated, or once), stripped, blanks dropped, in order."""
+    value = query.get(name)
+    values = [value] if isinstance(value, str) else list(value or [])
+    return [str(v).strip() for v in values if v is not None and str(v).strip()]
+
+
+def listed(choices: Sequence) -> str:
+    """``choices`` as a problem lists them: the first ``MAX_LISTED``, then how many more."""
+    shown_ = ", ".join(map(str, list(choices)[:MAX_LISTED]))
+    more = len(choices) - MAX_LISTED
+    return (shown_ + (f" and {more} more" if more > 0 else "")) or "none"
+
+
+def read_params(query: Mapping[str, str | Sequence[str]], params: Sequence[Param],
+                choices: Mapping[str, Sequence[str]]) -> tuple[dict[str, str | list[str]], list[str]]:
+    """(each control's value by key, from a URL query; the problems): a text parameter's last
+    value ("" when absent); a ``many`` parameter's values among ``choices[name]`` (when given),
+    each other one dropped and named in a one-line problem."""
+    values: dict[str, str | list[str]] = {}
+    problems: list[str] = []
+    for p in params:
+        given = values_of(query, p.name)
+        if not p.many:
+            values[p.key] = given[-1] if given else ""
+            continue
+        allowed = choices.get(p.name)
+        kept = [v for v in dict.fromkeys(given) if allowed is None or v in allowed]
+        problems += [p.unknown.format(name=p.name, value=shown(v), choices=listed(allowed or ()))
+                     for v in dict.fromkeys(given) if v not in kept]
+        values[p.key] = kept
+    return values, problems
+
+
+def url_pick(query: Mapping[str, str | Sequence[str]], name: str, choices: Sequence,
+             what: str) -> tuple[object | None, str | None]:
+    """(the value of parameter ``name`` among ``choices``, or None; the one-line problem when the
+    link's value is not among them). Choices that are whole numbers are read with ``url_int``;
+    ``what`` names what a value should be (``"a saved state of run #3"``)."""
+    given = values_of(query, name)
+    if not given:
+        return None, None
+    token = given[-1]
+    numbers = bool(choices) and all(isinstance(c, int) for c in choices)
+    value = url_int(token) if numbers else token
+    if value is None or value not in choices:
+        return None, f"{name}={shown(token)} is not {what}; the choices are {listed(choices)}"
+    return value, None
+
+
+def unknown_in(view: ViewState, groups: Sequence[str], metrics: Sequence[str]) -> list[str]:
+    """The one-line problems of a Compare view's ``group`` and ``metrics`` that are not among
+    what its runs offer (``groups``: the colour-by fields; ``metrics``: the metric names they
+    recorded), each naming the value and the choices. ``decode`` cannot tell: the choices come
+    from the runs, so Compare asks once it has read them, and drops what is named here."""
+    problems = [] if view.group is None or view.group in groups else [
+        f"group={shown(view.group)} is not a field to colour by; the choices are {listed(groups)}"]
+    problems += [f"metrics: {shown(m)} is not a metric of these runs; the choices are {listed(metrics)}"
+                 for m in view.metrics if m not in metrics]
+    return problems
+
+
+def param_text(value) -> str | list[str] | None:
+    """A control's value as its URL parameter holds it: text stripped, a list as a list of
+    texts, None for what the URL leaves out (blank, empty, None)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value] or None
+    return str(value).strip() or None
 
 
 def link(base: str, view: ViewState) -> str:

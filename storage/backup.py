@@ -37,7 +37,7 @@ from typing import Optional
 
 from .errors import StorageError
 from .models import DatabaseIdentity
-from .outputs import refuse_special
+from .outputs import OutputExistsError, refuse_special
 
 __all__ = ["Backup", "backup", "backup_bytes", "pg_dump_path"]
 
@@ -94,7 +94,7 @@ def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
         raise StorageError(f"cannot back up a {backend} database; BASIS Lab backs up SQLite and PostgreSQL")
     refuse_special(out)
     if out.exists() and not force:
-        raise StorageError(f"{out} already exists; pass --force to overwrite it, or choose another path")
+        raise OutputExistsError(str(out))
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)

@@ -46,7 +46,7 @@ import pandas as pd
 
 from .db import StorageError
 from .errors import InvalidValueError
-from .outputs import refuse_special
+from .outputs import OutputExistsError, refuse_special
 from .store import RunRecord, RunStore, empty_metrics_frame
 
 __all__ = [
@@ -290,7 +290,7 @@ def check_output(store: Optional[RunStore], path: "str | os.PathLike[str]", forc
         raise StorageError(f"cannot write {shown}: it is a directory; give a file name")
     refuse_special(target, shown)  # a device, FIFO or socket: never replaced, --force or not
     if target.exists() and not force:
-        raise StorageError(f"{shown} already exists; pass --force (force=True) to overwrite it, or choose another path")
+        raise OutputExistsError(shown)
     if not target.parent.is_dir():
         raise StorageError(f"cannot write {shown}: directory {target.parent} does not exist; create it or choose another path")
     return target

@@ -15,7 +15,30 @@ from typing import Callable, Optional
 
 from .errors import StorageError
 
-__all__ = ["refuse_special", "special_kind"]
+__all__ = ["FORCE_FLAG", "OutputExistsError", "refuse_special", "special_kind"]
+
+FORCE_FLAG = "--force"  # how the command line asks to overwrite an output (``engine.cli.arguments.add_force``)
+
+
+class OutputExistsError(StorageError):
+    """An output that exists (or holds files) while overwriting was not asked for. The one
+    definition of that message: its text names the option the way the command line does
+    (``--force``); ``spelled`` gives the same error naming it another face's way (the Python
+    API's ``force=True``)."""
+
+    def __init__(self, shown: str, rest: str = "already exists; pass {force} to overwrite it, or choose another path",
+                 force: str = FORCE_FLAG):
+        """``shown``: the path as the user gave it; ``rest``: what follows it, ``{force}`` where the option goes."""
+        self.shown, self.rest, self.force = shown, rest, force
+        super().__init__(f"{shown} {rest.replace('{force}', force)}")
+
+    def spelled(self, force: str) -> "OutputExistsError":
+        """The same error, naming the option as ``force`` (``"force=True"``)."""
+        return type(self)(self.shown, self.rest, force)
+
+    def __reduce__(self):
+        return type(self), (self.shown, self.rest, self.force)
+
 
 _KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
     (stat.S_ISDIR, "a directory"),

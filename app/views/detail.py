@@ -16,8 +16,11 @@ from engine.analysis.parallel import shown_config
 from engine.analysis.summary import summarize
 from engine.config import ConfigError
 from engine.core.units import format_seconds
+from engine.runner.runlog import LAB
 from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
+from storage.logs import INFO
 
+CLAIM_LINE = "claimed by "  # how the log line a claim writes begins (engine.runner.jobs)
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
@@ -91,7 +94,12 @@ def _numbers(run, row) -> None:
     m.metric("mean cos", f"{row.cos_mean:.3f}" if pd.notna(row.cos_mean) else "—", width="content")
     m.metric("tokens/s", f"{row.tokens_per_s:,.0f}" if pd.notna(row.tokens_per_s) else "—", width="content")
     m.metric("wall time", format_seconds(row.wall_s), width="content")
-    if run.error:
+    if run.status == "interrupted" and run.steps_done == 0 and run.checkpoint_step is None \
+            and run.interruption_cause in (None, "signal", "stale"):  # not an error: nothing was trained yet
+        st.warning(plain(f"This run was interrupted before its first step {tables.cause_text(run.interruption_cause, one=True)}: "
+                         "nothing was trained and nothing is lost; Resume trains it from step 0."),
+                   icon=":material/restart_alt:")
+    elif run.error:
         first = run.error.splitlines()[0].removeprefix(f"{run.status}: ")  # "interrupted: interrupted: …" once
         st.error(plain(f"This run {run.status}: {first}"))
         if len(run.error.splitlines()) > 1:
@@ -151,6 +159,26 @@ def _view() -> None:
     _charts(metrics, info, summary)
 
 
+def first_start(run) -> datetime | None:
+    """When the run first started training. The store keeps only the latest start
+    (``started_at``: a resume sets it anew), so: the time of the first claim line its log
+    holds (``claimed by …``, written by the lab each time a process takes the run, its first
+    training and each resume), else, for a run never claimed again (lease epoch 1 or less),
+    ``started_at``; else None."""
+    claims = [line for line in store.run_logs(run.id, levels=[INFO], search=CLAIM_LINE)
+              if line.source == LAB and line.text.startswith(CLAIM_LINE)]
+    if claims:
+        return min(line.time for line in claims)
+    return run.started_at if run.epoch <= 1 else None
+
+
+def last_resumed(run, first: datetime | None) -> datetime | None:
+    """``started_at`` when it is a resume: later than the first start (by more than a second)."""
+    if run.started_at is None or first is None:
+        return None
+    return run.started_at if (run.started_at - first).total_seconds() > 1 else None
+
+
 active = records[run_id].status in ACTIVE_STATUSES
 dialog = state.dialog()
 st.fragment(run_every=None if dialog else state.refresh_every(active))(state.guarded(_view))()
@@ -168,8 +196,10 @@ with left:
 with right:
     st.subheader("Environment")
     count, kind = tables.device_parts(run.device)
+    first = first_start(run)
     env = {"device": kind, "devices": count, "git commit": run.git_commit, "worker": run.owner,
-           "created (UTC)": run.created_at, "started (UTC)": run.started_at, "finished (UTC)": run.finished_at}
+           "created (UTC)": run.created_at, "first started (UTC)": first or ("— (not started yet)" if run.started_at is None else "— (not recorded)"),
+           "last resumed (UTC)": last_resumed(run, first) or "— (never resumed)", "finished (UTC)": run.finished_at}
     env.update({f"{name} version": v for name, v in run.versions.items()})
     shown = ["—" if v is None else v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else str(v) for v in env.values()]
     st.dataframe(pd.DataFrame({"item": list(env), "value": shown}),

@@ -4,7 +4,7 @@ state and batches (``engine.runner.diagnosis``); new diagnoses run in the backgr
 import streamlit as st
 
 from app import diagnosis_charts as figures
-from app import state
+from app import state, viewstate
 from app.display import plain, plot, status_text
 from engine.config import ConfigError, RunConfig
 from engine.core.units import format_seconds
@@ -28,6 +28,16 @@ def _started(start, message) -> bool:
     return True
 
 
+def _seed(query, name: str, key: str, choices: list, what: str, instead: str) -> list[str]:
+    """Set control ``key`` from the link's parameter ``name`` when it is one of ``choices``;
+    else, when the link holds another value, the one line that says so and what is shown
+    ``instead`` (in a list)."""
+    value, problem = viewstate.url_pick(query, name, choices, what)
+    if value is not None:
+        st.session_state[key] = value
+    return [f"The link's {problem}; {instead}."] if problem else []
+
+
 st.title("Diagnosis")
 st.caption("How far each estimator's d̂W is from the exact dW on a run's real training state: squared bias, "
            "variance and MSE over K sketch keys, relative to ‖dW‖², against the rank R.")
@@ -37,6 +47,11 @@ if not records:
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
     st.stop()
 
+query = state.url_query()
+linked = "diagnosis.run" not in st.session_state  # the page's first draw: its controls come from the link
+wanted, problem = viewstate.url_id(query, "run", records) if linked else (None, None)
+if wanted is not None:
+    st.session_state["diagnosis.run"] = wanted
 if st.session_state.get("diagnosis.run") not in records:
     picked = [i for i in state.selected() if i in records]
     st.session_state["diagnosis.run"] = picked[0] if picked else max(records)
@@ -44,17 +59,27 @@ run_id = st.selectbox("Run", sorted(records, reverse=True), key="diagnosis.run",
                       format_func=lambda i: f"#{i} {records[i].name}")
 run = records[run_id]
 diags = store.diagnostics_frame(run_id)
+try:
+    steps, no_steps = diagnosis.checkpoint_steps(store, run_id, lab.manager.checkpoint_root), None
+except diagnosis.CheckpointError as e:
+    steps, no_steps = [], e
+states = [*reversed(steps), 0]
+problems = [f"The link's {problem}; showing run #{run_id} instead."] if problem else []
+if linked:
+    problems += _seed(query, "state", f"diagnosis.step.{run_id}", states, f"a saved state of run #{run_id}",
+                      "New diagnosis starts from its latest state instead")
+    problems += _seed(query, "diag", "diagnosis.diag", [int(i) for i in diags["id"]],
+                      f"a diagnosis of run #{run_id}", "showing its latest diagnosis instead")
+for problem in problems:
+    st.warning(plain(problem), icon=":material/link_off:")
 
-with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_chart:"):
-    try:
-        steps = diagnosis.checkpoint_steps(store, run_id, lab.manager.checkpoint_root)
-    except diagnosis.CheckpointError as e:
-        st.warning(plain(e), icon=":material/warning:")
-        steps = []
+with st.expander("New diagnosis", expanded=diags.empty or "state" in query, icon=":material/add_chart:"):
+    if no_steps is not None:
+        st.warning(plain(no_steps), icon=":material/warning:")
     # plain widgets, not an st.form: Enter in a field only updates the cost; only the button starts
     c1, c2 = st.columns([1, 2])
     step = c1.selectbox(
-        "State", [*reversed(steps), 0], key=f"diagnosis.step.{run_id}",
+        "State", states, key=f"diagnosis.step.{run_id}",
         format_func=lambda s: f"checkpoint at step {s:,}" if s else "initial parameters (step 0)",
         help="A saved checkpoint of the run, or its initial parameters. The batches are the ones the run "
              "trained on next.")
@@ -91,6 +116,7 @@ with st.expander("New diagnosis", expanded=diags.empty, icon=":material/add_char
 
 if diags.empty:
     st.info("No diagnosis of this run yet: start one above.")
+    state.keep_in_url({"run": run_id, "state": step, "diag": None, "layer": None, "split": None, "rank": None})
     st.stop()
 
 rows = {int(r.id): r for r in diags.itertuples(index=False)}
@@ -102,6 +128,7 @@ if st.session_state.get("diagnosis.diag") not in rows:
 diag_id = st.selectbox("Diagnosis", sorted(rows, reverse=True), key="diagnosis.diag",
                        format_func=lambda i: figures.diagnosis_label(diags[diags.id == i].iloc[0]))
 chosen_status = rows[diag_id].status
+state.keep_in_url({"run": run_id, "state": step, "diag": diag_id})
 actions = st.container(horizontal=True)
 if actions.button("Cancel diagnosis", icon=":material/stop_circle:", key="diagnosis.cancel",
                   disabled=chosen_status not in ACTIVE_STATUSES,
@@ -136,6 +163,24 @@ if st.session_state.get("diagnosis.confirm_delete") == diag_id:
         st.rerun()
 
 
+def _shown_from_link(layers: list[str], ranks: list[int]) -> None:
+    """Layer, split and rank of the chosen diagnosis's results: from the link when the page is
+    drawn first (a value not among them said in one line), else as chosen, a rank not measured
+    here moved to the middle one."""
+    if linked and "diagnosis.layer" not in st.session_state:
+        query, said = state.url_query(), []
+        said += _seed(query, "layer", "diagnosis.layer", layers, "a layer of this diagnosis", "showing the first")
+        said += _seed(query, "rank", "diagnosis.rank", ranks, "a rank of this diagnosis", "the table reads the middle one")
+        split = viewstate.values_of(query, "split")
+        if split and split[-1] not in ("0", "1"):
+            said.append(f"The link's split={viewstate.shown(split[-1])} is not 0 or 1; shown unsplit.")
+        st.session_state["diagnosis.split"] = split[-1:] == ["1"]
+        for line in said:
+            st.warning(plain(line), icon=":material/link_off:")
+    if st.session_state.get("diagnosis.rank") not in ranks:
+        st.session_state["diagnosis.rank"] = ranks[len(ranks) // 2]
+
+
 def _view() -> None:
     """The chosen diagnosis: progress while it computes, else its chart and table."""
     frame = store.diagnostics_frame(run_id)
@@ -155,6 +200,7 @@ def _view() -> None:
         text = (f"{status_text(row['status'])}: {progress[0]:,} of {progress[1]:,} (batch, estimator, rank, λ) done"
                 if progress else f"{status_text(row['status'])} in another process")
         st.progress(figures.progress_fraction(progress), text=text)
+        state.keep_in_url(dict.fromkeys(("layer", "split", "rank")))
         return
     results = store.diagnostic_results(diag_id)
     if row["status"] != "finished":
@@ -167,6 +213,8 @@ def _view() -> None:
     if results.empty:
         st.info("This diagnosis stored no results.")
         return
+    choices = figures.ranks(results)
+    _shown_from_link(figures.layers(results), choices)
     c1, c2 = st.columns([2, 1])
     layer = c1.selectbox("Layer", figures.layers(results), format_func=figures.layer_label, key="diagnosis.layer")
     split = c2.toggle("split into bias² and variance", key="diagnosis.split",
@@ -177,8 +225,8 @@ def _view() -> None:
     st.caption("Log–log axes. bias² is corrected for Monte-Carlo noise (‖ē‖² − V/K), so an unbiased estimator's "
                "is 0 ± se; ▽ marks such an upper bound. A value that is 0 to float32 precision (below 1e-10: "
                "an estimator that keeps X whole at that rank) is not drawn; see the table.")
-    choices = figures.ranks(results)
-    rank = st.select_slider("Table at rank R", choices, value=choices[len(choices) // 2], key="diagnosis.rank")
+    rank = st.select_slider("Table at rank R", choices, key="diagnosis.rank")
+    state.keep_in_url({"layer": layer, "split": "1" if split else None, "rank": rank})
     number = st.column_config.NumberColumn(format="%.3g")
     st.dataframe(figures.table_at(results, layer, rank), hide_index=True, width="stretch",
                  column_config={c: number for c in figures.TABLE_COLUMNS if c != "estimator"})

@@ -2,8 +2,9 @@
 built here or with ``python -m engine report``), shown block by block as the HTML and Markdown
 show them (``engine.analysis.report.Report.blocks``), rebuilt from the database, downloaded.
 
-``?id=N`` opens stored report N (Run detail links here); ``?sweep=ID`` preselects that sweep
-for a new report. Every name, tag and value is shown as plain text."""
+``?id=N`` opens stored report N (Run detail links here); the build form's choices are kept in
+the URL (``?sweep=ID``, ``?tags=a&tags=b``, ``?runs=1,2,5``, ``?at=STEP``, ``?margin=δ``), so a link
+opens it as its sender left it. Every name, tag and value is shown as plain text."""
 
 import io
 import tempfile
@@ -19,6 +20,7 @@ from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.runner import reports
 from storage import StorageError
 
+MARGIN_LOW, MARGIN_HIGH = 0.001, 10.0  # the margin δ the form takes, in nats
 WRAPPED_COLUMNS = 3  # a table this narrow holds text (item · value, claim · verdict · numbers)
 lab = state.lab()
 store = lab.store
@@ -42,40 +44,102 @@ def _markdown_zip(report: rep.Report, stem: str) -> bytes:
     return buffer.getvalue()
 
 
-def _build_form() -> None:
-    """Build (and store) the report of a sweep, of runs with some tags, or of the selected runs."""
-    runs = store.list_runs()
-    sweeps = list(dict.fromkeys(r.sweep_id for r in sorted(runs, key=lambda r: -r.id) if r.sweep_id))
-    tags = sorted({t for r in runs for t in r.tags})
-    wanted = st.query_params.get("sweep")
-    if wanted is not None and wanted not in sweeps:
-        st.warning(plain(f"The link's sweep {wanted!r} is not in the database; pick one below."), icon=":material/link_off:")
-    how = st.radio("Runs", ["A sweep", "Runs with tags", "The selected runs"], horizontal=True, key="report.how")
+HOWS = ("A sweep", "Runs with tags", "The selected runs")
+BUILD_PARAMS = ("sweep", "tags", "runs", "at", "margin")  # the build form's URL parameters (``?id=``: the report shown)
+
+
+def _link_runs(query, known: set[int]) -> tuple[list[int], list[str]]:
+    """(the run ids of the link's ``runs``, comma separated, that are in the database; the problems)."""
+    ids, problems = [], []
+    for token in ",".join(viewstate.values_of(query, "runs")).replace(" ", ",").split(","):
+        number = viewstate.url_int(token) if token else None
+        if token and number is None:
+            problems.append(f"runs: {viewstate.shown(token)} is not a run id")
+        elif number is not None and number not in known:
+            problems.append(f"run {number} is not in the database")
+        elif number is not None:
+            ids.append(number)
+    return list(dict.fromkeys(ids)), problems
+
+
+def _link_numbers(query) -> list[str]:
+    """Set the form's step and margin δ from the link's ``at`` and ``margin``; the problems."""
+    problems = []
+    if at := viewstate.values_of(query, "at"):
+        step = viewstate.url_int(at[-1])
+        problems += [f"at={viewstate.shown(at[-1])} is not a step"] if step is None else []
+        st.session_state["report.at_step"] = step
+    if margin := viewstate.values_of(query, "margin"):
+        try:
+            value = float(margin[-1])
+            if not MARGIN_LOW <= value <= MARGIN_HIGH:
+                raise ValueError
+        except ValueError:
+            problems.append(f"margin={viewstate.shown(margin[-1])} is not a number in [{MARGIN_LOW}, {MARGIN_HIGH:g}]")
+        else:
+            st.session_state["report.margin"] = value
+    return problems
+
+
+def _from_link(runs, sweeps: list[str], tags: list[str]) -> list[str]:
+    """On the page's first draw, the build form's controls from the link (``?sweep=``, ``?tags=``
+    repeated, ``?runs=1,2``, ``?at=``, ``?margin=``), so it opens as its sender left it; each
+    value that cannot be used, in one line naming it and what is shown instead."""
+    if "report.how" in st.session_state:
+        return []
+    query = state.url_query()
+    problems = [f"The link's {p}; shown without it." for p in _link_numbers(query)]
+    wanted = viewstate.values_of(query, "sweep")
+    if wanted and wanted[-1] not in sweeps:
+        problems.append(f"The link's sweep {wanted[-1]!r} is not in the database; pick one below.")
+    elif wanted:
+        st.session_state.update({"report.how": HOWS[0], "report.sweep": wanted[-1]})
+    if given := viewstate.values_of(query, "tags"):
+        problems += [f"The link's tag {viewstate.shown(t)} is on no run; shown without it." for t in given if t not in tags]
+        st.session_state.update({"report.how": HOWS[1], "report.tags": [t for t in dict.fromkeys(given) if t in tags]})
+    ids, said = _link_runs(query, {r.id for r in runs})
+    problems += [f"The link's {p}; shown without it." for p in said]
+    if ids:
+        state.set_selected(ids)
+        st.session_state["report.how"] = HOWS[2]
+    st.session_state.setdefault("report.how", HOWS[0])
+    return problems
+
+
+def _build_form(runs, sweeps: list[str], tags: list[str]) -> None:
+    """Build (and store) the report of a sweep, of runs with some tags, or of the selected runs;
+    the choices are kept in the URL (``BUILD_PARAMS``)."""
+    how = st.radio("Runs", HOWS, horizontal=True, key="report.how")
     selection = None
     try:
-        if how == "A sweep":
+        if how == HOWS[0]:
             if not sweeps:
                 st.caption("No sweep yet.")
                 return
             count = {s: sum(r.sweep_id == s for r in runs) for s in sweeps}
-            index = sweeps.index(wanted) if wanted in sweeps else 0
-            sweep = st.selectbox("Sweep", sweeps, index=index, key="report.sweep",
-                                 format_func=lambda s: f"{s} ({count[s]} runs)")
+            if st.session_state.get("report.sweep") not in sweeps:
+                st.session_state["report.sweep"] = sweeps[0]
+            sweep = st.selectbox("Sweep", sweeps, key="report.sweep", format_func=lambda s: f"{s} ({count[s]} runs)")
             selection = dict(sweep=sweep)
-        elif how == "Runs with tags":
+        elif how == HOWS[1]:
             chosen = st.multiselect("Tags (runs carrying all of them)", tags, key="report.tags")
             selection = dict(tags=chosen) if chosen else None
         else:
             chosen = [i for i in state.selected() if i in {r.id for r in runs}]
             st.caption(f"{len(chosen)} selected run(s) (pick them on Runs or Compare).")
             selection = dict(runs=chosen) if chosen else None
+        st.session_state.setdefault("report.at_step", None)
         at_step = st.number_input("At step (empty: the latest step all runs of a config reached)", min_value=0,
-                                  value=None, step=100, key="report.at_step")
-        margin = st.number_input("Equivalence margin δ (nats)", min_value=0.001, max_value=10.0, value=MARGIN,
+                                  step=100, key="report.at_step")
+        st.session_state.setdefault("report.margin", MARGIN)
+        margin = st.number_input("Equivalence margin δ (nats)", min_value=MARGIN_LOW, max_value=MARGIN_HIGH,
                                  step=0.005, format="%.3f", key="report.margin",
                                  help="Table 3 and claim (c) read 'equivalent' when the 90 % interval of a paired Δ "
                                       f"val lies inside ±δ. Default {MARGIN:g} nats: no more than exact backprop's "
                                       "own seed-to-seed SD in this lab's CPU reproductions.")
+        state.keep_in_url({"sweep": (selection or {}).get("sweep"), "tags": (selection or {}).get("tags"),
+                           "runs": ",".join(map(str, (selection or {}).get("runs", []))),
+                           "at": at_step, "margin": None if margin == MARGIN else f"{margin:g}"})
         if st.button("Build report", icon=":material/summarize:", type="primary", disabled=selection is None,
                      key="report.build"):
             with st.spinner("Building the report…"):
@@ -118,8 +182,14 @@ def _show(report: rep.Report) -> None:
             st.caption(plain(b.text))
 
 
-with st.expander("Build a report", icon=":material/add_chart:", expanded=not store.list_reports()):
-    _build_form()
+all_runs = store.list_runs()
+all_sweeps = list(dict.fromkeys(r.sweep_id for r in sorted(all_runs, key=lambda r: -r.id) if r.sweep_id))
+all_tags = sorted({t for r in all_runs for t in r.tags})
+for line in _from_link(all_runs, all_sweeps, all_tags):  # said above the form, where it is seen
+    st.warning(plain(line), icon=":material/link_off:")
+with st.expander("Build a report", icon=":material/add_chart:",
+                 expanded=not store.list_reports() or any(p in st.query_params for p in BUILD_PARAMS)):
+    _build_form(all_runs, all_sweeps, all_tags)
 
 listed = store.list_reports()
 if not listed:

@@ -233,18 +233,28 @@ def _workers() -> None:
         )
 
 
-def _where_box() -> str:
-    """The filter box (``engine.analysis.where``: any run or config field or metric), kept
-    in the URL's ``where`` so a filtered table can be linked; returns its text."""
-    if "runs.where" not in st.session_state:
-        st.session_state["runs.where"] = viewstate.where_of(st.query_params.to_dict())
-    text = st.text_input("Filter", key="runs.where", placeholder=EXAMPLE,
-                         help="Any run field (status, name, estimator, rank, lam, seed, steps, sweep, tags…), config "
-                              "field or metric (its final value), with and, or, not, ( ), ==, !=, <, <=, >, >=, "
-                              "contains and in [..]; text quoted or as bare words.").strip()
-    if viewstate.where_of(st.query_params.to_dict()) != text:
-        st.query_params.from_dict(viewstate.with_where(st.query_params.to_dict(), text))
-    return text
+def _filters(runs) -> tuple[str, str, list, list, list, list]:
+    """The filter box (``engine.analysis.where``: any run or config field or metric) and the
+    Search, Status, Estimator, Sweep and Tag filters, each kept in the URL
+    (``viewstate.RUNS_PARAMS``), so a link opens the table as its sender filtered it; a value the
+    link holds that matches nothing is named in one line and dropped. Returns (filter text,
+    search, statuses, estimators, sweeps, tags)."""
+    choices = {"status": RUN_STATUSES, "estimator": sorted(set(runs["estimator"].dropna())),
+               "sweep": tables.sweeps_of(runs), "tag": tables.tags_of(runs)}
+    for problem in state.seed_from_url(viewstate.RUNS_PARAMS, choices):
+        st.warning(display.plain(f"The link's {problem}; shown without it."), icon=":material/link_off:")
+    where = st.text_input("Filter", key="runs.where", placeholder=EXAMPLE,
+                          help="Any run field (status, name, estimator, rank, lam, seed, steps, sweep, tags…), config "
+                               "field or metric (its final value), with and, or, not, ( ), ==, !=, <, <=, >, >=, "
+                               "contains and in [..]; text quoted or as bare words.").strip()
+    f1, f2, f3, f4, f5 = st.columns([3, 2, 2, 2, 2])
+    shown = (where, f1.text_input("Search", placeholder="name or notes", key="runs.search"),
+             f2.multiselect("Status", RUN_STATUSES, key="runs.status"),
+             f3.multiselect("Estimator", choices["estimator"], key="runs.estimator"),
+             f4.multiselect("Sweep", choices["sweep"], key="runs.sweep"),
+             f5.multiselect("Tag", choices["tag"], key="runs.tag"))
+    state.keep_in_url({p.name: st.session_state.get(p.key) for p in viewstate.RUNS_PARAMS})
+    return shown
 
 
 def _where_filter(view, text: str):
@@ -276,7 +286,9 @@ def _columns(view) -> dict:
         "sweep": st.column_config.TextColumn("sweep", width=tables.text_width(view["sweep"]),
                                              help="The launch the run belongs to (its sweep id)."),
         "tags": st.column_config.ListColumn("tags", width=tables.tags_width(view["tags"])),
-        "status": st.column_config.TextColumn("status", width=92, pinned=True),
+        "status": st.column_config.TextColumn("status", width=92, pinned=True,
+                                              help=f"{tables.NOT_STARTED}: interrupted before its first step (nothing "
+                                                   "trained, nothing lost); Resume trains it from step 0."),
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent", width=84,
                                                     pinned=True),
         "estimator": st.column_config.TextColumn("estimator", width=65),
@@ -293,7 +305,9 @@ def _columns(view) -> dict:
         "val_loss": st.column_config.NumberColumn("val", format="%.3f", width=50, help="Last validation loss."),
         "mean_cos": st.column_config.NumberColumn("cos", format="%.3f", width=50,
                                                   help="Mean cosine of sketched dW to exact dW at the last probe."),
-        "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85),
+        "started": st.column_config.DatetimeColumn("started (UTC)", format="MM-DD HH:mm", width=85,
+                                                   help="When its latest training began (a resume starts it anew); "
+                                                        "Run detail shows the first start too."),
         "duration_s": st.column_config.NumberColumn("time (s)", format="%.0f", width=55, help="Duration in seconds."),
         "notes": st.column_config.TextColumn("notes", width=tables.text_width(view["notes"], high=170)),
     }
@@ -314,7 +328,8 @@ def _grid(view) -> list[int]:
     st.session_state[_LAST_TABLE] = (key, visible)
     selected = state.selected()
     event = st.dataframe(
-        view.assign(status=view["status"].map(display.status_text)), key=key,
+        view.assign(status=view["status"].map(display.status_text).where(~tables.never_started(view), tables.NOT_STARTED)),
+        key=key,
         on_select="rerun", selection_mode="multi-row",
         selection_default={"selection": {"rows": [p for p, i in enumerate(visible) if i in selected]}},
         hide_index=True, width="stretch", height=min(38 + 35 * len(view), 600), placeholder="—",
@@ -346,12 +361,17 @@ def _table(has_active: bool) -> None:
     if message := state.take_flash():
         st.toast(display.plain(message))
     view = _where_filter(tables.filter_runs(tables.runs_view(frame), text, statuses, estimators, sweeps, tags), where)
-    counts = frame["status"].value_counts()
+    notice = tables.interrupted_text(frame)
+    if notice:  # said where it is seen, with the button that resumes them beside it
+        box = st.container(horizontal=True, vertical_alignment="center")
+        box.warning(display.plain(notice), icon=":material/restart_alt:", width="stretch")
+        with box:
+            _resume_all(frame)
     head = st.container(horizontal=True, vertical_alignment="center")
-    head.caption(" · ".join(f"{counts[s]} {s}" for s in RUN_STATUSES if s in counts) + f" · {len(frame)} in all"
-                 + (f" — the queued and running runs: {_eta()}" if has_active else ""))
+    head.caption(tables.count_text(view, len(frame)) + (f" — the queued and running runs: {_eta()}" if has_active else ""))
     with head:
-        _resume_all(frame)
+        if not notice:
+            _resume_all(frame)
         _backup()
     st.space(GRID_TOOLBAR_CLEARANCE_PX)  # the grid's hover toolbar stands above its top right: not on the buttons
     if view.empty:
@@ -368,13 +388,7 @@ try:
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")
     st.stop()
-where = _where_box()
-f1, f2, f3, f4, f5 = st.columns([3, 2, 2, 2, 2])
-text = f1.text_input("Search", placeholder="name or notes", key="runs.search")
-statuses = f2.multiselect("Status", RUN_STATUSES, key="runs.status")
-estimators = f3.multiselect("Estimator", sorted(set(runs["estimator"].dropna())), key="runs.estimator")
-sweeps = f4.multiselect("Sweep", tables.sweeps_of(runs), key="runs.sweep")
-tags = f5.multiselect("Tag", tables.tags_of(runs), key="runs.tag")
+where, text, statuses, estimators, sweeps, tags = _filters(runs)
 filter_id = zlib.crc32(json.dumps([text, statuses, estimators, sweeps, tags, where]).encode())  # a new table (and selection) per filter
 
 if error := state.runs_error():

@@ -11,6 +11,7 @@ from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import check_margin
 from engine.runner.queries import run_table3, runs_where, where_ids
 from storage import RunStore
+from storage.outputs import OutputExistsError
 from storage.store import empty_metrics_frame
 
 
@@ -159,13 +160,16 @@ class Reads:
         unless ``force``; a bad path or format raises a ``ValueError`` naming the fix, and
         nothing is written. Memory is bounded by a chunk of metric rows, not by the table."""
         ids = where_ids(self.store, where)
-        if format == "tensorboard":
-            from engine.runner.tensorboard import export_tensorboard
+        try:
+            if format == "tensorboard":
+                from engine.runner.tensorboard import export_tensorboard
 
-            return len(export_tensorboard(self.store, ids, out, force=force))
-        if format not in ("long", "wide"):
-            raise ValueError(f"unknown export format {format!r}; use 'long', 'wide' or 'tensorboard'")
-        from engine.config import shape_columns
-        from storage import export_csv
+                return len(export_tensorboard(self.store, ids, out, force=force))
+            if format not in ("long", "wide"):
+                raise ValueError(f"unknown export format {format!r}; use 'long', 'wide' or 'tensorboard'")
+            from engine.config import shape_columns
+            from storage import export_csv
 
-        return export_csv(self.store, out, ids, fmt=format, force=force, shape=shape_columns)
+            return export_csv(self.store, out, ids, fmt=format, force=force, shape=shape_columns)
+        except OutputExistsError as e:  # named as a call names it, not as the command line's --force
+            raise e.spelled("force=True") from None

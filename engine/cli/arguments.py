@@ -13,6 +13,7 @@ from typing import Iterable
 from engine.config import LARGE_LAUNCH
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.errors import UserError
+from storage.outputs import FORCE_FLAG
 
 EXIT_BAD_INPUT = 2
 
@@ -45,8 +46,9 @@ def add_concurrent(parser) -> None:
 
 
 def add_force(parser, target: str = "--out") -> None:
-    """``--force``: overwrite the output ``target`` names, never the database."""
-    parser.add_argument("--force", action="store_true", help=f"overwrite {target} if it exists (never the database)")
+    """``--force``: overwrite the output ``target`` names, never the database. A refusal names
+    it as ``storage.outputs.FORCE_FLAG`` (the one definition; the Python API names ``force=True``)."""
+    parser.add_argument(FORCE_FLAG, action="store_true", help=f"overwrite {target} if it exists (never the database)")
 
 
 def add_yes(parser) -> None:

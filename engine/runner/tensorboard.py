@@ -46,7 +46,7 @@ from tensorboardX.summary import hparams, scalar
 from engine.config import shape_columns
 from storage import RunRecord, RunStore, StorageError
 from storage.export import flatten_config
-from storage.outputs import special_kind
+from storage.outputs import OutputExistsError, special_kind
 
 __all__ = ["check_out_dir", "export_tensorboard", "folder_name", "hyperparameters", "tensorboard_zip"]
 
@@ -107,8 +107,8 @@ def check_out_dir(out_dir: "str | os.PathLike[str]", runs: Sequence[RunRecord] =
     except OSError as e:
         raise StorageError(f"cannot read {shown} ({e.strerror or e}); choose another output directory") from e
     if not force and not empty:
-        raise StorageError(f"{shown} is not empty; pass --force to write the runs' folders into it (a folder of the "
-                           "same name is replaced, nothing else is touched), or choose a new or an empty directory")
+        raise OutputExistsError(shown, "is not empty; pass {force} to write the runs' folders into it (a folder of the "
+                                       "same name is replaced, nothing else is touched), or choose a new or an empty directory")
     for run in runs:
         _check_replaceable(target / folder_name(run))
     return target
