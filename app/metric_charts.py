@@ -2,21 +2,65 @@
 selected runs recorded, drawn with the loss charts' pooling, smoothing, x axis, log
 scale and colour/facet choices) and Run detail's system metrics
 (``engine.training.system``). The figures are built by ``engine.analysis.frames`` and
-``engine.analysis.charts``, the loss charts' own code."""
+``engine.analysis.charts``, the loss charts' own code.
+
+The curve controls, x axis (step or wall time), EMA smoothing and log y, are drawn by
+``curve_controls`` and kept in a page's URL as Compare keeps them (``x``, ``smooth``, ``log``:
+``app.viewstate``'s reading and writing): ``seed_curve_controls`` sets them from a link,
+``curve_params`` is what ``app.state.keep_in_url`` holds."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from app import state, viewstate
 from app.display import plot
 from engine.analysis import charts, frames
 from engine.training.system import SYSTEM_METRICS, axis_title, chart_title, is_system
 
 SYSTEM_HEIGHT = 260  # a small chart: Run detail shows several in a row
+X_LABELS = {"step": "step", "wall_time": "wall time"}
+SMOOTHING_HELP = "Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value."
+CURVE_PARAMS = {"x": "x", "smoothing": "smooth", "log_y": "log"}  # control → its URL parameter (Compare's)
+CONTROL_WIDTHS = (1.2, 1.8, 0.8)  # x axis, smoothing, log y: Compare's row
+
+
+def curve_controls(keys: Mapping[str, str], persist: str | None = None, columns: Sequence | None = None,
+                   ) -> tuple[str, float, bool]:
+    """The x axis (step or wall time), EMA smoothing and log y controls, in ``columns`` (three
+    containers; None: a row of their own), their widgets' keys ``keys["x"]``,
+    ``keys["smoothing"]`` and ``keys["log_y"]``; (x, smoothing, log_y) as chosen."""
+    c1, c2, c3 = columns if columns is not None else st.columns(list(CONTROL_WIDTHS))
+    x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, persist_state=persist, key=keys["x"],
+                 format_func=lambda v: X_LABELS[v])
+    smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, persist_state=persist,
+                          key=keys["smoothing"], help=SMOOTHING_HELP)
+    log_y = c3.toggle("log y", persist_state=persist, key=keys["log_y"])
+    return x, float(smoothing), bool(log_y)
+
+
+def seed_curve_controls(keys: Mapping[str, str]) -> list[str]:
+    """Set each curve control not drawn yet in this session from the URL's ``x``, ``smooth``
+    and ``log`` (read as Compare reads them, ``viewstate.decode``), else to its default;
+    the one-line problems of the values the link held that could not be used."""
+    missing = [name for name in CURVE_PARAMS if keys[name] not in st.session_state]
+    if not missing:
+        return []
+    query = state.url_query()
+    linked = viewstate.decode({CURVE_PARAMS[n]: query[CURVE_PARAMS[n]] for n in missing if query.get(CURVE_PARAMS[n])})
+    for name in missing:
+        st.session_state[keys[name]] = getattr(linked, name)
+    return list(linked.problems)
+
+
+def curve_params(x: str, smoothing: float, log_y: bool) -> dict[str, str | None]:
+    """The URL parameters of the curve controls (None: the default, left out), as Compare writes them."""
+    written = viewstate.encode(viewstate.ViewState(x=x, smoothing=round(smoothing, 2), log_y=log_y))
+    return {param: written.get(param) for param in CURVE_PARAMS.values()}
 
 
 def metric_choices(metrics: pd.DataFrame, chosen: Sequence[str] = ()) -> list[str]:
@@ -75,9 +119,11 @@ def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, p
                                    group_by=group_by, facet=facet), f"metric.{name}")
 
 
-def system_section(metrics: pd.DataFrame, info: pd.DataFrame) -> None:
+def system_section(metrics: pd.DataFrame, info: pd.DataFrame, *, x: str = "step", smoothing: float = 0.0,
+                   log_y: bool = False) -> None:
     """Run detail's section: one small chart per system metric the run recorded, three to
-    a row (they stack on a narrow screen); a note when it has none yet."""
+    a row (they stack on a narrow screen), on the page's x axis, smoothing and y scale; a
+    note when it has none yet."""
     names = [n for n in SYSTEM_METRICS if (metrics["name"] == n).any()]
     st.subheader("System")
     if not names:
@@ -87,7 +133,8 @@ def system_section(metrics: pd.DataFrame, info: pd.DataFrame) -> None:
     for i in range(0, len(names), 3):
         for column, name in zip(st.columns(3), names[i:i + 3]):
             with column:
-                fig = metric_figure(metrics, info, name, pool=False, height=SYSTEM_HEIGHT)
+                fig = metric_figure(metrics, info, name, x=x, smoothing=smoothing, pool=False, log_y=log_y,
+                                    height=SYSTEM_HEIGHT)
                 plot(fig.update_layout(showlegend=False), f"d.{name}")
     st.caption("CPU is the training process's CPU time over wall time (100 % = one core) and RSS its resident "
                "memory: both count every run the worker trains at once. Load is the host's one-minute load average; "

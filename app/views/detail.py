@@ -1,5 +1,7 @@
 """Run detail: one run's status, error, notes, every chart, its config and its environment;
-Stop it while active, Resume it when it ended resumable, Clone it to Launch.
+Stop it while active, Resume it when it ended resumable, Clone it to Launch. Its curves
+take Compare's x axis, EMA smoothing and log y controls (``app.metric_charts.curve_controls``),
+kept in the URL beside ``run`` as Compare keeps them (``x``, ``smooth``, ``log``).
 
 It only reads: runs whose worker died are marked ``interrupted`` by the dashboard's sweep
 (``app.state.Lab``), not here. Names, notes and error text are shown as plain text."""
@@ -21,6 +23,8 @@ from storage import ACTIVE_STATUSES, RESUMABLE_STATUSES, RunNotFoundError
 from storage.logs import INFO
 
 CLAIM_LINE = "claimed by "  # how the log line a claim writes begins (engine.runner.jobs)
+CURVES = {"x": "detail.x", "smoothing": "detail.smoothing", "log_y": "detail.log_y"}  # the curve controls' keys
+KEEP = "session"  # the curve controls keep their values for the session, as Compare's do: run to run
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
@@ -40,9 +44,14 @@ if wanted is not None and wanted in records:
 elif st.session_state.get("detail.pick") not in records:
     picked = [i for i in state.selected() if i in records]
     st.session_state["detail.pick"] = picked[0] if picked else max(records)
-run_id = st.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
-                      format_func=lambda i: f"#{i} {records[i].name}")
+for problem in metric_charts.seed_curve_controls(CURVES):
+    st.warning(plain(f"The link's {problem}; shown without it."), icon=":material/link_off:")
+pick, *controls = st.columns([2.4, *metric_charts.CONTROL_WIDTHS], vertical_alignment="bottom")  # run, curves
+run_id = pick.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
+                        format_func=lambda i: f"#{i} {records[i].name}")
 st.query_params["run"] = str(run_id)
+x, smoothing, log_y = metric_charts.curve_controls(CURVES, KEEP, controls)  # applied to every curve below
+state.keep_in_url(metric_charts.curve_params(x, smoothing, log_y))
 
 
 def _heading(run) -> None:
@@ -110,33 +119,40 @@ def _numbers(run, row) -> None:
 
 
 def _charts(metrics, info, summary) -> None:
-    """Losses, the per-layer dW probes, throughput, memory, its breakdown and the system metrics."""
+    """Losses, the per-layer dW probes, throughput, memory, its breakdown and the system
+    metrics; every curve on the chosen x axis and smoothing, the losses, errors, throughput
+    and system metrics on the chosen y scale (the cosine keeps a linear one, as on Compare)."""
+    def curve(name: str):
+        return frames.series(metrics, info, name, x=x, smoothing=smoothing, pool_seeds=False)
+
     left, right = st.columns(2)
     with left:
-        s = frames.series(metrics, info, "val_loss", pool_seeds=False)
-        plot(charts.line_figure(s, y_title="validation loss (nats/token)", title="Validation loss"), "d.val")
+        plot(charts.line_figure(curve("val_loss"), x=x, y_title="validation loss (nats/token)", title="Validation loss",
+                                log_y=log_y), "d.val")
     with right:
-        s = frames.series(metrics, info, "train_loss", pool_seeds=False)
-        plot(charts.line_figure(s, y_title="train loss (nats/token)", title="Train loss (mean since last eval)"), "d.train")
+        plot(charts.line_figure(curve("train_loss"), x=x, y_title="train loss (nats/token)",
+                                title="Train loss (mean since last eval)", log_y=log_y), "d.train")
     layers = frames.layer_names(metrics)
     if layers:
-        panels = {layer: frames.series(metrics, info, f"cos/{layer}", pool_seeds=False) for layer in layers}
-        plot(charts.panels_figure(panels, y_title="cosine", title="Cosine of sketched dW to exact dW, per layer"), "d.cos")
-        panels = {layer: frames.series(metrics, info, f"rel_err/{layer}", pool_seeds=False) for layer in layers}
-        plot(charts.panels_figure(panels, y_title="‖dŴ − dW‖ / ‖dW‖", title="Relative error of sketched dW, per layer"), "d.rel")
+        panels = {layer: curve(f"cos/{layer}") for layer in layers}
+        plot(charts.panels_figure(panels, x=x, y_title="cosine", title="Cosine of sketched dW to exact dW, per layer"),
+             "d.cos")
+        panels = {layer: curve(f"rel_err/{layer}") for layer in layers}
+        plot(charts.panels_figure(panels, x=x, y_title="‖dŴ − dW‖ / ‖dW‖", title="Relative error of sketched dW, per layer",
+                                  log_y=log_y), "d.rel")
     elif not info["method"].eq("exact").all():
         st.caption("No dW probe yet (probes run every probe interval).")
     left, right = st.columns(2)
     with left:
-        s = frames.series(metrics, info, "tokens_per_s", pool_seeds=False)
-        plot(charts.line_figure(s, y_title="throughput (tokens/s)", title="Training throughput"), "d.tps")
+        plot(charts.line_figure(curve("tokens_per_s"), x=x, y_title="throughput (tokens/s)", title="Training throughput",
+                                log_y=log_y), "d.tps")
     with right:
         mem = frames.memory_frame(summary, info, pool_seeds=False)
         plot(charts.memory_figure(mem, title="Activation memory per device, against exact backprop"), "d.mem")
     breakdown = frames.breakdown_frame(metrics, info, pool_seeds=False)
     if not breakdown.empty:
         plot(charts.breakdown_figure(breakdown, title="Saved for backward, by category"), "d.breakdown")
-    metric_charts.system_section(metrics, info)
+    metric_charts.system_section(metrics, info, x=x, smoothing=smoothing, log_y=log_y)
 
 
 def _view() -> None:

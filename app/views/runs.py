@@ -1,5 +1,6 @@
 """Runs: every run in the database, live; select runs to compare, resume, clone, stop,
-delete, rename, annotate, export; and the workers that train them.
+delete, rename, annotate, export; a scatter of any final metric against any field over the
+runs the filters show (``app.scatter``); and the workers that train them.
 
 The table refreshes in a fragment; it only reads (runs whose worker died are marked
 ``interrupted`` by the dashboard's sweep, ``app.state.Lab``, not by a render). Delete and rename open a modal dialog from a
@@ -14,7 +15,7 @@ import zlib
 
 import streamlit as st
 
-from app import confirm, display, form, state, tables, viewstate
+from app import confirm, display, form, scatter, state, tables, viewstate
 from engine.analysis import progress
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
@@ -379,6 +380,7 @@ def _table(has_active: bool) -> None:
         _workers()
         return
     _actions(view, _grid(view))
+    scatter.section(store, [int(i) for i in view["id"]])
     _workers()
 
 
