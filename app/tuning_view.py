@@ -7,17 +7,19 @@ untuned value one tab away. The campaign is read as the report reads it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from app.display import plain, plot
 from engine.analysis import tuning
-from engine.analysis.report import Campaign
-from engine.analysis.report.tuning import is_tuned
 from engine.analysis.summary import display_frame, read_notes
 from engine.analysis.tuning_charts import sensitivity_figure
-from engine.runner.reports import campaign_data
 from storage import RunStore
 from storage.campaigns import CampaignRecord
+
+if TYPE_CHECKING:  # the report's modules load JAX: imported where a campaign is shown, not by every Compare
+    from engine.analysis.report import Campaign
 
 MEMO = "compare.tuning"
 TAB_TITLES = {True: "Each at its best value (tuned)", False: "At the untuned value"}
@@ -36,6 +38,7 @@ def campaigns_of(store: RunStore, records: dict) -> list[tuple[CampaignRecord, s
 
 def _data(store: RunStore, campaign: CampaignRecord, role: str) -> Campaign:
     """``campaign_data`` once per state of the campaign's runs (their statuses and steps)."""
+    from engine.runner.reports import campaign_data
     sweeps = {campaign.tune_sweep_id, campaign.eval_sweep_id}
     key = (campaign.id, campaign.stage, role,
            tuple((r.id, r.status, r.steps_done) for r in store.list_runs() if r.sweep_id in sweeps))
@@ -82,6 +85,7 @@ def _campaign(c: Campaign) -> None:
 
 def _tables(c: Campaign) -> None:
     """Table 3 at each method's best value and at the untuned value, a tab apart."""
+    from engine.analysis.report.tuning import is_tuned
     if not c.tables:
         st.info("Table 3 of the comparison appears here once the comparison has runs: each method at its own best "
                 "value beside every method at the untuned value.", icon=":material/hourglass_top:")

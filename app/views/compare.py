@@ -7,33 +7,21 @@ memory charts, the rank figure and Table 3, each layer's cosine while "per layer
 and the metrics chosen under "Any metric"; the names offered there (and the layers) come
 from one query of the names the runs recorded (``_recorded``), so hundreds of runs do not
 load every value of every metric. The summary, the rank figure and Table 3 are computed
-once per state of the data (``_memo``), not again for each control."""
+once per state of the data (``_memo``), not again for each control; the rank figure draws
+the rows of the Table 3 shown below it (``app.compare_table``), not a Table 3 of its own."""
 
 from functools import partial
 
 import pandas as pd
 import streamlit as st
 
-from app import differences, metric_charts, state, tuning_view, viewstate
+from app import compare_table, differences, metric_charts, state, tuning_view, viewstate
 from app.display import plain, plot
 from engine.analysis import charts, frames, method_frames, progress
-from engine.analysis.summary import (
-    SUMMARY_METRICS,
-    display_frame,
-    holm_note,
-    noise_note,
-    one_per_seed,
-    paper_note,
-    read_notes,
-    split_notes,
-    summarize,
-    table3,
-)
+from engine.analysis.summary import SUMMARY_METRICS, one_per_seed, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
-from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
-from engine.core.stats import VERDICT_RULE
-from engine.runner.queries import split_batches, table3_text, where_ids
+from engine.runner.queries import split_batches, where_ids
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
@@ -427,45 +415,17 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: method_frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = method_frames.RANK_QUANTITIES[quantity]
+    margin, adjust = compare_table.chosen()
+    table = _table3(records_now, metrics, at_step, margin, adjust)  # once: the figure draws its rows
     by_rank = _memo(records_now, metrics, ("rank", quantity, at_step), partial(
-        method_frames.rank_frame, records_now.values(), metrics, quantity, at_step))
+        method_frames.rank_frame, records_now.values(), metrics, quantity, at_step, table=table))
     plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
     st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
                "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")
-
-    st.subheader("Summary (the paper's Table 3 form)")
-    margin = st.number_input(
-        "Equivalence margin δ (nats)", min_value=0.001, max_value=10.0, value=MARGIN, step=0.005, format="%.3f",
-        key="compare.margin",
-        help=f"A method reads 'equivalent' to exact when the 90 % interval of its paired Δ val lies inside ±δ (two "
-             f"one-sided tests). Default {MARGIN:g}: no more than exact backprop's own seed-to-seed SD of validation "
-             "loss in this lab's CPU reproductions (0.01–0.026 nats).")
-    adjust = st.toggle("Hold the verdicts at 5 % for the whole table (Holm)", value=True, key="compare.adjust",
-                       help="Several ranks are several tests: with this on, the chance of any false verdict in the "
-                            "table stays at 5 %. Off: each row at its own 5 % level.")
-    table = _table3(records_now, metrics, at_step, margin, adjust)
-    with st.container():  # where the table was read and why: the notes come and go as runs progress
-        for text in read_notes(table, whole=False):
-            st.info(plain(text), icon=":material/vertical_align_bottom:")
-        for text in [*read_notes(table, whole=True), *split_notes(table)]:
-            st.caption(plain(text))
-    shown = display_frame(table)
-    widths = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "split": 50, "tuned": 110, "val loss": 130, "Δ val vs exact": 105,
-              "95% CI": 150, "verdict": 95, "Δ per seed": 220, "train loss": 130, "cos": 55, "saved MiB": 80,
-              "saved ÷ exact": 100}
-    st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
-                 column_config={c: st.column_config.Column(width=w) for c, w in widths.items() if c in shown})
-    notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
-             "(same initial parameters and batches), each seed's in Δ per seed, with its 95 % interval and the 90 % "
-             f"interval of the equivalence test against ±{margin:g}. Verdict: {VERDICT_RULE}",
-             "saved ÷ exact: bytes kept for the backward pass, this method ÷ exact backprop of the same config."]
-    notes += [f"Note: {n}" for n in (holm_note(table), noise_note(table), paper_note(table)) if n]
-    st.caption(plain(" ".join(notes)))
-    d1, d2, d3 = st.columns(3)
-    for column, fmt, ext, mime in ((d1, "markdown", "md", "text/markdown"), (d2, "latex", "tex", "text/x-tex"),
-                                   (d3, "csv", "csv", "text/csv")):
-        column.download_button(f"Table 3 as {fmt}", data=table3_text(table, fmt), file_name=f"basis-table3.{ext}",
-                               mime=mime, icon=":material/download:", key=f"table3_download.{fmt}")
+    controlled = compare_table.controls()
+    if controlled != (margin, adjust):  # read before the controls were drawn; should they differ, theirs hold
+        table = _table3(records_now, metrics, at_step, *controlled)
+    compare_table.section(table, controlled[0])
 
 
 def _table3(records_now: dict, metrics, at_step, margin: float, adjust: bool):

@@ -26,7 +26,8 @@ RANK_COLUMNS = ["trace", "color", "line_color", "dash", "symbol", "setup", "esti
                 "std"]
 
 
-def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None) -> pd.DataFrame:
+def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_step: int | None = None, *,
+               table: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's central figure as numbers: ``quantity`` (a key of ``RANK_QUANTITIES``)
     against the rank R, one row per Table 3 row with seeds at its step.
 
@@ -41,28 +42,30 @@ def rank_frame(records, metrics: pd.DataFrame, quantity: str = "val_loss", at_st
     the method's colour (``charts.method_colors`` of ``records``, as on the curves),
     ``line_color`` that of the line's largest R, ``dash`` its line style (for ``exact``: its setup's,
     ``charts.SETUP_DASHES``, so two setups' reference lines differ), ``symbol`` its
-    setup's marker (``charts.setup_symbol``)."""
+    setup's marker (``charts.setup_symbol``). ``table``: that Table 3 when the caller has it
+    already (see :func:`_per_method`)."""
     if quantity not in RANK_QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}; use one of {', '.join(RANK_QUANTITIES)}")
     records = list(records)
     divisor = RANK_QUANTITIES[quantity][2]
-    at: dict[int, pd.DataFrame] = {}
+    at: dict[int, pd.Series] = {}
 
     def values(step: int) -> pd.Series:
         if step not in at:
-            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")
-        return at[step][quantity] / divisor
+            at[step] = summarize(records, metrics, at_step=step).set_index("run_id")[quantity] / divisor
+        return at[step]
 
-    return _per_method(records, metrics, at_step, values)
+    return _per_method(records, metrics, at_step, values, table)
 
 
-def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
+def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *,
+                    table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Milliseconds per train step of each method, in the rows of :func:`rank_frame`
     (``RANK_COLUMNS``, the runs Table 3 counts at its step): per run
     1000 · B·T / median(tokens/s) over its evaluation windows up to that step (each
     window's tokens/s times only the train steps: no validation, probe or checkpoint),
     then ``mean`` and ``std`` over the runs. A run whose stored config names no B·T is
-    left out."""
+    left out. ``table``: that Table 3 when the caller has it already (see :func:`_per_method`)."""
     records = list(records)
     rows = {}
     for r in records:
@@ -77,7 +80,7 @@ def step_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None) 
         median = upto.groupby("run_id")["value"].median()
         return pd.Series({rid: 1000.0 * rows[rid] / v for rid, v in median.items()}, dtype=float)
 
-    return _per_method(records, metrics, at_step, values)
+    return _per_method(records, metrics, at_step, values, table)
 
 
 RUN_TIME_COLUMNS = ["run_id", "estimator", "rank", "lam", "setup", "seed", "windows", "ms", "ms_low", "ms_high",
@@ -126,10 +129,15 @@ def run_time_frame(records, metrics: pd.DataFrame, at_step: int | None = None, *
                                                                 "load": float, "cores": "Int64"})
 
 
-def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values) -> pd.DataFrame:
+def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, values,
+                table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One ``RANK_COLUMNS`` row per Table 3 row with seeds: ``values(step)`` (a Series by
-    run id) over the runs the row counts, their mean and std (see :func:`rank_frame`)."""
-    table = table3(records, metrics, at_step)
+    run id) over the runs the row counts, their mean and std (see :func:`rank_frame`).
+    The rows are those of ``table`` when given, else of ``table3(records, metrics,
+    at_step)``: a Table 3 of the same runs at the same ``at_step``, with any margin,
+    batches or adjustment (they change its verdicts and intervals, not its rows, steps
+    or the runs they count)."""
+    table = table3(records, metrics, at_step) if table is None else table
     table = table[table["seeds"] > 0]
     setups = {setup: i for i, setup in enumerate(sorted(set(table["setup"])))}
     colors = method_colors((r.estimator, r.rank, r.lam) for r in records)

@@ -93,10 +93,8 @@ def config_diff(records: Iterable) -> pd.DataFrame:
     records = sorted(records, key=lambda r: r.id)
     configs = [effective(r.config) for r in records]
     fields = differing(configs) if len(records) > 1 else []
-    frame = pd.DataFrame({"field": fields})
-    for r, config in zip(records, configs) if fields else ():
-        frame[f"#{r.id} {r.name}"] = [_shown(config.get(k)) for k in fields]
-    return frame
+    columns = {f"#{r.id} {r.name}": [_shown(config.get(k)) for k in fields] for r, config in zip(records, configs)}
+    return pd.DataFrame({"field": fields, **(columns if fields else {})})  # built at once: a column a run
 
 
 def _numeric(values: list) -> bool:

@@ -107,6 +107,35 @@ def _val_steps(metrics: pd.DataFrame, name: str = "val_loss") -> dict[int, set[i
     return {int(r): {int(s) for s in g} for r, g in rows.groupby("run_id")["step"]}
 
 
+def _steps_read(runs: dict, val_steps: dict[int, set[int]], at_step: int | None) -> dict[int, int]:
+    """Run id → the step ``summarize`` reads it at (``at_step``, or its last validation step);
+    runs not read at any step (not reached) are left out."""
+    out = {}
+    for run_id in runs:
+        steps = val_steps.get(run_id, set())
+        if at_step is None and steps:
+            out[run_id] = max(steps)
+        elif at_step is not None and int(at_step) in steps:
+            out[run_id] = int(at_step)
+    return out
+
+
+def _values_at(metrics: pd.DataFrame, step_of: dict[int, int]) -> tuple[dict[tuple[int, str], float], dict[int, float]]:
+    """((run id, metric) → its value as ``summarize`` reads it, run id → the latest wall
+    time at its step) from ``metrics`` (ordered by id, ``SUMMARY_METRICS`` only): a memory
+    figure's last value, an eval metric's last value at the step, a probe's last at or
+    before it; runs without a step only their memory figures."""
+    step = metrics["run_id"].map(step_of)  # NaN for a run read at no step: no comparison holds
+    at = metrics["step"] == step
+    names = metrics["name"]
+    picked = metrics[names.isin(MEMORY_METRICS) | (at & names.isin(EVAL_METRICS))
+                     | ((metrics["step"] <= step) & names.isin(PROBE_METRICS))]
+    picked = picked.drop_duplicates(["run_id", "name"], keep="last")
+    values = {(int(r), str(n)): float(v) for r, n, v in zip(picked["run_id"], picked["name"], picked["value"])}
+    wall = metrics[at].groupby("run_id")["wall_time"].max()
+    return values, {int(r): float(w) for r, w in wall.items()}
+
+
 def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.DataFrame:
     """One row per run record, its metrics at one step (module docstring): at
     ``at_step`` when given (``reached`` False and the step's metrics NaN for a run
@@ -119,34 +148,19 @@ def summarize(records, metrics: pd.DataFrame, at_step: int | None = None) -> pd.
     or names are ignored."""
     runs = {r.id: r for r in records}
     metrics = metrics[metrics["run_id"].isin(list(runs)) & metrics["name"].isin(SUMMARY_METRICS)].sort_values("id")
-    val_steps = _val_steps(metrics)
-    per_run = {int(k): g for k, g in metrics.groupby("run_id")}
+    step_of = _steps_read(runs, _val_steps(metrics), at_step)
+    values, wall = _values_at(metrics, step_of)
     rows = []
     for run_id, r in runs.items():
-        mine = per_run.get(run_id, metrics.iloc[:0])
-        steps = val_steps.get(run_id, set())
-        if at_step is None:
-            step = max(steps) if steps else None
-        else:
-            step = int(at_step) if int(at_step) in steps else None
+        step = step_of.get(run_id)
         row = {
             "run_id": run_id, "name": r.name, "status": r.status, "estimator": r.estimator,
             "rank": r.rank, "lam": r.lam, "seed": r.seed, "preset": r.preset,
             "step": step, "reached": step is not None,
-            "wall_s": float(mine.loc[mine["step"] == step, "wall_time"].max()) if step is not None else np.nan,
+            "wall_s": wall.get(run_id, np.nan) if step is not None else np.nan,
             "config_key": comparable_key(r.config),
         }
-        for m in SUMMARY_METRICS:
-            if m in MEMORY_METRICS:
-                values = mine.loc[mine["name"] == m, "value"]
-            elif step is None:
-                values = ()
-            elif m in PROBE_METRICS:
-                values = mine.loc[(mine["name"] == m) & (mine["step"] <= step), "value"]
-            else:
-                values = mine.loc[(mine["name"] == m) & (mine["step"] == step), "value"]
-            row[m] = float(values.iloc[-1]) if len(values) else np.nan
-        rows.append(row)
+        rows.append(row | {m: values.get((run_id, m), np.nan) for m in SUMMARY_METRICS})
     columns = ["run_id", "name", "status", "estimator", "rank", "lam", "seed", "preset", "step", "reached",
                "wall_s", "config_key", *SUMMARY_METRICS]
     frame = pd.DataFrame(rows, columns=columns).astype({"step": "Int64", "reached": bool})
@@ -250,15 +264,37 @@ def table3(records, metrics: pd.DataFrame, at_step: int | None = None, margin: f
     metrics = metrics[metrics["run_id"].isin([r.id for r in records])]
     val_steps, test_steps, groups = _val_steps(metrics), _val_steps(metrics, "test_loss"), _groups(records, free)
     setups, losses = _setups(groups, free), {"val": _batch_losses(batches), TEST: _batch_losses(test_batches)}
-    group_of = {r.id: key for key, members in groups.items() for r in members}
-    parts = dict(list(metrics.groupby(metrics["run_id"].map(group_of), sort=False)))  # each group reads its own rows
+    reads = {key: read_group(members, val_steps, at_step) for key, members in groups.items()}
+    ons = {key: split_read(split, members, reads[key], val_steps, test_steps) for key, members in groups.items()}
+    runs = _run_rows(groups, reads, ons, metrics)
     rows = []
     for key, members in groups.items():
-        read = read_group(members, val_steps, at_step)
-        on = split_read(split, members, read, val_steps, test_steps)
-        rows += _group_rows(members, parts.get(key, metrics.iloc[:0]), read, on, setups[key], duplicates, margin,
-                            losses[on.split], free)
+        rows += _group_rows(members, runs[key], reads[key], ons[key], setups[key], duplicates, margin,
+                            losses[ons[key].split], free)
     return _ordered(holm_verdicts(_typed(pd.DataFrame(rows, columns=TABLE3_COLUMNS)), adjust))
+
+
+def _run_rows(groups: dict[str, list], reads: dict[str, Read], ons: dict[str, SplitRead],
+              metrics: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Group key → its runs' ``summarize`` rows at the group's read step (None: step -1, which no
+    run has reached), in run id order, as dicts with ``val_loss`` the read split's (test: its
+    ``test_loss``), ``saved_ratio`` (run ÷ exact) and ``method`` (estimator, rank or None, λ or
+    None). One ``summarize`` of all the groups read at the same step, not one a group."""
+    by_step: dict[int, list[str]] = {}
+    for key, read in reads.items():
+        by_step.setdefault(-1 if read.step is None else int(read.step), []).append(key)
+    out: dict[str, list[dict[str, Any]]] = {key: [] for key in groups}
+    for step, keys in by_step.items():
+        group_of = {r.id: key for key in keys for r in groups[key]}
+        s = summarize([r for key in keys for r in groups[key]], metrics, at_step=step)
+        s["group"] = s["run_id"].map(group_of)
+        s["val_loss"] = s["val_loss"].where(~s["group"].isin([k for k in keys if ons[k].split == TEST]), s["test_loss"])
+        s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
+        s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
+                       for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
+        for row in s.to_dict("records"):
+            out[row["group"]].append(row)
+    return out
 
 
 def _groups(records, free: tuple[str, ...]) -> dict[str, list]:
@@ -289,11 +325,37 @@ def _batch_losses(batches: pd.DataFrame | None) -> dict[tuple[int, int], np.ndar
                                                                              batches["losses"])}
 
 
-def _pair_batches(pairs: pd.DataFrame, step, losses: dict) -> np.ndarray | None:
-    """The S × B per-batch differences of the paired runs ``pairs`` (columns run_id and
-    exact_id, one row per seed) at ``step``; None unless every run has its B losses there."""
+def _mean(values: list[float]) -> float:
+    """The mean of ``values`` less their NaNs (NaN for none), summed as ``pandas.Series.mean`` sums them."""
+    a = np.asarray(values, dtype=float)
+    nan = np.isnan(a)
+    count = a.size - int(nan.sum())
+    return float(np.where(nan, 0.0, a).sum() / count) if count else np.nan
+
+
+def _std(values: list[float]) -> float:
+    """The sample standard deviation (ddof 1) of ``values`` less their NaNs (NaN for fewer than two),
+    by ``pandas.Series.std``'s two passes."""
+    a = np.asarray(values, dtype=float)
+    nan = np.isnan(a)
+    count = a.size - int(nan.sum())
+    if count < 2:
+        return np.nan
+    filled = np.where(nan, 0.0, a)
+    squares = np.where(nan, 0.0, (filled.sum() / count - filled) ** 2)
+    return float(np.sqrt(squares.sum() / (count - 1)))
+
+
+def _seed(value):
+    """A seed as a key: None for a missing one."""
+    return None if pd.isna(value) else value
+
+
+def _pair_batches(pairs: list[tuple[int, int]], step, losses: dict) -> np.ndarray | None:
+    """The S × B per-batch differences of the paired runs ``pairs`` ((run id, exact run id), one
+    pair per seed) at ``step``; None unless every run has its B losses there."""
     rows = []
-    for mine, exact in zip(pairs["run_id"], pairs["exact_id"]):
+    for mine, exact in pairs:
         a, b = losses.get((int(mine), int(step))), losses.get((int(exact), int(step)))
         if a is None or b is None or a.shape != b.shape or not np.isfinite(a - b).all():
             return None
@@ -301,9 +363,9 @@ def _pair_batches(pairs: pd.DataFrame, step, losses: dict) -> np.ndarray | None:
     return np.stack(rows) if rows and len({len(r) for r in rows}) == 1 else None
 
 
-def _diverged_text(method_runs: pd.DataFrame, lost: set, exact_lost: set) -> str:
+def _diverged_text(method_runs: list[dict], lost: set, exact_lost: set) -> str:
     """``2 of 5 seeds (s1, s3)``: the seeds of ``method_runs`` that diverged where exact did not ("" for none)."""
-    seeds = sorted({int(s) for s in method_runs["seed"].dropna()})
+    seeds = sorted({int(r["seed"]) for r in method_runs if not pd.isna(r["seed"])})
     bad = [s for s in seeds if s in lost and s not in exact_lost]
     return f"{len(bad)} of {len(seeds)} seeds ({', '.join(f's{s}' for s in bad)})" if bad else ""
 
@@ -314,64 +376,72 @@ def _counted(word: str, diverged_seeds: str) -> str:
     return DIVERGED if diverged_seeds and word not in (WORSE, NOT_EQUIVALENT) else word
 
 
-def _delta(method: str, done: pd.DataFrame, exact: pd.DataFrame, read: Read, margin: float,
+def _delta(method: str, done: list[dict], exact: dict, read: Read, margin: float,
            losses: dict) -> tuple[PairedDelta, pd.Series]:
-    """The paired Δ of one method's ``done`` runs against the ``exact`` runs (by seed), and Δ by seed."""
+    """The paired Δ of one method's ``done`` runs against the ``exact`` runs (seed → row), and Δ by
+    seed: over the seeds both have, where neither value nor run id is missing, in seed order."""
     if not read.trained and read.step is not None:
         return paired_delta([], margin)._replace(verdict=REFERENCE if method == "exact" else NOT_TRAINED), \
             pd.Series(dtype=float)
-    if done.empty:
+    if not done:
         return paired_delta([], margin)._replace(verdict=MISSING), pd.Series(dtype=float)
     if method == "exact":
         return paired_delta([], margin)._replace(verdict=REFERENCE), pd.Series(dtype=float)
-    pairs = done.set_index("seed")[["val_loss", "run_id"]].join(exact.rename(columns={
-        "val_loss": "exact_val", "run_id": "exact_id"}), how="inner").dropna()
-    deltas = pairs["val_loss"] - pairs["exact_val"]
-    return paired_delta(deltas, margin, batches=_pair_batches(pairs, read.step, losses)), deltas
+    pairs = sorted(((r, exact[_seed(r["seed"])]) for r in done if _seed(r["seed"]) in exact),
+                   key=lambda pair: (_seed(pair[0]["seed"]) is None, _seed(pair[0]["seed"]) or 0))  # by seed
+    pairs = [(r, e) for r, e in pairs if not pd.isna([r["val_loss"], r["run_id"], e["val_loss"], e["run_id"]]).any()]
+    deltas = pd.Series([r["val_loss"] - e["val_loss"] for r, e in pairs], index=[r["seed"] for r, _ in pairs],
+                       dtype=float)
+    batches = _pair_batches([(r["run_id"], e["run_id"]) for r, e in pairs], read.step, losses)
+    return paired_delta(deltas, margin, batches=batches), deltas
 
 
-def _group_rows(members: list, metrics: pd.DataFrame, read: Read, on: SplitRead, setup: str,
+def _group_rows(members: list, runs: list[dict], read: Read, on: SplitRead, setup: str,
                 duplicates: dict[int, int], margin: float, losses: dict, free: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The Table 3 rows of one comparable group ``members``, each method read at ``read.step``
-    (None: no live run of the group has validated; read at step -1, which none has reached) on
-    the split ``on`` says (test: its ``test_loss`` stands in for ``val_loss``), with ``losses``
-    that split's per-batch losses."""
-    s = summarize(members, metrics, at_step=read.step if read.step is not None else -1)
-    if on.split == TEST:
-        s["val_loss"] = s["test_loss"]
+    """The Table 3 rows of one comparable group ``members`` from ``runs`` (``_run_rows``: their
+    values at ``read.step``, on the split ``on`` says), with ``losses`` that split's per-batch
+    losses."""
     configs = {r.id: r.config for r in members}
-    s["saved_ratio"] = s["mem_saved_bytes"] / s["mem_saved_bytes_exact"]
-    s["method"] = [(e, None if pd.isna(r) else int(r), None if pd.isna(lam) else float(lam))
-                   for e, r, lam in zip(s["estimator"], s["rank"], s["lam"])]
     lost = {r.id for r in members if diverged(r)}
-    live = s["reached"] & ~s["status"].isin(LEFT_STATUSES)
-    reached = s[live].sort_values("run_id").drop_duplicates(["method", "seed"], keep="last")
-    exact = reached[reached["estimator"] == "exact"].drop_duplicates("seed", keep="last").set_index("seed")
-    exact_lost = {int(x) for x in s.loc[(s["estimator"] == "exact") & s["run_id"].isin(lost), "seed"]}
+    reached: dict[tuple, dict] = {}  # (method, seed) → its latest live run that reached the step
+    for r in runs:
+        if r["reached"] and r["status"] not in LEFT_STATUSES:
+            reached.pop((r["method"], _seed(r["seed"])), None)
+            reached[(r["method"], _seed(r["seed"]))] = r
+    exact = {seed: r for (method, seed), r in reached.items() if method[0] == "exact"}
+    exact_lost = {int(r["seed"]) for r in runs if r["estimator"] == "exact" and r["run_id"] in lost}
+    methods: dict[tuple, list[dict]] = {}
+    for r in runs:
+        methods.setdefault(r["method"], []).append(r)
     rows = []
-    for (estimator, rank, lam), method in s.groupby("method", sort=False):
-        done = reached[reached["method"] == (estimator, rank, lam)]
-        delta, deltas = _delta(estimator, done, exact[["val_loss", "run_id"]], read, margin, losses)
-        diverged_text = _diverged_text(method, {int(x) for x in method.loc[method["run_id"].isin(lost), "seed"]},
-                                       exact_lost)
+    for (estimator, rank, lam), method in methods.items():
+        done = [r for (m, _), r in reached.items() if m == (estimator, rank, lam)]
+        delta, deltas = _delta(estimator, done, exact, read, margin, losses)
+        diverged_text = _diverged_text(method, {int(r["seed"]) for r in method if r["run_id"] in lost}, exact_lost)
         rows.append({
             "estimator": estimator, "rank": rank, "lam": np.nan if lam is None else lam, "seeds": len(done),
-            "step": read.step, "val_loss_mean": done["val_loss"].mean(), "val_loss_std": done["val_loss"].std(ddof=1),
-            **_delta_columns(delta, deltas), "diverged": diverged_text,
+            "step": read.step, **_means(done), **_delta_columns(delta, deltas), "diverged": diverged_text,
             "verdict": _counted(delta.verdict, diverged_text),
-            "train_loss_mean": done["train_loss"].mean(), "train_loss_std": done["train_loss"].std(ddof=1),
-            "cos_mean": done["cos_mean"].mean(),
-            "mem_saved_bytes_mean": done["mem_saved_bytes"].mean(),
-            "mem_saved_bytes_exact_mean": done["mem_saved_bytes_exact"].mean(),
-            "mem_saved_ratio": done["saved_ratio"].mean(),
-            "missing_seeds": _seeds_text(set(method["seed"].dropna()) - set(done["seed"])),
-            "preset": members[0].preset, "setup": setup,
-            "run_ids": ", ".join(str(i) for i in sorted(done["run_id"])),
-            "duplicates": _duplicates_text(duplicates, set(method["run_id"])), "read": read_text(read),
+            "missing_seeds": _seeds_text({r["seed"] for r in method if not pd.isna(r["seed"])}
+                                         - {r["seed"] for r in done}),
+            "preset": members[0].preset, "setup": setup, "run_ids": ", ".join(str(r["run_id"]) for r in done),
+            "duplicates": _duplicates_text(duplicates, {r["run_id"] for r in method}), "read": read_text(read),
             "read_whole": read.whole, "split": on.split, "split_note": on.note,
-            "tuned": tuned_text([configs[i] for i in (done if len(done) else method)["run_id"]], free),
+            "tuned": tuned_text([configs[r["run_id"]] for r in (done or method)], free),
         })
     return rows
+
+
+def _means(done: list[dict]) -> dict[str, float]:
+    """The columns of a Table 3 row that are means (and stds) over its counted runs ``done``."""
+    def values(name: str) -> list[float]:
+        return [r[name] for r in done]
+
+    return {"val_loss_mean": _mean(values("val_loss")), "val_loss_std": _std(values("val_loss")),
+            "train_loss_mean": _mean(values("train_loss")), "train_loss_std": _std(values("train_loss")),
+            "cos_mean": _mean(values("cos_mean")), "mem_saved_bytes_mean": _mean(values("mem_saved_bytes")),
+            "mem_saved_bytes_exact_mean": _mean(values("mem_saved_bytes_exact")),
+            "mem_saved_ratio": _mean(values("saved_ratio"))}
 
 
 def _delta_columns(delta: PairedDelta, deltas: pd.Series) -> dict[str, Any]:

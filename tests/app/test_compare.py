@@ -10,14 +10,13 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.runtime.media_file_manager import MediaFileManager
 
 from app import display
 from engine.analysis import charts, frames, method_frames
 from engine.analysis.summary import MIB, display_frame, summarize, table3
 from engine.config import RunConfig
 from storage import RunStore
-from tests.support.pages import app, figures, page, plots, store, url  # noqa: F401 (fixtures)
+from tests.support.pages import app, downloads, figures, page, plots, store, url  # noqa: F401 (fixtures)
 from tests.support.runs import LAYERS, TINY, fake_run
 
 PAPER = RunConfig(preset="paper", steps=40, eval_interval=10, probe_interval=10)
@@ -293,20 +292,6 @@ def test_every_compare_chart_downloads_in_the_sidebars_format(url, store):
     assert all(c["filename"].startswith("basis-lab-") for c in configs)
 
 
-@pytest.fixture
-def served(monkeypatch):
-    """File name → the bytes a download button serves (given as data, not a callable)."""
-    files = {}
-    add = MediaFileManager.add
-
-    def spy(self, path_or_data, mimetype, coordinates, file_name=None, **kwargs):
-        files[file_name] = path_or_data
-        return add(self, path_or_data, mimetype, coordinates, file_name=file_name, **kwargs)
-
-    monkeypatch.setattr(MediaFileManager, "add", spy)
-    return files
-
-
 class _Foreign:
     """A config as another program might have stored it: any name, any preset."""
 
@@ -323,7 +308,7 @@ class _Foreign:
         return {**self.config.to_dict(), "preset": self.preset}
 
 
-def test_table3_downloads_and_a_neutralised_csv(url, store, served):
+def test_table3_downloads_and_a_neutralised_csv(url, store, downloads):
     formula = '=HYPERLINK("x")'
     ids = [fake_run(store, dataclasses.replace(TINY, estimator="exact")), fake_run(store, dataclasses.replace(TINY, rank=8))]
     ids.append(fake_run(store, _Foreign(dataclasses.replace(TINY, rank=8, seed=1), formula, formula)))
@@ -331,10 +316,10 @@ def test_table3_downloads_and_a_neutralised_csv(url, store, served):
     at = page(app(selected=ids).run(), "compare")
     labels = [d.label for d in at.get("download_button")]
     assert labels == ["Table 3 as markdown", "Table 3 as latex", "Table 3 as csv"]
-    markdown = _text(served["basis-table3.md"])
+    markdown = _text(downloads["basis-table3.md"]())  # written on a click (deferred), not on every rerun
     assert markdown.startswith("| setup") and "| preset=" in markdown and "basis" in markdown  # rows name their setup
-    assert "\\begin{tabular}" in _text(served["basis-table3.tex"])
-    csv = _text(served["basis-table3.csv"])
+    assert "\\begin{tabular}" in _text(downloads["basis-table3.tex"]())
+    csv = _text(downloads["basis-table3.csv"]())
     table = pd.read_csv(io.StringIO(csv), dtype=str, keep_default_na=False)
     assert list(table.columns[:11]) == ["estimator", "rank", "lam", "seeds", "step", "val_loss_mean", "val_loss_std",
                                         "delta_val_mean", "delta_val_ci95_low", "delta_val_ci95_high", "verdict"]
