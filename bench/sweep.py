@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from engine.config import RunConfig
+from engine.config.sweep import parse_seeds
 from engine.runner import jobs
 from engine.runner.cohorts import ENV as COHORTS_ENV
 from engine.runner.cohorts import SETTINGS
@@ -190,7 +191,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", default="paper")
     ap.add_argument("--ranks", default="exact,32", help="comma list: exact or BASIS ranks (default: exact,32)")
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--seeds", default="0", help="comma list of seeds (default: 0)")
+    ap.add_argument("--seeds", default="0", help="seeds, as the CLI takes them: 0,1,2 or 0-15 (default: 0)")
     ap.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
     ap.add_argument("--concurrent", type=int, default=1, help="runs each worker trains at once (default: 1)")
     ap.add_argument("--cache", choices=("default", "fresh", "off"), default="default",
@@ -200,7 +201,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="a smoke run: 50 steps")
     args = ap.parse_args(argv)
     args.ranks = [r.strip() for r in args.ranks.split(",") if r.strip()]
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.seeds = parse_seeds(args.seeds)
     if args.quick:
         args.steps = 50
     if args.workers < 1 or args.concurrent < 1 or args.steps < 1 or not args.ranks or not args.seeds:
