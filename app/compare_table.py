@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app.display import plain
+from app.viewstate import MARGIN_RANGE
 from engine.analysis.summary import display_frame, holm_note, noise_note, paper_note, read_notes, split_notes
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import VERDICT_RULE
@@ -28,16 +29,19 @@ def chosen() -> tuple[float, bool]:
     return float(st.session_state.get(MARGIN_KEY, MARGIN)), bool(st.session_state.get(ADJUST_KEY, True))
 
 
-def controls() -> tuple[float, bool]:
-    """The section's heading and its two controls; (margin, adjust) they hold."""
+def controls(persist: str | None = None) -> tuple[float, bool]:
+    """The section's heading and its two controls (their values set in the session before:
+    Compare keeps them in its URL, ``app.viewstate``'s ``margin`` and ``holm``); (margin, adjust) they hold."""
     st.subheader("Summary (the paper's Table 3 form)")
+    st.session_state.setdefault(MARGIN_KEY, MARGIN)
+    st.session_state.setdefault(ADJUST_KEY, True)
     margin = st.number_input(
-        "Equivalence margin δ (nats)", min_value=0.001, max_value=10.0, value=MARGIN, step=0.005, format="%.3f",
-        key=MARGIN_KEY,
+        "Equivalence margin δ (nats)", min_value=MARGIN_RANGE[0], max_value=MARGIN_RANGE[1], step=0.005,
+        format="%.3f", key=MARGIN_KEY, persist_state=persist,
         help=f"A method reads 'equivalent' to exact when the 90 % interval of its paired Δ val lies inside ±δ (two "
              f"one-sided tests). Default {MARGIN:g}: no more than exact backprop's own seed-to-seed SD of validation "
              "loss in this lab's CPU reproductions (0.01–0.026 nats).")
-    adjust = st.toggle("Hold the verdicts at 5 % for the whole table (Holm)", value=True, key=ADJUST_KEY,
+    adjust = st.toggle("Hold the verdicts at 5 % for the whole table (Holm)", key=ADJUST_KEY, persist_state=persist,
                        help="Several ranks are several tests: with this on, the chance of any false verdict in the "
                             "table stays at 5 %. Off: each row at its own 5 % level.")
     return float(margin), bool(adjust)

@@ -27,6 +27,10 @@ X_LABELS = {"step": "step", "wall_time": "wall time"}
 SMOOTHING_HELP = "Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value."
 CURVE_PARAMS = {"x": "x", "smoothing": "smooth", "log_y": "log"}  # control → its URL parameter (Compare's)
 CONTROL_WIDTHS = (1.2, 1.8, 0.8)  # x axis, smoothing, log y: Compare's row
+SYSTEM_NOTE = ("CPU is the training process's CPU time over wall time (100 % = one core) and RSS its resident "
+               "memory: both count every run the worker trains at once. Load is the host's one-minute load average; "
+               "above its core count, runs wait for a CPU. Device memory is JAX's; GPU utilisation and power NVML's.")
+# what the system metrics (sys/*) measure: of the process and the host, not of one run; under every chart of them
 
 
 def curve_controls(keys: Mapping[str, str], persist: str | None = None, columns: Sequence | None = None,
@@ -117,6 +121,8 @@ def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, p
             with column:
                 plot(metric_figure(metrics, info, name, x=x, smoothing=smoothing, pool=pool, log_y=log_y,
                                    group_by=group_by, facet=facet), f"metric.{name}")
+    if any(is_system(name) for name in picked):
+        st.caption(SYSTEM_NOTE)
 
 
 def system_section(metrics: pd.DataFrame, info: pd.DataFrame, *, x: str = "step", smoothing: float = 0.0,
@@ -136,6 +142,4 @@ def system_section(metrics: pd.DataFrame, info: pd.DataFrame, *, x: str = "step"
                 fig = metric_figure(metrics, info, name, x=x, smoothing=smoothing, pool=False, log_y=log_y,
                                     height=SYSTEM_HEIGHT)
                 plot(fig.update_layout(showlegend=False), f"d.{name}")
-    st.caption("CPU is the training process's CPU time over wall time (100 % = one core) and RSS its resident "
-               "memory: both count every run the worker trains at once. Load is the host's one-minute load average; "
-               "above its core count, runs wait for a CPU. Device memory is JAX's; GPU utilisation and power NVML's.")
+    st.caption(SYSTEM_NOTE)

@@ -23,6 +23,8 @@ metrics   metrics charted under "Any metric", comma separated    (none)
 where     the picker's run filter (``engine.analysis.where``)     none
           as typed; without ``runs``, the view is every run it
           matches
+margin    Table 3's equivalence margin δ (nats)                   0.02
+holm      1: Table 3's verdicts Holm-adjusted, 0: each row's own  1
 ========  =====================================================  ==============
 
 With a sweep or tag filter and no ``runs``, the view is every run the filter matches,
@@ -48,12 +50,14 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from engine.analysis.method_frames import RANK_QUANTITIES
+from engine.core.choices import EQUIVALENCE_MARGIN
 from storage.limits import INT_MAX
 
 X_AXES = ("step", "wall_time")
 MAX_DIGITS = len(str(INT_MAX))  # 19: the most digits of an id or a step in a link
 SHOWN_CHARS = 40  # the most characters of a refused value a problem quotes
 MAX_SMOOTHING = 0.99
+MARGIN_RANGE = (0.001, 10.0)  # Table 3's equivalence margin δ: the control's bounds
 WHERE = "where"  # the run filter (engine.analysis.where) of the Runs page and Compare's picker, in their URLs
 
 
@@ -75,6 +79,8 @@ class ViewState:
     quantity: str = "val_loss"
     metrics: tuple[str, ...] = ()  # charted under "Any metric" (metric names hold no comma)
     where: str | None = None  # the picker's filter text, as typed
+    margin: float = EQUIVALENCE_MARGIN  # Table 3's equivalence margin δ
+    adjust: bool = True  # Table 3's verdicts Holm-adjusted
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -164,6 +170,7 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         at = url_int(q["at"])
         if at is None:
             problems.append(f"at={shown(q['at'])} is not a step")
+    margin = _margin(q, problems)
     quantity = q.get("q", DEFAULT.quantity)
     if quantity not in RANK_QUANTITIES:
         problems.append(f"q={shown(quantity)} is not one of {', '.join(RANK_QUANTITIES)}")
@@ -177,8 +184,24 @@ def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
         facet=_flag(q["facet"], "facet", problems, DEFAULT.facet) if "facet" in q else DEFAULT.facet,
         per_layer=_flag(q["layers"], "layers", problems, DEFAULT.per_layer) if "layers" in q else DEFAULT.per_layer,
         at=at, quantity=quantity, metrics=tuple(dict.fromkeys(m.strip() for m in q.get("metrics", "").split(",") if m.strip())),
-        where=q.get(WHERE) or None, problems=tuple(problems),
+        where=q.get(WHERE) or None, margin=margin,
+        adjust=_flag(q["holm"], "holm", problems, DEFAULT.adjust) if "holm" in q else DEFAULT.adjust,
+        problems=tuple(problems),
     )
+
+
+def _margin(q: Mapping[str, str], problems: list[str]) -> float:
+    """The link's ``margin`` (δ) when it is a number within ``MARGIN_RANGE``, else the default (a problem)."""
+    if "margin" not in q:
+        return DEFAULT.margin
+    try:
+        margin = float(q["margin"])
+        if not (math.isfinite(margin) and MARGIN_RANGE[0] <= margin <= MARGIN_RANGE[1]):
+            raise ValueError
+    except ValueError:
+        problems.append(f"margin={shown(q['margin'])} is not a number in [{MARGIN_RANGE[0]:g}, {MARGIN_RANGE[1]:g}]")
+        return DEFAULT.margin
+    return margin
 
 
 def _bit(value: bool) -> str:
@@ -200,6 +223,8 @@ _PARAMS = (  # URL parameter, view field, the field's text (None: left out), in 
     ("q", "quantity", str),
     ("metrics", "metrics", lambda v: ",".join(v) or None),
     (WHERE, "where", lambda v: v or None),
+    ("margin", "margin", lambda v: f"{v:g}"),
+    ("holm", "adjust", _bit),
 )
 
 

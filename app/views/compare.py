@@ -38,7 +38,8 @@ _FOLLOW = "compare.follow"  # the selection is every run of the sweep/tag filter
 _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool", "x": "compare.x",
          "smoothing": "compare.smoothing", "log_y": "compare.log_y", "group": "compare.group", "facet": "compare.facet",
          "per_layer": "compare.per_layer", "at": "compare.at", "quantity": "compare.rank_quantity",
-         "metrics": "compare.metrics", "where": "compare.where"}
+         "metrics": "compare.metrics", "where": "compare.where", "margin": compare_table.MARGIN_KEY,
+         "adjust": compare_table.ADJUST_KEY}
 NO_GROUP = "method"
 KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
@@ -51,11 +52,14 @@ def _apply(view: viewstate.ViewState) -> None:
     if view.where and view.runs is None:  # a link with a filter and no run list: the runs it matches now
         runs = _where_matches(view.where) or runs
     st.session_state["compare.pick"] = runs
+    st.session_state["compare.linked"] = view  # its group and metrics are checked once the runs are known
     st.session_state[_FOLLOW] = view.runs is None and not view.where and (view.sweep is not None or view.tag is not None)
     for name, key in _KEYS.items():
         st.session_state[key] = _control_value(name, getattr(view, name))
     state.set_selected(runs)
     notes = list(view.problems) + ([f"runs {', '.join(map(str, missing))} are not in the database"] if missing else [])
+    if outside := [i for i in view.runs or () if i in records and i not in runs]:
+        notes.append(f"runs {', '.join(map(str, outside))} are not of its sweep or tag filter")
     for name, known in (("sweep", {r.sweep_id for r in records.values()}), ("tag", {t for r in records.values() for t in r.tags or []})):
         if getattr(view, name) is not None and getattr(view, name) not in known:
             notes.append(f"{name} {getattr(view, name)!r} is not in the database")
@@ -80,7 +84,8 @@ def _current() -> viewstate.ViewState:
         smoothing=float(values["smoothing"]), log_y=bool(values["log_y"]), group=values["group"],
         facet=bool(values["facet"]), per_layer=bool(values["per_layer"]),
         at=None if values["at"] is None else int(values["at"]), quantity=values["quantity"],
-        metrics=tuple(values["metrics"] or ()), where=(values["where"] or "").strip() or None)
+        metrics=tuple(values["metrics"] or ()), where=(values["where"] or "").strip() or None,
+        margin=round(float(values["margin"]), 6), adjust=bool(values["adjust"]))
 
 
 def _write_url() -> dict[str, str]:
@@ -132,16 +137,25 @@ def _where_picked() -> None:
     pick and says why in one line."""
     text = (st.session_state.get("compare.where") or "").strip()
     st.session_state.pop("compare.where_error", None)
-    if not text or not (matched := _where_matches(text)):
-        return
-    st.session_state[_FOLLOW] = False
-    st.session_state["compare.pick"] = matched
-    state.set_selected(matched)
+    if text and (matched := _where_matches(text)):
+        _pick(matched)
 
 
 def _picked() -> None:
-    st.session_state[_FOLLOW] = False  # a hand-picked selection no longer follows the filter
-    state.set_selected(st.session_state["compare.pick"])
+    _pick(st.session_state["compare.pick"])
+
+
+def _pick(runs: list[int]) -> None:
+    """Select ``runs``, picked by hand or by the filter box: the selection no longer follows
+    the sweep and tag boxes, and a box a picked run is outside of is set to any, so the boxes
+    describe what is shown and a link (``runs``, narrowed by them) opens exactly these runs."""
+    st.session_state[_FOLLOW] = False
+    st.session_state["compare.pick"] = list(runs)
+    for name, test in (("sweep", lambda r, v: r.sweep_id == v), ("tag", lambda r, v: v in (r.tags or []))):
+        value = st.session_state.get(_KEYS[name])
+        if value is not None and not all(test(records[i], value) for i in runs if i in records):
+            st.session_state[_KEYS[name]] = None
+    state.set_selected(list(runs))
 
 
 for name, key in _KEYS.items():  # a first visit: the defaults
@@ -199,16 +213,17 @@ if not ids:
     st.info("Pick one or more runs above (or tick them on the Runs page), or choose a sweep or a tag.")
     st.stop()
 
-c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
-x = c1.radio("x axis", viewstate.X_AXES, horizontal=True, persist_state=KEEP, key=_KEYS["x"],
-             format_func=lambda v: {"step": "step", "wall_time": "wall time"}[v])
-smoothing = c2.slider("EMA smoothing", 0.0, viewstate.MAX_SMOOTHING, step=0.01, persist_state=KEEP, key=_KEYS["smoothing"],
-                      help="Weight w of the debiased exponential moving average: m = w·m + (1 − w)·value.")
-log_y = c3.toggle("log y", persist_state=KEEP, key=_KEYS["log_y"])
-pool = c4.toggle("pool seeds", persist_state=KEEP, key=_KEYS["pool"],
-                 help="Runs that differ only by seed become one curve: the mean with a ± std band.")
 info_all = frames.describe_runs([records[i] for i in ids if i in records])
 group_options = [NO_GROUP, *frames.group_choices(info_all)]
+if (linked := st.session_state.pop("compare.linked", None)) is not None:  # a link's colour-by and metrics: of these runs?
+    recorded_now = store.metric_names([i for i in ids if i in records])
+    for note in viewstate.unknown_in(linked, group_options[1:], recorded_now):
+        st.warning(plain(f"The link's {note}; shown without it."), icon=":material/link_off:")
+    st.session_state[_KEYS["metrics"]] = [m for m in linked.metrics if m in recorded_now]
+c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
+x, smoothing, log_y = metric_charts.curve_controls(_KEYS, KEEP, (c1, c2, c3))
+pool = c4.toggle("pool seeds", persist_state=KEEP, key=_KEYS["pool"],
+                 help="Runs that differ only by seed become one curve: the mean with a ± std band.")
 if st.session_state.get(_KEYS["group"]) not in group_options:
     st.session_state[_KEYS["group"]] = NO_GROUP
 group_by = c5.selectbox("Colour by", group_options, persist_state=KEEP, key=_KEYS["group"],
@@ -309,21 +324,27 @@ def _view() -> None:
         return
     kept, duplicates = one_per_seed(records_now.values())
     records_now = {r.id: r for r in kept}
-    info = frames.describe_runs(list(records_now.values()))
+    left_out = frames.common_seeds(kept)[1] if pool else {}  # seeds pooled for some methods, not all
+    info = frames.describe_runs(kept)
     recorded = _recorded(records_now)
     metrics = state.metrics(store, list(records_now), _drawn(recorded))
     with st.container():
         _status_line(records_now, metrics, duplicates)
-    if (~info["status"].isin(ACTIVE_STATUSES)).all() != all_ended:
+    if all(r.status not in ACTIVE_STATUSES for r in kept) != all_ended:
         st.rerun()  # all runs ended (or one started): redraw with the matching refresh rate
-    for section in (partial(tuning_view.section, store), _loss, partial(_cosine, recorded=recorded), _memory,
+    for section in (partial(tuning_view.section, store), partial(_loss, left_out=left_out), partial(_cosine, recorded=recorded), _memory,
                     partial(_any_metric, recorded=recorded), _by_rank, _apart):  # a campaign's section first
         with st.container():
             section(records_now, info, metrics)
 
 
-def _loss(records_now: dict, info, metrics) -> None:
+def _loss(records_now: dict, info, metrics, left_out: dict[str, list]) -> None:
     st.subheader("Loss")
+    if left_out:  # pooled curves over other seeds than Table 3's pairs: said
+        st.caption(plain("Pooled curves average each method's own seeds (their labels count them); Table 3 pairs each "
+                         "method with exact on the seeds both have. Seeds not every method of the setup has, in the "
+                         "curves but not in every pair: " + "; ".join(f"{m} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                                                          for m, v in left_out.items()) + "."))
     if facet:  # one panel per value of the chosen field, curves by method
         for metric, y_title, title, key in (("val_loss", "validation loss (nats/token)", "Validation loss", "val"),
                                             ("train_loss", "train loss (nats/token)", "Train loss (mean since last eval)",
@@ -422,7 +443,7 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
     st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
                "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")
-    controlled = compare_table.controls()
+    controlled = compare_table.controls(KEEP)
     if controlled != (margin, adjust):  # read before the controls were drawn; should they differ, theirs hold
         table = _table3(records_now, metrics, at_step, *controlled)
     compare_table.section(table, controlled[0])

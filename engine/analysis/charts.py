@@ -149,10 +149,36 @@ def _layout(fig: go.Figure, title: str | None, height: int) -> go.Figure:
     return fig
 
 
+SUBPLOT_TITLE_CHARS = 12  # a subplot title's longest line: three panels side by side fit a 420 px screen
+SUBPLOT_TITLE_SIZE = 12
+TITLE_LINE_PX = 16  # the height of one line of a subplot title
+
+
+def wrapped(text: str, width: int = SUBPLOT_TITLE_CHARS) -> list[str]:
+    """``text`` in lines of at most ``width`` characters where it can be broken: after a
+    "/" (``block_0/mlp/`` ``proj``) or at a space; a part longer than ``width`` stays whole."""
+    parts = [p for p in text.replace("/", "/\n").replace(" ", " \n").split("\n") if p]
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(part.rstrip()) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return [line.rstrip() for line in lines] or [""]
+
+
+def _subplot_titles(titles) -> list[str]:
+    """Subplot titles wrapped (``wrapped``) for ``make_subplots``, Plotly-safe."""
+    return ["<br>".join(plain(line, PLOTLY) for line in wrapped(str(t))) for t in titles]
+
+
 def _clear_subplot_titles(fig: go.Figure) -> go.Figure:
-    """Room between the legend and the subplot titles above the panels: a transparent
-    legend border, which the legend's push on the top margin includes."""
-    fig.update_layout(legend=dict(borderwidth=12, bordercolor="rgba(0,0,0,0)"))
+    """Room between the legend and the subplot titles above the panels, one line of
+    ``TITLE_LINE_PX`` per line of the longest: a transparent legend border, which the
+    legend's push on the top margin includes; the titles in a smaller font."""
+    lines = max((a.text.count("<br>") + 1 for a in fig.layout.annotations if a.text), default=1)
+    fig.update_annotations(font=dict(size=SUBPLOT_TITLE_SIZE))
+    fig.update_layout(legend=dict(borderwidth=12 + TITLE_LINE_PX * (lines - 1), bordercolor="rgba(0,0,0,0)"))
     return fig
 
 
@@ -249,8 +275,9 @@ def panels_figure(
         return _layout(_no_data(go.Figure(), "no points yet"), title, height_per_row)
     cols = max(1, min(columns, len(names)))
     rows = math.ceil(len(names) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[plain(n, PLOTLY) for n in names], shared_yaxes=shared_y,
-                        horizontal_spacing=0.05, vertical_spacing=0.18 if rows > 1 else 0.1)
+    lines = max(len(wrapped(n)) for n in names)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=_subplot_titles(names), shared_yaxes=shared_y,
+                        horizontal_spacing=0.06, vertical_spacing=min(0.18 + 0.04 * (lines - 1), 0.9 / (rows - 1)) if rows > 1 else 0.1)
     legend: set[str] = set()
     for i, name in enumerate(names):
         r, c = divmod(i, cols)
@@ -274,8 +301,8 @@ def memory_figure(frame: pd.DataFrame, *, title: str | None = None, height: int 
     if frame.empty:
         return _layout(_no_data(go.Figure(), "no memory figures recorded"), title, height)
     quantities = list(dict.fromkeys(frame["quantity"]))
-    fig = make_subplots(rows=1, cols=len(quantities), subplot_titles=quantities, horizontal_spacing=0.05,
-                        shared_yaxes=True)
+    fig = make_subplots(rows=1, cols=len(quantities), subplot_titles=_subplot_titles(quantities),
+                        horizontal_spacing=0.08, shared_yaxes=True)
     for i, quantity in enumerate(quantities, start=1):
         q = frame[frame["quantity"] == quantity]
         has_base = q["baseline_mib"].notna()

@@ -67,6 +67,26 @@ def describe_runs(records: Sequence) -> pd.DataFrame:
     return info[columns]
 
 
+def common_seeds(records: Sequence) -> tuple[list, dict[str, list]]:
+    """(the runs whose seed every method of their comparable config has, the seeds
+    Table 3 can pair each method with exact on; per method label the seeds outside that
+    set). Compare names the latter under its pooled curves, which average each method's own
+    seeds. A setup whose methods share no seed keeps all its runs."""
+    by_key: dict[str, dict[str, set]] = {}
+    for r in records:
+        by_key.setdefault(comparable_key(r.config), {}).setdefault(seed_group_key(r.config), set()).add(r.seed)
+    common = {k: set.intersection(*groups.values()) for k, groups in by_key.items()}
+    kept: list = []
+    left_out: dict[str, set] = {}
+    for r in records:
+        key = comparable_key(r.config)
+        if not common[key] or r.seed in common[key]:
+            kept.append(r)
+        else:
+            left_out.setdefault(method_label(r.estimator, r.rank, r.lam), set()).add(r.seed)
+    return kept, {label: sorted(seeds) for label, seeds in left_out.items()}
+
+
 GROUP_BY_TAG, GROUP_BY_SWEEP = "tag", "sweep"
 
 
