@@ -55,7 +55,9 @@ def test_the_launch_form_launches_what_it_shows_once_and_says_so_in_view(tmp_pat
             _enter(page, "Name", "")
             page.get_by_text(f"{RUNS} runs to launch", exact=True).wait_for()
 
-            page.get_by_text("Queue for workers", exact=True).last.click()  # the preview's (nothing trains)
+            page.get_by_role("button", name=LAUNCH).wait_for()  # the cleared name is read: the form launches again
+            # the preview's switch (nothing trains); the Reproduce expander's, folded, is not visible
+            page.locator('p:text-is("Queue for workers"):visible').last.click()
             page.get_by_role("button", name=f"Queue {RUNS} runs").dblclick()
             said = f"Queued {RUNS} runs for workers"
             page.get_by_text(said).first.wait_for()
