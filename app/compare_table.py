@@ -18,9 +18,16 @@ from engine.core.stats import VERDICT_RULE
 from engine.runner.queries import table3_text
 
 MARGIN_KEY, ADJUST_KEY = "compare.margin", "compare.adjust"
-WIDTHS = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "split": 50, "tuned": 110, "val loss": 130,
-          "Δ val vs exact": 105, "95% CI": 150, "verdict": 95, "Δ per seed": 220, "train loss": 130, "cos": 55,
+WIDTHS = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "split": 50, "tuned": 110, "loss": 130,
+          "Δ loss": 105, "95% CI": 150, "verdict": 95, "Δ per seed": 220, "train loss": 130, "cos": 55,
           "saved MiB": 80, "saved ÷ exact": 100}
+
+
+def _width(column: str) -> int | None:
+    """A column's width; the loss and Δ columns by their kind, whichever split they are headed by."""
+    kind = "Δ loss" if column.startswith("Δ ") and column.endswith(" vs exact") else \
+        "loss" if column.endswith(" loss") and column != "train loss" else column
+    return WIDTHS.get(kind)
 
 
 def chosen() -> tuple[float, bool]:
@@ -57,8 +64,9 @@ def section(table: pd.DataFrame, margin: float) -> None:
             st.caption(plain(text))
     shown = display_frame(table)
     st.dataframe(shown, hide_index=True, width="stretch", placeholder="—",
-                 column_config={c: st.column_config.Column(width=w) for c, w in WIDTHS.items() if c in shown})
-    notes = ["Δ val vs exact: the mean over seeds of the paired difference to the exact run of the same seed "
+                 column_config={c: st.column_config.Column(width=w) for c in shown if (w := _width(c))})
+    delta = next(c for c in shown if c.startswith("Δ ") and c.endswith(" vs exact"))
+    notes = [f"{delta}: the mean over seeds of the paired difference to the exact run of the same seed "
              "(same initial parameters and batches), each seed's in Δ per seed, with its 95 % interval and the 90 % "
              f"interval of the equivalence test against ±{margin:g}. Verdict: {VERDICT_RULE}",
              "saved ÷ exact: bytes kept for the backward pass, this method ÷ exact backprop of the same config."]

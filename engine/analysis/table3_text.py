@@ -96,7 +96,22 @@ def display_frame(table: pd.DataFrame) -> pd.DataFrame:
         out.insert(out.columns.get_loc("λ") + 1, "tuned", [v or "—" for v in tuned])
     if (split == TEST).any():
         out.insert(out.columns.get_loc("step") + 1, "split", [v or "—" for v in split])
-    return out
+    loss, delta = loss_headings(split)
+    return out.rename(columns={VAL_HEADINGS[0]: loss, VAL_HEADINGS[1]: delta})
+
+
+VAL_HEADINGS = ("val loss", "Δ val vs exact")
+
+
+def loss_headings(splits) -> tuple[str, str]:
+    """The headings of the loss and Δ columns for rows that read ``splits``: ``val loss`` and
+    ``Δ val vs exact`` when every row read validation, ``test loss`` and ``Δ test vs exact``
+    when every row read the test split, ``loss`` and ``Δ loss vs exact`` when they differ (the
+    ``split`` column then says which row read which)."""
+    read = {TEST if v == TEST else "val" for v in splits}
+    if read == {TEST}:
+        return "test loss", "Δ test vs exact"
+    return VAL_HEADINGS if read <= {"val"} else ("loss", "Δ loss vs exact")
 
 
 def read_notes(table: pd.DataFrame, whole: bool | None = None) -> list[str]:

@@ -239,3 +239,14 @@ def test_run_table3_reads_the_test_batches_from_the_store_only_when_a_run_has_a_
     splits.clear()
     tuned = run_table3(store, free=("lr",))
     assert set(tuned["tuned"]) == {"lr=0.01"} and splits == ["val", "test"]
+
+
+def test_the_loss_columns_are_headed_by_the_split_their_rows_read():
+    """A table that read the test split never heads its numbers "val": every row on test reads
+    ``test loss``; mixed rows read ``loss`` beside the ``split`` column; validation alone ``val loss``."""
+    from engine.analysis.table3_text import loss_headings
+
+    assert loss_headings(["val", "val"]) == ("val loss", "Δ val vs exact")
+    assert loss_headings(["test", "test"]) == ("test loss", "Δ test vs exact")
+    assert loss_headings(["test", "val"]) == ("loss", "Δ loss vs exact")
+    assert loss_headings(["", "val"]) == ("val loss", "Δ val vs exact")  # rows read nowhere yet
