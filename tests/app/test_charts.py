@@ -10,6 +10,12 @@ import pytest
 from engine.analysis import charts, frames
 
 
+def _title(text: str) -> str:
+    """A subplot title with ``charts.wrapped``'s line breaks undone: none after a "/", a space elsewhere."""
+    return "".join(line if line.endswith("/") or k == len(text.split("<br>")) - 1 else line + " "
+                   for k, line in enumerate(text.split("<br>")))
+
+
 def _series(trace, color, ys, std=None, xs=None, dash="solid"):
     xs = list(range(0, 10 * len(ys), 10)) if xs is None else xs
     ys = np.asarray(ys, float)
@@ -80,7 +86,7 @@ def test_panels_figure_one_panel_per_layer_one_legend_entry_per_curve():
     panels = {layer: pd.concat([_series("basis R=1 s0", R1, [0.1, 0.2]), _series("basis R=8 s0", R8, [0.5, 0.6])])
               for layer in ("block_0/mlp/fc", "block_0/mlp/proj", "head", "block_1/mlp/fc")}
     fig = charts.panels_figure(panels, y_title="cosine", columns=3)
-    assert [a.text for a in fig.layout.annotations] == list(panels)
+    assert [_title(a.text) for a in fig.layout.annotations] == list(panels)
     assert len(fig.data) == 8
     legend = [t.name for t in fig.data if t.showlegend is not False]
     assert legend == ["basis R=1 s0", "basis R=8 s0"]
@@ -98,7 +104,7 @@ def test_memory_figure_bars_against_the_grey_baseline_with_the_ratio_written():
         "ratio": [1.0, 0.5, 1.0, np.nan],
     })
     fig = charts.memory_figure(frame)
-    assert [a.text for a in fig.layout.annotations] == ["Saved for backward", "Peak device memory"]
+    assert [_title(a.text) for a in fig.layout.annotations] == ["Saved for backward", "Peak device memory"]
     run, base, run2, base2 = fig.data
     assert {t.orientation for t in fig.data} == {"h"}  # whole labels on the axis of runs, readable at any width
     assert list(run.x) == [12.0, 6.0] and list(run.text) == ["1.000×", "0.500×"]
