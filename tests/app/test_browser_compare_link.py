@@ -11,6 +11,7 @@ import io
 
 import pandas as pd
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from storage import RunStore
 from tests.support.browser import dashboard_page
@@ -50,13 +51,21 @@ def _picked(page) -> list[int]:
 
 
 def _table3(page) -> pd.DataFrame:
-    """Table 3 as its csv download holds it."""
-    button = page.get_by_role("button", name="Table 3 as csv")
-    button.scroll_into_view_if_needed()
-    with page.expect_download(timeout=120_000) as info:
-        button.click()
-    with open(info.value.path(), encoding="utf-8") as f:
-        return pd.read_csv(io.StringIO(f.read()))
+    """Table 3 as its csv download holds it. A click that lands while Compare reruns can be lost
+    (the button is drawn again): it is clicked again, up to 8 times, 30 s each."""
+    for attempt in range(8):
+        button = page.get_by_role("button", name="Table 3 as csv")
+        button.scroll_into_view_if_needed()
+        try:
+            with page.expect_download(timeout=30_000) as info:
+                button.click()
+        except PlaywrightTimeout:
+            if attempt == 7:
+                raise
+            continue
+        with open(info.value.path(), encoding="utf-8") as f:
+            return pd.read_csv(io.StringIO(f.read()))
+    raise AssertionError("unreachable")
 
 
 def _settled_table3(page, ranks: set[str]) -> list[tuple]:

@@ -80,7 +80,6 @@ def test_pooled_seeds_not_paired_are_named_and_subplot_titles_never_overlap(tmp_
             box = caption.bounding_box()
             seen[f"8 visible, {width}"] = caption.is_visible() and box is not None and box["width"] > 0 \
                 and 0 <= box["y"] < HEIGHT and box["x"] >= 0 and box["x"] + box["width"] <= width + 1
-            seen[f"8 pooled, {width}"] = page.evaluate(SWITCH, "pool seeds")
 
             for name, title in FIGURES.items():  # 14: no two subplot titles of one figure overlap
                 page.locator(".js-plotly-plot").filter(has_text=title.split(" per ")[0]).first.wait_for()
@@ -89,6 +88,7 @@ def test_pooled_seeds_not_paired_are_named_and_subplot_titles_never_overlap(tmp_
                 seen[f"14 {name} overlaps, {width}"] = _overlaps(drawn["boxes"])
                 boxes[f"{name}, {width}"] = drawn["boxes"]
             seen[f"14 per layer on, {width}"] = page.evaluate(SWITCH, "per layer")  # its figure is drawn by now
+            seen[f"8 pooled, {width}"] = page.evaluate(SWITCH, "pool seeds")  # read once the page is drawn
     expected = {}
     for w in WIDTHS:
         expected.update({f"8 visible, {w}": True, f"8 pooled, {w}": True, f"14 per layer on, {w}": True})
