@@ -53,6 +53,7 @@ from engine.training.loop import (
     _Window,
     block_limit,
     memory_figures,
+    restore,
     validation,
 )
 from engine.training.phases import Phases
@@ -297,15 +298,8 @@ class Cohort:
     def resume(self, m: _Member, on_resume) -> bool | Ended:
         """Continue member ``m`` from its newest valid checkpoint, if any (``_Training.resume``);
         whether one was restored, or ``Ended`` when reading it raised past the checkpoints' own errors."""
-        extra: dict | None = None
-        notes: list[str] = []
         try:
-            if m.checkpoints is not None and m.checkpoints.latest_step() is not None:
-                try:
-                    with self.phases.timed("checkpoint"):
-                        _, m.state, extra, notes = m.checkpoints.restore_latest_valid(m.state)
-                except ValueError as e:  # CheckpointError: none is readable
-                    notes = [str(e)]
+            m.state, extra, notes = restore(m.checkpoints, m.state, self.phases)
             if on_resume is not None:
                 on_resume(int(extra["step"]) if extra else 0, notes)
             if extra is None:

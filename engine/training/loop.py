@@ -95,6 +95,19 @@ def validation(eval_fn: Callable, params, val, test) -> tuple[dict[str, float], 
     return values, batch_losses
 
 
+def restore(checkpoints: "Checkpointer | None", state, phases: Phases) -> tuple[object, dict | None, list[str]]:
+    """(state, extra, notes) of the newest valid checkpoint of ``checkpoints`` (``state``, None
+    and why, when there is none or none is readable); its reading is ``checkpoint`` time."""
+    if checkpoints is None or checkpoints.latest_step() is None:
+        return state, None, []
+    try:
+        with phases.timed("checkpoint"):
+            _, state, extra, notes = checkpoints.restore_latest_valid(state)
+    except ValueError as e:  # CheckpointError: none is readable
+        return state, None, [str(e)]
+    return state, extra, notes
+
+
 def memory_figures(config: RunConfig, params, batch, compiled_step, key) -> dict[str, float]:
     """Saved-activation bytes of this run's step and of its exact baseline, in total
     and per category (``engine.model.memory.CATEGORIES``), and the compiled step's XLA
@@ -275,14 +288,7 @@ class _Training:
     def resume(self, on_resume: Callable[[int, list[str]], None] | None) -> bool:
         """Continue from the newest valid checkpoint, if any; whether one was restored.
         ``on_resume`` hears the step it continues from (0: none) and why newer ones were skipped."""
-        extra: dict | None = None
-        notes: list[str] = []
-        if self.checkpoints is not None and self.checkpoints.latest_step() is not None:
-            try:
-                with self.phases.timed("checkpoint"):
-                    _, self.state, extra, notes = self.checkpoints.restore_latest_valid(self.state)
-            except ValueError as e:  # CheckpointError: none is readable
-                notes = [str(e)]
+        self.state, extra, notes = restore(self.checkpoints, self.state, self.phases)
         if on_resume is not None:
             on_resume(int(extra["step"]) if extra else 0, notes)
         if extra is None:
