@@ -16,7 +16,7 @@ from app import form, metric_charts
 from engine.config import RunConfig
 from storage import RunStore
 from storage.logs import INFO
-from tests.support.browser import choose, dashboard_page
+from tests.support.browser import BESIDE, choose, dashboard_page
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, fake_run
 
 WIDTHS = (1400, 420)
@@ -31,13 +31,7 @@ GRID_ROWS = """() => {  // the first column's run ids of the page's first table
 GRID_TEXT = """() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"]'))
   .map(g => Array.from(g.querySelectorAll('[role="gridcell"], td')).map(c => c.innerText.trim()).join(' | '))
   .join(' || ')"""
-BESIDE = """() => {  // how many levels above the notice the element is that holds Resume all too (null: none near)
-  let e = Array.from(document.querySelectorAll('[data-testid="stAlert"]')).find(a => a.innerText.includes('interrupted'));
-  for (let up = 0; e && up < 6; up++, e = e.parentElement) {
-    if (Array.from(e.querySelectorAll('button')).some(b => b.innerText.includes('Resume all'))) return up;
-  }
-  return null;
-}"""
+
 
 
 def _seen(page, text: str) -> bool:

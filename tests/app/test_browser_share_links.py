@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from storage import RunStore
-from tests.support.browser import choose, dashboard_page
+from tests.support.browser import BESIDE, choose, dashboard_page
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, fake_run
 
 RESULT = {"layer": "all", "estimator": "basis", "rank": 4, "lam": 0.0, "bias2": 1e-3, "bias2_se": 1e-3,
@@ -22,13 +22,7 @@ GRID_IDS = """() => {
 }"""
 
 
-BESIDE = """() => {  // how many levels above the notice the element is that holds Resume all too (null: none near)
-  let e = Array.from(document.querySelectorAll('[data-testid="stAlert"]')).find(a => a.innerText.includes('interrupted'));
-  for (let up = 0; e && up < 6; up++, e = e.parentElement) {
-    if (Array.from(e.querySelectorAll('button')).some(b => b.innerText.includes('Resume all'))) return up;
-  }
-  return null;
-}"""
+
 
 
 def _lab(url: str) -> dict:

@@ -118,3 +118,13 @@ def choose(page, testid: str, label: str, option: str, attempts: int = 4) -> Non
         except Exception:  # noqa: BLE001 — playwright's TimeoutError: the list did not open
             page.keyboard.press("Escape")
     wanted.click()
+
+
+# how many levels above the "interrupted" notice the element is that holds Resume all too (null: none near)
+BESIDE = """() => {
+  let e = Array.from(document.querySelectorAll('[data-testid="stAlert"]')).find(a => a.innerText.includes('interrupted'));
+  for (let up = 0; e && up < 6; up++, e = e.parentElement) {
+    if (Array.from(e.querySelectorAll('button')).some(b => b.innerText.includes('Resume all'))) return up;
+  }
+  return null;
+}"""
