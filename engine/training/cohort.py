@@ -48,8 +48,6 @@ from engine.training.inputs import load_data
 from engine.training.loop import (
     Checkpointer,
     Record,
-    _block_end,
-    _checkpoint_due,
     _Window,
     block_limit,
     memory_figures,
@@ -57,6 +55,7 @@ from engine.training.loop import (
     validation,
 )
 from engine.training.phases import Phases
+from engine.training.schedule import Schedule
 from engine.training.steps import init_state, make_train_block
 from engine.training.system import SystemSampler
 
@@ -191,7 +190,8 @@ class Cohort:
         # a member's memory figures are its run's: those of the run's own compiled step
         self.step_fn = step.lower(self.members[0].state, jnp.asarray(self.example), key0).compile()
         self.block_fn = _cohort_block(cfg, optimizer)
-        self.limit = max_block if max_block is not None else block_limit(jax.default_backend())
+        # its members' configs differ only by seed and name: one schedule is every member's
+        self.schedule = Schedule.of(config, max_block if max_block is not None else block_limit(jax.default_backend()))
         self.stacked: Any = None
         self.stacked_members: list[_Member] = []
         self.pending: list[tuple[int, list[_Member], jax.Array]] = []  # (first step, members, losses[M, n])
@@ -234,18 +234,16 @@ class Cohort:
 
     def advance(self, group: list[_Member]) -> Iterator[tuple[int, Record | Ended]]:
         """One block of ``group``'s steps, then its records and checkpoints."""
-        c = self.config
+        schedule = self.schedule
         first = group[0].done + 1
         last = self.block_end(group, first)
         batches = np.stack([m.batches(first, last) for m in group])
-        probe_now = bool(self.probe_names) and bool(c.probe_interval) and first % c.probe_interval == 0
-        eval_now = last % c.effective_eval_interval == 0 or last == c.steps
-        sample_now = bool(c.probe_interval) and last % c.probe_interval == 0
+        eval_now, record_now = schedule.evaluates(last), schedule.records(first, last)
         values: dict[int, dict[str, float]] = {m.index: {} for m in group}
-        if probe_now:
+        if schedule.probes(first):
             values = self.probe(group, first, batches[:, 0])
         self.step(group, first, last, batches)
-        yield from self.tell(group, first, last, probe_now or eval_now)
+        yield from self.tell(group, first, last, schedule.reads(first, last))
         live = [m for m in group if m.alive]
         losses: dict[int, dict] = {}
         if eval_now and live:
@@ -253,7 +251,7 @@ class Cohort:
             for m in live:
                 more, losses[m.index] = self.evaluate(m, last)
                 values[m.index].update(more)
-        if live and (probe_now or eval_now or sample_now):
+        if live and record_now:
             if not eval_now:
                 self.lap(live)
             system = self.system.sample()
@@ -262,12 +260,12 @@ class Cohort:
                 yield from self.hand_over(m, record)
         saved = False
         for m in live:
-            saved = self.checkpoint(m, last, eval_now) or saved
+            saved = self.checkpoint(m, last) or saved
             if m.ended is not None:
                 yield from self.end(m, m.ended)
-            elif last == c.steps:
+            elif schedule.is_last(last):
                 yield from self.end(m, Ended(last, FINISHED))
-        if probe_now or eval_now or sample_now or saved:
+        if record_now or saved:
             self.segment = time.perf_counter()
 
     def hand_over(self, m: _Member, item: Record | Ended) -> Iterator[tuple[int, Record | Ended]]:
@@ -284,11 +282,10 @@ class Cohort:
 
     def initial_record(self, m: _Member) -> Record:
         """Step 0 of member ``m``, as its run records it (``_Training.initial_record``)."""
-        c = m.config
+        c, schedule = m.config, self.schedule
         with self.phases.timed("eval"):
-            whole = c.steps == 0
-            val, test = (self.val, self.test) if whole else (self.val_interim, self.test_interim)
-            values, losses = validation(self.eval_fn, m.state.params, val, test if c.test_every_eval else None)
+            val, test = (self.val, self.test) if schedule.whole(0) else (self.val_interim, self.test_interim)
+            values, losses = validation(self.eval_fn, m.state.params, val, test if schedule.tests(0) else None)
         with self.phases.timed("compile"):
             key0 = sketch_key(m.sketch_root, 0)
             values.update(memory_figures(c, m.state.params, jnp.asarray(self.example), self.step_fn, key0))
@@ -349,15 +346,11 @@ class Cohort:
 
     def block_end(self, group: list[_Member], first: int) -> int:
         """The last step of the block that starts at ``first``: where each member's run would end
-        it (``_block_end``), and never past the step of a member waiting ahead."""
-        ends = [_block_end(m.config, first, bool(self.probe_names), self.limit,
-                           m.last_saved if m.checkpoints is not None else None) for m in group]
-        last = min(ends)
+        it (``Schedule.block_end``), and never past the step of a member waiting ahead."""
         ahead = [m.done for m in self.members if m.alive and m.done >= first]
-        if ahead and min(ahead) < last:
-            n = min(ahead) - first + 1
-            last = first + (1 << (n.bit_length() - 1)) - 1
-        return last
+        until = min(ahead) if ahead else None
+        return min(self.schedule.block_end(first, m.last_saved if m.checkpoints is not None else None, until)
+                   for m in group)
 
     # ------------------------------------------------------------------ steps
 
@@ -416,12 +409,12 @@ class Cohort:
 
     def evaluate(self, m: _Member, step: int) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """Member ``m``'s eval values at ``step`` and per-batch losses (``_Training.evaluate``)."""
-        final = step == m.config.steps
+        final = self.schedule.whole(step)
         val, test = (self.val, self.test) if final else (self.val_interim, self.test_interim)
         checked = m.window.checked
         with self.phases.timed("eval"):
             values, losses = validation(self.eval_fn, self.state_of(m).params, val,
-                                        test if final or m.config.test_every_eval else None)
+                                        test if self.schedule.tests(step) else None)
         values = dict(train_loss=float(np.mean(checked)), **values,
                       tokens_per_s=len(checked) * self.tokens_per_step / m.window.seconds)
         if final and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
@@ -443,14 +436,15 @@ class Cohort:
         self.phases.close("train")
         self.segment = time.perf_counter()
 
-    def checkpoint(self, m: _Member, step: int, eval_now: bool) -> bool:
-        """Save member ``m`` at its last step and when ``_checkpoint_due``; whether it saved (a
+    def checkpoint(self, m: _Member, step: int) -> bool:
+        """Save member ``m`` at its last step and when ``Schedule.checkpoint_due``; whether it saved (a
         save that raised ends it: ``m.ended``)."""
-        if step != m.config.steps:
-            if not _checkpoint_due(m.config, step, eval_now, m.last_saved, time.perf_counter() - m.last_saved_at):
+        last = self.schedule.is_last(step)
+        if not last:
+            if not self.schedule.checkpoint_due(step, m.last_saved, time.perf_counter() - m.last_saved_at):
                 return False
             self.lap([x for x in self.stacked_members if x.alive])
-        ended = self.save(m, step, final=step == m.config.steps)
+        ended = self.save(m, step, final=last)
         m.ended = ended
         return True
 

@@ -11,7 +11,8 @@ of the same seed differ only by their estimator:
 
 ``train(config)`` is a generator of ``Record``s: one at step 0 (validation loss
 of the initial parameters and the memory figures), one at every eval and probe
-interval and one at the last step. Every record carries the system metrics of its
+interval and one at the last step; what is due at which step (evals, probes, records,
+checkpoints, where compiled blocks end) is its ``Schedule`` (``engine.training.schedule``). Every record carries the system metrics of its
 moment (``engine.training.system``), sampled outside the timed steps: a run with no
 sketched layer to probe still records them at every probe interval. The records at
 step 0 and at every eval also carry the per-batch validation losses behind ``val_loss``
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine import data
-from engine.config import CHECKPOINT_SECONDS, RunConfig
+from engine.config import RunConfig
 from engine.core.choices import DIVERGED_ERROR
 from engine.errors import BasisLabError
 from engine.model.gpt import init_params
@@ -47,6 +48,7 @@ from engine.training.compiled import compiled_stats
 from engine.training.devices import DeviceLayout, device_layout
 from engine.training.inputs import load_data
 from engine.training.phases import Phases
+from engine.training.schedule import Schedule
 from engine.training.steps import init_state, make_optimizer, make_train_block
 from engine.training.system import SystemSampler
 
@@ -220,21 +222,21 @@ def train(
         first = step + 1
         last = training.block_end(first)
         batches = training.batches(first, last)
-        probe_now, eval_now = training.probes(first), training.evaluates(last)
-        sample_now = bool(config.probe_interval) and last % config.probe_interval == 0
-        values = training.probe(first, batches[0]) if probe_now else {}
+        schedule = training.schedule
+        eval_now, record_now = schedule.evaluates(last), schedule.records(first, last)
+        values = training.probe(first, batches[0]) if schedule.probes(first) else {}
         training.step(first, last, batches)
-        training.tell(first, last, probe_now or eval_now, on_step)
+        training.tell(first, last, schedule.reads(first, last), on_step)
         step = last
         if eval_now:
             values.update(training.evaluate(step))
-        if values or sample_now:
+        if record_now:
             if not eval_now:
                 training.lap()
             values.update(training.system.sample())
             yield from training.hand_over(Record(step, training.wall(), values, training.batch_losses if eval_now else {}))
-        training.checkpoint(step, eval_now)
-        if values or step == training.last_saved:
+        training.checkpoint(step)
+        if record_now or step == training.last_saved:
             training.segment = time.perf_counter()
 
 
@@ -278,7 +280,8 @@ class _Training:
         self.state = devices.put_state(state)
         step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
         self.step_fn = step.lower(self.state, devices.put_batch(self.example), devices.put_key(self.key0)).compile()
-        self.limit = devices.block_limit(max_block if max_block is not None else block_limit(jax.default_backend()))
+        limit = devices.block_limit(max_block if max_block is not None else block_limit(jax.default_backend()))
+        self.schedule = Schedule.of(config, limit)
         self.window, self.done, self.offset = _Window(), 0, 0.0
         self.last_saved, self.last_saved_at, self.segment = 0, self.start, self.start
         phases.close("setup")
@@ -306,7 +309,7 @@ class _Training:
     def initial_record(self) -> Record:
         """Step 0: the validation loss of the initial parameters on the interim batches (and,
         with ``test_every_eval``, the test loss) and the memory figures."""
-        values = self.validate(self.config.test_every_eval, whole=self.config.steps == 0)
+        values = self.validate(self.schedule.tests(0), whole=self.schedule.whole(0))
         rows = jnp.asarray(self.devices.local_rows(self.example))
         with self.phases.timed("compile"):  # the saved residuals are listed by tracing two programs
             values.update(memory_figures(self.config, self.state.params, rows, self.step_fn, self.key0))
@@ -321,16 +324,8 @@ class _Training:
     # ------------------------------------------------------------------ steps
 
     def block_end(self, first: int) -> int:
-        """The last step of the block that starts at ``first`` (``_block_end``)."""
-        saved = self.last_saved if self.checkpoints is not None else None
-        return _block_end(self.config, first, bool(self.probe_names), self.limit, saved)
-
-    def probes(self, first: int) -> bool:
-        interval = self.config.probe_interval
-        return bool(self.probe_names) and bool(interval) and first % interval == 0
-
-    def evaluates(self, last: int) -> bool:
-        return last % self.config.effective_eval_interval == 0 or last == self.config.steps
+        """The last step of the block that starts at ``first`` (``Schedule.block_end``)."""
+        return self.schedule.block_end(first, self.last_saved if self.checkpoints is not None else None)
 
     def probe(self, first: int, batch: np.ndarray) -> dict[str, float]:
         """The dW probe of step ``first``, before it runs (on several devices: device 0's
@@ -380,8 +375,8 @@ class _Training:
         interim before the last step); the window starts afresh."""
         self.lap()
         checked = self.window.checked
-        final = step == self.config.steps
-        values = dict(train_loss=float(np.mean(checked)), **self.validate(final or self.config.test_every_eval, final),
+        final = self.schedule.whole(step)
+        values = dict(train_loss=float(np.mean(checked)), **self.validate(self.schedule.tests(step), final),
                       tokens_per_s=len(checked) * self.tokens_per_step / self.window.seconds)
         if final and (peak := compiled_stats(self.step_fn).get("device_peak_bytes")) is not None:
             values["mem_peak_bytes"] = float(peak)
@@ -411,13 +406,13 @@ class _Training:
         self.window.seconds += time.perf_counter() - self.segment
         self.phases.close("train")
 
-    def checkpoint(self, step: int, eval_now: bool) -> None:
-        """Save at the last step (final), and whenever ``_checkpoint_due`` says so (on
+    def checkpoint(self, step: int) -> None:
+        """Save at the last step (final), and whenever ``Schedule.checkpoint_due`` says so (on
         several processes: as process 0's clock says)."""
-        if step == self.config.steps:
+        if self.schedule.is_last(step):
             self.save(step, final=True)
-        elif self.devices.agree(_checkpoint_due(self.config, step, eval_now, self.last_saved,
-                                                time.perf_counter() - self.last_saved_at)):
+        elif self.devices.agree(self.schedule.checkpoint_due(step, self.last_saved,
+                                                             time.perf_counter() - self.last_saved_at)):
             self.lap()
             self.save(step)
 
@@ -457,33 +452,3 @@ def _train_block(cfg, optimizer: str, lr: float, momentum: float, weight_decay: 
     """``make_train_block`` shared by every run of one model and optimizer (the seeds of
     a sweep), so each block size compiles once per process."""
     return make_train_block(cfg, make_optimizer(optimizer, lr, momentum=momentum, weight_decay=weight_decay))
-
-
-def _block_end(config: RunConfig, first: int, probing: bool, limit: int, last_saved: int | None) -> int:
-    """The last step of the block that starts at ``first``: it stops at the next eval
-    step, the last step, the step before the next probe (a probe reads the parameters
-    before its step and is recorded after it, so a probe step is a block of its own; a
-    run that does not probe still stops at every probe interval, where it samples its
-    system metrics) and ``checkpoint_interval`` steps after the last checkpoint, and holds at most
-    ``limit`` steps, a power of two."""
-    last = min(config.steps, first + limit - 1, -(-first // config.effective_eval_interval) * config.effective_eval_interval)
-    if probing and config.probe_interval:
-        if first % config.probe_interval == 0:  # its record follows this one step
-            return first
-        next_probe = -(-(first + 1) // config.probe_interval) * config.probe_interval
-        last = min(last, next_probe - 1)
-    elif config.probe_interval:
-        last = min(last, -(-first // config.probe_interval) * config.probe_interval)
-    if config.checkpoint_interval is not None and last_saved is not None:
-        last = min(last, max(first, last_saved + config.checkpoint_interval))
-    n = last - first + 1
-    return first + (1 << (n.bit_length() - 1)) - 1
-
-
-def _checkpoint_due(config: RunConfig, step: int, eval_now: bool, last_saved: int, seconds_since: float) -> bool:
-    """Every ``checkpoint_interval`` steps; by default at the first eval boundary
-    ``CHECKPOINT_SECONDS`` after the last checkpoint, or at any step 1.5 times that
-    after it (the checkpoint holds the partial loss window, so any step is exact)."""
-    if config.checkpoint_interval is not None:
-        return step - last_saved >= config.checkpoint_interval
-    return seconds_since >= CHECKPOINT_SECONDS * (1.0 if eval_now else 1.5)

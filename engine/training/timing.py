@@ -29,6 +29,7 @@ from typing import Sequence
 
 from engine.config import ConfigError, RunConfig
 from engine.core import checks
+from engine.training.schedule import Schedule
 
 EVAL_COST = 1 / 3  # a validation batch (forward only) relative to a train step
 PROBE_COST = 2.0  # a dW probe (two backward passes) relative to a train step
@@ -109,13 +110,15 @@ def _time_steps(config: RunConfig, steps: int) -> StepTiming:
 
 
 def run_seconds(config: RunConfig, timing: StepTiming) -> float:
-    """Estimated wall time of one run of ``config`` (see the module docstring)."""
-    evals = config.steps // config.effective_eval_interval + 1
-    probes = 0 if config.is_exact or not config.probe_interval else config.steps // config.probe_interval
+    """Estimated wall time of one run of ``config`` (see the module docstring): its evals and
+    probes are those its ``Schedule`` runs, the evals before the last step on the interim
+    validation (and, with ``test_every_eval``, test) batches, the last on every batch."""
+    schedule = Schedule.of(config)
+    interim = [s for s in schedule.eval_steps() if not schedule.whole(s)]
     held_out = 2 if config.effective_test_tokens else 1  # the last step validates (and tests) on every batch
-    batches = (evals - 1) * config.effective_interim_val_batches * (held_out if config.test_every_eval else 1)
+    batches = len(interim) * config.effective_interim_val_batches * (held_out if config.test_every_eval else 1)
     batches += held_out * config.effective_val_batches
-    step_equivalents = config.steps + batches * EVAL_COST + probes * PROBE_COST
+    step_equivalents = config.steps + batches * EVAL_COST + len(schedule.probe_steps()) * PROBE_COST
     return timing.startup_s + step_equivalents * timing.step_s
 
 

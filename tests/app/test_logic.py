@@ -347,8 +347,11 @@ def test_run_seconds_counts_steps_evals_probes_and_startup():
     evals, probes = 100 // 10 + 1, 100 // 20
     batches = evals * 3 + 3  # every eval reads the 3 validation batches; the last step also the 3 test batches
     assert timing.run_seconds(config, t) == pytest.approx(5.0 + 0.1 * (100 + batches * timing.EVAL_COST + probes * timing.PROBE_COST))
-    exact = dataclasses.replace(config, estimator="exact")
+    exact = dataclasses.replace(config, estimator="exact", sketched_layers="none")  # nothing to probe
     assert timing.run_seconds(exact, t) == pytest.approx(5.0 + 0.1 * (100 + batches * timing.EVAL_COST))
+    # an exact run of sketched layers probes them (its reference cosine 1.0), as its training does
+    reference = dataclasses.replace(config, estimator="exact")
+    assert timing.run_seconds(reference, t) == pytest.approx(timing.run_seconds(config, t))
     assert timing.grid_seconds([config, exact], [t, t]) == pytest.approx(timing.run_seconds(config, t) + timing.run_seconds(exact, t))
     assert timing.grid_seconds([config, exact], [t, t], concurrent=2) == pytest.approx(timing.run_seconds(config, t))
 

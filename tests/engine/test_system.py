@@ -11,6 +11,7 @@ import pytest
 
 from engine.config import RunConfig
 from engine.training import loop
+from engine.training.schedule import Schedule
 from engine.training.system import MIB, PREFIX, SYSTEM_METRICS, SystemSampler, axis_title, chart_title, is_system
 
 HOST = {"sys/cpu_percent", "sys/rss_mib", "sys/load1", "sys/cores"}
@@ -104,10 +105,11 @@ def test_nvml_that_does_not_start_leaves_gpu_figures_out(monkeypatch):
 def test_a_run_without_probes_still_ends_blocks_at_every_probe_interval():
     """An exact run (nothing to probe) samples its system metrics at multiples of the
     probe interval: its blocks end there."""
-    config = RunConfig(preset="tiny", steps=13, eval_interval=6, probe_interval=4)
+    config = RunConfig(preset="tiny", steps=13, eval_interval=6, probe_interval=4, estimator="exact",
+                       sketched_layers="none")
     ends, first = [], 1
     while first <= config.steps:
-        ends.append(loop._block_end(config, first, False, 8, None))
+        ends.append(Schedule.of(config, 8).block_end(first))
         first = ends[-1] + 1
     assert ends == [4, 6, 8, 12, 13]
 

@@ -10,6 +10,7 @@ import engine.training.loop as train_mod
 from engine import data
 from engine.config import ConfigError, RunConfig
 from engine.training.loop import TrainingDiverged, train
+from engine.training.schedule import Schedule
 from engine.training.steps import floor_optimizer, make_optimizer
 from engine.training.system import is_system
 
@@ -223,7 +224,7 @@ def test_compiled_blocks_compute_what_the_steps_compute(step_by_step):
 def test_block_ends_stop_at_probes_evals_and_the_last_step():
     ends, first = [], 1
     while first <= BLOCKED.steps:
-        last = train_mod._block_end(BLOCKED, first, True, 4, 0)
+        last = Schedule.of(BLOCKED, 4).block_end(first, 0)
         ends.append((first, last))
         first = last + 1
     # probes (steps 4, 8, 12) are blocks of their own; evals follow 6, 12, 13; sizes are powers of two
@@ -235,8 +236,8 @@ def test_a_checkpoint_interval_without_checkpoints_does_not_end_blocks():
     """A run given ``checkpoint_interval`` but no checkpointer never saves, so its blocks
     are not cut at last_saved + interval (which would end a block before it starts)."""
     every = BLOCKED.replace(checkpoint_interval=1, probe_interval=0)
-    assert train_mod._block_end(every, 2, False, 4, None) == 5
-    assert train_mod._block_end(every, 2, False, 4, 1) == 2  # with checkpoints: one step past the last save
+    assert Schedule.of(every, 4).block_end(2, None) == 5
+    assert Schedule.of(every, 4).block_end(2, 1) == 2  # with checkpoints: one step past the last save
 
 
 def test_a_resumed_blocked_run_equals_its_uninterrupted_twin(tmp_path, step_by_step):
