@@ -82,10 +82,14 @@ browser:
 postgres:
 	bash scripts/install_postgres.sh
 
-# Chromium and PostgreSQL one after the other: apt-get holds one lock for both.
+slurm:
+	bash scripts/install_slurm.sh
+
+# Chromium, PostgreSQL and Slurm one after the other: apt-get holds one lock for all.
 system:
 	bash scripts/install_browser.sh
 	bash scripts/install_postgres.sh
+	bash scripts/install_slurm.sh
 
 checks: install-test
 	$(VENV)/bin/lint-imports
@@ -95,7 +99,7 @@ checks: install-test
 # PostgreSQL installs beside the Python lock and the checks. Chromium installs in the background
 # from the start, through the checks and the first tests: the browser tests wait for it
 # (scripts/install_browser.sh), and the first of them starts minutes into the suite.
-test-ready: checks postgres
+test-ready: checks postgres slurm
 
 test:
 	bash scripts/install_browser.sh --background

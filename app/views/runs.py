@@ -15,7 +15,7 @@ import zlib
 
 import streamlit as st
 
-from app import confirm, display, form, scatter, state, tables, viewstate
+from app import confirm, display, form, scatter, slurm_panel, state, tables, viewstate
 from engine.analysis import progress
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
@@ -218,6 +218,7 @@ def _workers() -> None:
         if workers.empty:
             st.caption("No worker has registered yet: this dashboard registers one when it starts training, "
                        "and so does each `python -m engine worker`.")
+            slurm_panel.section(store)
             return
         st.dataframe(
             workers.assign(state=workers["state"].map(display.worker_state_text)), hide_index=True, width="stretch",
@@ -232,6 +233,7 @@ def _workers() -> None:
                     help=f"A worker silent for more than {liveness.STALE_AFTER_S:.0f} s, or whose process is gone, is shown as gone."),
             },
         )
+        slurm_panel.section(store)
 
 
 def _filters(runs) -> tuple[str, str, list, list, list, list]:

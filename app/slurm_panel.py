@@ -1,0 +1,66 @@
+"""The workers view's Slurm section: the lab's Slurm jobs (job id, state, node, worker, the
+run it trains) and a form that submits worker jobs or cancels them, through the functions
+``python -m engine workers --slurm / --cancel`` call (``engine.runner.slurm``). A refused
+request (no Slurm here, SQLite, an unknown partition, a database the jobs cannot reach) is
+one error line (``app.state.guarded``) and submits nothing."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import streamlit as st
+
+from app import display, state
+from engine.runner import slurm
+
+KEY = "runs.slurm."
+
+
+def section(store) -> None:
+    """Drawn inside the workers expander behind a toggle (off: no Slurm command runs): the jobs,
+    then the form; a caption where there is no Slurm."""
+    if not st.toggle("Workers on Slurm", key=KEY + "show",
+                     help="The lab's Slurm jobs, and a form to put workers on the cluster or take them back"):
+        return
+    if shutil.which("sbatch") is None:
+        st.caption("Workers on a Slurm cluster: run the dashboard (or `python -m engine workers --slurm N`) on a "
+                   "login node of the cluster; this machine has no `sbatch`.")
+        return
+    _jobs(store)
+    _form(store)
+
+
+@state.guarded
+def _jobs(store) -> None:
+    jobs = slurm.lab_jobs(store)
+    if not jobs:
+        st.caption("No Slurm job of this lab is queued or running.")
+        return
+    frame = pd.DataFrame([dict(job=j.job_id, state=j.state, node=j.node, worker=j.worker, run=j.run_id) for j in jobs])
+    st.dataframe(frame, hide_index=True, width="stretch", placeholder="—", key=KEY + "jobs",
+                 column_config={"run": st.column_config.NumberColumn("training run", format="%d")})
+    if st.button("Cancel these Slurm jobs", key=KEY + "cancel", icon=":material/cancel:",
+                 help="scancel: each job's runs checkpoint and go back to the queue (resumable)"):
+        cancelled = slurm.cancel(store)
+        st.toast(display.plain(f"Cancelled Slurm job(s) {', '.join(cancelled)}"))
+
+
+def _form(store) -> None:
+    with st.form(KEY + "form", border=False):
+        cols = st.columns(5)
+        count = cols[0].number_input("Slurm jobs", min_value=1, max_value=256, value=2, step=1)
+        partition = cols[1].text_input("Partition", value="", placeholder="the cluster's default")
+        gpus = cols[2].number_input("GPUs per job", min_value=0, max_value=16, value=0, step=1)
+        minutes = cols[3].number_input("Time limit (min)", min_value=1, value=60, step=10)
+        idle = cols[4].number_input("Exit after idle (s)", min_value=0, value=60, step=10)
+        if st.form_submit_button("Put workers on Slurm", icon=":material/cloud_upload:",
+                                 help="Each job drains the queue of this database (PostgreSQL) and exits"):
+            _submit(store, slurm.SlurmRequest(jobs=int(count), partition=partition.strip() or None, gpus=int(gpus),
+                                              time_min=int(minutes), idle_exit=float(idle)))
+
+
+@state.guarded
+def _submit(store, request: slurm.SlurmRequest) -> None:
+    ids = slurm.submit(store, request)
+    st.success(display.plain(f"Submitted Slurm job(s) {', '.join(ids)}"), icon=":material/check:")

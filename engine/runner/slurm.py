@@ -1,0 +1,257 @@
+"""Workers as Slurm jobs: submit, list and cancel them (``engine workers --slurm``, the
+dashboard's workers view). The job side is ``engine.runner.slurm_jobs``.
+
+A request puts ``jobs`` Slurm jobs on the queue through ``submitit`` (no sbatch text is
+written here); each runs a worker that claims the database's queued runs, like
+``python -m engine worker``, and exits once it has had nothing to train for ``idle_exit``
+seconds (the queue is drained) or at its time limit.
+
+Contract:
+
+- Everything is checked before anything is submitted (``SlurmError``: one line naming the
+  fix, nothing queued, nothing written): ``sbatch`` on the ``PATH``, the partition among
+  ``sinfo``'s, a database that is not SQLite (PostgreSQL: many machines share it) and that
+  the jobs can reach (a loopback host or Unix socket only when every node of the partition
+  is this machine), and that it answers from here.
+- Secrets reach the jobs only through a file: the database URL and the checkpoint root are
+  written to ``<folder>/settings.json`` with mode 0600 in the lab's Slurm folder (``folder``:
+  ``slurm-jobs/<database uid>`` beside the checkpoint root, which the nodes must share), and
+  a job gets that file's path. ``sbatch`` is started without ``BASIS_LAB_DB_URL`` or
+  ``PGPASSWORD`` in its environment, so no job's environment holds them.
+- A lab's jobs are named ``basis-lab-<first 12 digits of the database uid>``; ``lab_jobs``
+  lists those ``squeue`` knows (job id, state, node) with the worker each job registered
+  (``<folder>/workers/<job id>``: a line per start of the job, the last one now) and the
+  run that worker trains now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import UserError
+from engine.runner.paths import checked_root
+from engine.runner.slurm_jobs import FailedJobError, SlurmExecutor, SlurmWorker, write_settings
+from storage import RunStore, StorageError
+
+JOB_PREFIX = "basis-lab-"
+SECRET_VARIABLES = ("BASIS_LAB_DB_URL", "PGPASSWORD")  # never handed to sbatch (it exports the environment)
+COMMAND_TIMEOUT_S = 60
+
+
+class SlurmError(UserError, ValueError):
+    """Slurm or the request cannot put workers on the cluster; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What to submit: ``jobs`` workers, each a job on ``partition`` (None: the cluster's
+    default) with ``gpus`` GPUs, ``cpus`` CPUs, ``mem_gb`` GB (None: the partition's default)
+    for at most ``time_min`` minutes, training ``concurrent`` runs at once and exiting after
+    ``idle_exit`` seconds with nothing to train; ``options``: more sbatch options,
+    ``{"qos": "high"}`` for ``--qos=high``."""
+
+    jobs: int
+    partition: str | None = None
+    gpus: int = 0
+    cpus: int = 1
+    mem_gb: float | None = None
+    time_min: int = 60
+    concurrent: int = 1
+    idle_exit: float = 60.0
+    options: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        for name in ("jobs", "cpus", "time_min", "concurrent"):
+            if getattr(self, name) < 1:
+                raise SlurmError(f"{name.replace('_', ' ')} must be at least 1 (got {getattr(self, name)})")
+        if self.gpus < 0 or (self.mem_gb is not None and self.mem_gb <= 0) or self.idle_exit < 0:
+            raise SlurmError("GPUs and the idle exit must be ≥ 0 and the memory > 0; fix the request")
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One of the lab's jobs as ``squeue`` shows it, with the worker it registered (None
+    until it starts) and the run that worker trains (None: idle or not started)."""
+
+    job_id: str
+    state: str
+    node: str
+    worker: str | None
+    run_id: int | None
+
+
+def job_name(store: RunStore) -> str:
+    """The name of the lab's jobs."""
+    return _name(store.identities.identity().uid)
+
+
+def _name(uid: str) -> str:
+    return JOB_PREFIX + uid[:12]
+
+
+def lab_folder(store: RunStore) -> Path:
+    """The lab's Slurm folder: submitit's pickles and logs, the settings file, the workers' ids."""
+    return checked_root(store, None).parent / "slurm-jobs" / store.identities.identity().uid
+
+
+def _run(*cmd: str) -> str:
+    """A Slurm command's stdout; its failure as a ``SlurmError`` with its first line."""
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SlurmError(f"`{' '.join(cmd)}` failed ({e}); check that Slurm answers (`sinfo`)") from None
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        raise SlurmError(f"`{' '.join(cmd)}` failed: {first}; check that Slurm answers (`sinfo`)")
+    return done.stdout
+
+
+def require_slurm() -> None:
+    if shutil.which("sbatch") is None:
+        raise SlurmError("no Slurm here (`sbatch` is not on the PATH): run this on a login node of the cluster, or "
+                         "start workers by hand with `python -m engine worker`")
+
+
+def partitions() -> list[str]:
+    """The cluster's partitions, its default first."""
+    names = [line.strip() for line in _run("sinfo", "-h", "-o", "%P").splitlines() if line.strip()]
+    return sorted({n.rstrip("*") for n in names}, key=lambda n: (n + "*" not in names, n))
+
+
+def check_partition(partition: str | None) -> None:
+    known = partitions()
+    if not known:
+        raise SlurmError("Slurm lists no partition (`sinfo`); ask the cluster's admins which to use")
+    if partition is not None and partition not in known:
+        raise SlurmError(f"no partition {partition!r} on this cluster; use one of {', '.join(known)} (--partition)")
+
+
+def _is_local(host: str | None) -> bool:
+    """Whether ``host`` names this machine only: none or a path (a Unix socket), localhost, a loopback address."""
+    if not host or host.startswith("/") or host == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
+
+
+def _nodes_local(partition: str | None) -> bool:
+    """Whether every node of ``partition`` is this machine (its address loopback or its own name)."""
+    out = _run("sinfo", "-h", "-N", "-o", "%N %o", *(["-p", partition] if partition else []))
+    me = {socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}
+    pairs = [line.split() for line in out.splitlines() if line.strip()]
+    return bool(pairs) and all(p[0] in me or (len(p) > 1 and (p[1] in me or _is_local(p[1]))) for p in pairs)
+
+
+def refuse_sqlite(url: str | None) -> None:
+    """Refuse a SQLite database (``url`` None: ``$BASIS_LAB_DB_URL`` or the default file)."""
+    from storage.db import resolve_url
+
+    if resolve_url(url).startswith("sqlite"):
+        raise SlurmError("workers on Slurm need a database many machines share: use PostgreSQL "
+                         "(--db postgresql+psycopg://user@host/db, the password in ~/.pgpass), not a SQLite file")
+
+
+def check_database(store: RunStore, partition: str | None) -> None:
+    """Refuse a database the jobs cannot share or reach (see the module's contract)."""
+    from sqlalchemy.engine import make_url
+
+    refuse_sqlite(store.url)
+    url = make_url(store.url)
+    host = url.host or url.query.get("host")
+    host = host if isinstance(host, str) or host is None else host[0]
+    if _is_local(host) and not _nodes_local(partition):
+        raise SlurmError(f"the database's host {host or '(a local socket)'} is this machine only, which the nodes "
+                         "cannot reach: give --db the database server's network name or address")
+    try:
+        store.workers.list_workers()
+    except StorageError as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise SlurmError(f"the database does not answer from here ({first}); start it or fix --db") from None
+
+
+@contextlib.contextmanager
+def _without_secrets():
+    """This process's environment without the variables that may hold a password, while sbatch starts."""
+    saved = {name: os.environ.pop(name) for name in SECRET_VARIABLES if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def submit(store: RunStore, request: SlurmRequest) -> list[str]:
+    """Check everything, then submit ``request.jobs`` worker jobs; their Slurm job ids."""
+    request.check()
+    require_slurm()
+    check_partition(request.partition)
+    check_database(store, request.partition)
+    folder = lab_folder(store)
+    settings = write_settings(folder, store.engine.url.render_as_string(hide_password=False),
+                              checked_root(store, None))
+    executor = SlurmExecutor(folder=folder / "%j", max_num_timeout=3)
+    params: dict = dict(job_name=job_name(store), time=request.time_min, cpus_per_task=request.cpus,
+                        additional_parameters=dict(request.options))
+    if request.partition:
+        params["partition"] = request.partition
+    if request.gpus:
+        params["gpus_per_node"] = request.gpus
+    if request.mem_gb is not None:
+        params["mem"] = f"{request.mem_gb:g}GB"
+    executor.update_parameters(**params)
+    worker = SlurmWorker(str(settings), str(folder), concurrent=request.concurrent, idle_exit=request.idle_exit)
+    ids: list[str] = []
+    with _without_secrets(), contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal too
+        try:
+            for _ in range(request.jobs):
+                ids.append(executor.submit(worker).job_id)
+        except FailedJobError as e:  # sbatch refused a job: an option, a limit, the account
+            first = (str(e).strip().splitlines() or ["no reason given"])[0][:200]
+            more = f"; jobs {', '.join(ids)} went in before it (`--cancel` takes them back)" if ids else ""
+            raise SlurmError(f"sbatch refused the job ({first}): fix the Slurm flags{more}") from None
+    return ids
+
+
+def lab_jobs(store: RunStore) -> list[SlurmJob]:
+    """The lab's jobs that Slurm still knows, oldest first, each with its worker and run."""
+    require_slurm()
+    known = store.identities.read()  # a read writes nothing: a database without an identity never submitted
+    if known is None:
+        return []
+    out = _run("squeue", "-h", "--name", _name(known.uid), "-o", "%i|%T|%N")
+    if not out.strip():
+        return []
+    workers = {w.id: w for w in store.workers.list_workers()}
+    folder = lab_folder(store) / "workers"
+    jobs = []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        job_id, state, node = (line.split("|") + ["", ""])[:3]
+        found = folder / job_id
+        worker = found.read_text().split()[-1] if found.is_file() and found.read_text().strip() else None
+        record = workers.get(worker) if worker else None
+        run_id = record.current_run_id if record is not None and record.status == "active" else None
+        jobs.append(SlurmJob(job_id, state, node or "-", worker, run_id))
+    return sorted(jobs, key=lambda j: [int(p) if p.isdigit() else 0 for p in j.job_id.split("_")])
+
+
+def cancel(store: RunStore, job_ids: list[str] | None = None) -> list[str]:
+    """``scancel`` the lab's jobs (``job_ids`` of them; None: all); the ids cancelled. Each
+    running worker gets SIGTERM: its runs checkpoint, end interrupted and go back to the queue."""
+    mine = [job.job_id for job in lab_jobs(store)]
+    chosen = mine if job_ids is None else [j for j in job_ids if j in mine]
+    unknown = sorted(set(job_ids or ()) - set(mine))
+    if unknown:
+        raise SlurmError(f"no job {', '.join(unknown)} of this lab on Slurm; `python -m engine workers` lists them")
+    if chosen:
+        _run("scancel", *chosen)
+    return chosen
