@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from sqlalchemy.engine import URL
+
 from .errors import StorageError
 from .models import DatabaseIdentity
 from .outputs import OutputExistsError, refuse_special
 
-__all__ = ["Backup", "backup", "backup_bytes", "pg_dump_path"]
+__all__ = ["Backup", "backup", "backup_url", "backup_bytes", "pg_dump_path"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,17 @@ def pg_dump_path() -> Optional[str]:
 
 def backup(store, out: str | os.PathLike, *, force: bool = False) -> Backup:
     """Write a consistent copy of ``store``'s database (a :class:`storage.RunStore`) to
-    ``out``; refuses an existing ``out`` unless ``force``.  Raises :class:`StorageError`
-    with the fix. ``out`` must not name anything but a regular file (a device, a FIFO, a
-    socket: ``storage.outputs``), ``force`` or not: checked before the copy and again just
-    before it is renamed into place."""
+    ``out``: :func:`backup_url` of its URL."""
+    return backup_url(store.engine.url, out, force=force)
+
+
+def backup_url(url: URL, out: str | os.PathLike, *, force: bool = False) -> Backup:
+    """Write a consistent copy of the database at ``url`` (at any schema revision: the
+    migrations back up the revision they leave) to ``out``; refuses an existing ``out``
+    unless ``force``.  Raises :class:`StorageError` with the fix. ``out`` must not name
+    anything but a regular file (a device, a FIFO, a socket: ``storage.outputs``), ``force``
+    or not: checked before the copy and again just before it is renamed into place."""
     out = Path(out).expanduser().absolute()
-    url = store.engine.url
     backend = url.get_backend_name()
     if out.is_dir():
         raise StorageError(f"{out} is a directory; name the backup file to write, e.g. {out / 'basis-lab-backup.db'}")
@@ -134,11 +141,13 @@ def _sqlite_backup(source: Path, target: Path) -> int:
         try:
             src.backup(dst)  # one step: one consistent snapshot, the WAL's transactions included
             dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-            dst.execute(f"DELETE FROM {DatabaseIdentity.__tablename__}")  # the copy makes its own
+            tables = {row[0] for row in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if DatabaseIdentity.__tablename__ in tables:  # (a schema before revision 0006 has none)
+                dst.execute(f"DELETE FROM {DatabaseIdentity.__tablename__}")  # the copy makes its own
             check = dst.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise StorageError(f"the backup of {source} failed its integrity check ({check}); try again")
-            runs = dst.execute("SELECT count(*) FROM runs").fetchone()[0]
+            runs = dst.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else 0
             dst.commit()
         finally:
             dst.close()
@@ -149,7 +158,7 @@ def _sqlite_backup(source: Path, target: Path) -> int:
     return int(runs)
 
 
-def _pg_dump(url, target: Path) -> None:
+def _pg_dump(url: URL, target: Path) -> None:
     """``pg_dump`` the PostgreSQL database at ``url`` into ``target`` (custom format)."""
     tool = pg_dump_path()
     if tool is None:
@@ -158,9 +167,10 @@ def _pg_dump(url, target: Path) -> None:
                            "of the server's major version or newer")
     env = dict(os.environ)
     in_query = url.query.get("password")  # ?password= is libpq's too: kept off the command line the same way
-    password = url.password or (in_query[-1] if isinstance(in_query, tuple) and in_query else in_query)
+    given = (in_query,) if isinstance(in_query, str) else tuple(in_query or ())
+    password = url.password or (given[-1] if given else None)
     if password:
-        env["PGPASSWORD"] = password  # not on the command line, where any user could read it
+        env["PGPASSWORD"] = str(password)  # not on the command line, where any user could read it
     libpq = url.set(drivername="postgresql", password=None).difference_update_query(["password"])
     cmd = [tool, "--format=custom", "--no-owner", f"--file={target}",
            f"--exclude-table-data={DatabaseIdentity.__tablename__}",  # the copy makes its own

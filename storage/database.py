@@ -25,9 +25,10 @@ __all__ = ["Database", "Repository"]
 class Database:
     """One BASIS Lab database: its engine (schema at the newest revision), sessions and dialect.
 
-    ``Database(url)`` opens (and upgrades) the database at ``url`` (see :func:`storage.db.make_engine`;
-    ``create=False`` refuses to make a new SQLite file); ``Database(engine=e)`` adopts an
-    engine, upgrading its schema first.
+    ``Database(url)`` opens the database at ``url`` with its schema at the newest revision
+    (:func:`storage.db.make_engine`: created when empty, migrated when a SQLite file, refused
+    when an older PostgreSQL one, which ``engine db upgrade`` migrates; ``create=False``
+    refuses to make a new SQLite file); ``Database(engine=e)`` adopts an engine, by the same rule.
     """
 
     def __init__(self, url: Optional[str] = None, engine: Optional[Engine] = None, *, create: bool = True):

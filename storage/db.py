@@ -29,10 +29,21 @@ Schema versions
 ---------------
 The schema is migrated by Alembic; its environment and revisions live inside this package
 (``storage/migrations``, found through :data:`MIGRATIONS_DIR`, so no ``alembic.ini`` and any
-working directory will do).  :func:`make_engine` upgrades a database to the newest revision
-before handing it out: in one transaction (a failed upgrade leaves the database as it was),
-under SQLite's write lock (``BEGIN IMMEDIATE``) or a PostgreSQL advisory lock, so processes
-opening the database at once upgrade it once.  An empty database gets the whole schema; a
+working directory will do).  :func:`make_engine` brings a database to the newest revision
+before handing it out (:func:`ensure_schema`), where that is the process's to do:
+
+- an empty database (no table) gets the whole schema, on SQLite and on PostgreSQL;
+- a SQLite file at an older revision (a file the lab owns, which one user's processes share) is
+  first backed up beside itself (``lab.db.before-<head>.db``, :mod:`storage.backup`) and then
+  migrated, with no command to run;
+- a PostgreSQL database at an older revision (shared: every process of every user opens it)
+  is refused with one line naming ``python -m engine db upgrade --db URL``
+  (:class:`~storage.errors.SchemaBehindError`), which backs it up and migrates it
+  (:mod:`storage.upgrade`; ``engine db current`` says where a database stands).
+
+Each upgrade runs in one transaction (a failed upgrade leaves the database as it was, and its
+backup is removed), under SQLite's write lock (``BEGIN IMMEDIATE``) or a PostgreSQL advisory
+lock, so processes opening the database at once upgrade it once.  A
 database written before Alembic (with the old one-row ``schema_version`` table, or from before
 any versioning) is adopted by revision ``0001`` and upgraded in place, keeping every run and
 metric.  A database at a revision this code does not know (written by a newer BASIS Lab) is
@@ -57,7 +68,7 @@ import pathlib
 import re
 import urllib.parse
 import zlib
-from typing import Any, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 import sqlalchemy
 from alembic import command
@@ -73,6 +84,8 @@ from .errors import (  # noqa: F401  (db's names before errors.py existed)
     ENV_URL,
     FIX_HINT,
     DatabaseBusyError,
+    SchemaBehindError,
+    SchemaNewerError,
     StorageError,
     storage_error,
 )
@@ -89,6 +102,7 @@ __all__ = [
     "resolve_url",
     "masked_url",
     "make_engine",
+    "open_engine",
     "ensure_schema",
     "head_revision",
     "schema_revision",
@@ -100,6 +114,7 @@ __all__ = [
 
 DEFAULT_DB_PATH: pathlib.Path = pathlib.Path.home() / ".local" / "share" / "basis-lab" / "basis-lab.db"
 BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10  # PostgreSQL: seconds to reach the server (libpq's connect_timeout), unless the URL sets it
 _WRITE_OPTION = "basis_lab_write"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -242,11 +257,27 @@ def write_engine(engine: Engine) -> Engine:
 
 
 def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
-    """Open the BASIS Lab database, upgrading its schema to the newest revision if needed.
+    """Open the BASIS Lab database with its schema at the newest revision (:func:`ensure_schema`:
+    created in an empty database, migrated in a SQLite file, refused in an older PostgreSQL one).
 
     With ``create`` False a SQLite file that does not exist is an error (read-only commands
     must not make an empty database at a mistyped path).  Raises :class:`StorageError`.
     """
+    engine = open_engine(url, create=create)
+    try:
+        ensure_schema(engine)
+    except exc.SQLAlchemyError as e:
+        engine.dispose()
+        raise storage_error(e, f"cannot open database {masked_url(engine.url)}", FIX_HINT) from e
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def open_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
+    """The engine of the database at ``url`` (:func:`resolve_url`) with BASIS Lab's settings,
+    its schema neither read nor changed (:func:`make_engine` does both)."""
     resolved = resolve_url(url)
     try:
         u = make_url(resolved)
@@ -268,6 +299,8 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
             u = u.set(database=str(path))
     else:
         kwargs["pool_pre_ping"] = True  # a server restart must not fail the next write
+        if u.get_backend_name() == "postgresql" and "connect_timeout" not in u.query:
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}  # a dead server hangs no thread
     try:
         engine = sqlalchemy.create_engine(u, **kwargs)
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as e:
@@ -277,14 +310,6 @@ def make_engine(url: Optional[str] = None, *, create: bool = True) -> Engine:
         ) from e
     if is_sqlite:
         _install_sqlite_hooks(engine, memory)
-    try:
-        ensure_schema(engine)
-    except exc.SQLAlchemyError as e:
-        engine.dispose()
-        raise storage_error(e, f"cannot open database {masked_url(u)}", FIX_HINT) from e
-    except BaseException:
-        engine.dispose()
-        raise
     return engine
 
 
@@ -334,36 +359,76 @@ def _legacy_version(conn: Connection) -> Optional[int]:
 
 
 def _refuse_newer(engine: Engine, conn: Connection, revision: Optional[str]) -> None:
-    """Raise (touching nothing) if the database was written by a newer BASIS Lab."""
+    """Raise :class:`SchemaNewerError` (touching nothing) if a newer BASIS Lab wrote the database."""
     if revision is not None:
         try:
             known = _scripts().get_revision(revision) is not None
         except CommandError:
             known = False
         if not known:
-            raise StorageError(
+            raise SchemaNewerError(
                 f"database {masked_url(engine.url)} has schema revision {revision!r}, newer than this BASIS Lab "
-                f"(newest known {head_revision()!r}); upgrade BASIS Lab or {FIX_HINT}"
+                f"(newest known {head_revision()!r}); nothing was written: upgrade BASIS Lab or {FIX_HINT}"
             )
         return
     legacy = _legacy_version(conn)
     if legacy is not None and legacy > 1:
-        raise StorageError(
+        raise SchemaNewerError(
             f"database {masked_url(engine.url)} has schema version {legacy}, newer than this BASIS Lab (1); "
-            f"upgrade BASIS Lab or {FIX_HINT}"
+            f"nothing was written: upgrade BASIS Lab or {FIX_HINT}"
         )
 
 
-def _upgrade(engine: Engine, conn: Connection, head: str) -> None:
+# Called under the upgrade's lock with the revision being left (None: before Alembic), before any
+# revision runs; returns the backup it wrote (removed again if the upgrade fails), or None.
+BeforeUpgrade = Callable[[Engine, Optional[str]], Optional[pathlib.Path]]
+
+
+def _may_upgrade(engine: Engine, conn: Connection, revision: Optional[str], before: Optional[BeforeUpgrade]) -> bool:
+    """Whether ``conn``'s database, not at the head ``revision``, may be brought there now;
+    raises (touching nothing) where it may not.  The rule: a newer schema is refused
+    (:func:`_refuse_newer`); an empty database (no table) is created at head on every backend;
+    an older one is upgraded where the upgrade is explicit (``before`` given) or the database is
+    a SQLite file or in-memory database this process owns, and refused on PostgreSQL, whose
+    database is shared (:class:`SchemaBehindError`, naming ``engine db upgrade``).  True: it has
+    tables, so the upgrade is a migration (and gets its backup)."""
+    _refuse_newer(engine, conn, revision)
+    if not inspect(conn).get_table_names():
+        return False
+    if before is None and conn.dialect.name != "sqlite":
+        raise SchemaBehindError(masked_url(engine.url), revision or "none (before Alembic)", head_revision())
+    return True
+
+
+def _upgrade(engine: Engine, conn: Connection, head: str, before: Optional[BeforeUpgrade]) -> None:
     """Run the missing revisions on ``conn`` (inside its transaction, under the lock), then
-    check the result against the models (a mismatch rolls every revision back)."""
+    check the result against the models (a mismatch rolls every revision back).  A migration
+    of stored tables is preceded by ``before`` (or, automatic, :func:`_backup_beside` on a
+    SQLite file); its backup is removed when the upgrade fails, as nothing changed."""
     revision = _read_revision(conn)  # re-check under the lock: another process may have done it
     if revision == head:
         check_models(conn, masked_url(engine.url), head)
         return
-    _refuse_newer(engine, conn, revision)
-    _run_revisions(engine, conn, revision, head)
-    check_models(conn, masked_url(engine.url), f"{revision or 'none'} (upgraded here to {head})")
+    stored = _may_upgrade(engine, conn, revision, before)
+    backup = (before or _backup_beside)(engine, revision) if stored else None
+    try:
+        _run_revisions(engine, conn, revision, head)
+        check_models(conn, masked_url(engine.url), f"{revision or 'none'} (upgraded here to {head})")
+    except BaseException:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+        raise
+
+
+def _backup_beside(engine: Engine, revision: Optional[str]) -> Optional[pathlib.Path]:
+    """The automatic migration's backup of a SQLite file: ``<file>.before-<head>.db`` beside it
+    (:func:`storage.backup.backup`; replaced if there); none for an in-memory database."""
+    from .backup import backup_url
+
+    if _is_memory(engine.url.database):
+        return None
+    source = pathlib.Path(str(engine.url.database))
+    return backup_url(engine.url, source.with_name(f"{source.name}.before-{head_revision()}.db"), force=True).path
 
 
 def _run_revisions(engine: Engine, conn: Connection, revision: Optional[str], head: str) -> None:
@@ -384,9 +449,13 @@ def _run_revisions(engine: Engine, conn: Connection, revision: Optional[str], he
         ) from e
 
 
-def ensure_schema(engine: Engine) -> str:
-    """Create the schema in an empty database or upgrade an older one; return the revision.
+def ensure_schema(engine: Engine, *, before: Optional[BeforeUpgrade] = None) -> str:
+    """Bring the database to the newest revision where :func:`_may_upgrade` allows it; return the revision.
 
+    Automatic (``before`` None, every open): an empty database gets the schema, a SQLite file
+    at an older revision is backed up beside itself and migrated, an older PostgreSQL
+    database is refused (:class:`SchemaBehindError`).  Explicit (``engine db upgrade``:
+    :func:`storage.upgrade.upgrade`): ``before`` writes the backup, then any backend migrates.
     One transaction for all revisions, under SQLite's write lock or a PostgreSQL advisory lock.
     On SQLite, foreign keys are off during the upgrade (a table rebuild must not cascade into
     its children) and checked with ``PRAGMA foreign_key_check`` before it commits.  A database
@@ -395,12 +464,12 @@ def ensure_schema(engine: Engine) -> str:
     with nothing written.
     """
     head = head_revision()
-    with engine.connect() as conn:  # cheap read-only check first: no write lock when current
+    with engine.connect() as conn:  # cheap read-only check first: no write lock when current or refused
         revision = _read_revision(conn)
         if revision == head:
             check_models(conn, masked_url(engine.url), head)
             return head
-        _refuse_newer(engine, conn, revision)
+        _may_upgrade(engine, conn, revision, before)
     if engine.dialect.name == "sqlite":
         with write_engine(engine).connect() as conn:
             raw = conn.connection.dbapi_connection
@@ -408,12 +477,12 @@ def ensure_schema(engine: Engine) -> str:
             raw.execute("PRAGMA foreign_keys = OFF")  # outside a transaction, where it takes effect
             try:
                 with conn.begin():  # BEGIN IMMEDIATE
-                    _upgrade(engine, conn, head)
+                    _upgrade(engine, conn, head, before)
             finally:
                 raw.execute("PRAGMA foreign_keys = ON")
     else:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
                 conn.execute(sqlalchemy.select(sqlalchemy.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
-            _upgrade(engine, conn, head)
+            _upgrade(engine, conn, head, before)
     return head

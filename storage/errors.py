@@ -23,6 +23,27 @@ class StorageError(UserError):
     """The database cannot be opened or used; the message says how to fix it."""
 
 
+UPGRADE_COMMAND = "python -m engine db upgrade --db {url}"  # the explicit migration (engine/cli/commands/db.py)
+
+
+class SchemaBehindError(StorageError):
+    """A shared (PostgreSQL) database at an older schema revision than this code's: it is
+    not migrated on open, since every process of every user would; nothing was written.
+    The message names :data:`UPGRADE_COMMAND`, which backs the database up and migrates it."""
+
+    def __init__(self, url: str, revision: str, head: str):
+        self.revision, self.head = revision, head
+        super().__init__(
+            f"database {url} is at schema revision {revision}, older than this BASIS Lab's {head}; nothing was "
+            f"written: migrate it with `{UPGRADE_COMMAND.format(url=url)}` (it backs the database up first), "
+            f"or {FIX_HINT}")
+
+
+class SchemaNewerError(StorageError):
+    """A database written by a newer BASIS Lab (a schema revision this code does not know):
+    refused untouched; the fix is to upgrade the code, not the database."""
+
+
 class DatabaseBusyError(StorageError):
     """A transient failure: the database is locked or busy (SQLite), a lock wait timed out,
     a serialization failure or deadlock (PostgreSQL), or the database cannot be reached

@@ -11,9 +11,9 @@ from alembic import command
 from sqlalchemy import text
 
 from engine.config import RunConfig
-from storage import RunStore, head_revision, schema_revision
 from storage import db as storage_db
-from tests.storage.test_migrations import _at_revision, _revision_module
+from storage import head_revision, schema_revision
+from tests.storage.test_migrations import _at_revision, _migrated, _revision_module
 
 RUN = ("INSERT INTO runs (uid, name, status, config, tags, notes, versions, steps_done, history_version, epoch, "
        "cancel_requested, estimator, lam, seed, preset, steps) VALUES (:uid, :name, 'finished', :config, '[]', '', "
@@ -52,7 +52,7 @@ def test_old_runs_get_no_test_split_and_keep_every_other_field(empty_db_url):
     chosen = {**old, "test_tokens": 512}
     _database_at_0011(empty_db_url, [old, chosen, {}, "[1, 2]", *others])
 
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision()
     run = st.get_run(1)
     assert run.config == {**old, "test_tokens": 0}

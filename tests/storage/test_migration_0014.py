@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 from sqlalchemy import text
 
-from storage import RunStore, head_revision, schema_revision
+from storage import head_revision, schema_revision
 from storage import logs as run_logs
 from tests.storage.test_migration_0012 import RUN
-from tests.storage.test_migrations import _at_revision
+from tests.storage.test_migrations import _at_revision, _migrated
 from tests.support.runs import new_run
 
 OLD_LINES = [  # (run, time, level, text) as 0009-0013 stored them: lifecycle lines and what a thread logged
@@ -34,7 +34,7 @@ def _database_at_0013(url: str) -> None:
 
 def test_old_lines_are_kept_with_an_empty_source(empty_db_url):
     _database_at_0013(empty_db_url)
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
     got = {x.id: (x.run_id, x.time, x.level, x.text, x.source) for x in st.run_logs(1) + st.run_logs(2)}
     assert got == {i: (r, t.replace(tzinfo=timezone.utc), level, x, "") for i, (r, t, level, x) in enumerate(OLD_LINES, 1)}

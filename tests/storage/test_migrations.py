@@ -326,7 +326,7 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
         con.execute(text("INSERT INTO schema_version VALUES (1)"))
     raw.dispose()
 
-    st = RunStore(pg_url)
+    st = _migrated(pg_url)
     assert schema_revision(st.engine) == head_revision()
     assert "schema_version" not in inspect(st.engine).get_table_names()
     assert _nullable(st.engine) == DECLARED_NULLABLE
@@ -345,6 +345,17 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
     np.testing.assert_array_equal(m["value"].to_numpy(), [x["value"] for x in metrics])  # NaN where NaN
     assert new_run(st, "after") == 7
     st.close()
+
+
+def _migrated(url):
+    """A store on ``url``, a database at an older revision, migrated as its backend is: a
+    SQLite file by opening it, PostgreSQL (which refuses an older schema on open) by
+    ``engine db upgrade`` (:func:`storage.upgrade.upgrade`, no backup) first."""
+    from storage.upgrade import upgrade
+
+    if url.startswith("postgresql"):
+        upgrade(url, keep_backup=False)
+    return RunStore(url)
 
 
 def _at_revision(url, revision):
@@ -374,7 +385,7 @@ def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(empty_db_u
         con.execute(text(metric), [dict(run=r, step=s, name=n, value=v) for r, s, n, v in rows])
     eng.dispose()
 
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision()
     m = st.metrics([1, 2])
     assert sorted(zip(m["run_id"], m["step"], m["name"], m["value"])) == [
@@ -396,7 +407,7 @@ def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(empty_db_u
 def test_every_database_has_its_own_identity_and_two_first_opens_agree(empty_db_url):
     """A database gets its identity at its upgrade; one without (a backup) makes one at its
     first use, the same for every store that asks, keeping the lineage it was copied with."""
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     original = st.identity()
     with st.engine.begin() as con:  # what a backup holds: the original's lineage, no identity
         con.execute(text("DELETE FROM database_identity"))
@@ -433,7 +444,7 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
         con.execute(text(runs), [dict(uid=f"{i:032d}", name=f"r{i}", status=status, error=error)
                                  for i, (status, error, _) in enumerate(old)])
     eng.dispose()
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
     got = st.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old

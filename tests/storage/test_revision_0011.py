@@ -19,7 +19,7 @@ from sqlalchemy import inspect, text
 from engine.cli.main import main
 from engine.runner.tags import edit_tags
 from storage import RunStore, StorageError, head_revision, schema_revision
-from tests.storage.test_migrations import _at_revision
+from tests.storage.test_migrations import _at_revision, _migrated
 
 RUN = ("INSERT INTO runs (uid, name, status, config, tags, notes, versions, steps_done, history_version, epoch, "
        "cancel_requested, estimator, lam, seed, preset, steps) VALUES (:uid, :name, 'finished', {config}, {tags}, "
@@ -62,7 +62,7 @@ def test_text_stored_before_the_utf8_check_is_repaired_and_every_command_reads_i
     say what was repaired, and list, show, export (both formats) and ``tag --remove`` (by the
     escaped form) succeed, with no traceback."""
     _old_database(empty_db_url)
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
     bad, good = st.get_run(1), st.get_run(2)
     assert bad.tags == ["pilot", "t\\udcfe"] and bad.config == {"x": "c\\udcfe", "model": {"width": 16}, "test_tokens": 0}
@@ -157,7 +157,7 @@ def test_a_null_the_models_forbid_refuses_the_upgrade_in_one_line_changing_nothi
     _with_nulls(empty_db_url)
     before = _raw(empty_db_url, "SELECT id, notes, tags, steps_done FROM runs")
     with pytest.raises(StorageError) as info:
-        RunStore(empty_db_url)
+        _migrated(empty_db_url)
     message = str(info.value)
     assert "\n" not in message and "metrics.run_id in 1 row, metrics.step in 1 row" in message
     assert "DELETE FROM metrics WHERE run_id IS NULL OR step IS NULL;" in message and "restore a backup" in message
@@ -170,7 +170,7 @@ def test_a_null_the_models_forbid_refuses_the_upgrade_in_one_line_changing_nothi
     with eng.begin() as con:  # the fix the message names
         con.execute(text(message.split("delete those rows (")[1].split(")")[0]))
     eng.dispose()
-    st = RunStore(empty_db_url)
+    st = _migrated(empty_db_url)
     run = st.get_run(1)
     assert (run.notes, run.tags, run.steps_done, run.history_version) == ("", [], 0, 0)
     assert _raw(empty_db_url, "SELECT notes, CAST(tags AS TEXT), steps_done FROM runs") == [("", "[]", 0)]
