@@ -14,7 +14,8 @@ it does not declare:
 - ``store.frames``: pandas frames of runs, workers and diagnoses (:mod:`storage.frames`);
 - ``store.views``: saved Compare views (:mod:`storage.views`);
 - ``store.identities``: the database's identity and lineage (:mod:`storage.identity`);
-- ``store.campaigns``: campaigns of runs in stages, advanced exactly once (:mod:`storage.campaigns`).
+- ``store.campaigns``: campaigns of runs in stages, advanced exactly once (:mod:`storage.campaigns`);
+- ``store.leases``: a worker's beat, its heartbeats written and its leases read back at once (:mod:`storage.lease`).
 
 Each method uses its own short session (``with db.session(write) as s:``); write methods
 take SQLite's write lock at BEGIN and wait up to the busy timeout for it.  A database error
@@ -50,6 +51,7 @@ from .errors import RunNotFoundError, StorageError  # noqa: F401
 from .eval_losses import EvalLossesRepository
 from .frames import FramesRepository
 from .identity import Identity, IdentityRepository
+from .lease import LeasesRepository
 from .logs import LogsRepository
 from .metrics import MetricsRepository
 from .queue import Lease, QueueRepository  # noqa: F401
@@ -118,6 +120,7 @@ class RunStore:
         self.identities = IdentityRepository(self.db)
         self.logs = LogsRepository(self.db)
         self.campaigns = CampaignsRepository(self.db)
+        self.leases = LeasesRepository(self.db)  # a worker's one beat (:mod:`storage.lease`)
 
     @property
     def engine(self) -> Engine:

@@ -11,7 +11,7 @@ claim takes a new lease as a single run's does, so exactly-once holds per member
 elsewhere in between is simply not a member. Up to ``MAX_MEMBERS`` members train together.
 
 Each member runs through ``JobManager._run`` on a thread of its own, exactly as a single run:
-its ``RunExecution`` (lease, heartbeat, fenced writes, checkpoints in its own folders, pruning,
+its ``RunExecution`` (lease, the manager's liveness channel, fenced writes, checkpoints in its own folders, pruning,
 end, log), with one difference: where it would call ``engine.training.loop.train`` it joins the
 cohort (``_Feed``). The worker thread drives the cohort's one training and hands each member
 its records and its end; a member's stop (cancel, a lost lease, a pruner), divergence or failed
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from engine.config import ConfigError, RunConfig
 from engine.core.choices import COHORT_SETTINGS
-from engine.errors import TASK_FAILURES
+from engine.errors import TASK_FAILURES, SharedFailure
 from engine.runner import runlog
 from engine.training.cohort import Cohort, Ended, cohorts_pay
 from engine.training.phases import PHASES, WALL, Phases, metric
@@ -93,7 +93,7 @@ class _Feed:
                         raise ended.error
                     return
                 elif kind == "abort":
-                    raise RuntimeError(f"the cohort that trained this run failed: {payload}") from payload
+                    raise SharedFailure(f"the cohort that trained this run failed: {payload}") from payload
         finally:
             self.leave(i)
 

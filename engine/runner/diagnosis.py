@@ -17,8 +17,10 @@ The job
 so bad input is a one-line ``ConfigError``/``CheckpointError`` and nothing is written.
 ``start`` stores the diagnostic row (status ``queued``) with the plan's settings (the
 step used, whether it is the initial parameters, the clipped ranks, …); ``execute``
-claims it (``running``, heartbeat every ``liveness.HEARTBEAT_S``), computes, stores the result
-rows and ends it ``finished``, or ``failed`` with a one-line error. ``run_diagnosis``
+claims it (``running``, stamped every ``liveness.HEARTBEAT_S`` by its process's ``liveness.Channel``,
+which also reads back a cancel request), computes, stores the result rows and ends it ``finished``,
+or ``failed`` (``engine.errors.failure_text``: a user error's one line, else the error and its
+whole traceback). ``run_diagnosis``
 does all three in the calling thread (the CLI); ``JobManager.diagnose`` runs
 ``execute`` on a thread of its own (the dashboard). ``check_stale_diagnoses`` marks
 running diagnoses whose process died ``interrupted`` (the runs' rule,
@@ -28,7 +30,7 @@ running diagnoses whose process died ``interrupted`` (the runs' rule,
 from __future__ import annotations
 
 import threading
-import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -43,6 +45,7 @@ from engine.analysis.diagnostics import COLUMNS, diagnose
 from engine.config import SEED_END, ConfigError, RunConfig, parse_estimators, parse_lams, parse_ranks
 from engine.core import checks
 from engine.core.choices import ESTIMATORS
+from engine.errors import failure_text
 from engine.runner import liveness
 from engine.runner.paths import RunFolders, run_folders
 from engine.training.build import initial_params, model_config, optimizer_for
@@ -285,11 +288,21 @@ def load_inputs(store: RunStore, plan: Plan):
     return model_config(config), params, batches
 
 
-def _one_line(error: BaseException) -> str:
-    if isinstance(error, (ValueError, OSError)):  # ConfigError, CheckpointError, DataError, StorageError…
-        text = str(error).strip().splitlines()
-        return text[0] if text else type(error).__name__
-    return f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}"
+@contextmanager
+def _watched(store: RunStore, diag_id: int, owner: str, cancel: threading.Event, channel: liveness.Channel | None):
+    """Diagnosis ``diag_id`` beaten for by ``channel`` (else by a channel of its own, started here)
+    while the block runs; ``cancel`` is set once someone asks it to stop."""
+    own = channel is None
+    channel = liveness.Channel(store, owner) if channel is None else channel
+    channel.watch(diag_id, cancel)
+    if own:
+        channel.start()
+    try:
+        yield
+    finally:
+        channel.unwatch(diag_id)
+        if own:
+            channel.stop()
 
 
 def execute(
@@ -300,11 +313,13 @@ def execute(
     owner: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     cancel: threading.Event | None = None,
+    channel: liveness.Channel | None = None,
 ) -> pd.DataFrame:
     """Claim the queued diagnostic ``diag_id``, compute ``plan``, store its rows and end it
-    ``finished``; on an error, end it ``failed`` (the error's first line; a traceback
-    below it for an unexpected one) and raise it again. ``cancel`` set (here, or by
-    ``RunStore.request_cancel_diagnostic`` from any process, seen at the next heartbeat)
+    ``finished``; on an error, end it ``failed`` (``engine.errors.failure_text``: a user error's
+    one line, else the error and its whole traceback) and raise it again. Its heartbeat is
+    ``channel``'s (its process's), else a channel's of its own. ``cancel`` set (here, or by
+    ``RunStore.request_cancel_diagnostic`` from any process, seen at the channel's next beat)
     stops it after the current (batch, estimator, rank, λ): the rows of the work done are
     stored and it ends ``cancelled``, saying how much was done."""
     owner = owner or liveness.current_owner()
@@ -313,18 +328,13 @@ def execute(
     cancel = cancel if cancel is not None else threading.Event()
     progress = [0, plan.work]
 
-    def beat() -> None:
-        store.set_diagnostic_status(diag_id, "running")
-        if store.diagnostic_cancel_requested(diag_id):
-            cancel.set()
-
     def count(done: int, total: int) -> None:
         progress[:] = [done, total]
         if on_progress is not None:
             on_progress(done, total)
 
     try:
-        with liveness.Heartbeat(beat, name=f"basis-diagnosis-{diag_id}"):
+        with _watched(store, diag_id, owner, cancel, channel):
             cfg, params, batches = load_inputs(store, plan)
             frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
                              keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=count,
@@ -341,7 +351,7 @@ def execute(
         interrupted = isinstance(e, KeyboardInterrupt)
         try:
             store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
-                                        error="interrupted; run the diagnosis again" if interrupted else _one_line(e))
+                                        error="interrupted; run the diagnosis again" if interrupted else failure_text(e))
         except StorageError:  # the run (and so the row) was deleted meanwhile, or the database went away
             pass
         raise

@@ -2,7 +2,8 @@
 
 ``engine.runner.diagnosis`` plans, stores and computes one diagnosis; ``DiagnosisJobs``
 starts them for the dashboard (through ``engine.runner.jobs.JobManager``), follows their
-progress while they compute and stops them on request.
+progress while they compute and stops them on request. Their heartbeats and cancel requests go
+through the manager's one ``liveness.Channel``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 import threading
 from pathlib import Path
 
-from engine.errors import TASK_FAILURES
+from engine.errors import TASK_FAILURES, is_bug
+from engine.runner.liveness import Channel
 from storage import RunStore
 
 log = logging.getLogger(__name__)
@@ -19,10 +21,10 @@ log = logging.getLogger(__name__)
 
 class DiagnosisJobs:
     """The diagnoses this process computes: ``progress`` (diagnosis id → (settings done,
-    total)) and ``stops`` (diagnosis id → its cancel event) hold the running ones."""
+    total)) and ``stops`` (diagnosis id → its cancel event) hold the running ones; ``channel`` beats for them."""
 
-    def __init__(self, store: RunStore, owner: str, checkpoint_root: Path):
-        self.store, self.owner, self.checkpoint_root = store, owner, checkpoint_root
+    def __init__(self, store: RunStore, owner: str, checkpoint_root: Path, channel: Channel):
+        self.store, self.owner, self.checkpoint_root, self.channel = store, owner, checkpoint_root, channel
         self.progress: dict[int, tuple[int, int]] = {}
         self.stops: dict[int, threading.Event] = {}
 
@@ -66,9 +68,9 @@ class DiagnosisJobs:
 
         try:
             diagnosis.execute(self.store, diag_id, plan, owner=self.owner, on_progress=progress,
-                              cancel=self.stops[diag_id])
-        except TASK_FAILURES:  # recorded on the diagnosis by execute
-            log.warning("diagnosis %s failed", diag_id, exc_info=True)
+                              cancel=self.stops[diag_id], channel=self.channel)
+        except TASK_FAILURES as e:  # recorded on the diagnosis by execute
+            log.warning("diagnosis %s failed: %s: %s", diag_id, type(e).__name__, e, exc_info=is_bug(e))
         finally:
             self.progress.pop(diag_id, None)
             self.stops.pop(diag_id, None)

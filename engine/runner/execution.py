@@ -1,23 +1,24 @@
 """One run trained by this process, from its claim to its stored end: ``RunExecution``.
 
 A ``RunExecution`` claims its run (or is handed the lease a worker claimed), resumes it
-from its newest trusted checkpoint, trains it while its heartbeat beats, stops when it is
-asked to (cancel, a signal, a lost lease, a database that refuses its writes) and finishes
-by storing its notes and its end. ``engine.runner.jobs.JobManager`` runs one per run on its
-worker threads; the rules they keep (exactly-once leases, faults) are stated there.
+from its newest trusted checkpoint, trains it while its process's liveness channel
+(``liveness.Channel``) beats for it, stops when it is asked to (cancel, a signal, a lost lease,
+a database that refuses its writes) and finishes by storing its notes and its end. What ends it
+is recorded on the run (``engine.errors.failure_text``): a user error as its one line, any other
+failure as ``failed: …`` or ``bug: …`` with its whole traceback. ``engine.runner.jobs.JobManager``
+runs one per run on its worker threads; the rules they keep (exactly-once leases, faults) are
+stated there.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-import traceback
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 from engine.config import ConfigError, RunConfig
-from engine.errors import TASK_FAILURES
+from engine.errors import TASK_FAILURES, failure_text, is_bug
 from engine.runner import campaigns, hosts, liveness, runlog
 from engine.runner.paths import resume_limit, run_folders
 from engine.runner.queueing import device_kind  # noqa: F401  (where jobs and tests read it)
@@ -26,19 +27,10 @@ from engine.training import parallel
 from engine.training.checkpoints import CheckpointDiskFull, CheckpointError, RunCheckpoints
 from engine.training.loop import Record, TrainingDiverged, train
 from engine.training.phases import Phases
-from storage import (
-    DatabaseBusyError,
-    DatabaseFullError,
-    LeaseLostError,
-    RunNotFoundError,
-    RunRecord,
-    RunStore,
-    StorageError,
-)
+from storage import DatabaseFullError, LeaseLostError, RunNotFoundError, RunRecord, RunStore, StorageError
 
 log = logging.getLogger(__name__)
 
-CANCEL_POLL_S = 0.25  # how often a running run asks the database whether it was cancelled
 LOST = "lost"  # the status of an ``Outcome`` whose run another claim took
 
 
@@ -56,27 +48,27 @@ class Outcome(NamedTuple):
 class RunExecution:
     """The training of run ``run_id`` by this process, under its owner's lease ``epoch``.
 
-    State: ``run`` (the row as claimed), ``steps_done`` (the progress its heartbeat
-    reports), ``notes`` (how it resumed), ``lost`` (the refusal that showed another claim
-    took the run), ``status``/``error`` (its end) and ``released`` (whether that end is
+    State: ``run`` (the row as claimed), ``steps_done`` (the progress its channel's beat
+    stores), ``lease_state`` (what the ``channel`` last read of its lease and cancel flag),
+    ``notes`` (how it resumed), ``lost`` (the refusal that showed another claim took the run), ``status``/``error`` (its end) and ``released`` (whether that end is
     stored), ``cause`` (why it is interrupted, when it is). ``stop`` is set to cancel it, ``interrupted`` to interrupt it (a signal).
     ``on_resume(note, skipped)`` hears how a run trained before continues, once its checkpoint is
     read: ``note`` names the step actually used (``resumed from the checkpoint at step 42``, or a
     restart from step 0), ``skipped`` why newer checkpoints were refused."""
 
     def __init__(self, store: RunStore, writer: StoreWriter, run_id: int, *, owner: str, stop: threading.Event,
-                 interrupted: threading.Event, checkpoints: Path, epoch: int | None = None,
+                 interrupted: threading.Event, checkpoints: Path, channel: liveness.Channel, epoch: int | None = None,
                  on_step: Callable[[int, float | None], None] | None = None,
                  on_record: Callable[[Record], None] | None = None,
                  on_resume: Callable[[str, list[str]], None] | None = None,
                  source: Callable[..., Iterator[Record]] | None = None):
         self.store, self.writer, self.run_id, self.owner = store, writer, run_id, owner
         self.stop_event, self.interrupted = stop, interrupted
-        self.checkpoint_root, self.epoch = checkpoints, epoch
+        self.checkpoint_root, self.epoch, self.channel = checkpoints, epoch, channel
+        self.lease_state: liveness.LeaseState | None = None
         self.on_step, self.on_record, self.on_resume = on_step, on_record, on_resume
         self.source = source or train  # what trains it: ``train``, or its cohort (``engine.runner.cohorts``)
         self.run: RunRecord | None = None
-        self.steps_done = 0
         self.notes: list[str] = []
         self.pruned: str | None = None  # why a pruner stopped this trial (engine.analysis.pruning)
         self.lost: LeaseLostError | None = None
@@ -84,7 +76,6 @@ class RunExecution:
         self.error: str | None = None
         self.cause: str | None = None
         self.released = threading.Event()
-        self.last_poll = time.monotonic()
         self.checkpoint_dir: Path | None = None
 
     @property
@@ -93,6 +84,16 @@ class RunExecution:
         if self.run is None:
             raise RuntimeError(f"run {self.run_id} is read by execute() first")
         return self.run
+
+    @property
+    def steps_done(self) -> int:
+        """The run's progress: the last step trained (its lease state's, which the channel stores)."""
+        return self.lease_state.steps_done if self.lease_state is not None else 0
+
+    @steps_done.setter
+    def steps_done(self, step: int) -> None:
+        if self.lease_state is not None:
+            self.lease_state.steps_done = step
 
     @property
     def lease(self) -> int:
@@ -134,8 +135,7 @@ class RunExecution:
         outcome says it is not ``released`` (the caller writes it later)."""
         self.writer.forget(self.run_id)  # a failure of an earlier training of this run is not this one's
         self.run = self.store.get_run(self.run_id)
-        self.steps_done = self.row.steps_done
-        heartbeat = liveness.Heartbeat(self.beat, name=f"basis-heartbeat-{self.run_id}").start()
+        self.lease_state = self.channel.hold(self.run_id, self.lease, self.row.steps_done)
         try:
             self.status, self.error, self.cause = self.train()
         except LeaseLostError as e:
@@ -149,10 +149,12 @@ class RunExecution:
         except (ConfigError, CheckpointError) as e:
             self.status, self.error = "failed", str(e)
             runlog.keep(getattr(e, "details", ()))
-        except TASK_FAILURES as e:  # recorded on the run, never raised into the worker
-            self.status, self.error = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+        except TASK_FAILURES as e:  # recorded on the run (a bug as one, every frame kept), never raised into the worker
+            self.status, self.error = "failed", failure_text(e)
+            if is_bug(e):  # said whole where it is seen first; the end's one line follows (``jobs.ENDS``)
+                log.error("run %s: %s", self.run_id, self.error)
         finally:
-            heartbeat.stop()
+            self.channel.release(self.run_id)
         if self.lost is None:
             self.finish()
         if self.lost is not None:  # what it still queued under this lease is dropped by the writer, not written
@@ -233,32 +235,15 @@ class RunExecution:
     # ------------------------------------------------------------------ what train calls back
 
     def should_stop(self) -> bool:
-        """Whether to stop before the next step: cancelled, interrupted, the lease lost, the
-        database refusing the run's writes; the cancel flag and the lease are read from the
-        database every ``CANCEL_POLL_S``."""
+        """Whether to stop before the next step: cancelled (here, or as the channel last read:
+        a cancel request, the run deleted), interrupted, the lease lost, the database refusing
+        the run's writes. Reads memory only, never the database."""
+        state = self.lease_state
+        if state is not None and state.cancelled.is_set():
+            self.stop_event.set()
         if self.stop_event.is_set() or self.interrupted.is_set() or self.lease_lost():
             return True
-        if self.writer.failure(self.run_id) is not None:
-            return True  # deleted meanwhile, or the database refuses writes
-        if time.monotonic() - self.last_poll >= CANCEL_POLL_S:
-            self.last_poll = time.monotonic()
-            self.poll()
-        return self.lost is not None or self.stop_event.is_set()
-
-    def poll(self) -> None:
-        """Read the run's lease and cancel flag: a lease of another claim is lost, a cancel
-        request (or the run deleted) stops it; a busy database is asked again next time."""
-        try:
-            current, cancel = self.store.run_lease(self.run_id)
-        except RunNotFoundError:
-            self.stop_event.set()
-            return
-        except StorageError:
-            return
-        if current != self.epoch:
-            self.lost = LeaseLostError(self.run_id, self.lease, current)
-        elif cancel:
-            self.stop_event.set()
+        return self.writer.failure(self.run_id) is not None  # deleted meanwhile, or the database refuses writes
 
     def note_step(self, step: int, loss: float | None) -> None:
         self.steps_done = step
@@ -299,31 +284,24 @@ class RunExecution:
         if self.on_record:
             self.on_record(record)
 
-    def beat(self) -> None:
-        """The run's heartbeat: its progress, under its lease."""
-        self.writer.heartbeat(self.run_id, self.steps_done, owner=self.owner, epoch=self.epoch)
-
     # ------------------------------------------------------------------ the lease
 
     def lease_lost(self) -> bool:
-        """Whether another claim took the run (a write of it was refused as such, or a poll saw it)."""
+        """Whether another claim took the run: a write of it was refused as such, or the
+        channel's last beat read a newer lease."""
         refusal = self.writer.lost(self.run_id, self.lease)
+        if refusal is None and self.lease_state is not None:
+            refusal = self.lease_state.lost
         if refusal is not None and self.lost is None:
             self.lost = refusal
         return self.lost is not None
 
     def hold_lease(self, step: int) -> None:
-        """Before a checkpoint: raise ``LeaseLostError`` unless the lease still holds (a busy
-        database cannot tell; the save goes to this lease's own folder anyway)."""
-        refusal = self.writer.lost(self.run_id, self.lease)
-        if refusal is not None:
-            raise refusal
-        try:
-            current, _ = self.store.run_lease(self.run_id)
-        except DatabaseBusyError:
-            current = self.epoch
-        if current != self.epoch:
-            raise LeaseLostError(self.run_id, self.lease, current)
+        """Before a checkpoint: raise ``LeaseLostError`` if the lease is known lost (``lease_lost``:
+        no query). One lost since the channel's last beat is not seen here: the save goes to this
+        lease's own folder, and the record of it (``record_checkpoint``) is fenced."""
+        if self.lease_lost() and self.lost is not None:
+            raise self.lost
 
     def record_checkpoint(self, step: int) -> None:
         """After a checkpoint: record its step, fenced by the lease."""

@@ -12,33 +12,36 @@ trains runs in worker threads of this process:
 Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
 is trained by exactly one process. A claimed run (``running``) streams its metrics
-through a ``StoreWriter`` (writes outlast a busy database), is stamped by a
-``liveness.Heartbeat`` every ``liveness.HEARTBEAT_S`` seconds, and checkpoints its state
+through a ``StoreWriter`` (writes outlast a busy database), is stamped by the manager's one
+``liveness.Channel`` every ``liveness.HEARTBEAT_S`` seconds (which reads back its lease and
+cancel flag in the same transaction), and checkpoints its state
 in the run's folders under ``engine.runner.paths.checkpoint_root()``, named by the database's
 identity (``engine.runner.paths.run_folders``; see ``engine.training.loop.train``). It ends as
-``finished``, ``failed`` (with the error), ``cancelled`` (``RunStore.request_cancel``
+``finished``, ``failed`` (with the error: ``engine.errors.failure_text``, a bug as ``bug: …`` with its
+whole traceback; the worker goes on to its next run), ``cancelled`` (``RunStore.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
 from step 0 and its notes say why.
 
-Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; the heartbeat
-of every job manager sweeps them (``liveness.sweep``): they end ``interrupted``, cause
-``stale``, by the rule ``engine.runner.liveness`` states. Readers write nothing.
+Liveness: a process that dies leaves ``running`` rows whose heartbeat stops; the channel
+of every job manager sweeps them (``liveness.Channel.sweep``, rate-limited): they end
+``interrupted``, cause ``stale``, by the rule ``engine.runner.liveness`` states, and a pulling
+worker's channel queues them again. Readers write nothing.
 
 Faults: a database that cannot be reached (PostgreSQL restarting) is waited for, the
 run's writes buffered (``StoreWriter``). A full disk, the database's or the checkpoints',
 ends the run ``interrupted`` with one line, ``disk full: free space on PATH and run
 `python -m engine resume N```. Should the database refuse even that end (its disk still
 full), or a run crash its thread, the manager keeps trying to store the end at every beat
-of its heartbeat: a live process never holds the lease of a run it no longer trains.
+of its channel: a live process never holds the lease of a run it no longer trains.
 
 Exactly once (``storage.lease``): every claim of a run takes a new lease, an epoch,
 which its ``engine.runner.execution.RunExecution`` carries into every write of the run (metrics, heartbeats, status,
 notes, checkpoint step) and into the checkpoint folder (``epoch-<E>``). An owner that
-stalled past the timeout and was replaced finds at its next write, heartbeat or poll
-that its lease is gone (``LeaseLostError``): it stops at once without a checkpoint or
-any other write, logs one line, and its process exits (``run``) or moves on (``worker``).
+stalled past the timeout and was replaced learns that its lease is gone (``LeaseLostError``)
+from its channel's next read-back or its next fenced write's refusal: it stops at once without
+a checkpoint or any other write, logs one line, and its process exits (``run``) or moves on (``worker``).
 A resume continues from the newest valid checkpoint, of any epoch, at or before the
 run's recorded ``checkpoint_step``: that record is written by the lease holder after
 the metrics of every step before it, so the stored history never has a gap.
@@ -129,7 +132,6 @@ class JobManager:
         self.pull, self.max_runs = pull, max_runs
         self.checkpoint_root = checked_root(store, checkpoints)  # a crafted identity: refused, nothing written
         self.writer = StoreWriter(store)
-        self.interrupted = liveness.check_stale(store)
         self.started_runs = 0
         self.lost: set[int] = set()  # runs whose lease another claim took while this process trained them
         self.outcomes: dict[int, Outcome] = {}  # run id → how its last training here ended
@@ -146,11 +148,14 @@ class JobManager:
         self._idle = threading.Condition(self._lock)
         self._last_busy = time.monotonic()
         self._env: dict | None = None
-        self.diagnoses = DiagnosisJobs(store, self.owner, self.checkpoint_root)
+        self.channel = liveness.Channel(store, self.owner, worker=self.worker_id, status=self._status,
+                                        before=self._before_beat, sweep=True, requeue=pull)
+        self.interrupted = self.channel.sweep()
+        self.diagnoses = DiagnosisJobs(store, self.owner, self.checkpoint_root, self.channel)
         self.cohorts = Cohorts(self, cohorts)  # runs of a sweep that differ by seed, as one program
         host, pid = self.owner.rsplit(":", 1)
         store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
-        self._heartbeat = liveness.Heartbeat(self._beat, name="basis-manager-heartbeat").start()
+        self.channel.start()
         self._workers = [
             threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
         ]
@@ -270,7 +275,7 @@ class JobManager:
         else:
             self.interrupt()
         self._closing.set()
-        self._heartbeat.stop()
+        self.channel.stop()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
@@ -302,9 +307,7 @@ class JobManager:
                 self.started_runs += 1  # reserve a slot before claiming
                 self._claiming += 1
             lease = None
-            try:
-                liveness.check_stale(self.store)
-                liveness.requeue_orphaned_runs(self.store)
+            try:  # what is stale was queued again by the channel's sweep
                 lease = self.store.claim_next(self.owner, self.worker_id)
             except StorageError as e:
                 log.warning("claiming failed: %s", e)
@@ -350,7 +353,7 @@ class JobManager:
         run = RunExecution(
             self.store, self.writer, run_id, owner=self.owner, epoch=epoch,
             stop=self._events.get(run_id) or threading.Event(), interrupted=self._interrupt,
-            checkpoints=self.checkpoint_root,
+            checkpoints=self.checkpoint_root, channel=self.channel,
             on_step=(lambda step, loss: on_step(run_id, step, loss)) if on_step else None,
             on_record=(lambda record: on_record(run_id, record)) if on_record else None,
             on_resume=(lambda note, skipped: on_resume(run_id, note, skipped)) if on_resume else None,
@@ -418,23 +421,19 @@ class JobManager:
         with self._lock:
             return set(self._unreleased)
 
-    def _beat(self) -> None:
-        """The worker's sign of life, and its queued runs' (so no sweep releases them); the
-        lines its training runs logged are queued for the database; the
-        ends of runs not stored yet are tried again; runs and diagnoses whose worker died
-        are marked interrupted (``liveness.sweep``)."""
+    def _status(self) -> tuple[int | None, list[int]]:
+        """What the channel stamps for the worker: the run it trains now (one of them), and its
+        queued runs (so no sweep releases them)."""
+        with self._lock:
+            current = next(iter(self._current.values()), None)
+            return current, sorted(self._pending - set(self._current.values()))
+
+    def _before_beat(self) -> None:
+        """What the manager does first at every beat of its channel: the ends of runs not stored
+        yet are tried again, and the lines its training runs logged are queued for the database."""
         if self._unreleased:
             self._release()
         with self._lock:
-            current = next(iter(self._current.values()), None)
-            queued = sorted(self._pending - set(self._current.values()))
             logs = list(self._logs.values())
         for run_log in logs:  # what the training runs logged since the last beat
             run_log.flush()
-        self.writer.call(None, self.store.worker_heartbeat, self.worker_id, current)
-        if queued:
-            self.writer.call(None, self.store.touch_queued, queued, self.owner)
-        try:
-            liveness.sweep(self.store)
-        except StorageError as e:  # busy or unreachable: the next beat sweeps again
-            log.debug("the staleness sweep failed: %s", e)

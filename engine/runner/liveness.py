@@ -1,11 +1,30 @@
-"""Signs of life and the rule that reads them: the job runner's liveness policy.
+"""Signs of life and the rule that reads them: the job runner's liveness policy and its one channel.
 
-A live run, diagnosis or worker stamps its row every ``HEARTBEAT_S`` seconds through a
-``Heartbeat``. Storage only records owners and heartbeats (``RunStore.active_runs_heartbeats``)
-and marks runs interrupted on request (``RunStore.mark_interrupted``, cause ``stale``); the
-rule lives here, and ``sweep`` applies it. The sweep runs on the heartbeat of every job
-manager (workers, ``run``/``sweep``, the dashboard's) and of the dashboard process itself
-(``app.state.Lab``), never in a reader: a page render, ``list`` or ``show`` writes nothing.
+The channel
+-----------
+A process that holds leases (a ``JobManager``: a worker, ``run``/``sweep``, the dashboard's; or
+a diagnosis computed alone by the CLI) has ONE ``Channel``: one heartbeat thread that every
+``HEARTBEAT_S`` seconds makes one transaction (``storage.lease.LeasesRepository.beat``): it
+stamps the worker, the queued runs it will train, every run it holds (its progress, fenced by
+its lease) and every diagnosis it computes, and reads back in the same round trip each run's
+lease and cancel flag and which diagnoses were asked to stop. It publishes that to the
+training threads in memory, one ``LeaseState`` per run (``lost``, ``cancelled``): the training
+loop and the checkpoint guard read it for free, never the database. What guards correctness
+is still the fence of every owner write (``storage.lease``): a write under a lease that moved
+on changes nothing and raises ``LeaseLostError``, whatever the channel has read so far; the
+channel only tells a stalled owner sooner. A beat that fails (a busy or unreachable
+database) is logged and tried again a period later; PostgreSQL connections time out after
+``storage.db.CONNECT_TIMEOUT_S``, so a dead server cannot hang the beat.
+
+The sweep
+---------
+A live run, diagnosis or worker is stamped by its channel. Storage only records owners and
+heartbeats (``RunStore.active_runs_heartbeats``) and marks runs interrupted on request
+(``RunStore.mark_interrupted``, cause ``stale``); the rule lives here, and ``sweep`` applies
+it. The sweep runs in one place: the channel of every job manager, once when it opens and then
+at most every ``SWEEP_S`` seconds (a pulling worker's also queues the runs it found stale
+again, ``requeue_orphaned_runs``), and the dashboard process's own heartbeat
+(``app.state.Lab``) until its job manager starts, never in a reader: a page render, ``list`` or ``show`` writes nothing.
 A running run whose owner is ``this-host:pid`` is stale exactly when that process is gone: a
 live process on this host is never declared dead by the timeout alone (it may be stopped,
 swapping or waiting on a hung disk, and would wake to find its run trained by another).
@@ -17,17 +36,18 @@ are refused. Pure Python.
 The host name is ``$BASIS_LAB_HOST`` when set (machines or containers that share a
 database but not a process table and a host name), else ``socket.gethostname()``.
 """
-
 from __future__ import annotations
 
 import logging
 import os
 import socket
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Optional
 
-from engine.errors import TASK_FAILURES
+from engine.errors import TASK_FAILURES, is_bug
+from storage import DatabaseFullError, LeaseLostError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +72,10 @@ def _stale_after(default: float = 60.0) -> float:
 
 STALE_AFTER_S = _stale_after()  # silent this long (on another host): its worker is dead
 HEARTBEAT_S = min(2.0, STALE_AFTER_S / 3)  # period of every heartbeat (several within the timeout)
+SWEEP_S = max(HEARTBEAT_S, STALE_AFTER_S / 6)  # the least time between two sweeps of one channel
 ENV_HOST = "BASIS_LAB_HOST"
 
-__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Heartbeat", "host_name", "current_owner", "pid_alive", "stale_runs", "check_stale",
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "SWEEP_S", "Channel", "Heartbeat", "LeaseState", "host_name", "current_owner", "pid_alive", "stale_runs", "check_stale",
            "sweep", "mark_stale_interrupted", "release_orphans", "requeue_orphaned_runs", "worker_states"]
 
 
@@ -102,13 +123,120 @@ class Heartbeat:
         while not self._stop.wait(self.period):
             try:
                 self._beat()
-            except TASK_FAILURES as e:  # reported, and the next beat is tried
+            except TASK_FAILURES as e:  # reported (a bug with its traceback), and the next beat is tried
                 self.failures += 1
                 self.last_error = e
                 log.warning("%s: a beat failed (%s: %s); next try in %.1f s", self.name, type(e).__name__, e,
-                            self.period)
+                            self.period, exc_info=is_bug(e))
             else:
                 self.beats += 1
+
+
+class LeaseState:
+    """What the channel last read back of run ``run_id`` held under lease ``epoch``, for its
+    training thread to read at no cost: ``lost`` (the ``LeaseLostError`` once the run's lease
+    moved on), ``cancelled`` (set on a cancel request, or when the run was deleted) and
+    ``steps_done`` (the progress that thread reports, which the next beat stores)."""
+
+    def __init__(self, run_id: int, epoch: int, steps_done: int = 0):
+        self.run_id, self.epoch, self.steps_done = run_id, epoch, steps_done
+        self.lost: LeaseLostError | None = None
+        self.cancelled = threading.Event()
+
+    def publish(self, held) -> None:
+        """Take in a beat's read-back of the run (``storage.lease.Held``; None: it was deleted)."""
+        if held is None:
+            self.cancelled.set()
+        elif held.epoch != self.epoch:
+            self.lost = LeaseLostError(self.run_id, self.epoch, held.epoch)
+        elif held.cancel:
+            self.cancelled.set()
+
+
+class Channel:
+    """The one liveness channel of a process (see the module's docstring): ``hold`` a run's
+    lease or ``watch`` a diagnosis while it trains or computes, ``release``/``unwatch`` it at
+    its end. ``start()`` begins beating every ``period`` seconds on a thread named
+    ``basis-liveness``; ``beat()`` is one beat, ``stop()`` ends them.
+
+    ``worker``: the registered worker id this process stamps; ``status()``: (the run it trains
+    now, the queued runs it will train), stamped with it; ``before()``: what the owner does
+    first at every beat (flush its runs' logs, store ends refused so far). With ``sweep`` it
+    applies the staleness rule (``sweep``) at most every ``SWEEP_S`` seconds, and with
+    ``requeue`` queues the runs it found stale again for any worker."""
+
+    def __init__(self, store, owner: str, *, worker: str | None = None, status: Callable[[], tuple] | None = None,
+                 before: Callable[[], None] | None = None, sweep: bool = False, requeue: bool = False,
+                 period: float = HEARTBEAT_S):
+        self.store, self.owner, self.worker = store, owner, worker
+        self._status, self._before, self._sweeps, self._requeue = status, before, sweep, requeue
+        self._runs: dict[int, LeaseState] = {}
+        self._diagnoses: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._swept = float("-inf")
+        self.heartbeat = Heartbeat(self.beat, period=period, name="basis-liveness")
+
+    def start(self) -> Channel:
+        self.heartbeat.start()
+        return self
+
+    def stop(self) -> None:
+        self.heartbeat.stop()
+
+    def hold(self, run_id: int, epoch: int, steps_done: int = 0) -> LeaseState:
+        """Beat for run ``run_id`` under lease ``epoch`` from now on; its ``LeaseState``."""
+        state = LeaseState(run_id, epoch, steps_done)
+        with self._lock:
+            self._runs[run_id] = state
+        return state
+
+    def release(self, run_id: int) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def watch(self, diag_id: int, cancel: threading.Event) -> None:
+        """Beat for running diagnosis ``diag_id``; ``cancel`` is set once it is asked to stop."""
+        with self._lock:
+            self._diagnoses[diag_id] = cancel
+
+    def unwatch(self, diag_id: int) -> None:
+        with self._lock:
+            self._diagnoses.pop(diag_id, None)
+
+    def beat(self) -> None:
+        """One beat: ``before()``, one transaction that stamps and reads back every run and
+        diagnosis held (``RunStore.leases.beat``), its publication, then the sweep when due."""
+        if self._before is not None:
+            self._before()
+        current, queued = self._status() if self._status is not None else (None, ())
+        with self._lock:
+            runs, diagnoses = dict(self._runs), dict(self._diagnoses)
+        try:
+            back = self.store.leases.beat({r: (s.epoch, s.steps_done) for r, s in runs.items()}, owner=self.owner,
+                                          worker=self.worker, current=current, queued=queued, diagnoses=diagnoses)
+        except DatabaseFullError as e:  # said once, by the end of each run it stops (not at every beat)
+            log.debug("%s: a beat was refused: %s", self.heartbeat.name, e)
+            return
+        for run_id, state in runs.items():
+            state.publish(back.runs.get(run_id))
+        for diag_id in back.cancelled:
+            diagnoses[diag_id].set()
+        if self._sweeps and time.monotonic() - self._swept >= SWEEP_S:
+            self.sweep()
+
+    def sweep(self) -> list[int]:
+        """Apply the staleness rule now (``sweep``; with ``requeue``, ``requeue_orphaned_runs``);
+        the run ids it marked interrupted. A busy database is swept at a later beat."""
+        self._swept = time.monotonic()
+        try:
+            interrupted = sweep(self.store)
+            if self._requeue:
+                requeue_orphaned_runs(self.store)
+        except StorageError as e:
+            log.debug("the staleness sweep failed: %s", e)
+            self._swept = float("-inf")
+            return []
+        return interrupted
 
 
 def host_name() -> str:

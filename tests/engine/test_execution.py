@@ -1,5 +1,5 @@
-"""``RunExecution``: one run's life here, its claim, its stop signals and its lease, read
-from a real database (no training; ``test_jobs``, ``test_durable`` and
+"""``RunExecution``: one run's life here, its claim, its stop signals and its lease, as its
+process's liveness channel reads them back from a real database (no training; ``test_jobs``, ``test_durable`` and
 ``test_exactly_once`` train runs through it end to end)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from engine.runner.execution import RunExecution
+from engine.runner.liveness import Channel
 from engine.runner.writer import StoreWriter
 from storage import LeaseLostError, RunStore
 from tests.support.runs import new_run
@@ -23,7 +24,8 @@ def lab(tmp_path):
 
 def _execution(lab, run_id, tmp_path, **kw) -> RunExecution:
     store, writer = lab
-    args = dict(owner="here:1", stop=threading.Event(), interrupted=threading.Event(), checkpoints=tmp_path / "ckpt")
+    args = dict(owner="here:1", stop=threading.Event(), interrupted=threading.Event(), checkpoints=tmp_path / "ckpt",
+                channel=Channel(store, "here:1"))  # not started: a test beats it by hand
     return RunExecution(store, writer, run_id, **{**args, **kw})
 
 
@@ -48,14 +50,22 @@ def test_a_run_interrupted_before_its_claim_is_marked_interrupted_not_claimed(la
     assert row.status == "interrupted" and "resume it" in row.error
 
 
-def test_a_cancel_request_stops_it_at_the_next_poll(lab, tmp_path):
+def _held(run: RunExecution) -> None:
+    """What ``execute`` does first: the run's lease held by its channel."""
+    run.run = run.store.get_run(run.run_id)
+    run.lease_state = run.channel.hold(run.run_id, run.lease)
+
+
+def test_a_cancel_request_stops_it_at_the_channels_next_beat_and_not_before(lab, tmp_path):
     store, _ = lab
     run_id = new_run(store)
     run = _execution(lab, run_id, tmp_path)
     run.claim("w1")
+    _held(run)
     assert not run.should_stop()
     store.request_cancel(run_id)
-    run.last_poll = float("-inf")  # the poll is due
+    assert not run.should_stop()  # the training thread reads memory only: the beat brings it the news
+    run.channel.beat()
     assert run.should_stop() and run.stop_event.is_set() and run.lost is None
     assert run.ending() == ("cancelled", None, None)
 
@@ -65,11 +75,13 @@ def test_a_lease_taken_by_another_claim_stops_it_and_refuses_its_checkpoints(lab
     run_id = new_run(store)
     run = _execution(lab, run_id, tmp_path)
     run.claim("w1")
+    _held(run)
+    run.channel.beat()
     run.hold_lease(10)  # the lease holds: the save may go on
     store.set_status(run_id, "interrupted")
     store.requeue([run_id])
     assert _execution(lab, run_id, tmp_path).claim("w2")  # a new owner
-    run.last_poll = float("-inf")
+    run.channel.beat()
     assert run.should_stop() and isinstance(run.lost, LeaseLostError) and not run.stop_event.is_set()
     with pytest.raises(LeaseLostError):
         run.hold_lease(20)
