@@ -34,11 +34,16 @@ import traceback
 
 from storage.family import BasisLabError, InvalidValueError, UserError
 
-__all__ = ["EXPECTED_FAILURES", "TASK_FAILURES", "BasisLabError", "InvalidValueError", "SharedFailure", "UserError",
+__all__ = ["EXPECTED_FAILURES", "LIBRARY_FAILURES", "TASK_FAILURES", "BasisLabError", "InvalidValueError", "SharedFailure", "UserError",
            "failure_text", "is_bug"]
 
 TASK_FAILURES = (Exception,)
 EXPECTED_FAILURES = (BasisLabError, OSError)
+# What a library underneath raises on input it refuses or an environment it cannot use (a corpus
+# file ``datasets`` cannot parse, a browser ``kaleido`` cannot start): the few places that turn a
+# library's failure into one line naming the fix catch these, not every ``Exception``, so a bug
+# there (a name or attribute error) still reads as one.
+LIBRARY_FAILURES = (BasisLabError, OSError, ValueError, TypeError, LookupError, ArithmeticError, RuntimeError)
 RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # XLA's status of a device out of memory (``XlaRuntimeError``)
 BUG, FAILED = "bug", "failed"  # the labels of a failure's first line
 

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator
 from engine.core.choices import SOURCES
 from engine.data.errors import DataError, whole
 from engine.data.packages import REQUIREMENT, package_dir, package_version
-from engine.errors import TASK_FAILURES
+from engine.errors import LIBRARY_FAILURES
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
 FINEWEB_CONFIG = "sample-10BT"
@@ -221,7 +221,7 @@ def _guarded_rows(open_rows: Callable[[], Iterable[dict]], failure: str) -> Iter
     """Rows of ``open_rows()``; a failure opening or reading them becomes DataError(failure)."""
     try:
         yield from open_rows()
-    except TASK_FAILURES as error:  # datasets, fsspec, pyarrow and the network raise many types
+    except LIBRARY_FAILURES as error:  # datasets, fsspec, pyarrow and the network raise many types
         raise DataError(failure.format(error=f"{type(error).__name__}: {error}")) from error
 
 
