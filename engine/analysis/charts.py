@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.core.estimators import is_exact
 from engine.core.text import PLOTLY, plain
 
 EXACT_COLOR = "#404040"  # exact backprop: the neutral reference
@@ -62,7 +63,7 @@ def method_color(estimator: str | None, rank=None, lam=None) -> str:
       turned 14°, so a shrunk method is told from its λ = 0 twin (line charts also
       dash it, :func:`method_dash`).
     """
-    if estimator in (None, "exact") or rank is None or pd.isna(rank):
+    if is_exact(estimator) or rank is None or pd.isna(rank):
         return EXACT_COLOR
     k = math.log2(max(float(rank), 1.0))
     shrunk = lam is not None and not pd.isna(lam) and float(lam) > 0
@@ -81,7 +82,7 @@ METHOD_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564
 def method_key(estimator, rank=None, lam=None) -> tuple:
     """(estimator, R, λ) as one hashable, comparable key: ``("exact", -1, 0.0)`` for exact
     backprop (or a run without a rank), λ None as 0."""
-    if estimator in (None, "exact") or rank is None or pd.isna(rank):
+    if is_exact(estimator) or rank is None or pd.isna(rank):
         return ("exact", -1, 0.0)
     return (str(estimator), int(rank), 0.0 if lam is None or pd.isna(lam) else float(lam))
 

@@ -32,7 +32,8 @@ depends on X and dY only through their Gram matrices (γ_X = ‖X‖/‖SX‖ an
 basis Q (N×B, orthonormal columns) of X's row space gives X = X' Qᵀ with X' = X Q (B×B)
 and X'X'ᵀ = XXᵀ, so d̂W(X, dY) = Q d̂W(X', dY) and dW = Q dW': every norm, inner product
 and cosine above is that of (X', dY). Likewise dY = dY' Q_yᵀ on the right when M > B
-(also for ``proj``, whose P acts on the left, on X's feature axis, which stays whole).
+(also for an estimator whose entry is not ``row_space``, such as ``proj`` or ``velora``:
+it acts on X's feature axis, which stays whole).
 At the paper preset (B·T = 64) the head's 64 × 50,257 dW becomes 64 × 64 for every key.
 
 ``diagnose`` reports, per layer, estimator, R and λ, the numbers above relative to
@@ -55,10 +56,11 @@ import pandas as pd
 
 from engine.analysis import keystats
 from engine.core import checks
+from engine.core.estimators import lookup
 from engine.core.presets import GPTConfig, validate_method
 from engine.model.gpt import GPT
 from engine.model.layers import CAPTURED_GRADS, CAPTURED_INPUTS
-from engine.sketch.basis import PROJECTION, sketched_matmul
+from engine.sketch.basis import sketched_matmul
 
 COLUMNS = (
     "layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse", "cos_mean",
@@ -137,7 +139,7 @@ def _factor(a: jax.Array) -> jax.Array:
 
 def reduce(x: jax.Array, dy: jax.Array) -> dict[bool, tuple[jax.Array, jax.Array]]:
     """``{row_side: (X', dY')}``: (X, dY) with both feature axes reduced to at most B
-    (``row_side``, the row-sketching estimators) or only dY's (``proj``); module docstring."""
+    (``row_side``, the estimators whose entry is ``row_space``) or only dY's; module docstring."""
     rows = x.shape[0]
     dy_r = _factor(dy) if dy.shape[1] > rows else dy
     x_r = _factor(x) if x.shape[1] > rows else x
@@ -229,7 +231,7 @@ def key_values(
     split from ``key`` (the same keys whatever the estimator, R and λ), ``chunk`` keys
     per vmap, on the reduced (X', dY') of ``reduce``."""
     _check(x, dy, w_shape, estimator, rank, lam, keys, chunk)
-    xr, dyr = reduce(x, dy)[estimator != PROJECTION]
+    xr, dyr = reduce(x, dy)[lookup(estimator).row_space]
     return _values(xr, dyr, estimator, rank, lam, jax.random.split(key, keys), chunk)
 
 
@@ -299,7 +301,7 @@ def diagnose(
                       for i, layer in enumerate(layers)}
         for s, (estimator, rank, lam) in enumerate(settings):
             for layer in layers:
-                x, dy = reduced[layer][estimator != PROJECTION]
+                x, dy = reduced[layer][lookup(estimator).row_space]
                 got.setdefault((layer, s), []).append(_values(x, dy, estimator, rank, lam, layer_keys[layer], chunk))
             if progress.step():
                 return _rows(settings, layers, got, keys)

@@ -16,6 +16,7 @@ from engine.analysis.charts import SETUP_DASHES, method_colors, method_dash, met
 from engine.analysis.overlap import shared_runs
 from engine.analysis.summary import MIB, summarize, table3
 from engine.config import stored
+from engine.core.estimators import is_exact
 
 RANK_QUANTITIES = {  # column of ``engine.analysis.summary.summarize`` → (name, axis title, divisor to the shown unit)
     "val_loss": ("validation loss", "validation loss (nats/token)", 1.0),
@@ -148,7 +149,7 @@ def _per_method(records: list, metrics: pd.DataFrame, at_step: int | None, value
         found = values(step).reindex(ids).dropna()
         if found.empty:
             continue
-        exact = row.estimator == "exact"
+        exact = is_exact(row.estimator)
         if not exact and pd.isna(row.rank):
             continue  # a sketched run stored without a rank has no place on the R axis
         lam = None if pd.isna(row.lam) else float(row.lam)

@@ -51,6 +51,7 @@ from engine.core.choices import (
     SKETCHED_LAYER_CHOICES,
     SOURCES,
 )
+from engine.core.estimators import described, is_exact
 from engine.core.presets import PRESETS, GPTConfig
 from storage.limits import INT_MAX, NAME_MAX, check_text
 
@@ -76,7 +77,7 @@ class RunConfig:
     """Everything that defines a run; see each field's ``FieldSpec`` (``schema()``)."""
 
     estimator: str = field(default="basis", metadata=spec(
-        "the dW estimator; exact is plain backprop", "method", "Estimator", affects=TRAJECTORY, choices=ESTIMATORS, swept=True))
+        f"the dW estimator. {described()}", "method", "Estimator", affects=TRAJECTORY, choices=ESTIMATORS, swept=True))
     rank: int = field(default=32, metadata=spec(
         "sketch rank R: rows of the sketched activations kept for dW (clipped to the rows on each device, "
         "B·T / devices)", "method", "Rank R", affects=TRAJECTORY,
@@ -193,7 +194,7 @@ class RunConfig:
     @property
     def is_exact(self) -> bool:
         """Exact backprop: the exact estimator, or no sketched layer."""
-        return self.estimator == "exact" or self.sketched_layers == "none"
+        return is_exact(self.estimator) or self.sketched_layers == "none"
 
     @property
     def effective_batch_size(self) -> int:
@@ -331,7 +332,7 @@ def affects(name: str) -> str:
 
 def method_label(estimator: str | None, rank, lam) -> str:
     """``exact``, ``basis R=8``, ``basis R=8 λ=0.01``: the one way a method is named."""
-    if estimator in (None, "exact") or rank is None or (isinstance(rank, float) and math.isnan(rank)):
+    if is_exact(estimator) or rank is None or (isinstance(rank, float) and math.isnan(rank)):
         return "exact"
     lam_text = f" λ={lam:g}" if lam else ""
     return f"{estimator} R={int(rank)}{lam_text}"

@@ -2,9 +2,8 @@
 widget, flag and check reads. What each name does lives with its implementation (``engine.sketch``,
 ``engine.model``, ``engine.training``, ``engine.data``)."""
 
-ESTIMATORS = (
-    "exact", "basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj",
-)
+from engine.core.estimators import ESTIMATORS as ESTIMATORS  # the registry's names (engine.core.estimators)
+
 SKETCHED_LAYER_CHOICES = ("mlp+head", "mlp", "all", "none")
 SKETCHED_GROUPS = {  # sketched_layers → the dense-layer groups it sketches
     "mlp+head": frozenset({"mlp", "head"}),
@@ -19,7 +18,7 @@ OPTIMIZERS = ("sgd", "adamw")
 SOURCES = ("classics", "fineweb-edu", "files")
 COHORT_SETTINGS = ("auto", "on", "off")  # whether workers train a sweep's seeds as one program (engine.runner.cohorts)
 DW_COMMS = ("all-reduce", "sketch")  # how the devices of one run combine a sketched layer's dW
-SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.runner.queries.table3_text
+SUMMARY_FORMATS = ("table", "csv", "markdown", "latex")  # of Table 3: engine.reads.queries.table3_text
 # δ, nats/token: the default equivalence margin of a Δ val loss vs exact (engine.core.stats, where it is argued)
 EQUIVALENCE_MARGIN = 0.02
 # How a diverged run's error begins (engine.training.loop.TrainingDiverged): what Table 3 counts as a diverged seed

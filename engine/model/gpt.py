@@ -50,6 +50,7 @@ import optax
 from jax.ad_checkpoint import checkpoint_name
 
 from engine.core import choices
+from engine.core.estimators import lookup
 from engine.core.presets import GPTConfig
 from engine.model.layers import ATTENTION, NONLINEARITY, SKETCH_RNG, FusedHead, LayerNorm, SketchedDense, gelu
 from engine.sketch.attention import causal_attention
@@ -214,6 +215,6 @@ def _jitted_init(cfg: GPTConfig, batch_size: int):
 
 def loss_fn(cfg: GPTConfig, params, batch: jax.Array, sketch_key: jax.Array | None) -> jax.Array:
     """Mean next-token cross-entropy of ``batch`` (B, T+1) under ``cfg``'s estimator."""
-    rngs = None if cfg.estimator == "exact" or sketch_key is None else {"sketch": sketch_key}
+    rngs = None if not lookup(cfg.estimator).needs_key or sketch_key is None else {"sketch": sketch_key}
     # apply's annotation also covers mutable collections (output, state); without them: the output
     return cast(jax.Array, GPT(cfg).apply({"params": params}, batch[:, :-1], batch[:, 1:], rngs=rngs))

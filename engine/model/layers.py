@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from engine.core.estimators import lookup
 from engine.sketch.basis import sketched_matmul
 from engine.sketch.head import head_loss
 from engine.sketch.residuals import ATTENTION, DENSE_INPUT, NONLINEARITY, keep_tagged
@@ -36,7 +37,7 @@ class SketchedDense(nn.Module):
     The bias gradient Σ_b dY[b] is always exact. The sketch key comes from the
     RNG stream ``sketch`` (``rngs={"sketch": key}`` in ``apply``), so parameter
     initialisation never depends on the estimator. ``estimator="exact"`` needs no
-    sketch key at all. With ``layers`` > 1 the caller passes ``key``, shared by the
+    sketch key at all, nor does an estimator whose entry needs none. With ``layers`` > 1 the caller passes ``key``, shared by the
     ``layers`` layers whose hash sketches are drawn together, and this is ``layer``
     (``engine.sketch.basis.sketched_matmul``).
     """
@@ -58,10 +59,11 @@ class SketchedDense(nn.Module):
         x = checkpoint_name(x.astype(self.dtype), DENSE_INPUT)
         kernel = kernel.astype(self.dtype)
         self.sow(CAPTURED_INPUTS, "x", x)
-        if self.estimator == "exact":
+        spec = lookup(self.estimator)
+        if spec.exact:
             y = x @ kernel
         else:
-            key = self.make_rng(SKETCH_RNG) if key is None else key
+            key = self.make_rng(SKETCH_RNG) if key is None and spec.needs_key else key
             y = sketched_matmul(x, kernel, key, rank=self.rank, lam=self.lam, estimator=self.estimator,
                                 gather_axis=self.gather_axis, layer=self.layer, layers=self.layers)
         y = self.perturb("dy", y, collection=CAPTURED_GRADS)
@@ -92,7 +94,7 @@ class FusedHead(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, targets: jax.Array, key: jax.Array | None = None) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
-        if self.estimator == "exact":
+        if not lookup(self.estimator).needs_key:
             key = None
         elif key is None:
             key = self.make_rng(SKETCH_RNG)

@@ -44,6 +44,7 @@ from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import hparams, scalar
 
 from engine.config import shape_columns
+from engine.core.estimators import is_exact
 from storage import RunRecord, RunStore, StorageError
 from storage.export import flatten_config
 from storage.outputs import OutputExistsError, special_kind
@@ -71,7 +72,7 @@ def hyperparameters(run: RunRecord) -> dict[str, Any]:
     (``estimator``, ``rank``, ``lam``, ``seed``, ``preset``, ``steps``), the effective shape
     (``B_seqs``, ``T_tokens``, ``R_rows``), ``status``, ``sweep_id`` and ``tags``. An exact run
     has no rank nor lam (its config's are unused defaults); empty values are left out."""
-    exact = run.estimator == "exact"
+    exact = is_exact(run.estimator)
     values: dict[str, Any] = dict(flatten_config(run.config, prefix=""))
     values.update(estimator=run.estimator, rank=run.rank, lam=run.lam, seed=run.seed, preset=run.preset,
                   steps=run.steps, **shape_columns(run.config), status=run.status, sweep_id=run.sweep_id,

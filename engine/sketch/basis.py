@@ -10,23 +10,10 @@ with a random sketch ``S ∈ R^{R×B}`` drawn afresh from ``key`` at every step.
 The peer estimators below (row sampling, feature projection) are written in the
 same form with their own S, and every one takes the same shrink c² = (1 − λ)².
 
-Estimators (selected by name). "Rank R" means R rows' worth of X, R·N floats, so
-methods compare at equal memory. Kept: what the backward pass holds for dW besides
-W (float32; a key is 8 bytes; k = ⌈R·N/B⌉):
-
-=============  ==================  =======  ======  ======================================
-name           S                   scalars  E[dW]   kept for dW (bytes)
-=============  ==================  =======  ======  ======================================
-exact          (none)              --       dW      X: B×N (4BN, in X's dtype)
-basis          balanced hash       yes      biased  X̂: R×N, key (4RN + 8)
-countsketch    uniform hash        no       c² dW   X̂: R×N, key (4RN + 8)
-balanced       balanced hash       no       c² dW   X̂: R×N, key (4RN + 8)
-scalars        uniform hash        yes      biased  X̂: R×N, key (4RN + 8)
-gaussian       N(0, 1/R) entries   no       c² dW   X̂: R×N, key (4RN + 8)
-crs            row sampling        no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
-wta-crs        top rows + sampling no       c² dW   x̃: R×N, indices R int32 (4RN + 4R)
-proj           feature projection  no       c² dW   X P: B×k, key (4Bk + 8 ≤ 4RN + 4B + 8)
-=============  ==================  =======  ======  ======================================
+Estimators (selected by name) are entries of ``engine.core.estimators``: each states its
+S (``sketch``), its bias, and the bytes its backward pass keeps for dW (``kept_bytes``);
+this module runs the math of every family, reading only the entry. "Rank R" means R
+rows' worth of X, R·N floats, so methods compare at equal memory.
 
 Hash sketches have ``S[r, b] = s(b)·[h(b) = r]`` with Rademacher signs ``s``.
 Uniform hashing draws ``h(b)`` independently; balanced hashing is a random
@@ -75,21 +62,12 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from engine.core.estimators import Estimator, lookup
 from engine.core.presets import validate_method
 from engine.sketch.draws import Sketch, draw_sketch
 from engine.sketch.draws import hashings_agree as hashings_agree  # re-exported
 from engine.sketch.residuals import DENSE_INPUT
 
-SKETCH_KIND = {  # the S each non-exact estimator draws
-    "basis": "balanced",
-    "countsketch": "uniform",
-    "balanced": "balanced",
-    "scalars": "uniform",
-    "gaussian": "gaussian",
-}
-USES_SCALARS = frozenset({"basis", "scalars"})  # estimators with invariant scalars
-SAMPLING = frozenset({"crs", "wta-crs"})  # estimators that keep sampled rows of X
-PROJECTION = "proj"  # the estimator that projects the feature axis
 EPS = 1e-12  # ε of γ = ‖a‖_F / (‖S a‖_F + ε)
 
 # A hash sketch S·a is applied in one of three ways (``SKETCH_METHODS``):
@@ -313,9 +291,10 @@ def _wta_crs(key: jax.Array, norms: jax.Array, rank: int) -> RowSample:
     return RowSample(index, weight)
 
 def sample_rows(key: jax.Array, x: jax.Array, estimator: str, rank: int) -> RowSample:
-    """The R rows (and weights) of a (B, N) ``x`` that ``crs`` or ``wta-crs`` keeps."""
+    """The R rows (and weights) of a (B, N) ``x`` that a row-sampling estimator
+    (``crs`` or ``wta-crs`` sketch) keeps."""
     norms = _row_norms(x)
-    return _crs(key, norms, rank) if estimator == "crs" else _wta_crs(key, norms, rank)
+    return _crs(key, norms, rank) if lookup(estimator).sketch == "crs" else _wta_crs(key, norms, rank)
 
 def weighted_rows(x: jax.Array, sample: RowSample, shrink: float) -> jax.Array:
     """x̃ = (1 − λ)² · diag(w) · X[index] (R × N, float32): the sampled estimator's X̂."""
@@ -334,10 +313,17 @@ def projection(key: jax.Array, features: int, width: int) -> jax.Array:
     """
     return jax.random.normal(key, (features, width), jnp.float32) / math.sqrt(width)
 
+def sketch_kind(spec: Estimator) -> str:
+    """The kind of S ∈ R^{R×B} the entry ``spec`` draws (``Sketch.kind``)."""
+    if spec.draws is None:
+        raise ValueError(f"estimator {spec.name!r} draws no sketch S (its sketch is {spec.sketch!r})")
+    return spec.draws
+
+
 def draws_together(estimator: str) -> bool:
     """Whether layers of this estimator can draw their sketches together from one key
     (``draw_sketch``'s ``layers``): the hash sketches."""
-    return SKETCH_KIND.get(estimator) in ("balanced", "uniform")
+    return lookup(estimator).draws_together
 
 
 def check_drawn(estimator: str, layers: int) -> None:
@@ -350,8 +336,8 @@ def check_drawn(estimator: str, layers: int) -> None:
 def gathers(estimator: str) -> bool:
     """Whether this estimator's dW is the product of two R-row factors that a
     ``gather_axis`` all-gathers (hash and Gaussian sketches, sampled rows); ``exact``
-    and ``proj`` keep their dW local, for the caller to sum."""
-    return estimator not in ("exact", PROJECTION)
+    and the others (projections, compressions) keep their dW local, for the caller to sum."""
+    return lookup(estimator).gathers
 
 
 def gathered_product(a: jax.Array, b: jax.Array, axis: str | None) -> jax.Array:
@@ -366,7 +352,7 @@ def gathered_product(a: jax.Array, b: jax.Array, axis: str | None) -> jax.Array:
 def sketched_matmul(
     x: jax.Array,
     w: jax.Array,
-    key: jax.Array,
+    key: jax.Array | None,
     *,
     rank: int,
     lam: float = 0.0,
@@ -380,7 +366,8 @@ def sketched_matmul(
     Args:
       x: (..., N); every leading dim is a sketched row, B = prod(x.shape[:-1]).
       w: (N, M).
-      key: PRNG key, fresh each step; it only draws S (its gradient is zero).
+      key: PRNG key, fresh each step; it only draws S (its gradient is zero). None for
+        an estimator whose entry needs no key.
       rank: R ≥ 1, clipped to B.
       lam: shrink λ ∈ [0, 1); dW is scaled by (1 − λ)².
       estimator: one of ``ESTIMATORS``; ``exact`` is an ordinary matmul.
@@ -392,12 +379,14 @@ def sketched_matmul(
     """
     validate_method(estimator, rank, lam)
     check_drawn(estimator, layers)
+    if lookup(estimator).needs_key and key is None:
+        raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
     if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
         raise ValueError(
             f"shape mismatch: x {tuple(x.shape)} @ w {tuple(w.shape)}; "
             "x must be (..., N) and w (N, M)"
         )
-    if estimator == "exact":
+    if lookup(estimator).exact:
         return x @ w
     lead = x.shape[:-1]
     rows = math.prod(lead)
@@ -414,38 +403,47 @@ def _kept(*arrays):
     return tuple(checkpoint_name(a, DENSE_INPUT) for a in arrays)
 
 def _fwd(x, w, key, rank, lam, estimator, axis, drawn):
-    rows, features = x.shape
+    spec = lookup(estimator)
     shrink = 1.0 - lam
     x_dtype = jnp.zeros((0,), x.dtype)  # zero-size: carries x's dtype for dX
-    if estimator in SAMPLING:
-        sample = sample_rows(key, x, estimator, rank)
-        kept, key = _kept(weighted_rows(x, sample, shrink), sample.index), None
-    elif estimator == PROJECTION:
-        width = projection_width(rows, features, rank)
-        if width >= features:  # X P would be no smaller than X: keep X, exact
-            kept, key = _kept(x.astype(jnp.float32) * shrink**2), None
-        else:
-            kept = _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2)
-    else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
-        kept = _kept(sketch_rows(x, sketch, scalars=estimator in USES_SCALARS, shrink=shrink))
+    kept, key = _keep(spec, x, key, rank, shrink, drawn)
     # the key (a PRNG key: memory accounting knows it by its dtype) replays S or P
     return x @ w, (kept, key, w, *_kept(x_dtype))
 
+def _keep(spec: Estimator, x, key, rank, shrink, drawn):
+    """(what the forward pass keeps of x for dW, the key the backward pass needs or None)."""
+    rows, features = x.shape
+    if spec.samples_rows:
+        sample = sample_rows(key, x, spec.name, rank)
+        return _kept(weighted_rows(x, sample, shrink), sample.index), None
+    if spec.compression is not None:
+        return _kept(*spec.compression.encode(x.astype(jnp.float32), rank)), None
+    if spec.sketch == "projection":
+        width = projection_width(rows, features, rank)
+        if width >= features:  # X P would be no smaller than X: keep X, exact
+            return _kept(x.astype(jnp.float32) * shrink**2), None
+        return _kept(x.astype(jnp.float32) @ projection(key, features, width) * shrink**2), key
+    sketch = draw_sketch(key, sketch_kind(spec), rows, rank, *drawn)
+    return _kept(sketch_rows(x, sketch, scalars=spec.scalars, shrink=shrink)), key
+
 def _bwd(rank, lam, estimator, axis, drawn, residuals, dy):
+    spec = lookup(estimator)
     kept, key, w, x_dtype = residuals
-    if estimator in SAMPLING:
+    rows, features = dy.shape[0], w.shape[0]
+    if spec.samples_rows:
         x_tilde, index = kept
         dw = gathered_product(x_tilde, dy[index].astype(jnp.float32), axis)
-    elif estimator == PROJECTION and key is None:  # X itself, times c²
+    elif spec.compression is not None:
+        x_hat = spec.compression.decode(kept, rows, features)
+        dw = x_hat.T @ dy.astype(jnp.float32) * (1.0 - lam) ** 2
+    elif spec.sketch == "projection" and key is None:  # X itself, times c²
         dw = kept[0].T @ dy.astype(jnp.float32)
-    elif estimator == PROJECTION:
-        rows, features = dy.shape[0], w.shape[0]
+    elif spec.sketch == "projection":
         p = projection(key, features, projection_width(rows, features, rank))
         dw = p @ (kept[0].T @ dy.astype(jnp.float32))
     else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], dy.shape[0], rank, *drawn)
-        dy_hat = sketch_rows(dy, sketch, scalars=estimator in USES_SCALARS, shrink=1.0 - lam)
+        sketch = draw_sketch(key, sketch_kind(spec), rows, rank, *drawn)
+        dy_hat = sketch_rows(dy, sketch, scalars=spec.scalars, shrink=1.0 - lam)
         dw = gathered_product(kept[0], dy_hat, axis)
     dx = (dy @ w.T).astype(x_dtype.dtype)
     return dx, dw.astype(w.dtype), None

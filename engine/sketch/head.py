@@ -23,7 +23,10 @@ from the softmax statistics (``_logit_grad_sq``: one more row sum, of e², over 
 the partition sums are reduced from; on a GPU one pass with them), not from dZ. Kept for the backward pass: dX (B×N) and dW (N×V) when exact; dX,
 X̂ (R×N) and dẐ (R×V) when sketched or sampled, the scalar c·γ_dZ carried by X̂ (so the
 R×V factor is S dZ as summed); dX,
-(X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N). X̂ is tagged
+(X P)ᵀ dZ (k×V) and the key for ``proj`` (dX and c²·dW when k ≥ N); dX and
+c²·X̂ᵀ dZ for a ``compress`` entry (X̂ its compression of X, accumulated chunk by chunk).
+Which of these the backward pass reads is ``_mode``, a function of the estimator's entry
+and the shapes, the same in both passes. X̂ is tagged
 ``DENSE_INPUT`` like a sketched layer's, the rest ``LOSS_LOGITS``. The weight gradient costs R·N·V instead of B·N·V. With
 ``gather_axis`` (several devices, inside ``shard_map``) the two R-row factors are
 all-gathered and dW is Σ_d X̂_dᵀ dẐ_d on every device (``engine.sketch.basis.gathers``).
@@ -33,22 +36,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from engine.core import checks
+from engine.core.estimators import lookup
 from engine.core.presets import validate_method
 from engine.sketch.basis import (
     DENSE_MAX_RANK,
     EPS,
-    PROJECTION,
-    SAMPLING,
-    SKETCH_KIND,
     SKETCH_METHODS,
-    USES_SCALARS,
     Sketch,
     apply_sketch,
     axis_sum,
@@ -59,6 +59,7 @@ from engine.sketch.basis import (
     projection,
     projection_width,
     sample_rows,
+    sketch_kind,
     sketch_rows,
     weighted_rows,
 )
@@ -100,14 +101,14 @@ def head_loss(
     """
     validate_method(estimator, rank, lam)
     check_drawn(estimator, layers)
-    if estimator != "exact" and key is None:
+    if lookup(estimator).needs_key and key is None:
         raise ValueError(f"estimator {estimator!r} needs a sketch key (got None)")
     checks.whole("chunk", chunk, 1)
     if sketch_method not in (None, BINNED, *SKETCH_METHODS):
         raise ValueError(
             f"unknown sketch method {sketch_method!r}; choose one of {BINNED}, {', '.join(SKETCH_METHODS)}"
         )
-    if sketch_method == BINNED and SKETCH_KIND.get(estimator) != "balanced":
+    if sketch_method == BINNED and lookup(estimator).draws != "balanced":
         raise ValueError(f"the {BINNED} head needs a balanced sketch (estimator {estimator!r} is not)")
     if w.ndim != 2 or x.shape[-1] != w.shape[0] or targets.shape != x.shape[:-1]:
         raise ValueError(
@@ -250,13 +251,18 @@ def head_method(sketch: Sketch, backend: str | None = None) -> str | None:
 
 
 def _mode(estimator: str, rows: int, features: int, rank: int) -> str:
-    """How the head forms dW: ``exact`` (Xᵀ dZ, also ``proj`` when k ≥ N), ``sample``,
-    ``proj`` or ``sketch`` (S applied to X and dZ)."""
-    if estimator == "exact":
+    """How the head forms dW, from the estimator's entry and the shapes (static, so the
+    forward and the backward pass agree): ``exact`` (Xᵀ dZ, also a projection when k ≥ N),
+    ``compress`` (X̂ᵀ dZ of the entry's compression, kept as dW itself like ``exact``),
+    ``sample``, ``proj`` or ``sketch`` (S applied to X and dZ)."""
+    spec = lookup(estimator)
+    if spec.exact:
         return "exact"
-    if estimator in SAMPLING:
+    if spec.samples_rows:
         return "sample"
-    if estimator == PROJECTION:
+    if spec.compression is not None:
+        return "compress"
+    if spec.sketch == "projection":
         return "proj" if projection_width(rows, features, rank) < features else "exact"
     return "sketch"
 
@@ -320,25 +326,45 @@ def _binned_fwd(x, w, targets, sketch, chunk, statistics):
     return total, dx.reshape(-1, x.shape[1])[position], acc, sq
 
 
-def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
-    rows, features, v = x.shape[0], x.shape[1], w.shape[1]
-    mode = _mode(estimator, rows, features, rank)
-    shrink = 1.0 - lam
-    sketch, parts, p, method = None, None, None, None
-    if mode in ("exact", "sample"):  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ
-        acc = jnp.zeros((v, features) if mode == "exact" else (0, v), jnp.float32)
-    elif mode == "proj":
-        p = projection(key, features, projection_width(rows, features, rank))
-        acc = jnp.zeros((p.shape[1], v), jnp.float32)
-    else:
-        sketch = draw_sketch(key, SKETCH_KIND[estimator], rows, rank, *drawn)
-        parts, acc = _sketch_chunks(sketch, chunk), jnp.zeros((rank, v), jnp.float32)
-        method = sketch_method or head_method(sketch)
+class _Setup(NamedTuple):
+    """What the head's chunk loop accumulates into (``acc``) and reads beside each chunk."""
 
-    statistics = mode == "sketch" and estimator in USES_SCALARS and norm_from() == "statistics"
+    acc: jax.Array
+    parts: Any = None  # per chunk: S's columns (``sketch``) or X̂'s rows (``compress``)
+    p: jax.Array | None = None  # P (``proj``)
+    sketch: Sketch | None = None
+    method: str | None = None  # how a ``sketch`` meets dZ
+
+
+def _setup(mode, x, w, key, chunk, rank, estimator, sketch_method, drawn) -> _Setup:
+    rows, features, v = x.shape[0], x.shape[1], w.shape[1]
+    if mode in ("exact", "sample"):  # dWᵀ (V×N): dZᵀ X runs faster on CPU than Xᵀ dZ
+        return _Setup(jnp.zeros((v, features) if mode == "exact" else (0, v), jnp.float32))
+    if mode == "compress":  # dWᵀ again, and X̂'s rows chunk by chunk beside X's
+        compression = lookup(estimator).compression
+        if compression is None:
+            raise ValueError(f"estimator {estimator!r} has no compression")
+        x_hat = compression.decode(compression.encode(x.astype(jnp.float32), rank), rows, features)
+        return _Setup(jnp.zeros((v, features), jnp.float32), _chunked(x_hat, chunk))
+    if mode == "proj":
+        p = projection(key, features, projection_width(rows, features, rank))
+        return _Setup(jnp.zeros((p.shape[1], v), jnp.float32), p=p)
+    sketch = draw_sketch(key, sketch_kind(lookup(estimator)), rows, rank, *drawn)
+    parts = _sketch_chunks(sketch, chunk)
+    return _Setup(jnp.zeros((rank, v), jnp.float32), parts, None, sketch, sketch_method or head_method(sketch))
+
+
+def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, drawn):
+    rows = x.shape[0]
+    mode = _mode(estimator, rows, x.shape[1], rank)
+    shrink = 1.0 - lam
+    acc, parts, p, sketch, method = _setup(mode, x, w, key, chunk, rank, estimator, sketch_method, drawn)
+    statistics = mode == "sketch" and lookup(estimator).scalars and norm_from() == "statistics"
     if mode == "sketch" and method == BINNED:
         total, dx, acc, sq = _binned_fwd(x, w, targets, sketch, chunk, statistics)
         return _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimator)
+
+    kind = "" if sketch is None else sketch.kind
 
     def body(carry, xs):
         total, acc, sq = carry
@@ -348,10 +374,12 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, d
         dzc = dz.astype(w.dtype)
         if mode == "exact":
             acc = acc + jnp.matmul(dzc.T, xc, preferred_element_type=jnp.float32)
+        elif mode == "compress":
+            acc = acc + jnp.matmul(dz.T, part, precision="highest")
         elif mode == "proj":
             acc = acc + (xc.astype(jnp.float32) @ p).T @ dz
         elif mode == "sketch":
-            acc = acc + apply_sketch(Sketch(SKETCH_KIND[estimator], rank, *part), dz, method)
+            acc = acc + apply_sketch(Sketch(kind, rank, *part), dz, method)
             sq = sq + _logit_grad_sq(sm, dz, valid, rows)
         total = total + jnp.sum(jnp.where(valid, sm.nll, 0.0))
         return (total, acc, sq), jnp.matmul(dzc, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
@@ -365,8 +393,8 @@ def _fwd(x, w, targets, key, chunk, rank, lam, estimator, sketch_method, axis, d
     w_dtype = jnp.zeros((0,), w.dtype)  # zero-size: carries w's dtype for dW
     loss_part = lambda *a: tuple(checkpoint_name(b, LOSS_LOGITS) for b in a)
     x_part = lambda a: checkpoint_name(a, DENSE_INPUT)  # the head's X̂ or x̃, as a dense layer's
-    if mode == "exact":
-        factor = shrink**2 if estimator != "exact" else 1.0  # proj at k ≥ N: c²·dW
+    if mode in ("exact", "compress"):
+        factor = 1.0 if lookup(estimator).exact else shrink**2  # proj at k ≥ N: c²·dW
         kept = (*loss_part(dx, (acc.T * factor).astype(w.dtype)), w_dtype)
     elif mode == "proj":  # the key (a PRNG key, known by its dtype) regenerates P
         kept = (*loss_part(dx, acc * shrink**2), key, w_dtype)
@@ -387,7 +415,7 @@ def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimato
     (``sq`` = ‖dZ‖²_F); the scalar c·γ_dZ is carried by the R×N factor, X̂·c·γ_dZ, not
     by the R×V one, which is kept as S dZ (one pass over it fewer)."""
     shrink = 1.0 - lam
-    scalars = estimator in USES_SCALARS
+    scalars = lookup(estimator).scalars
     scale = shrink * (jnp.sqrt(sq) / (jnp.linalg.norm(acc) + EPS)) if scalars else shrink
     x_hat = sketch_rows(x, sketch, scalars=scalars, shrink=shrink) * scale
     tag = lambda a: checkpoint_name(a, LOSS_LOGITS)
@@ -396,9 +424,10 @@ def _sketch_residuals(x, w, key, total, dx, acc, sq, sketch, rank, lam, estimato
 
 def _bwd(chunk, rank, lam, estimator, sketch_method, axis, drawn, residuals, g):
     dx, w_dtype = residuals[0], residuals[-1]
-    if len(residuals) == 3:  # exact (or proj with k ≥ N): dW itself
+    mode = _mode(estimator, dx.shape[0], dx.shape[1], rank)
+    if mode in ("exact", "compress"):  # dW itself
         dw = g * residuals[1]
-    elif estimator == PROJECTION:
+    elif mode == "proj":
         proj_dz, key = residuals[1], residuals[2]
         features = dx.shape[1]
         dw = g * (projection(key, features, proj_dz.shape[0]) @ proj_dz)

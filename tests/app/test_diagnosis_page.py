@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from engine.runner.diagnosis import SKETCHED
 from storage import RunStore
 from tests.support.browser import CHROMIUM_ARGS, playwright_and_chromium, streamlit_server
 from tests.support.pages import app, button, page, store, url  # noqa: F401  (fixtures)
@@ -35,7 +36,7 @@ def test_the_cost_shows_before_a_start_and_a_cancelled_diagnosis_keeps_its_resul
     at = app(selected=[run_id]).run()
     at.switch_page("views/diagnosis.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("Cost: 8 estimators × 4 ranks × 1 λ × 81 keys × 4 batches" in c.value.replace("\\", "")
+    assert any(f"Cost: {len(SKETCHED)} estimators × 4 ranks × 1 λ × 81 keys × 4 batches" in c.value.replace("\\", "")
                for c in at.caption)
     assert at.selectbox(key="diagnosis.diag").value == diag
     assert any("cancelled after 1 of 2" in w.value.replace("\\", "") for w in at.warning)  # said, not hidden
@@ -79,12 +80,12 @@ def test_enter_in_a_diagnosis_field_starts_nothing_in_a_real_browser(tmp_path, t
                 page_.set_default_timeout(60_000)
                 page_.goto(f"http://127.0.0.1:{port}/estimators")  # the page's old address leads to it
                 page_.get_by_role("heading", name="Diagnosis").wait_for()
-                page_.get_by_text("Cost: 8 estimators × 4 ranks").wait_for()
+                page_.get_by_text(f"Cost: {len(SKETCHED)} estimators × 4 ranks").wait_for()
                 for label, value in (("Ranks R", "2"), ("Shrink λ", "0")):
                     box = page_.get_by_label(label, exact=True)
                     box.fill(value)
                     box.press("Enter")
-                page_.get_by_text("Cost: 8 estimators × 1 rank").wait_for()  # Enter applied the value…
+                page_.get_by_text(f"Cost: {len(SKETCHED)} estimators × 1 rank").wait_for()  # Enter applied the value…
                 time.sleep(3)
                 assert store.diagnostics_frame().empty  # …and started nothing
                 assert page_.get_by_role("button", name="Run diagnosis").is_enabled()

@@ -7,11 +7,12 @@ import pytest
 
 from engine.analysis import keystats
 from engine.analysis.diagnostics import COLUMNS, KEY_VALUES, capture, diagnose, dw_moments, key_values, reduce
+from engine.core.estimators import REGISTRY, lookup
 from engine.core.presets import GPTConfig
 from engine.model.gpt import init_params, loss_fn
 from engine.sketch.basis import sketched_matmul
 
-UNBIASED = ["countsketch", "balanced", "gaussian", "crs", "wta-crs", "proj"]
+UNBIASED = [e.name for e in REGISTRY.values() if e.bias == "unbiased"]
 
 
 def _xdy(b=24, n=5, m=3, seed=0):
@@ -161,7 +162,7 @@ def test_diagnose_rejects_empty_batches():
         diagnose(TINY, init_params(TINY, jax.random.key(0)), [], estimators=["crs"], ranks=[2], lams=[0.0], keys=4, key=jax.random.key(0))
 
 
-ALL = ["basis", "countsketch", "balanced", "scalars", "gaussian", "crs", "wta-crs", "proj"]
+ALL = [e.name for e in REGISTRY.values() if not e.exact]
 
 
 @pytest.mark.parametrize("estimator", ALL)
@@ -175,8 +176,9 @@ def test_the_row_space_reduction_keeps_every_key_s_values(estimator):
     x = x.at[5].set(x[3])
     dy = jax.random.normal(kd, (b, m)).at[7].multiply(4.0)
     from engine.analysis import diagnostics
-    xr, dyr = reduce(x, dy)[estimator != "proj"]
-    assert dyr.shape == (b, b) and xr.shape == ((b, n) if estimator == "proj" else (b, b))
+    row_space = lookup(estimator).row_space  # False: X keeps its feature axis whole (proj, velora)
+    xr, dyr = reduce(x, dy)[row_space]
+    assert dyr.shape == (b, b) and xr.shape == ((b, b) if row_space else (b, n))
     keys = jax.random.split(jax.random.key(9), 16)
     direct = diagnostics._values(x, dy, estimator, 3, 0.1, keys, 16)
     reduced = diagnostics._values(xr, dyr, estimator, 3, 0.1, keys, 16)
