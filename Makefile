@@ -94,7 +94,7 @@ system:
 checks: install-test
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check engine app storage bench tests
-	$(VENV)/bin/mypy engine storage
+	$(VENV)/bin/mypy engine storage app
 
 # PostgreSQL installs beside the Python lock and the checks. Chromium installs in the background
 # from the start, through the checks and the first tests: the browser tests wait for it

@@ -10,12 +10,13 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
+from app import state
 from app.display import plain
 from app.viewstate import MARGIN_RANGE
 from engine.analysis.summary import display_frame, holm_note, noise_note, paper_note, read_notes, split_notes
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import VERDICT_RULE
-from engine.runner.queries import table3_text
+from engine.reads.queries import table3_text
 
 MARGIN_KEY, ADJUST_KEY = "compare.margin", "compare.adjust"
 WIDTHS = {"method": 95, "rank": 50, "λ": 50, "seeds": 55, "step": 60, "split": 50, "tuned": 110, "loss": 130,
@@ -36,7 +37,7 @@ def chosen() -> tuple[float, bool]:
     return float(st.session_state.get(MARGIN_KEY, MARGIN)), bool(st.session_state.get(ADJUST_KEY, True))
 
 
-def controls(persist: str | None = None) -> tuple[float, bool]:
+def controls(persist: state.Persist = None) -> tuple[float, bool]:
     """The section's heading and its two controls (their values set in the session before:
     Compare keeps them in its URL, ``app.viewstate``'s ``margin`` and ``holm``); (margin, adjust) they hold."""
     st.subheader("Summary (the paper's Table 3 form)")

@@ -82,10 +82,11 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
                            step=1000 if o.kind is int else None, sources=o.sources) for o in DATA_OPTIONS]
             continue
         unit = f" [{s.unit}]" if s.unit else ""
+        allowed = s.allowed()
         if s.swept:
             plural, _ = SWEEP_AXES[f.name]
-            if f.name == "estimator":
-                out.append(Widget(plural, s.group, "multiselect", "Estimators", s.help, options=s.allowed()))
+            if f.name == "estimator" and allowed is not None:
+                out.append(Widget(plural, s.group, "multiselect", "Estimators", s.help, options=allowed))
             else:
                 example = {"rank": "1, 8, 32", "lam": "0, 0.01", "seed": "0, 1, 2 or 0-4"}[f.name]
                 extra = " Add 'exact' for exact backprop once per seed." if f.name == "rank" else ""
@@ -93,8 +94,8 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
                 out.append(Widget(plural, s.group, "text", f"{label} (comma list)", f"{s.help}{unit}.{extra}",
                                   placeholder=example))
             continue
-        if s.allowed() is not None:
-            w = Widget(f.name, s.group, "select", s.label, s.help + unit, options=s.allowed())
+        if allowed is not None:
+            w = Widget(f.name, s.group, "select", s.label, s.help + unit, options=allowed)
         elif kind is bool:
             w = Widget(f.name, s.group, "toggle", s.label, s.help)
         elif kind in (int, float):
@@ -199,7 +200,7 @@ def labelled(field: str | None, text: str) -> str:
     """``text`` about run field ``field`` with the field's name at its start replaced by
     the label the form shows: ``lam must be in [0, 1)`` → ``Shrink λ must be in [0, 1)``."""
     w = widget_of(field)
-    if w is None:
+    if field is None or w is None:
         return text
     for token in sorted({field, w.name}, key=len, reverse=True):
         if text.startswith(token) and text[len(token):len(token) + 1] in (" ", ":"):

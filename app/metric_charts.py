@@ -33,7 +33,7 @@ SYSTEM_NOTE = ("CPU is the training process's CPU time over wall time (100 % = o
 # what the system metrics (sys/*) measure: of the process and the host, not of one run; under every chart of them
 
 
-def curve_controls(keys: Mapping[str, str], persist: str | None = None, columns: Sequence | None = None,
+def curve_controls(keys: Mapping[str, str], persist: state.Persist = None, columns: Sequence | None = None,
                    ) -> tuple[str, float, bool]:
     """The x axis (step or wall time), EMA smoothing and log y controls, in ``columns`` (three
     containers; None: a row of their own), their widgets' keys ``keys["x"]``,
@@ -99,7 +99,7 @@ def metric_figure(metrics: pd.DataFrame, info: pd.DataFrame, name: str, *, x: st
     return charts.line_figure(s, x=x, y_title=y_title, title=chart_title(name), log_y=log_y, height=height)
 
 
-def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, persist: str, x: str,
+def any_metric_section(metrics: pd.DataFrame, info: pd.DataFrame, *, key: str, persist: state.Persist, x: str,
                        smoothing: float, pool: bool, log_y: bool, group_by: str | None, facet: bool,
                        names: Sequence[str] | None = None) -> None:
     """Compare's section: a picker of every metric the selected runs recorded (``names``;

@@ -70,7 +70,7 @@ def log_section(store: RunStore, run_id: int, active: bool) -> None:
     st.subheader("Log")
     left, right = st.columns([3, 2], vertical_alignment="bottom")
     with left:
-        least = st.segmented_control("Show", list(_LEVELS), format_func=_LEVELS.get, default="info",
+        least = st.segmented_control("Show", list(_LEVELS), format_func=_LEVELS.__getitem__, default="info",
                                      key="detail.log_level", width="content") or "info"
     with right:
         search = st.text_input("Search the log", key="detail.log_search", placeholder="text, stderr, a logger…",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Optional, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -42,6 +42,8 @@ from storage import BasisLabError, MetricsFeed, RunStore, StorageError, UserErro
 if TYPE_CHECKING:
     from engine.runner.jobs import JobManager
 
+Persist = Optional[Literal["page", "session"]]  # where a widget keeps its value (Streamlit's ``persist_state``)
+KEEP: Persist = "session"  # a control keeps its value for the session: through other pages and their live refreshes
 REFRESH_S = 2.0  # live refresh period while runs are active
 IDLE_REFRESH_S = 10.0  # period of the Runs page when nothing runs (to see CLI launches)
 SELECTED = "selected_runs"

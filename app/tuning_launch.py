@@ -26,7 +26,6 @@ from engine.config.tuning import MAX_TRIALS, TuneSpec, parse_ranges, qmc_points
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from storage import StorageError
 
-KEEP = "session"
 CAMPAIGN = "launch.tune"  # the campaign's button, for ``confirm.launched``
 MODE = form.KEY + "mode"
 MODES = {"sweep": "A sweep", "tune": "Tune, then compare"}
@@ -60,7 +59,7 @@ def mode_picker() -> bool:
     st.session_state.setdefault(MODE, "sweep")
     for name, value in DEFAULTS.items():
         st.session_state.setdefault(K[name], value)
-    st.segmented_control("What to launch", list(MODES), format_func=MODES.get, key=MODE, persist_state=KEEP,
+    st.segmented_control("What to launch", list(MODES), format_func=MODES.__getitem__, key=MODE, persist_state=state.KEEP,
                          required=True, help="A tuning campaign trains each method of the grid at several values of "
                                              "the tuned fields first, then compares them, each at its own best value, "
                                              "on evaluation seeds none was tuned on.")
@@ -111,7 +110,7 @@ def read(lab: state.Lab, grid: Sweep | None) -> tuple[Plan | None, dict[str, str
     ranges, trials, tune_seeds, eval_seeds = _inputs_read(grid, problems)
     if problems:
         return None, problems
-    from engine.runner import tuning_plan as cli  # the CLI's plan and its evaluation-seed rule, shared
+    from engine.reads import tuning_plan as cli  # the CLI's plan and its evaluation-seed rule, shared
 
     try:
         why = "evaluation seeds as given"
@@ -129,23 +128,23 @@ def inputs(problems: dict[str, str]) -> None:
     """The tuning inputs (an expander in the form), each with its problem under it."""
     with st.expander("Tuning: what to tune, how many trials, which seeds", icon=":material/tune:", expanded=True):
         c1, c2 = st.columns(2)
-        c1.text_input(LABELS["fields"], key=K["fields"], persist_state=KEEP, placeholder="lr or lr=0.001:0.1",
+        c1.text_input(LABELS["fields"], key=K["fields"], persist_state=state.KEEP, placeholder="lr or lr=0.001:0.1",
                       help="Float fields of a run, comma separated: FIELD (a decade either side of the form's value) "
                            "or FIELD=LOW:HIGH, drawn log-uniformly by Optuna's QMC sampler, the same points for "
                            "every method.")
-        c2.number_input(LABELS["trials"], key=K["trials"], step=1.0, format="%g", persist_state=KEEP,  # the range: read()'s
+        c2.number_input(LABELS["trials"], key=K["trials"], step=1.0, format="%g", persist_state=state.KEEP,  # the range: read()'s
                         help="Every method trains this many values on every tuning seed: the same budget for each.")
         _note(c1, problems, "fields")
         _note(c2, problems, "trials")
         c3, c4 = st.columns(2)
-        c3.text_input(LABELS["tune_seeds"], key=K["tune_seeds"], persist_state=KEEP, placeholder="1000",
+        c3.text_input(LABELS["tune_seeds"], key=K["tune_seeds"], persist_state=state.KEEP, placeholder="1000",
                       help="The seeds the trials train on; the choice is the lowest mean validation loss over them.")
-        c4.text_input(LABELS["eval_seeds"], key=K["eval_seeds"], persist_state=KEEP, placeholder="auto or 0-4",
+        c4.text_input(LABELS["eval_seeds"], key=K["eval_seeds"], persist_state=state.KEEP, placeholder="auto or 0-4",
                       help="The comparison's seeds, none of them a tuning seed. auto: as many as the power rule asks "
                            "for at the spread the lab expects (at most 10).")
         _note(c3, problems, "tune_seeds")
         _note(c4, problems, "eval_seeds")
-        st.toggle(LABELS["untuned"], key=K["untuned"], persist_state=KEEP,
+        st.toggle(LABELS["untuned"], key=K["untuned"], persist_state=state.KEEP,
                   help="The comparison also trains every method at the form's values, so Table 3 at the untuned value "
                        "sits beside Table 3 at each method's best value.")
         st.caption("The grid's Seeds are replaced by the tuning and evaluation seeds here.")
@@ -179,13 +178,13 @@ def preview(lab: state.Lab, plan: Plan | None, problems: dict[str, str], blocked
     if eta.startswith("unknown") and st.button("Measure step time", icon=":material/timer:", key="launch.tune.measure",
                                                help="Compiles the train step of each distinct model and times a few "
                                                     "steps."):
-        from engine.runner import estimates
+        from engine.reads import estimates
 
         with st.spinner("Compiling and timing the train step…"):
             estimates.grid_estimate(lab.store, [*plan.trials, *plan.comparison], measure=True)
         st.rerun()
     confirmed = confirm.large_launch(total, plain(eta), K["confirm"])
-    queue_only = st.toggle("Queue for workers", key=K["queue_only"], persist_state=KEEP,
+    queue_only = st.toggle("Queue for workers", key=K["queue_only"], persist_state=state.KEEP,
                            help="Leave the trials (and the comparison they lead to) to `python -m engine worker` "
                                 "processes instead of training them in this dashboard.")
     if blocked:

@@ -3,7 +3,7 @@ comparison (``store.campaigns.of_sweep``), the sensitivity figure (each method's
 loss against the tuned value, ``engine.analysis.tuning_charts``, the report's own), the chosen
 value per method, the protocol, and Table 3 each method at its own best value with Table 3 at the
 untuned value one tab away. The campaign is read as the report reads it
-(``engine.runner.reports.campaign_data``), once per state of its runs."""
+(``engine.reads.reports.campaign_data``), once per state of its runs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def campaigns_of(store: RunStore, records: dict) -> list[tuple[CampaignRecord, s
 
 def _data(store: RunStore, campaign: CampaignRecord, role: str) -> Campaign:
     """``campaign_data`` once per state of the campaign's runs (their statuses and steps)."""
-    from engine.runner.reports import campaign_data
+    from engine.reads.reports import campaign_data
     sweeps = {campaign.tune_sweep_id, campaign.eval_sweep_id}
     key = (campaign.id, campaign.stage, role,
            tuple((r.id, r.status, r.steps_done) for r in store.list_runs() if r.sweep_id in sweeps))

@@ -138,8 +138,8 @@ def _flag(value: str, name: str, problems: list[str], default: bool) -> bool:
 
 def decode(query: Mapping[str, str | Sequence[str]]) -> ViewState:
     """The view a URL query describes (``st.query_params`` as a dict)."""
-    q = {k: (v[-1] if isinstance(v, (list, tuple)) and v else v) for k, v in query.items()}
-    q = {k: str(v).strip() for k, v in q.items() if v is not None}
+    last = {k: (v[-1] if isinstance(v, (list, tuple)) and v else v) for k, v in query.items()}
+    q = {k: str(v).strip() for k, v in last.items() if v is not None}
     problems: list[str] = []
     runs = None
     if "runs" in q:
@@ -256,23 +256,6 @@ def chosen(view: ViewState, records: Iterable) -> tuple[list[int], list[int]]:
         return matching(records, view.sweep, view.tag), []
     allowed = set(matching(records, view.sweep, view.tag))
     return [i for i in view.runs if i in allowed], [i for i in view.runs if i not in known]
-
-
-
-def where_of(query: Mapping[str, str | Sequence[str]]) -> str:
-    """The run filter a URL query holds (``?where=rank >= 8 and …``), stripped; "" if none."""
-    value = query.get(WHERE)
-    if isinstance(value, (list, tuple)):
-        value = value[-1] if value else None
-    return str(value or "").strip()
-
-
-def with_where(query: Mapping[str, str], text: str) -> dict[str, str]:
-    """``query`` holding the filter ``text`` (none when it is blank); other parameters kept."""
-    out = {k: v for k, v in query.items() if k != WHERE}
-    if text.strip():
-        out[WHERE] = text.strip()
-    return out
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.runner import reports  # noqa: E402
+from engine.reads import reports  # noqa: E402
 from storage import RunStore  # noqa: E402
 from tests.support.browser import CHROMIUM_ARGS, find_chromium, streamlit_server  # noqa: E402
 from tests.support.runs import SWEEP_A, TINY, InSweep, fake_run  # noqa: E402

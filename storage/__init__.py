@@ -1,5 +1,14 @@
 """BASIS Lab storage: runs, metrics, workers, diagnostics and reports in SQLite (default) or PostgreSQL.
 
+Where a change goes: a table's queries live in its repository module (``runs``, ``queue`` and
+``lease`` for claims and leases, ``metrics``, ``eval_losses``, ``logs``, ``workers``,
+``diagnostics``, ``campaigns``, ``reports``, ``views``, ``identity``), each over ``database``;
+rows as records in ``records``, as pandas frames in ``frames``, metrics streamed or read
+incrementally in ``stream`` and ``feed``; a new column is ``models`` plus a migration in
+``migrations/versions`` (checked by ``schema_check``, applied by ``upgrade``); the limits both
+the schema and the columns read in ``limits``, the error family in ``errors`` and ``family``;
+files written from the database (exports, backups) in ``export``, ``backup`` and ``outputs``.
+
 Knows nothing of JAX, Flax or Streamlit (layering: app -> engine -> storage).
 See :mod:`storage.db` for where the database lives (``BASIS_LAB_DB_URL``, default
 ``~/.local/share/basis-lab/basis-lab.db``, PostgreSQL URLs) and how its schema is migrated

@@ -8,9 +8,11 @@ and the metrics chosen under "Any metric"; the names offered there (and the laye
 from one query of the names the runs recorded (``_recorded``), so hundreds of runs do not
 load every value of every metric. The summary, the rank figure and Table 3 are computed
 once per state of the data (``_memo``), not again for each control; the rank figure draws
-the rows of the Table 3 shown below it (``app.compare_table``), not a Table 3 of its own."""
+the rows of the Table 3 shown below it (``app.compare_table``), not a Table 3 of its own. A
+render of the page reads the runs once; a rerun of its live fragment alone reads them once more."""
 
 from functools import partial
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -21,13 +23,16 @@ from engine.analysis import charts, frames, method_frames, progress
 from engine.analysis.summary import SUMMARY_METRICS, one_per_seed, summarize, table3
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import comparable_key
-from engine.runner.queries import split_batches, where_ids
+from engine.reads.queries import split_batches, where_ids
 from storage import ACTIVE_STATUSES, StorageError
 
 lab = state.lab()
 store = lab.store
 st.title("Compare")
 records = {r.id: r for r in store.list_runs()}
+# This run's read of every run, taken by the first ``_view`` below; a rerun of the live fragment
+# alone finds it taken and reads the runs again (one read of the runs a render, not two).
+_unread = [records]
 if not records:
     st.info("No runs yet: launch a sweep, then compare its runs here while they train.")
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
@@ -41,7 +46,6 @@ _KEYS = {"sweep": "compare.sweep", "tag": "compare.tag", "pool": "compare.pool",
          "metrics": "compare.metrics", "where": "compare.where", "margin": compare_table.MARGIN_KEY,
          "adjust": compare_table.ADJUST_KEY}
 NO_GROUP = "method"
-KEEP = "session"  # every control keeps its value for the session: through other pages and their live refreshes
 COMMON = "common"  # the "at step" control's value for the latest common step (``ViewState.at`` None)
 _SHOWN = {"group": (None, NO_GROUP), "at": (None, COMMON)}  # view value → control value, where they differ
 
@@ -74,7 +78,7 @@ def _control_value(name: str, value):
 
 def _current() -> viewstate.ViewState:
     """The view the controls show now (every control that changes what the page shows)."""
-    values = {}
+    values: dict[str, Any] = {}
     for name, key in _KEYS.items():
         value = st.session_state.get(key, _control_value(name, getattr(viewstate.DEFAULT, name)))
         values[name] = None if name in _SHOWN and value == _SHOWN[name][1] else value
@@ -122,7 +126,8 @@ def _where_matches(text: str) -> list[int]:
     page, when it is bad or matches no run."""
     st.session_state.pop("compare.where_error", None)
     try:
-        matched = [i for i in where_ids(store, text) if i in records]
+        ids = where_ids(store, text)  # None: a blank filter, every run
+        matched = list(records) if ids is None else [i for i in ids if i in records]
     except WhereError as e:
         st.session_state["compare.where_error"] = str(e)
         return []
@@ -196,17 +201,17 @@ tags = sorted({t for r in records.values() for t in (r.tags or [])})
 for key, options in ((_KEYS["sweep"], sweeps), (_KEYS["tag"], tags)):
     if st.session_state.get(key) not in (None, *options):
         st.session_state[key] = None  # a filter value no run has any more
-st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked, persist_state=KEEP,
+st.text_input("Pick the runs where", key="compare.where", placeholder=EXAMPLE, on_change=_where_picked, persist_state=state.KEEP,
               help="The Runs page's filter: any run or config field or metric (its final value), with and, or, not, "
                    "( ), ==, !=, <, <=, >, >=, contains and in [..]. Enter picks every run it matches.")
 if where_error := st.session_state.get("compare.where_error"):
     st.error(plain(f"Filter not applied: {where_error}"), icon=":material/filter_alt_off:")
 f1, f2, f3 = st.columns([2, 2, 6])
-f1.selectbox("Sweep", [None, *sweeps], persist_state=KEEP, key=_KEYS["sweep"], on_change=_filter_changed,
+f1.selectbox("Sweep", [None, *sweeps], persist_state=state.KEEP, key=_KEYS["sweep"], on_change=_filter_changed,
              format_func=lambda v: "any sweep" if v is None else v, help="Compare every run of one launch.")
-f2.selectbox("Tag", [None, *tags], persist_state=KEEP, key=_KEYS["tag"], on_change=_filter_changed,
+f2.selectbox("Tag", [None, *tags], persist_state=state.KEEP, key=_KEYS["tag"], on_change=_filter_changed,
              format_func=lambda v: "any tag" if v is None else v, help="Compare every run carrying this tag.")
-f3.multiselect("Runs", options=sorted(records, reverse=True), persist_state=KEEP, key="compare.pick",
+f3.multiselect("Runs", options=sorted(records, reverse=True), persist_state=state.KEEP, key="compare.pick",
                format_func=lambda i: f"#{i} {records[i].name}", on_change=_picked)
 ids = state.selected()
 if not ids:
@@ -221,16 +226,16 @@ if (linked := st.session_state.pop("compare.linked", None)) is not None:  # a li
         st.warning(plain(f"The link's {note}; shown without it."), icon=":material/link_off:")
     st.session_state[_KEYS["metrics"]] = [m for m in linked.metrics if m in recorded_now]
 c1, c2, c3, c4, c5, c6 = st.columns([1.2, 1.8, 0.8, 1.1, 1.3, 0.8])
-x, smoothing, log_y = metric_charts.curve_controls(_KEYS, KEEP, (c1, c2, c3))
-pool = c4.toggle("pool seeds", persist_state=KEEP, key=_KEYS["pool"],
+x, smoothing, log_y = metric_charts.curve_controls(_KEYS, state.KEEP, (c1, c2, c3))
+pool = c4.toggle("pool seeds", persist_state=state.KEEP, key=_KEYS["pool"],
                  help="Runs that differ only by seed become one curve: the mean with a ± std band.")
 if st.session_state.get(_KEYS["group"]) not in group_options:
     st.session_state[_KEYS["group"]] = NO_GROUP
-group_by = c5.selectbox("Colour by", group_options, persist_state=KEEP, key=_KEYS["group"],
+group_by: str | None = c5.selectbox("Colour by", group_options, persist_state=state.KEEP, key=_KEYS["group"],
                         help="Colour the loss and cosine curves by a config field, a tag or the sweep instead of "
                              "by method (W&B's and Aim's group by).")
 group_by = None if group_by == NO_GROUP else group_by
-facet = c6.toggle("facet", persist_state=KEEP, key=_KEYS["facet"], disabled=group_by is None,
+facet = c6.toggle("facet", persist_state=state.KEEP, key=_KEYS["facet"], disabled=group_by is None,
                   help="One panel per value of the colour-by field, curves coloured by method.") and group_by is not None
 
 view = _current()
@@ -239,7 +244,7 @@ with st.popover("Share or save this view", icon=":material/share:"):
     base = str(getattr(st.context, "url", "") or "").split("?")[0] or "/compare"
     st.caption("Link to exactly this view (copy it with the icon at the right of the box):")
     st.code(viewstate.link(base, view), language=None, wrap_lines=True)
-    name = st.text_input("Save as", persist_state=KEEP, key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
+    name = st.text_input("Save as", persist_state=state.KEEP, key="compare.save_name", placeholder="e.g. R sweep, pooled, log y",
                          help="Saved views are stored in the database, for everyone who uses it.")
     if st.button("Save view", icon=":material/bookmark_add:", key="share.save", disabled=not (name or "").strip()):
         try:
@@ -251,7 +256,7 @@ with st.popover("Share or save this view", icon=":material/share:"):
     saved = store.saved_views()
     if saved:
         s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
-        s1.selectbox("Saved views", list(saved), persist_state=KEEP, key="compare.saved")
+        s1.selectbox("Saved views", list(saved), persist_state=state.KEEP, key="compare.saved")
         s2.button("Open", key="share.open", on_click=_open_saved, icon=":material/open_in_browser:")
         if st.button("Delete this saved view", key="share.delete", icon=":material/delete:"):
             store.delete_view(st.session_state["compare.saved"])
@@ -294,7 +299,7 @@ def _drawn(recorded: list[str]) -> list[str]:
     """The metric names the page draws now (see the module): of ``recorded``, ``_READ``,
     the memory breakdown's, each layer's cosine while "per layer" is on, and the chosen ones."""
     chosen = set(st.session_state.get(_KEYS["metrics"]) or ())
-    prefixes = (frames.BREAKDOWN_PREFIX, frames.BREAKDOWN_EXACT_PREFIX)
+    prefixes: tuple[str, ...] = (frames.BREAKDOWN_PREFIX, frames.BREAKDOWN_EXACT_PREFIX)
     prefixes += ("cos/",) if st.session_state.get(_KEYS["per_layer"]) else ()
     return [n for n in recorded if n in _READ or n in chosen or n.startswith(prefixes)]
 
@@ -306,7 +311,7 @@ def _memo(records_now: dict, metrics, key: tuple, compute):
     axis, …) does not recompute the summary, the rank figure and Table 3 of hundreds of runs."""
     data = (tuple((r.id, r.status) for r in records_now.values()), len(metrics),
             int(metrics["id"].max()) if len(metrics) else 0)
-    memo = st.session_state.get("compare.memo")
+    memo: tuple[tuple, dict] | None = st.session_state.get("compare.memo")
     if memo is None or memo[0] != data:
         memo = st.session_state["compare.memo"] = (data, {})
     if key not in memo[1]:
@@ -318,7 +323,8 @@ def _view() -> None:
     """Everything below the controls; a live fragment when runs are active. Each section
     is one container, so what appears or goes inside one (a note, a progress row) does not
     move the charts of the others (a moved chart is drawn afresh and loses its zoom)."""
-    records_now = {r.id: r for r in store.list_runs() if r.id in ids}
+    every = _unread.pop() if _unread else {r.id: r for r in store.list_runs()}
+    records_now = {i: r for i, r in every.items() if i in ids}
     if not records_now:
         st.info("The selected runs were deleted.")
         return
@@ -345,7 +351,7 @@ def _loss(records_now: dict, info, metrics, left_out: dict[str, list]) -> None:
                          "method with exact on the seeds both have. Seeds not every method of the setup has, in the "
                          "curves but not in every pair: " + "; ".join(f"{m} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
                                                           for m, v in left_out.items()) + "."))
-    if facet:  # one panel per value of the chosen field, curves by method
+    if facet and group_by is not None:  # one panel per value of the chosen field, curves by method
         for metric, y_title, title, key in (("val_loss", "validation loss (nats/token)", "Validation loss", "val"),
                                             ("train_loss", "train loss (nats/token)", "Train loss (mean since last eval)",
                                              "train")):
@@ -373,13 +379,13 @@ def _cosine(records_now: dict, info, metrics, recorded: list[str]) -> None:
         st.info("Cosines are probed every probe interval (exact runs too: theirs is the reference 1.0); "
                 "none of the selected runs has one yet.")
     else:
-        per_layer = st.toggle("per layer", persist_state=KEEP, key=_KEYS["per_layer"],
+        per_layer = st.toggle("per layer", persist_state=state.KEEP, key=_KEYS["per_layer"],
                               help="Probed every probe interval on a fixed batch; exact runs are probed too, as the reference 1.0.")
         if per_layer:
             panels = {layer: frames.series(metrics, info, f"cos/{layer}", x=x, smoothing=smoothing, pool_seeds=pool)
                       for layer in layers}
             plot(charts.panels_figure(panels, x=x, y_title="cosine", title="Cosine per sketched layer"), "cos_layers")
-        elif facet:
+        elif facet and group_by is not None:
             panels = {name: frames.series(metrics, part, "cos_mean", x=x, smoothing=smoothing, pool_seeds=pool)
                       for name, part in frames.facets(info, group_by).items()}
             plot(charts.panels_figure(panels, x=x, y_title="cosine (mean over sketched layers)",
@@ -412,7 +418,7 @@ def _memory(records_now: dict, info, metrics) -> None:
 
 
 def _any_metric(records_now: dict, info, metrics, recorded: list[str]) -> None:
-    metric_charts.any_metric_section(metrics, info, key=_KEYS["metrics"], persist=KEEP, x=x, smoothing=smoothing,
+    metric_charts.any_metric_section(metrics, info, key=_KEYS["metrics"], persist=state.KEEP, x=x, smoothing=smoothing,
                                      pool=pool, log_y=log_y, group_by=group_by, facet=facet, names=recorded)
 
 
@@ -427,13 +433,13 @@ def _by_rank(records_now: dict, info, metrics) -> None:
         st.session_state[_KEYS["at"]] = COMMON  # its step belongs to runs no longer selected
     c1, c2 = st.columns([3, 2])
     at = c1.select_slider(
-        "at step", options=choices, persist_state=KEEP, key=_KEYS["at"],
+        "at step", options=choices, persist_state=state.KEEP, key=_KEYS["at"],
         format_func=lambda v: "latest common step" if v == COMMON else f"{v:,}",
         help="Seeds are compared at one step only, in this figure and in the summary below: by default the "
              "latest step every run of a setup has validated at; a run that has not reached the chosen step "
              "counts as a missing seed.")
     at_step = None if at == COMMON else at
-    quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=KEEP, key=_KEYS["quantity"],
+    quantity = c2.radio("quantity", list(method_frames.RANK_QUANTITIES), horizontal=True, persist_state=state.KEEP, key=_KEYS["quantity"],
                         format_func=lambda q: method_frames.RANK_QUANTITIES[q][0])
     name, y_title, _ = method_frames.RANK_QUANTITIES[quantity]
     margin, adjust = compare_table.chosen()
@@ -443,7 +449,7 @@ def _by_rank(records_now: dict, info, metrics) -> None:
     plot(charts.rank_figure(by_rank, y_title=y_title, title=f"{name.capitalize()} against rank R"), "by_rank")
     st.caption("One line per estimator (and λ); each point the mean over seeds at the step, its error bar ± one "
                "std over seeds (none for one seed); exact backprop is the horizontal band, mean ± std.")
-    controlled = compare_table.controls(KEEP)
+    controlled = compare_table.controls(state.KEEP)
     if controlled != (margin, adjust):  # read before the controls were drawn; should they differ, theirs hold
         table = _table3(records_now, metrics, at_step, *controlled)
     compare_table.section(table, controlled[0])

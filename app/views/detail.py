@@ -24,7 +24,6 @@ from storage.logs import INFO
 
 CLAIM_LINE = "claimed by "  # how the log line a claim writes begins (engine.runner.jobs)
 CURVES = {"x": "detail.x", "smoothing": "detail.smoothing", "log_y": "detail.log_y"}  # the curve controls' keys
-KEEP = "session"  # the curve controls keep their values for the session, as Compare's do: run to run
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
@@ -50,7 +49,7 @@ pick, *controls = st.columns([2.4, *metric_charts.CONTROL_WIDTHS], vertical_alig
 run_id = pick.selectbox("Run", sorted(records, reverse=True), key="detail.pick",
                         format_func=lambda i: f"#{i} {records[i].name}")
 st.query_params["run"] = str(run_id)
-x, smoothing, log_y = metric_charts.curve_controls(CURVES, KEEP, controls)  # applied to every curve below
+x, smoothing, log_y = metric_charts.curve_controls(CURVES, state.KEEP, controls)  # applied to every curve below
 state.keep_in_url(metric_charts.curve_params(x, smoothing, log_y))
 
 

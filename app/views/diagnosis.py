@@ -96,6 +96,7 @@ with st.expander("New diagnosis", expanded=diags.empty or "state" in query, icon
                                 f"{diagnosis.DEFAULT_KEYS} detects a variance ratio of 0.8 with power 0.8.")
     batches = c4.number_input("Batches N", min_value=1, max_value=diagnosis.MAX_BATCHES,
                               value=diagnosis.DEFAULT_BATCHES, key=f"diagnosis.batches.{run_id}")
+    plan: diagnosis.Plan | None
     try:
         plan = diagnosis.plan_diagnosis(store, run_id, step=int(step), estimators=chosen or "", ranks=ranks,
                                         lams=lams, keys=int(keys), batches=int(batches),

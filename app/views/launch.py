@@ -22,14 +22,13 @@ from engine.config import (
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.presets import PRESETS
 from engine.core.units import format_seconds
-from engine.runner import estimates, queries
+from engine.reads import estimates, queries
 from engine.runner.preflight import check_data
 from engine.training import timing
 from storage import StorageError
 
 # Every value of the form lives for the whole session: a visit to another page (whose live
 # refreshes run without this page's widgets) leaves it as the user left it.
-KEEP = "session"
 SWEEP = "launch.sweep"  # the sweep's Launch button, for ``confirm.launched``
 REPRODUCE = "launch.reproduce"
 
@@ -42,7 +41,7 @@ def _fill(sweep: Sweep) -> None:
 
 def _draw(w: form.Widget, column) -> None:
     """One widget of the generated form."""
-    common = {"key": w.key, "help": w.help, "persist_state": KEEP}
+    common = {"key": w.key, "help": w.help, "persist_state": state.KEEP}
     if w.kind == "select":
         fmt = (lambda p: f"{p} — {PRESETS[p].description}") if w.name == "preset" else str
         column.selectbox(w.label, w.options, format_func=fmt, **common)
@@ -53,7 +52,7 @@ def _draw(w: form.Widget, column) -> None:
     elif w.kind == "number":
         placeholder = w.placeholder
         if w.name in ("batch_size", "seq_len"):
-            preset = PRESETS.get(st.session_state.get(form.KEY + "preset"), PRESETS["tiny"])
+            preset = PRESETS.get(str(st.session_state.get(form.KEY + "preset")), PRESETS["tiny"])
             placeholder = f"preset: {preset.batch_size if w.name == 'batch_size' else preset.model.seq_len}"
         column.number_input(w.label, placeholder=placeholder, **form.number_args(w), **common)
     else:  # no max_chars: a browser field with a limit ignores a longer paste whole; the schema says the limit
@@ -74,7 +73,7 @@ def _data_text(grid: Sweep) -> str | None:
         except data.DataError as e:
             st.error(plain(e), icon=":material/error:")
             return None
-    key = ("launch.data_check", source, tuple(sorted(options.items())))
+    key = f"launch.data_check:{source}:{sorted(options.items())!r}"
     if st.button("Check data", icon=":material/fact_check:", help="Find the files the path or glob names."):
         try:
             st.session_state[key] = ("ok", data.describe_source(source, **options))
@@ -189,9 +188,9 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list, blocked
     _seed_plan(lab, configs)
     eta = format_seconds(total) if total is not None else "unknown (measure the step time above)"
     confirmed = confirm.large_launch(n, eta, "launch.confirm_large")
-    st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation", persist_state=KEEP,
+    st.text_input("Tags", key=form.KEY + "tags", placeholder="pilot, ablation", persist_state=state.KEEP,
                   help="Comma list; every run of this launch gets them (filter by them on Runs).")
-    queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only", persist_state=KEEP,
+    queue_only = st.toggle("Queue for workers", key=form.KEY + "queue_only", persist_state=state.KEEP,
                            help="Leave the runs to `python -m engine worker` processes (other machines or GPUs) "
                                 "instead of training them in this dashboard.")
     source_text = _data_text(grid)
@@ -206,7 +205,7 @@ def _preview(lab: state.Lab, grid: Sweep, configs: list, warnings: list, blocked
 
 def _relaunch(lab: state.Lab, configs: list) -> None:
     """Warn (the Launch button stays) when runs of this grid are already in the database with
-    the same config and seed (``engine.runner.queries.relaunch_warning``), naming them."""
+    the same config and seed (``engine.reads.queries.relaunch_warning``), naming them."""
     try:
         again = queries.relaunch_warning(lab.store, configs)
     except StorageError:
@@ -217,7 +216,7 @@ def _relaunch(lab: state.Lab, configs: list) -> None:
 
 def _seed_plan(lab: state.Lab, configs: list) -> None:
     """Say, before anything starts, when the grid's seeds cannot decide whether a method matches
-    exact backprop (``engine.runner.queries.seed_plan``, at the default margin)."""
+    exact backprop (``engine.reads.queries.seed_plan``, at the default margin)."""
     try:
         plan = queries.seed_plan(lab.store, configs)
     except StorageError:
@@ -238,9 +237,9 @@ def _reproduce(lab: state.Lab) -> None:
         st.session_state.setdefault(form.KEY + "reproduce.steps", PAPER_STEPS)  # kept across pages, like the form
         st.session_state.setdefault(form.KEY + "reproduce.seeds", ", ".join(map(str, REPRODUCE_SEEDS)))
         steps = form.whole(c1.number_input("Steps per run", step=1000.0, format="%g", key=form.KEY + "reproduce.steps",
-                                           persist_state=KEEP, help="The paper trains 50,000 steps; fewer give a "
+                                           persist_state=state.KEEP, help="The paper trains 50,000 steps; fewer give a "
                                                                     "quicker, rougher reproduction."))
-        seeds = c2.text_input("Seeds", key=form.KEY + "reproduce.seeds", persist_state=KEEP,
+        seeds = c2.text_input("Seeds", key=form.KEY + "reproduce.seeds", persist_state=state.KEEP,
                               help="Comma list or range; each seed gives every method the same initial parameters "
                                    "and batches.")
         try:
@@ -260,7 +259,7 @@ def _reproduce(lab: state.Lab) -> None:
             with st.spinner("Compiling and timing the train step…"):
                 estimates.grid_estimate(lab.store, configs, measure=True)
             st.rerun()
-        st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only", persist_state=KEEP,
+        st.toggle("Queue for workers", key=form.KEY + "reproduce.queue_only", persist_state=state.KEEP,
                   help="Leave the runs to `python -m engine worker` processes instead of training them here.")
         confirmed = confirm.large_launch(len(configs), plain(estimate.text()), "launch.reproduce.confirm_large")
         _reproduce_button(lab, sweep, configs, None if confirmed else
@@ -340,9 +339,9 @@ notes: dict[str, list[tuple[str, str]]] = {}  # widget → what to show under it
 for widget, text in problems + ([(memory[0], blocked)] if memory is not None and blocked else []):
     if widget:
         notes.setdefault(widget, []).append(("error", text))
-for w in warnings:
-    if (target := form.widget_of(w.field)) is not None:
-        notes.setdefault(target.name, []).append(("warning", form.labelled(w.field, w.text)))
+for warned in warnings:
+    if (target := form.widget_of(warned.field)) is not None:
+        notes.setdefault(target.name, []).append(("warning", form.labelled(warned.field, warned.text)))
 
 form_col, preview_col = st.columns([2, 1], gap="large")
 with form_col:
@@ -378,5 +377,5 @@ with preview_col:
         st.error("\n".join(([head] if head else []) + lines), icon=":material/error:")
     if tune:
         tuning_launch.preview(lab, plan, tune_problems, blocked)
-    elif configs:
+    elif configs and grid is not None:
         _preview(lab, grid, configs, warnings, blocked)

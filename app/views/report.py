@@ -9,7 +9,9 @@ opens it as its sender left it. Every name, tag and value is shown as plain text
 import io
 import tempfile
 import zipfile
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -17,7 +19,7 @@ from app import state, viewstate
 from app.display import plain, plot
 from engine.analysis import report as rep
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
-from engine.runner import reports
+from engine.reads import reports
 from storage import StorageError
 
 MARGIN_LOW, MARGIN_HIGH = 0.001, 10.0  # the margin δ the form takes, in nats
@@ -25,6 +27,11 @@ WRAPPED_COLUMNS = 3  # a table this narrow holds text (item · value, claim · v
 lab = state.lab()
 store = lab.store
 st.title("Reports")
+
+
+def _html_bytes(report: rep.Report) -> bytes:
+    """The report as one self-contained HTML file (``engine.analysis.report.to_html``), UTF-8."""
+    return rep.to_html(report).encode()
 
 
 def _markdown_zip(report: rep.Report, stem: str) -> bytes:
@@ -110,7 +117,7 @@ def _build_form(runs, sweeps: list[str], tags: list[str]) -> None:
     """Build (and store) the report of a sweep, of runs with some tags, or of the selected runs;
     the choices are kept in the URL (``BUILD_PARAMS``)."""
     how = st.radio("Runs", HOWS, horizontal=True, key="report.how")
-    selection = None
+    selection: dict[str, Any] | None = None
     try:
         if how == HOWS[0]:
             if not sweeps:
@@ -125,9 +132,9 @@ def _build_form(runs, sweeps: list[str], tags: list[str]) -> None:
             chosen = st.multiselect("Tags (runs carrying all of them)", tags, key="report.tags")
             selection = dict(tags=chosen) if chosen else None
         else:
-            chosen = [i for i in state.selected() if i in {r.id for r in runs}]
-            st.caption(f"{len(chosen)} selected run(s) (pick them on Runs or Compare).")
-            selection = dict(runs=chosen) if chosen else None
+            picked = [i for i in state.selected() if i in {r.id for r in runs}]
+            st.caption(f"{len(picked)} selected run(s) (pick them on Runs or Compare).")
+            selection = dict(runs=picked) if picked else None
         st.session_state.setdefault("report.at_step", None)
         at_step = st.number_input("At step (empty: the latest step all runs of a config reached)", min_value=0,
                                   step=100, key="report.at_step")
@@ -141,7 +148,7 @@ def _build_form(runs, sweeps: list[str], tags: list[str]) -> None:
                            "runs": ",".join(map(str, (selection or {}).get("runs", []))),
                            "at": at_step, "margin": None if margin == MARGIN else f"{margin:g}"})
         if st.button("Build report", icon=":material/summarize:", type="primary", disabled=selection is None,
-                     key="report.build"):
+                     key="report.build") and selection is not None:
             with st.spinner("Building the report…"):
                 built = reports.build(store, reports.selection_of(**selection, at_step=None if at_step is None else int(at_step),
                                                                   margin=None if margin == MARGIN else float(margin)))
@@ -168,7 +175,7 @@ def _show(report: rep.Report) -> None:
             if b.title:
                 st.markdown(f"**{plain(b.title)}**")
             st.markdown("\n".join(f"- {plain(item)}" for item in b.items))
-        elif b.kind == "table":
+        elif b.kind == "table" and b.frame is not None:
             st.markdown(f"**{plain(b.title)}**")
             if b.text:
                 st.caption(plain(b.text))
@@ -212,6 +219,7 @@ report_id = st.selectbox("Report", list(titles), key="report.pick", format_func=
     f"#{i} {titles[i].title} · {len(titles[i].run_ids)} runs · built "
     f"{titles[i].created_at:%Y-%m-%d %H:%M} UTC" if titles[i].created_at else f"#{i} {titles[i].title}"))
 st.query_params["id"] = str(report_id)
+report: rep.Report | None
 try:
     report = reports.load(store, report_id)
 except (reports.ReportError, StorageError) as e:
@@ -229,10 +237,10 @@ if buttons.button("Rebuild from the database", icon=":material/refresh:", key="r
         st.error(plain(str(e)), icon=":material/error:")
 if report is not None:
     stem = f"basis-lab-report-{report_id}"
-    buttons.download_button("Download HTML", data=lambda: rep.to_html(report).encode(), file_name=f"{stem}.html",
+    buttons.download_button("Download HTML", data=partial(_html_bytes, report), file_name=f"{stem}.html",
                             mime="text/html", icon=":material/download:", on_click="ignore", key="report.html",
                             help="One self-contained file: interactive figures, opens offline, no network.")
-    buttons.download_button("Download Markdown", data=lambda: _markdown_zip(report, stem), file_name=f"{stem}.zip",
+    buttons.download_button("Download Markdown", data=partial(_markdown_zip, report, stem), file_name=f"{stem}.zip",
                             mime="application/zip", icon=":material/download:", on_click="ignore", key="report.md",
                             help="The Markdown file and its figures as SVG in a folder beside it, zipped.")
 if buttons.button("Delete report", icon=":material/delete:", key="report.delete",

@@ -19,8 +19,8 @@ from app import confirm, display, form, scatter, slurm_panel, state, tables, vie
 from engine.analysis import progress
 from engine.analysis.where import EXAMPLE, WhereError
 from engine.config import ConfigError, shape_columns
+from engine.reads.queries import where_ids
 from engine.runner import liveness
-from engine.runner.queries import where_ids
 from engine.runner.tags import change_tags
 from engine.runner.tensorboard import tensorboard_zip
 from storage import (

@@ -34,7 +34,7 @@ it; ``paper_note`` states it beside the table when the paper preset is shown. Th
 (``display_frame``, ``notes``, ``render``) is ``engine.analysis.table3_text``'s, re-exported here.
 
 Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
-``RunStore.metrics`` return them); ``engine.runner.queries`` reads them from a store.
+``RunStore.metrics`` return them); ``engine.reads.queries`` reads them from a store.
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ from engine.config import RunConfig
 from engine.errors import UserError
 
 ORDERING = ("<", "<=", ">", ">=")
-OPERATORS = ("==", "!=", *ORDERING)
 KEYWORDS = ("and", "or", "not", "in", "contains", "true", "false", "none", "null")
 EXAMPLE = "rank >= 8 and lam == 0 and val_loss < 6.5 and tags contains pilot"
 MAX_LENGTH = 10_000  # characters of one filter (a list of 1,000 run ids fits)
@@ -67,7 +66,7 @@ class WhereError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Compare:
-    """``field op value``; op is one of OPERATORS, ``contains`` or ``in`` (value a tuple)."""
+    """``field op value``; op is ``==``, ``!=``, one of ORDERING, ``contains`` or ``in`` (value a tuple)."""
     field: str
     op: str
     value: Any
@@ -447,9 +446,3 @@ def evaluate(expr: Expr | str, frame: pd.DataFrame, known: Iterable[str] | None 
             frame[f] = None
     return pd.Series(_mask(expr, frame), index=frame.index)
 
-
-def filter_frame(frame: pd.DataFrame, text: str | None, known: Iterable[str] | None = None) -> pd.DataFrame:
-    """The rows of ``frame`` that ``text`` matches (all when ``text`` is empty or None)."""
-    if text is None or not str(text).strip():
-        return frame
-    return frame[evaluate(text, frame, known)]

@@ -1,5 +1,6 @@
 """BASIS Lab from Python: launch runs, wait for them, tag, note, cancel and resume them, and read
-runs, metrics and the paper's Table 3 as pandas frames.
+runs, metrics and the paper's Table 3 as pandas frames. A new read of ``Lab`` goes in ``reads``
+(through ``engine.reads``), a new action in ``writes`` (through the functions the CLI calls).
 
 What ``wandb.Api`` and ``MlflowClient`` give their users, over the lab's own database. Reading,
 with the same ``--where`` filters as the CLI and the dashboard (``engine.analysis.where``)::
@@ -23,7 +24,7 @@ Launching and changing runs, as ``python -m engine run/sweep/tag/cancel/resume``
     lab.note(run_id, "the first tiny run")
     lab.cancel(ids[-1]); lab.resume(ids[-1], run="queue")
 
-Every method goes through the functions the CLI's commands call (``engine.runner.queries`` to
+Every method goes through the functions the CLI's commands call (``engine.reads.queries`` to
 read; ``engine.cli.launch``, ``engine.runner.control`` and ``engine.runner.tags`` to write), so
 a frame here is what ``python -m engine list/export/summary --where`` would print, and a launch
 is checked as ``run``/``sweep`` check it: a bad value (an unknown field, ``lr=-1``, ``rank="x"``)

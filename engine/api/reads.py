@@ -1,5 +1,5 @@
 """``engine.api.Lab``'s reads: runs, metrics, Table 3 and tuning campaigns as pandas frames,
-through the functions the CLI reads with (``engine.runner.queries``). Reading never writes."""
+through the functions the CLI reads with (``engine.reads.queries``). Reading never writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.core.stats import check_margin
-from engine.runner.queries import run_table3, runs_where, where_ids
+from engine.reads.queries import run_table3, runs_where, where_ids
 from storage import RunStore
 from storage.outputs import OutputExistsError
 from storage.store import empty_metrics_frame
@@ -101,7 +101,7 @@ class Reads:
         """One row per tuning campaign (``python -m engine tune``), oldest first: ``id``, ``name``,
         ``stage`` (tuning, evaluating), ``fields`` (what is tuned), ``trials`` per method, the
         ``tune_seeds`` and ``eval_seeds``, ``budget_steps`` per method and the two sweeps."""
-        from engine.runner import campaigns
+        from engine.reads import campaigns
 
         rows = []
         for c in self.store.campaigns.list():
@@ -120,7 +120,7 @@ class Reads:
 
         >>> Lab().trials(1).pivot_table("val_loss", "lr", "method")  # doctest: +SKIP
         """
-        from engine.runner import campaigns
+        from engine.reads import campaigns
 
         return campaigns.trials(self.store, self.store.campaigns.get(campaign))
 
@@ -131,7 +131,7 @@ class Reads:
         chosen ``trial``, its mean ``val_loss`` over the tuning seeds, ``edge`` (a field chosen at
         the smallest or largest value tried: widen the range), ``budget_steps`` and ``spent_steps``."""
         from engine.analysis import tuning
-        from engine.runner import campaigns
+        from engine.reads import campaigns
 
         record = self.store.campaigns.get(campaign)
         spec = campaigns.spec_of(record)
@@ -145,7 +145,7 @@ class Reads:
         (``untuned``: at the untuned value), paired on the evaluation seeds and read on the
         held-out test split where every run recorded it (its ``split`` column says); empty until
         the comparison is queued."""
-        from engine.runner import campaigns
+        from engine.reads import campaigns
 
         record = self.store.campaigns.get(campaign)
         tables = dict(campaigns.comparison_tables(self.store, record, adjust=bool(adjust)))

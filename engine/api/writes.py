@@ -160,7 +160,7 @@ class Writes:
             if deadline is not None and now >= deadline:
                 raise TimeoutError(_timeout_text(left, len(wanted), timeout))
             time.sleep(poll if deadline is None else min(poll, deadline - now))
-        from engine.runner.queries import runs_where
+        from engine.reads.queries import runs_where
 
         frame = runs_where(self.store, None, metrics="all")
         frame = frame[frame["id"].isin(wanted)].set_index("id", drop=False)

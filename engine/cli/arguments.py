@@ -131,7 +131,7 @@ def open_store(url, *, create: bool = True):
 def where_ids(store, where: str | None, runs=None) -> list[int] | None:
     """The ids of ``runs`` (None: every run) that the ``--where`` filter matches; None: every run.
     A filter matching no run is a CliError (nothing is written)."""
-    from engine.runner.queries import where_ids as matching
+    from engine.reads.queries import where_ids as matching
 
     ids = matching(store, where, runs)
     if ids is not None and not ids and where:

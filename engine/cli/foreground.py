@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 
 from engine.cli.output import print_summary
-from engine.runner.runlog import held_below
+from engine.core.loggers import held_below
 
 
 class Signals:

@@ -89,7 +89,7 @@ def total_time(db, configs: list[RunConfig]) -> str:
     same models in the database (the Launch form's estimate), or ``unknown``. ``db``: a URL
     (opened without creating it) or an open ``RunStore``."""
     from engine.core import units
-    from engine.runner import estimates
+    from engine.reads import estimates
     from storage import RunStore, StorageError
 
     try:
@@ -113,9 +113,9 @@ def start(store, configs: list[RunConfig], tags: tuple[str, ...], *, where: str 
     or to train in this process (``"here"``: ``train_here``, ``concurrent`` at a time, with
     progress bars and the summary, until they end). Their ids and the exit status."""
     from engine.cli.foreground import train_here
+    from engine.reads.queries import relaunch_warning
     from engine.runner.jobs import new_sweep_id, queue_runs
     from engine.runner.preflight import check_data
-    from engine.runner.queries import relaunch_warning
 
     check_where(where)
     check_data(configs)

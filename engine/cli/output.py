@@ -4,12 +4,12 @@ from __future__ import annotations
 
 
 def print_summary(store, ids) -> None:
-    """The final metrics of runs ``ids`` as a table (``engine.runner.queries.run_summary``),
+    """The final metrics of runs ``ids`` as a table (``engine.reads.queries.run_summary``),
     then the first line of each failed run's error."""
     import pandas as pd
 
     from engine.analysis.summary import MIB
-    from engine.runner.queries import run_summary
+    from engine.reads.queries import run_summary
 
     s = run_summary(store, ids)
     table = pd.DataFrame({

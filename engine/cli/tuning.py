@@ -15,7 +15,7 @@ import pandas as pd
 from engine.cli.arguments import CliError, at_least, margin, open_store
 from engine.config import ConfigError, Sweep, parse_seeds
 from engine.config.tuning import TuneSpec, parse_ranges
-from engine.runner.tuning_plan import AUTO, auto_seeds, plan_lines
+from engine.reads.tuning_plan import AUTO, auto_seeds, plan_lines
 
 
 def spec_from_args(args, grid: Sweep, open_db) -> tuple[TuneSpec, str, Any]:
@@ -104,7 +104,7 @@ def show(store, campaign_id: int | None) -> int:
     """Print the stored campaigns (``campaign_id`` None), or one campaign's protocol, choices,
     trials and, once its comparison has read, its tuned and untuned Table 3."""
     from engine.analysis import tuning
-    from engine.runner import campaigns
+    from engine.reads import campaigns
 
     if campaign_id is None:
         rows = [{"id": c.id, "name": c.name, "stage": c.stage, "trials sweep": c.tune_sweep_id,

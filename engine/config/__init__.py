@@ -7,7 +7,9 @@ Every field of a run is declared once, in ``engine.config.run``, with a ``FieldS
 flags (``engine.cli``) and the Launch widgets (``app.form``) derive from it.
 ``engine.config.identity`` keys stored configs: which runs compare, which differ by seed.
 ``engine.config.sweep`` expands a base run over estimators × ranks × λs × seeds;
-``engine.config.reproduce`` holds the paper's grid. May import ``engine.core`` only.
+``engine.config.reproduce`` holds the paper's grid; ``engine.config.tuning`` a tuning campaign's
+protocol. A new run field, sweep axis or rule between fields goes here, and every surface
+follows. May import ``engine.core`` only.
 """
 
 from engine.config.fields import (

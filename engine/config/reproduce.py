@@ -7,7 +7,7 @@ backprop against BASIS at R ∈ {1, 8, 16, 32, 64} with the shrink λ = 0.01 of 
 code. The lab repeats it over seeds (the same seed: the same initial parameters
 and batches for every method) and tags the runs ``reproduce``; when the last of
 them ends, its report is built and stored with the sweep
-(``engine.runner.reports``).
+(``engine.reads.reports``).
 """
 
 from __future__ import annotations

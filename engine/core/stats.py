@@ -105,7 +105,6 @@ EQUIVALENT, BETTER, WORSE, INCONCLUSIVE = "equivalent", "better", "worse", "inco
 NOT_EQUIVALENT, NO_SPREAD = "not equivalent", "no spread"
 WITHIN_NOISE = "within noise"  # a ratio's interval that holds 1 (engine.analysis.claims)
 ONE_SEED, NO_PAIR = "one seed", "no exact pair"
-TABLE3_VERDICTS = (EQUIVALENT, BETTER, WORSE, NOT_EQUIVALENT, INCONCLUSIVE, NO_SPREAD, ONE_SEED, NO_PAIR)
 DECIDED = (EQUIVALENT, BETTER, WORSE, NOT_EQUIVALENT)  # the words a test's rejection gives
 VERDICT_RULE = (  # the verdict words in one sentence, for every surface that prints them
     "equivalent when the 90 % interval lies inside ±δ; else worse / better when the 95 % interval excludes 0; else "

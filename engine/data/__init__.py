@@ -1,6 +1,8 @@
 """Training data: the GPT-2 tokenizer (``tokenizer``), corpora (``sources``: offline
 classics, FineWeb-edu, your own files), the token cache with its held-out validation and
-test splits (``cache``), and batches (``batches``). May import ``engine.core``."""
+test splits (``cache``), and batches (``batches``). A new corpus is a source in ``sources``
+(its name in ``engine.core.choices.SOURCES``); a change to how tokens are split or drawn goes
+in ``cache`` or ``batches``. May import ``engine.core``."""
 
 from engine.core.choices import SOURCES
 from engine.data.batches import BatchSampler, validation_batches

@@ -1,5 +1,6 @@
 """Tuning campaigns in the database: started with their trials, advanced to the comparison exactly once.
 
+Reading a campaign (its spec, trials and comparison) is ``engine.reads.campaigns``.
 ``start`` stores a campaign (its ``TuneSpec`` as JSON) and queues every trial in one transaction.
 ``advance`` is called whenever a run ends (``engine.runner.ends``), by ``engine resume --all`` and
 by every worker as it starts: once every trial of a campaign has ended (``engine.analysis.tuning
@@ -20,14 +21,11 @@ from engine.analysis.pruning import PRUNED, decide
 from engine.config import RunConfig
 from engine.config.tuning import TRIAL_TAG, TUNE_TAG, TuneSpec
 from engine.errors import TASK_FAILURES
+from engine.reads.campaigns import spec_of, trial_records, trials
 from storage import RunStore
 from storage.campaigns import CampaignRecord
 
 log = logging.getLogger(__name__)
-
-
-def spec_of(campaign: CampaignRecord) -> TuneSpec:
-    return TuneSpec.from_dict(campaign.spec)
 
 
 def start(store: RunStore, spec: TuneSpec, *, owner: str | None = None, env: dict | None = None,
@@ -44,18 +42,6 @@ def start(store: RunStore, spec: TuneSpec, *, owner: str | None = None, env: dic
 
 
 NO_METRICS = pd.DataFrame(columns=["run_id", "step", "name", "value"])  # a trial frame of configs and statuses alone
-
-
-def trial_records(store: RunStore, campaign: CampaignRecord) -> list:
-    """The run records of the campaign's trials."""
-    return [r for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
-
-
-def trials(store: RunStore, campaign: CampaignRecord, records: list | None = None) -> pd.DataFrame:
-    """The campaign's trials (``records``: its ``trial_records``, when read already) as
-    ``engine.analysis.tuning.trial_frame`` reads them from the store."""
-    records = trial_records(store, campaign) if records is None else records
-    return tuning.trial_frame(spec_of(campaign), records, store.metrics([r.id for r in records]))
 
 
 def advance(store: RunStore, campaign_id: int, *, owner: str | None = None) -> list[int]:
@@ -107,34 +93,6 @@ def after_trial(store: RunStore, run_id: int, *, owner: str | None = None) -> li
     except TASK_FAILURES:
         log.warning("the campaign of run %s could not be advanced", run_id, exc_info=True)
         return []
-
-
-def comparison(store: RunStore, campaign: CampaignRecord) -> tuple[list, list]:
-    """(the tuned runs, the untuned runs) of the campaign's comparison ([] before it is queued)."""
-    if campaign.eval_sweep_id is None or not campaign.chosen:
-        return [], []
-    records = [r for r in store.list_runs() if r.sweep_id == campaign.eval_sweep_id]
-    return tuning.split_comparison(spec_of(campaign), campaign.chosen["values"], records)
-
-
-def comparison_tables(store: RunStore, campaign: CampaignRecord, adjust: bool = True) -> list[tuple[str, pd.DataFrame]]:
-    """Table 3 of the comparison, each method at its chosen values (``free``: the tuned fields are
-    part of the method, so each pairs with exact at exact's own choice) and, where trained, at the
-    untuned values; both read on the test split where every run recorded it."""
-    from engine.core.stats import MARGIN
-    from engine.runner.queries import run_table3
-
-    spec = spec_of(campaign)
-    tuned, untuned = comparison(store, campaign)
-    delta = spec.margin if spec.margin is not None else MARGIN
-    out = []
-    if tuned:
-        out.append(("each method at its own best value (tuned)",
-                    run_table3(store, [r.id for r in tuned], margin=delta, adjust=adjust, free=spec.fields)))
-    if untuned:
-        out.append(("every method at the untuned value",
-                    run_table3(store, [r.id for r in untuned], margin=delta, adjust=adjust)))
-    return out
 
 
 class TrialPruning:

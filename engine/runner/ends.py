@@ -4,7 +4,7 @@
 interruption: the run resumes). It advances the campaign whose trial ended
 (``engine.runner.campaigns.after_trial``; the comparison's runs it queues are returned, for
 the manager to train when it owns them) and builds the report of a sweep that asks for one
-and has ended (``engine.runner.reports.report_if_sweep_ended``). A failure of either is
+and has ended (``engine.reads.reports.report_if_sweep_ended``). A failure of either is
 logged, never raised: the runs are what matters, and the next end (or ``resume --all``)
 tries again.
 """
@@ -21,11 +21,11 @@ log = logging.getLogger(__name__)
 
 def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
     """After ``run_id`` ended: when it belongs to a sweep that asks for a report (tagged
-    ``engine.runner.reports.AUTO_REPORT_TAGS``) and no run of that sweep is still queued,
+    ``engine.reads.reports.AUTO_REPORT_TAGS``) and no run of that sweep is still queued,
     running or interrupted, build the sweep's report and store it with the sweep
     (replacing its earlier one); the report's id, else None."""
     try:
-        from engine.runner import reports
+        from engine.reads import reports
 
         return reports.report_if_sweep_ended(store, run_id)
     except TASK_FAILURES:  # a report must never take a worker down

@@ -38,13 +38,12 @@ Other threads' records (the heartbeat, another run) are not the run's and are le
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 from engine.runner import console
 from storage import ALERT, DatabaseBusyError, LeaseLostError, StorageError
@@ -243,16 +242,3 @@ class RunLog(logging.Handler):
         with self._queue_lock:
             lines = self._take() + [(now, level, text[:LOG_TEXT_MAX + 1], LAB) for level, text in ending]
             self.writer.final(self.run_id, _store_lines, self.store, self.run_id, lines, epoch=self.epoch)
-
-
-@contextlib.contextmanager
-def held_below(name: str, level: int) -> Iterator[None]:
-    """Logger ``name`` passes only records at ``level`` or above while the block runs; its own
-    level is restored after."""
-    logger = logging.getLogger(name)
-    before = logger.level
-    logger.setLevel(level)
-    try:
-        yield
-    finally:
-        logger.setLevel(before)

@@ -62,3 +62,22 @@ def test_table3_is_computed_once_per_state_of_the_data(url, store, monkeypatch):
     assert calls == []  # neither the table nor the rank figure recomputed it
     at.number_input(key="compare.margin").set_value(0.5).run()  # a new margin: the table anew, the figure kept
     assert not at.exception and len(calls) == 1
+
+
+def test_a_render_reads_the_runs_once(url, store, monkeypatch):
+    from storage.runs import RunsRepository
+
+    ids = _lab(store)
+    at = page(app(selected=ids).run(), "compare")
+    calls = []
+    made = RunsRepository.list_runs
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return made(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunsRepository, "list_runs", counted)
+    shown = at.dataframe[0].value
+    at.slider(key="compare.smoothing").set_value(0.5).run()  # a rerun of the whole page
+    assert not at.exception and at.dataframe[0].value.equals(shown)
+    assert len(calls) == 1  # the page's read, handed to its live part (before: read there again)

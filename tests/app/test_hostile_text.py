@@ -20,7 +20,7 @@ import time
 import pytest
 
 from engine.core.text import WORD_JOINER
-from engine.runner import reports
+from engine.reads import reports
 from storage import RunStore
 from tests.support.browser import CHROMIUM_ARGS, choose, playwright_and_chromium, streamlit_server
 from tests.support.runs import TINY, fake_run

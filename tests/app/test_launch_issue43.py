@@ -12,7 +12,7 @@ import pytest
 
 from app import form
 from engine.config import RunConfig
-from engine.runner import estimates
+from engine.reads import estimates
 from storage.limits import INT_MAX
 from tests.support.pages import app, button, page, read, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from app import tables, viewstate
-from engine.runner import reports
+from engine.reads import reports
 from storage.logs import INFO
 from tests.support.pages import app, button, read, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import SWEEP_A, SWEEP_B, TINY, InSweep, fake_run

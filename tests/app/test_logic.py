@@ -14,8 +14,8 @@ from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, paper_note
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
 from engine.core.units import format_seconds
-from engine.runner import estimates
-from engine.runner.queries import run_summary, run_table3
+from engine.reads import estimates
+from engine.reads.queries import run_summary, run_table3
 from engine.training import timing
 from storage import MetricsFeed, RunStore
 from tests.support.runs import TINY, fake_run

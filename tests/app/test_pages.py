@@ -15,7 +15,7 @@ import pytest
 from app import state
 from app.text import plain
 from engine.config import RunConfig
-from engine.runner.queries import run_summary
+from engine.reads.queries import run_summary
 from storage import RunStore, long_frame, wide_frame
 from tests.support.pages import app, button, downloads, figures, page, plots, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run, wait_for

@@ -8,7 +8,7 @@ import zipfile
 from app import state
 from app.text import plain
 from engine.config import RunConfig, reproduction_sweep
-from engine.runner import reports
+from engine.reads import reports
 from tests.support.pages import app, button, downloads, page, plots, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run
 

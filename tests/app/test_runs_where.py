@@ -4,7 +4,6 @@ shows one line naming the fix, the table left as it was."""
 
 import dataclasses
 
-from app import viewstate
 from tests.support.pages import app, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import SWEEP_A, TINY, InSweep, fake_run
 
@@ -66,10 +65,3 @@ def test_compare_picker_takes_the_same_filter(url, store):
     assert sorted(at.session_state["compare.pick"]) == [exact, r8]  # kept
     at.text_input(key="compare.where").set_value("rank == 32").run()
     assert not at.error and at.session_state["compare.pick"] == [r32]
-
-
-def test_the_url_keeps_the_filter_beside_other_parameters():
-    assert viewstate.where_of({"where": "  rank == 8 "}) == "rank == 8"
-    assert viewstate.where_of({"where": ["a == 1", "b == 2"]}) == "b == 2" and viewstate.where_of({}) == ""
-    assert viewstate.with_where({"runs": "1,2", "where": "x == 1"}, "rank >= 8") == {"runs": "1,2", "where": "rank >= 8"}
-    assert viewstate.with_where({"runs": "1,2", "where": "x == 1"}, "  ") == {"runs": "1,2"}

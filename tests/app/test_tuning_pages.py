@@ -12,7 +12,7 @@ import pytest
 
 from app.text import plain
 from engine.analysis.tuning_charts import CHOSEN, DIVERGED
-from engine.runner import reports
+from engine.reads import reports
 from storage import RunStore
 from tests.app.test_browser_zoom import CHART as ZOOM_CHART
 from tests.engine.test_tuning_report import make_campaign

@@ -5,7 +5,7 @@ line and the page shows its default view."""
 import pytest
 
 from app import viewstate
-from engine.runner import reports
+from engine.reads import reports
 from tests.support.pages import app, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run
 

@@ -11,8 +11,8 @@ from engine.analysis import progress
 from engine.analysis import report as rep
 from engine.cli import main as cli
 from engine.cli.listing import WIDTH
-from engine.runner import reports
-from engine.runner.queries import run_table3
+from engine.reads import reports
+from engine.reads.queries import run_table3
 from storage import RunStore
 from tests.support.runs import TINY, InSweep, fake_run
 

@@ -29,8 +29,8 @@ from engine.core.stats import (
     seeds_needed,
     tost_power,
 )
-from engine.runner import reports
-from engine.runner.queries import read_runs, run_table3
+from engine.reads import reports
+from engine.reads.queries import read_runs, run_table3
 from storage import RunStore
 from tests.engine.test_summary import _row, _run
 
@@ -123,7 +123,7 @@ def test_a_seed_where_exact_diverged_too_is_not_counted_against_the_method(store
 
 
 def run_table3_markdown(store):
-    from engine.runner.queries import table3_text
+    from engine.reads.queries import table3_text
 
     return table3_text(run_table3(store), "markdown")
 

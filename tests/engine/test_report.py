@@ -1,4 +1,4 @@
-"""Reports (``engine.analysis.report``, ``engine.runner.reports``, ``python -m engine report``)
+"""Reports (``engine.analysis.report``, ``engine.reads.reports``, ``python -m engine report``)
 built from a fixture database of stored runs: 2 seeds of exact and of basis at 3 ranks,
 written as the metrics a worker writes (``tests.app.test_logic.fake_run``), and one
 estimator diagnosis.
@@ -32,7 +32,7 @@ from engine.analysis.report.stored import decode_frame, encode_frame
 from engine.analysis.summary import TABLE3_COLUMNS
 from engine.cli.main import main
 from engine.config import RunConfig
-from engine.runner import reports
+from engine.reads import reports
 from storage import RunStore
 from tests.support.runs import fake_run
 

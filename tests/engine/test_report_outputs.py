@@ -10,7 +10,7 @@ import pytest
 
 from engine.analysis import report as rep
 from engine.cli.main import main
-from engine.runner import reports
+from engine.reads import reports
 from storage import RunStore
 from tests.support.runs import TINY, InSweep, fake_run
 

@@ -36,7 +36,7 @@ from engine.core.stats import (
     seeds_needed,
     tost_power,
 )
-from engine.runner.queries import run_summary, run_table3, table3_text
+from engine.reads.queries import run_summary, run_table3, table3_text
 from storage import RunStore
 
 BASE = RunConfig(preset="paper", steps=20)
@@ -296,7 +296,7 @@ def test_render_formats(store):
     with pytest.raises(ValueError, match="table, csv, markdown, latex"):
         table3_text(t, "html")
     with pytest.raises(ValueError, match="table, markdown, latex"):
-        render(t, "csv")  # CSV is an export: formula-neutralised, in engine.runner.queries
+        render(t, "csv")  # CSV is an export: formula-neutralised, in engine.reads.queries
 
 
 def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monkeypatch):
@@ -408,7 +408,7 @@ def test_each_interval_of_table3_covers_the_true_delta():
 
 def test_seed_plan_warns_before_a_launch_that_cannot_decide(store):
     from engine.config import reproduction_sweep
-    from engine.runner.queries import expected_delta_sd, seed_plan
+    from engine.reads.queries import expected_delta_sd, seed_plan
 
     few = reproduction_sweep(20, (0, 1, 2)).expand()
     plan = seed_plan(store, few)
@@ -437,7 +437,7 @@ def test_an_observed_spread_of_zero_plans_with_the_prior(store):
     """Runs whose Δ has no seed noise (SD 0) cannot stand for the spread a sweep will meet:
     the plan falls back to the prior instead of claiming 2 seeds decide."""
     from engine.config import reproduction_sweep
-    from engine.runner.queries import expected_delta_sd
+    from engine.reads.queries import expected_delta_sd
 
     few = reproduction_sweep(20, (0, 1, 2)).expand()
     config = dataclasses.replace(few[0], steps=20)
@@ -457,7 +457,7 @@ def test_seed_plan_plans_each_method_at_its_own_spread(store):
     pooled SD, 0.071, would have asked both for the same); methods of another setup or without
     runs fall back to the prior, and say so."""
     from engine.config import reproduction_sweep
-    from engine.runner.queries import expected_delta_sd, method_of, seed_plan
+    from engine.reads.queries import expected_delta_sd, method_of, seed_plan
 
     grid = [c for c in reproduction_sweep(20, (0, 1, 2)).expand() if c.is_exact or c.rank in (8, 32)]
     for c in grid:

@@ -20,7 +20,7 @@ from engine.analysis.summary import (
 )
 from engine.config import RunConfig, comparable_key
 from engine.core.stats import EQUIVALENT, NO_PAIR, WORSE
-from engine.runner.queries import run_table3
+from engine.reads.queries import run_table3
 from storage import RunStore
 from tests.engine.test_summary import _run
 

@@ -12,6 +12,7 @@ from engine.analysis import tuning
 from engine.cli.main import main
 from engine.config import ConfigError, RunConfig, Sweep
 from engine.config.tuning import Range, TuneSpec, parse_ranges, qmc_points
+from engine.reads import campaigns as campaign_reads
 from engine.runner import campaigns
 from storage import RunStore
 
@@ -168,7 +169,7 @@ def test_the_comparison_is_queued_exactly_once_however_many_notice_at_once(db_ur
     assert len(queued) == 1, results
     campaign = store.campaigns.get(cid)
     assert campaign.stage == "evaluating"
-    tuned, untuned = campaigns.comparison(store, campaign)
+    tuned, untuned = campaign_reads.comparison(store, campaign)
     assert sorted({r.id for r in [*tuned, *untuned]}) == sorted(queued[0]) == store.campaigns.runs_of(cid)[1]
     best = min((p["lr"] for p in spec.points), key=lambda x: abs(math.log(x / 0.1)))
     assert {r.config["lr"] for r in tuned} == {best} and {r.seed for r in tuned} == {0, 1}
@@ -197,9 +198,9 @@ def test_a_pruned_campaign_stops_bad_trials_early_and_counts_their_steps_in_the_
     assert main(argv) == 0
     store = RunStore(db)
     (campaign,) = store.campaigns.list()
-    spec = campaigns.spec_of(campaign)
+    spec = campaign_reads.spec_of(campaign)
     assert spec.pruner == "halving"
-    trials = campaigns.trials(store, campaign)
+    trials = campaign_reads.trials(store, campaign)
     pruned = trials[trials["pruned"]]
     assert len(pruned) >= 1 and (pruned["steps_done"] < 30).all() and (pruned["status"] == "cancelled").all()
     assert not trials.loc[trials["trial"] == 0, "pruned"].any()  # the first trial has nobody to fall behind
@@ -208,7 +209,7 @@ def test_a_pruned_campaign_stops_bad_trials_early_and_counts_their_steps_in_the_
     assert row.spent_steps == trials["steps_done"].sum() < row.budget_steps == 5 * 30
     assert row.trial not in set(pruned["trial"])
     assert store.campaigns.get(campaign.id).stage == "evaluating"
-    assert [r.status for r in campaigns.comparison(store, store.campaigns.get(campaign.id))[0]] == ["finished"]
+    assert [r.status for r in campaign_reads.comparison(store, store.campaigns.get(campaign.id))[0]] == ["finished"]
 
 
 def _record(run_id: int, config: RunConfig, status: str = "finished"):
@@ -248,7 +249,7 @@ def test_a_method_without_a_finished_trial_is_stored_as_json_without_nan():
 
 
 def test_the_plan_counts_every_comparison_run_for_the_launch_rule(tmp_path):
-    from engine.runner.tuning_plan import plan_lines
+    from engine.reads.tuning_plan import plan_lines
 
     spec = _spec(eval_seeds=tuple(range(10)))
     trials, comparison, lines = plan_lines(spec, RunStore(f"sqlite:///{tmp_path / 'lab.db'}"), 1)

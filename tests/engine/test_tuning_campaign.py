@@ -21,7 +21,7 @@ import scipy.stats
 from engine.analysis import tuning
 from engine.api import Lab
 from engine.cli.main import main
-from engine.runner import campaigns
+from engine.reads import campaigns
 from storage import RunStore
 from tests.support.runs import wait_for
 from tests.support.xla import twin_env

@@ -14,7 +14,8 @@ from engine.analysis.tuning_charts import CHOSEN, DIVERGED, sensitivity_figure
 from engine.config import RunConfig, Sweep
 from engine.config.tuning import Range, TuneSpec
 from engine.core.choices import DIVERGED_ERROR
-from engine.runner import campaigns, reports
+from engine.reads import reports
+from engine.runner import campaigns
 from storage import RunStore
 
 BASE = RunConfig(preset="tiny", steps=20, eval_interval=10, probe_interval=0, val_batches=2, lr=0.05)

@@ -9,7 +9,7 @@ import pytest
 from engine.analysis import where as w
 from engine.api import Lab
 from engine.cli import main as cli
-from engine.runner.queries import run_table3, runs_where
+from engine.reads.queries import run_table3, runs_where
 from storage import RunStore
 from tests.support.runs import TINY, InSweep, fake_run
 

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from engine.cli.main import main
-from engine.runner import reports
+from engine.reads import reports
 from storage import RunStore
 from storage.outputs import refuse_special, special_kind
 from tests.support.runs import new_run

@@ -1,4 +1,6 @@
-"""The paper's claims, and the stated rules by which the stored data support them.
+"""The paper's claims, and the stated rules by which the stored data support them. A new claim
+is an entry of ``rules.CLAIMS`` (its sentence, rule, judge and plan); the tests it reads
+(ratios, trends, matching rows) live beside it.
 
 Each claim is a sentence, a rule (printed under the claims table of every report),
 and a pure function of three tables that returns a verdict with the numbers behind it:

@@ -1,6 +1,7 @@
 """A report of a set of runs: built from their records and metrics alone (no database, no
-Streamlit; ``engine.runner.reports`` reads the database and stores the result), shown as
-HTML, Markdown and on the dashboard's Report page, stored as JSON.
+Streamlit; ``engine.reads.reports`` reads the database and stores the result), shown as
+HTML, Markdown and on the dashboard's Report page, stored as JSON. A new section of every
+report goes in ``building`` (and its block kind, if new, in ``model`` and each renderer).
 
 - ``model``: what a report holds (``Report``), its document (``Report.blocks``: headings,
   text, tables and figures, in order, which every renderer walks) and its stored JSON,

@@ -1,5 +1,5 @@
 """Building a report from run records and their metric rows alone: no database, no
-Streamlit (``engine.runner.reports`` reads the database and stores the result).
+Streamlit (``engine.reads.reports`` reads the database and stores the result).
 
 ``build`` gathers the setup (config by field group, data, device, package versions, git
 commit, wall time), the paper's Table 3 (``summary.table3``: paired Δ vs exact, its 95 %

@@ -3,7 +3,7 @@ the campaign: the protocol (search space, trials, sampler, budget, seeds, select
 verdict reads), each method's chosen value, the sensitivity figure (``tuning_charts``), and Table
 3 twice: each method at its own best value, and every method at the untuned value.
 
-``Campaign`` is what the builder is handed (``engine.runner.reports.campaign_of`` reads it from
+``Campaign`` is what the builder is handed (``engine.reads.reports.campaign_of`` reads it from
 the database; the Compare page reads the same); ``section`` turns it into the stored
 ``TuningSection`` and its figures. No database here.
 """

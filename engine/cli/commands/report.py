@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.runner import reports
+    from engine.reads import reports
 
     store = arguments.open_store(args.db, create=False)
     if args.list:
@@ -81,7 +81,7 @@ def _list(store) -> int:
 
 def _stored(args, store, margin, checked):
     """``--id``: the stored report as it was built, or with ``--rebuild`` built again."""
-    from engine.runner import reports
+    from engine.reads import reports
 
     if args.at_step is not None:
         raise CliError("--at-step builds a new report; with --id the stored report keeps its own step")
@@ -96,7 +96,7 @@ def _stored(args, store, margin, checked):
 
 def _build(args, store, margin, checked):
     """A new report of the selection ``--sweep``, ``--tags`` or ``--runs`` names, stored."""
-    from engine.runner import reports
+    from engine.reads import reports
 
     if args.rebuild:
         raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")

@@ -78,8 +78,8 @@ def run(args) -> int:
 
 def _estimate(args, store, sweep, configs, margin: float) -> None:
     """Print the seed advice at ``margin``, what the grid is, and its estimated time."""
-    from engine.runner.estimates import grid_estimate
-    from engine.runner.queries import relaunch_warning, seed_plan
+    from engine.reads.estimates import grid_estimate
+    from engine.reads.queries import relaunch_warning, seed_plan
 
     if (plan := seed_plan(store, configs, margin)) is not None:
         print(f"warning: {plan} (--seeds)", file=sys.stderr)

@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.runner.queries import run_table3, table3_text
+    from engine.reads.queries import run_table3, table3_text
     from storage.export import write_file
 
     arguments.at_least(args.at_step, "--at-step", 0)

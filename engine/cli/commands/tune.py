@@ -7,7 +7,7 @@ from engine.cli import arguments
 from engine.cli.config_flags import add_config_flags
 from engine.config.tuning import PRUNERS
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
-from engine.runner.tuning_plan import AUTO, AUTO_SEEDS_MAX
+from engine.reads.tuning_plan import AUTO, AUTO_SEEDS_MAX
 
 TRIALS = 8
 TUNE_SEEDS = "1000"

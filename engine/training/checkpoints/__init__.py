@@ -1,4 +1,7 @@
-"""Checkpoints of training runs, written with orbax-checkpoint.
+"""Checkpoints of training runs, written with orbax-checkpoint: where they live (``folders``), what
+one holds and how it is trusted (``integrity``), a run's checkpoints written, read and pruned
+(``run_checkpoints``), orbax kept quiet (``quiet``) and the errors (``errors``). A change to what
+a checkpoint holds or when one is trusted goes here; when one is taken is the training schedule's.
 
 Where they live
 ---------------

@@ -15,7 +15,7 @@ def auto_seeds(store, grid: Sweep, delta: float, tune_seeds: tuple[int, ...]) ->
     sketched method's expected Δ spread (``expected_delta_sd``), at most ``AUTO_SEEDS_MAX``, the
     first that are not tuning seeds; and why, in words."""
     from engine.core.stats import POWER, seeds_needed
-    from engine.runner.queries import expected_delta_sd
+    from engine.reads.queries import expected_delta_sd
 
     configs = grid.expand()
     spreads = expected_delta_sd(store, configs)
@@ -39,7 +39,7 @@ def plan_lines(spec: TuneSpec, store, concurrent: int, measure: bool = False) ->
     the launch rule and the estimate), the plan in lines); ``measure``
     times a step of each model the lab has no finished run of (``grid_estimate``)."""
     from engine.core import units
-    from engine.runner.estimates import grid_estimate
+    from engine.reads.estimates import grid_estimate
 
     trials = [c for _, _, c in spec.trial_configs()]
     base = {m.method(): {f: spec.base_value(f) for f in spec.fields} for m in spec.methods()}

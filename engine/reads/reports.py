@@ -27,10 +27,10 @@ from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
 from engine.config.tuning import TUNE_TAG
+from engine.core.loggers import held_below
 from engine.core.stats import check_margin
-from engine.errors import TASK_FAILURES, UserError
-from engine.runner import runlog
-from engine.runner.queries import split_batches
+from engine.errors import LIBRARY_FAILURES, UserError
+from engine.reads.queries import split_batches
 from storage import ACTIVE_STATUSES, RunStore, StorageError
 from storage.campaigns import CampaignRecord
 from storage.outputs import refuse_special
@@ -146,7 +146,7 @@ def campaign_data(store: RunStore, campaign: CampaignRecord, role: str = "compar
     """What a report (and the Compare page) shows of a tuning campaign, read from the database now:
     its protocol, trials, the choice read from them and its comparison's Table 3s."""
     from engine.analysis import tuning
-    from engine.runner import campaigns
+    from engine.reads import campaigns
 
     spec = campaigns.spec_of(campaign)
     trials = campaigns.trials(store, campaign)
@@ -232,7 +232,7 @@ def figure_dir_name(path: str | Path) -> str:
 def _quiet_browser():
     """Hold back the browser driver's own log: it prints a traceback for a wire message it
     then ignores, and a failure that matters reaches ``write`` as an exception."""
-    with runlog.held_below("choreographer", logging.CRITICAL):
+    with held_below("choreographer", logging.CRITICAL):
         yield
 
 
@@ -318,7 +318,7 @@ def _write_figures(report: rep.Report, folder: Path, force: bool) -> list[Path]:
         try:
             with _quiet_browser():
                 drawn = rep.write_figures(report, drawn_in)
-        except TASK_FAILURES as e:  # kaleido or the browser it drives (a missing Chrome, a timeout)
+        except LIBRARY_FAILURES as e:  # kaleido or the browser it drives (a missing Chrome, a timeout)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ReportError(f"the figures could not be drawn as SVG ({reason}); Markdown figures need Chrome or "
                               "Chromium (scripts/install_browser.sh, or `kaleido_get_chrome`), or write the report as "
