@@ -28,7 +28,7 @@ BYTECODE := $(PY) -m compileall -q -j 0 -x '/tests/' $(VENV)/lib && $(PY) -m com
 TEST_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder  # files longest first: tests/cpu_time.py
 
-.PHONY: run test install install-test install-cuda lock browser postgres system checks test-ready bench test-costs
+.PHONY: run test test-fast install install-test install-cuda lock browser postgres system checks test-ready bench test-costs
 
 # $(1): the lock to install; $(2): the stamp family (run or test); $(3): a last step.
 define install_lock
@@ -105,6 +105,17 @@ test:
 	bash scripts/install_browser.sh --background
 	$(MAKE) --no-print-directory -j 2 --output-sync=target test-ready
 	$(TEST_BYTECODE) $(PY) -m pytest -q $(XDIST) --durations=25
+
+# The inner loop: the pure-function and math tests (no database server, browser or engine
+# process), compiled as the whole suite's own processes compile (tests/support/xla.py).
+FAST_TESTS := tests/test_code_shape.py tests/test_cpu_costs.py tests/app/test_charts.py tests/app/test_guard.py \
+	tests/app/test_secrets.py tests/engine/test_basis.py tests/engine/test_config.py tests/engine/test_diagnostics.py \
+	tests/engine/test_draws.py tests/engine/test_head.py tests/engine/test_memory.py tests/engine/test_model.py \
+	tests/engine/test_parallel.py tests/engine/test_preflight.py tests/engine/test_reproduce.py \
+	tests/engine/test_safety.py tests/engine/test_seed_range.py tests/engine/test_system.py \
+	tests/engine/test_validation_rule.py
+test-fast: install-test
+	$(TEST_BYTECODE) $(PY) -m pytest -q $(XDIST) $(FAST_TESTS)
 
 test-costs: install-test system  # rewrite tests/cpu_costs.json, the order make test hands files out in
 	$(TEST_BYTECODE) $(PY) -m pytest -q $(XDIST) --cpu-record

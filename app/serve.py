@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from engine.training.allocator import tunables
-
 DEFAULT_PORT = 8501
 MAIN = Path(__file__).resolve().with_name("main.py")
 
@@ -60,8 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.print_command:
         print(shlex.join(cmd))
         return 0
-    # the server trains the runs it launches in its own threads: its malloc as a run's
-    os.execve(sys.executable, cmd, {**os.environ, "GLIBC_TUNABLES": tunables(os.environ)})  # does not return
+    os.execv(sys.executable, cmd)  # does not return; glibc's default malloc (engine.training.allocator says why)
 
 
 if __name__ == "__main__":

@@ -9,57 +9,56 @@ random port number, ``fsync=off``), as an unprivileged user when the suite runs 
 and each test gets a fresh database.  Where the server is not installed
 (``scripts/install_postgres.sh``) or does not start, the PostgreSQL cases skip with the reason.
 
-One persistent XLA compilation cache serves the whole session: this process and every
-``python -m engine`` it starts (they inherit the environment). The suite trains the same tiny
-configurations many times, each ``train`` jitting fresh step functions, and compiling them
-dominated its time; a cached executable is the one XLA compiled, memory analysis included.
-Unless ``XLA_FLAGS`` is set, this process compiles with ``tests.support.xla.COMPILE_BOUND``
-and the processes it starts with ``TRAINING`` (that module says why), and lowers its programs
-into shared MLIR contexts (``tests.support.mlir_contexts``: a fresh one per program cost
-``test_basis.py``, thousands of small programs, a fifth of its time), and its garbage
-collector runs less often (``tests.support.collector``).
+One persistent compilation cache serves the whole session: the lab's own
+(``engine.training.compile_cache``), in a temporary folder that ``BASIS_LAB_COMPILE_CACHE``
+names, the setting a user has: every ``python -m engine`` a test starts inherits the variable
+and enables the cache as a user's process does, and pytest's own processes use the same
+folder. The suite
+trains the same tiny configurations many times, each ``train`` jitting fresh step
+functions, and compiling them dominated its time; a cached executable is the one XLA
+compiled, memory analysis included. Nothing else of the suite's settings reaches those
+processes: they compile with a user's defaults. pytest's own processes compile with JAX's
+public ``jax_disable_most_optimizations`` (``tests.support.xla`` says why) and run their
+garbage collector less often (``tests.support.collector``).
 """
 
 import os
 import shutil
-import sys
 import tempfile
 
 import pytest
 
-from tests.support import collector, mlir_contexts, xla
+from engine.training import compile_cache
+from tests.support import collector, xla
 from tests.support.postgres import ThrowawayPostgres
 from tests.support.templates import PostgresTemplate, SqliteTemplate
 
 pytest_plugins = ["tests.cpu_time"]
 
-_JAX_CACHE = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+
+# pytest's own processes write the session's cache without a size bound: with one, JAX lists
+# and reads the size of every entry in the folder at each write (jax/_src/lru_cache.py), and
+# they write thousands of small programs
+_UNBOUNDED = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
 
 
 def pytest_configure(config):
-    """Point JAX at a compilation cache for the session (unless one is set already), before
-    any test module imports JAX; removed at the end."""
-    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-        path = tempfile.mkdtemp(prefix="basis-lab-xla-cache-")
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = path
-        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
-    for name, value in _JAX_CACHE.items():
-        os.environ.setdefault(name.upper(), str(value))
-    if "jax" in sys.modules:  # imported before us: its flags have read the environment already
-        jax = sys.modules["jax"]
-        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-        for name, value in _JAX_CACHE.items():
-            jax.config.update(name, value)
-    if "XLA_FLAGS" not in os.environ:
-        os.environ["XLA_FLAGS"] = xla.COMPILE_BOUND
-        import jax
+    """Name the session's compilation cache (unless the caller named one: pytest-xdist's
+    workers inherit their controller's), removed at the end by whoever made it; point this
+    process at it and compile bound (``tests.support.xla``)."""
+    import jax
 
-        jax.devices()  # this process's CPU backend starts, reading XLA_FLAGS once
-        os.environ["XLA_FLAGS"] = xla.TRAINING  # what the processes it starts inherit
-        xla.OWN = xla.COMPILE_BOUND
-    else:  # set by the caller, or inherited: pytest-xdist's workers get the controller's TRAINING
-        xla.OWN = os.environ["XLA_FLAGS"]
-    mlir_contexts.share()
+    if compile_cache.ENV not in os.environ:
+        path = tempfile.mkdtemp(prefix="basis-lab-xla-cache-")
+        os.environ[compile_cache.ENV] = path
+        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+    folder = compile_cache.cache_dir()
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+        for name, value in _UNBOUNDED.items():
+            jax.config.update(name, value)
+    xla.compile_bound()
     collector.tune()
 
 

@@ -12,7 +12,8 @@ hands out whole files (``--dist loadfile``) in the order they were collected (wi
 held its worker in a recorded run (:data:`COSTS`; wall time, which counts a test's waits as
 well as its CPU): longest processing time first, the last files handed out are short ones
 and the workers finish close together. ``--cpu-record`` rewrites that table from the
-run it ends; a file it does not list yet counts as the median file.
+run it ends. A file it does not list yet counts as the median file, and the summary names
+it; an entry whose file is gone is stale (``stale``), which ``tests/test_cpu_costs.py`` fails on.
 """
 
 import json
@@ -25,6 +26,7 @@ import pytest
 COSTS = Path(__file__).with_name("cpu_costs.json")  # test file → seconds its tests held a worker
 _SAMPLES: dict[str, float] = {}
 _HELD: dict[str, float] = {}
+_UNRECORDED: set[str] = set()  # collected test files COSTS does not list
 
 
 def _cpu_seconds() -> float:
@@ -44,9 +46,21 @@ def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def recorded() -> dict[str, float]:
+    """``COSTS``: test file (relative to the repository root) → seconds; empty when absent."""
+    return json.loads(COSTS.read_text()) if COSTS.exists() else {}
+
+
+def stale(costs: dict[str, float]) -> list[str]:
+    """The entries of ``costs`` whose test file no longer exists."""
+    root = COSTS.parent.parent
+    return sorted(name for name in costs if not (root / name).is_file())
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, which it keeps within a file
 def pytest_collection_modifyitems(items):
-    costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
+    costs = recorded()
+    _UNRECORDED.update(_file_of(item.nodeid) for item in items if _file_of(item.nodeid) not in costs)
     if not costs:
         return
     median = statistics.median(costs.values())
@@ -83,6 +97,9 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{seconds:8.1f}s  {nodeid}")
     total = sum(_SAMPLES.values())
     terminalreporter.write_line(f"{total:8.1f}s  in all {len(_SAMPLES)} tests ({total / 2:.0f} s on 2 busy cores)")
+    if _UNRECORDED and not config.getoption("--cpu-record"):
+        terminalreporter.write_line(f"{COSTS.name} has no entry for {', '.join(sorted(_UNRECORDED))}: handed out as "
+                                    "the median file; `make test-costs` records them")
     if config.getoption("--cpu-record"):
         ranked = dict(sorted(((f, round(s, 1)) for f, s in _HELD.items()), key=lambda kv: -kv[1]))
         COSTS.write_text(json.dumps(ranked, indent=1) + "\n")

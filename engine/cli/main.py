@@ -27,6 +27,9 @@ from engine.errors import UserError
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process a SIGPIPE ended (`cmd | head`)
 # Commands that train, and so run on several hosts when ``engine.runner.hosts`` says so.
 _TRAINING = ("run", "sweep", "resume", "worker")
+# Commands that train in their own process (unless given --queue-only), so the process entry
+# point sets its malloc for training (``engine.training.allocator``).
+_TRAINS_HERE = (*_TRAINING, "tune", "reproduce")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,10 +67,18 @@ def _on_hosts(args) -> int:
         hosts.announce(None)
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, process: bool = False) -> int:
+    """Run the command ``argv`` (default: the command line) and return the exit status.
+    ``process``: this call is the whole process (``main_exit``), whose malloc a command that
+    trains here sets first (``engine.training.allocator.for_training``)."""
     args = build_parser().parse_args(argv)
     try:
-        if args.command in _TRAINING and not getattr(args, "queue_only", False):
+        queued = getattr(args, "queue_only", False)
+        if process and args.command in _TRAINS_HERE and not queued:
+            from engine.training.allocator import for_training
+
+            for_training()
+        if args.command in _TRAINING and not queued:
             return _on_hosts(args)
         return COMMANDS[args.command].run(args)
     except UserError as e:
@@ -100,10 +111,7 @@ def _quiet_broken_pipe() -> int:
 
 
 def main_exit() -> None:
-    """The ``basis-lab`` console script: ``main()`` as the process exit status, in a process
-    whose malloc reuses freed memory (``engine.training.allocator``: it must come before
-    JAX starts its threads)."""
-    from engine.training.allocator import reuse_freed_memory
-
-    reuse_freed_memory()
-    sys.exit(main())
+    """The ``basis-lab`` console script and ``python -m engine``: ``main()`` as the process
+    exit status, in a process whose malloc reuses freed memory when it trains
+    (``engine.training.allocator``: it must come before JAX starts its threads)."""
+    sys.exit(main(process=True))

@@ -20,7 +20,6 @@ from tests.support.browser import ROOT, free_port, wait_healthy
 LONG = RunConfig(preset="tiny", steps=100_000, eval_interval=50_000, probe_interval=0, val_batches=1, name="long")
 
 
-@pytest.mark.slow
 def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_path, token_cache):
     db = f"sqlite:///{tmp_path / 'signal.db'}"
     store = RunStore(db)

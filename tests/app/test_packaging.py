@@ -46,17 +46,20 @@ def test_dashboard_refuses_a_port_out_of_range_in_one_line(port, capsys, monkeyp
     assert err.out == "" and "give an integer in 1..65535" in err.err.splitlines()[-1]
 
 
-def test_the_dashboard_server_starts_with_a_runs_malloc_settings(monkeypatch):
-    """The server trains the runs it launches in its own threads, so the process it becomes
-    gets the training processes' malloc settings as GLIBC_TUNABLES, the user's own after."""
-    calls = []
-    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: calls.append((argv, env)))
-    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")
-    serve.main(["--port", "8600"])
-    (argv, env), = calls
-    assert argv[1:4] == ["-m", "streamlit", "run"] and "8600" in argv
-    assert env["GLIBC_TUNABLES"].startswith("glibc.malloc.mmap_max=0:glibc.malloc.arena_max=1:")
-    assert env["GLIBC_TUNABLES"].endswith(":glibc.malloc.tcache_count=0")
+def test_the_dashboard_server_gets_the_environment_as_it_is_no_malloc_settings_of_ours(monkeypatch):
+    """The server is no training process (``engine.training.allocator``): the process it becomes
+    gets glibc's default malloc, the user's own GLIBC_TUNABLES kept and none of the lab's added."""
+    for given in (None, "glibc.malloc.tcache_count=0"):
+        calls = []
+        monkeypatch.setattr(serve.os, "execv", lambda path, argv: calls.append((argv, dict(serve.os.environ))))
+        if given is None:
+            monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+        else:
+            monkeypatch.setenv("GLIBC_TUNABLES", given)
+        serve.main(["--port", "8600"])
+        (argv, env), = calls
+        assert argv[1:4] == ["-m", "streamlit", "run"] and "8600" in argv
+        assert env.get("GLIBC_TUNABLES") == given
 
 
 def test_dashboard_help_starts_no_server_and_loads_no_streamlit(tmp_path):
@@ -69,7 +72,6 @@ def test_dashboard_help_starts_no_server_and_loads_no_streamlit(tmp_path):
     assert loaded.stdout.strip() == "False", loaded.stderr
 
 
-@pytest.mark.slow
 def test_wheel_carries_the_app_its_assets_and_both_console_scripts(tmp_path):
     src = tmp_path / "src"  # a copy: the build writes build/ and *.egg-info beside the sources
     src.mkdir()

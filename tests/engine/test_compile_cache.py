@@ -66,8 +66,9 @@ def test_the_folder_is_the_data_folders_xla_unless_named_or_off(monkeypatch, tmp
 
 
 def test_the_suites_cache_wins():
-    """This process's cache is the suite's (``tests/conftest.py``), settings and all."""
-    suite = os.environ["JAX_COMPILATION_CACHE_DIR"]
+    """This process's cache is the suite's (``tests/conftest.py``: the folder that names for
+    the lab's cache of the processes the tests start), settings and all."""
+    suite = os.environ[compile_cache.ENV]
     assert compile_cache.enable() == Path(suite)
     assert jax.config.jax_compilation_cache_dir == suite
     assert jax.config.jax_compilation_cache_max_size == -1  # the suite's: unbounded, untouched

@@ -58,7 +58,6 @@ def _val_losses(store: RunStore, run_id: int) -> dict[int, float]:
     return dict(zip(m["step"], m["value"]))
 
 
-@pytest.mark.slow
 def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     url, ckpt_root = lab
     # checkpoints at 25, 50, 75...: between reads of the loss (probes and evals every 20), so a
@@ -90,7 +89,6 @@ def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     assert trajectory(store, run_id) == trajectory(store, straight)  # every metric, train_loss too, none twice
 
 
-@pytest.mark.slow
 def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
     url, ckpt_root = lab
     proc = _cli("run", *TINY, "--steps", "5000", "--checkpoint-interval", "1000")
@@ -107,7 +105,6 @@ def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
         assert ckpt.latest_step() == run.checkpoint_step
 
 
-@pytest.mark.slow
 def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
     url, _ = lab
     # three seeds of one rank: one compiled program serves the resumed run and both queued ones

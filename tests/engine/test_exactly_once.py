@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from storage import RunStore
 from tests.support.runs import trajectory
 from tests.support.runs import wait_for as _wait_for
@@ -41,7 +39,6 @@ def _stalled_until(proc: subprocess.Popen, predicate, what: str, tries: int = 10
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.slow
 def test_a_stalled_owner_loses_its_run_which_is_trained_once(db_url, tmp_path):
     ckpt = tmp_path / "shared-ckpt"
     store = RunStore(db_url)
@@ -92,7 +89,6 @@ def _truncate(step_dir: Path) -> None:
     big.write_bytes(big.read_bytes()[: big.stat().st_size // 3])
 
 
-@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twintrajectory(tmp_path):
     from engine.config import RunConfig
     from engine.runner.jobs import JobManager

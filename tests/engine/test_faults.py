@@ -36,7 +36,6 @@ CONFIG = RunConfig(preset="tiny", steps=STEPS, eval_interval=EVERY, probe_interv
 
 
 @pytest.mark.postgres
-@pytest.mark.slow
 def test_a_run_outlives_a_postgresql_restart_and_equals_its_twin(pg_cluster, pg_url, tmp_path, monkeypatch):
     monkeypatch.setenv("BASIS_LAB_CHECKPOINTS", str(tmp_path / "ckpt"))
     store = RunStore(pg_url)
@@ -109,7 +108,6 @@ def test_what_orbax_logs_while_saving_is_passed_on_only_when_the_save_succeeds(c
     assert details(failed) == details(other) == ("ERROR absl [MainThread]: the disk is full",)
 
 
-@pytest.mark.slow
 def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no_partial_save(tmp_path, monkeypatch):
     """Orbax's writer threads log the failure with a traceback (a hundred lines, through
     absl): the console holds the one line; the run's log keeps what orbax said."""
@@ -144,7 +142,6 @@ def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no
     assert _trajectory(store, 1) == _trajectory(store, twin)
 
 
-@pytest.mark.slow
 def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space_is_back(tmp_path, monkeypatch):
     """SQLite's "database or disk is full" at a metrics write: the run stops; its end cannot
     be stored either while the disk is full, so the worker keeps trying, and the run reads
@@ -206,7 +203,6 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
     assert _trajectory(store, run_id) == _trajectory(store, twin)
 
 
-@pytest.mark.slow
 def test_a_full_database_disk_is_one_line_per_run_on_the_console(tmp_path):
     """Every write meets the full disk (metrics, heartbeats, the run's end, the next run's
     claim): the console holds one line for the run it stopped and one for the run it kept

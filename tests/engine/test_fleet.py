@@ -46,19 +46,16 @@ def _race(url: str, ckpt: Path, workers: int, runs: int) -> RunStore:
     return store
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 def test_three_workers_train_six_queued_runs_once_each_on_postgresql(pg_url, tmp_path):
     store = _race(pg_url, tmp_path / "ckpt", workers=3, runs=6)  # two a worker: each claim races the others
     assert len(store.list_workers()) == 3 and {w.status for w in store.list_workers()} == {"stopped"}
 
 
-@pytest.mark.slow
 def test_two_workers_race_on_sqlite(tmp_path):
     _race(f"sqlite:///{tmp_path / 'lab.db'}", tmp_path / "ckpt", workers=2, runs=4)
 
 
-@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_its_run_resumes_from_its_checkpoint(db_url, tmp_path):
     store = RunStore(db_url)
     long = QUICK.replace(steps=100, eval_interval=20, checkpoint_interval=20)
@@ -79,7 +76,6 @@ def test_a_killed_worker_is_replaced_and_its_run_resumes_from_its_checkpoint(db_
     assert _steps(store, run_id) == [0, *range(20, 101, 20)]
 
 
-@pytest.mark.slow
 def test_without_the_checkpoints_a_replacement_restarts_from_zero_and_says_why(tmp_path):
     url = f"sqlite:///{tmp_path / 'lab.db'}"
     store = RunStore(url)
@@ -96,7 +92,6 @@ def test_without_the_checkpoints_a_replacement_restarts_from_zero_and_says_why(t
     assert _steps(store, run_id) == [0, *range(20, 81, 20)]
 
 
-@pytest.mark.slow
 def test_sigterm_stops_a_worker_and_leaves_its_run_resumable(tmp_path):
     url = f"sqlite:///{tmp_path / 'lab.db'}"
     store = RunStore(url)

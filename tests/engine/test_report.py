@@ -307,7 +307,6 @@ def test_a_sweep_tagged_reproduce_gets_its_report_when_its_last_run_ends(tmp_pat
     store.close()
 
 
-@pytest.mark.slow
 def test_the_job_manager_stores_the_report_of_a_reproduce_sweep_it_trains(tmp_path):
     from engine.runner.jobs import JobManager
 

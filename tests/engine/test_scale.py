@@ -1,7 +1,7 @@
 """One run on several devices: each device sketches its own rows, dW summed over devices.
 
-The checks that need several devices run in subprocesses with
-``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (``tests.support.scale_checks``),
+The checks that need several devices run in subprocesses whose CPU backend holds N devices
+(``tests.support.xla.forced_devices``, ``tests.support.scale_checks``),
 so this process, and the rest of the suite, keeps one device.
 """
 
@@ -26,8 +26,7 @@ Z = 5.5  # 12 entries × P(|N(0,1)| > 5.5) ≈ 5e-7: a false failure is that unl
 
 def _forced_env(devices: int, **extra: str) -> dict:
     """The environment of a child process whose CPU backend holds ``devices`` devices."""
-    return {**os.environ, "XLA_FLAGS": xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-            **extra}
+    return {**os.environ, **xla.forced_devices(devices), "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **extra}
 
 
 def run_check(name: str, *args, devices: int = 4, timeout: float = 1500):

@@ -497,7 +497,6 @@ def test_cli_summary_margin_judges_table3(store, capsys, monkeypatch):
     assert "--margin: the equivalence margin must be a number of nats > 0" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_no_spread(store):
     """Exact and BASIS at R = B·T (balanced hashing is then a signed permutation and the scalars
     are 1) with λ = 0 compute the same dW up to rounding: over 3 seeds Δ is the same tiny number

@@ -189,7 +189,6 @@ def test_the_pruners_stop_a_trial_behind_its_rung_and_never_a_first_one():
         assert decide(name, 10, 90, [], behind, "s") is False  # nothing to be behind
 
 
-@pytest.mark.slow
 def test_a_pruned_campaign_stops_bad_trials_early_and_counts_their_steps_in_the_budget(tmp_path):
     db = f"sqlite:///{tmp_path / 'lab.db'}"
     argv = ["tune", "--db", db, "--preset", "tiny", "--estimators", "exact", "--ranks", "exact", "--steps", "30", "--eval-interval", "10",

@@ -66,7 +66,6 @@ def _deltas(store: RunStore, records) -> dict[int, float]:
     return {s: loss[("basis", s)] - loss[("exact", s)] for s in EVAL_SEEDS}
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_killed_campaign_resumes_on_two_workers_compares_once_spends_equal_budgets_and_rescues(pg_url, tmp_path):
     ckpt = tmp_path / "ckpt"

@@ -1,7 +1,7 @@
 """Checks of one run on several devices, run in a subprocess that forces N CPU devices.
 
-``python -m tests.support.scale_checks NAME [ARGS]`` with
-``XLA_FLAGS=--xla_force_host_platform_device_count=N`` prints one JSON object: what
+``python -m tests.support.scale_checks NAME [ARGS]`` with the environment of
+``tests.support.xla.forced_devices(N)`` prints one JSON object: what
 ``tests/engine/test_scale.py`` asserts on. The rest of the suite keeps one device; these
 checks need several, and XLA fixes the device count when it starts.
 """
@@ -23,7 +23,7 @@ from engine.training import collectives, parallel
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.loop import train
 from engine.training.steps import init_state
-from tests.support import collector, mlir_contexts
+from tests.support import collector, xla
 
 TINY = RunConfig(preset="tiny", batch_size=4, steps=4, eval_interval=2, probe_interval=0, lr=0.05, val_tokens=4096,
                  val_batches=2, rank=4, lam=0.0)
@@ -192,7 +192,7 @@ def several(*checks: list) -> list:
 CHECKS = {"grads": grads, "unbiased": unbiased, "training": training, "resume": resume, "several": several}
 
 if __name__ == "__main__":
-    mlir_contexts.share()
+    xla.compile_bound()
     collector.tune()
     name, *args = sys.argv[1:]
     parsed = [json.loads(a) for a in args]
