@@ -26,15 +26,15 @@ def watch(store: RunStore) -> int:
     """Toast the alerts stored since this session last looked; how many it toasted."""
     seen = st.session_state.get(SEEN)
     if seen is None:
-        st.session_state[SEEN] = store.last_log_id()
+        st.session_state[SEEN] = store.logs.last_log_id()
         return 0
-    new = store.alerts_after(int(seen))
+    new = store.logs.alerts_after(int(seen))
     if not new:
         return 0
     st.session_state[SEEN] = max(line.id for line in new)
     for line in new[-MAX_TOASTS:]:
         try:
-            name = store.get_run(line.run_id).name
+            name = store.runs.get_run(line.run_id).name
         except RunNotFoundError:
             name = "(deleted)"
         st.toast(plain(f"Run #{line.run_id} {name} {line.text}. Open it in Run detail for its log."),

@@ -95,7 +95,7 @@ def ids_text(ids: Iterable[int]) -> str:
 def stop_dialog(ids: list[int]) -> None:
     """Stop the runs ``ids`` that are still queued or running, after the user confirms."""
     lab = state.lab()
-    records = [r for r in lab.store.list_runs() if r.id in set(ids) and r.status in ACTIVE_STATUSES]
+    records = [r for r in lab.store.runs.list_runs() if r.id in set(ids) and r.status in ACTIVE_STATUSES]
     if not records:
         st.write(f"{ids_text(ids)} {'is' if len(ids) == 1 else 'are'} no longer queued or running: nothing to stop.")
         if st.button("Close", key="confirm.stop.close"):
@@ -118,7 +118,7 @@ def stop_dialog(ids: list[int]) -> None:
 def delete_dialog(ids: list[int]) -> None:
     """Delete the runs ``ids`` with their metrics and checkpoints, after the user confirms."""
     store = state.lab().store
-    records = [r for r in store.list_runs() if r.id in set(ids)]
+    records = [r for r in store.runs.list_runs() if r.id in set(ids)]
     n = len(records)
     st.write(f"Delete {n} run{'s' if n != 1 else ''} and all their metrics and checkpoints? This cannot be undone.")
     st.markdown(run_list(records))

@@ -1,5 +1,5 @@
 """The Diagnosis page's frames and figures: pure functions of stored diagnosis results
-(``RunStore.diagnostic_results``: ``engine.analysis.diagnostics.COLUMNS``).
+(``DiagnosticsRepository.diagnostics.diagnostic_results``: ``engine.analysis.diagnostics.COLUMNS``).
 
 Every quantity is relative to ‖dW‖²_F of the exact gradient on the same batches. On
 log axes a value ≤ 0 has no place: the squared bias is Monte-Carlo corrected (‖ē‖² −

@@ -14,7 +14,7 @@ from storage import RunStore
 def section(store: RunStore, records: dict) -> None:
     """The figure and the table for the runs ``records`` (id → ``RunRecord``)."""
     st.subheader("What sets these runs apart")
-    finals = store.final_metrics(list(records), names=list(FINAL_METRICS))
+    finals = store.metrics.final_metrics(list(records), names=list(FINAL_METRICS))
     plot(parallel_figure(records.values(), finals, title="Config fields that differ, and final metrics"), "parallel")
     st.caption("One line per run, coloured by its final validation loss (darker: lower). Drag along an axis to "
                "highlight the runs in a range; drag an axis title to reorder. Text fields are placed in sorted order.")

@@ -79,7 +79,7 @@ def log_section(store: RunStore, run_id: int, active: bool) -> None:
     levels = LOG_LEVELS[LOG_LEVELS.index(least):]
 
     def draw() -> None:
-        lines = store.run_logs(run_id, levels=levels, search=search, tail=SHOWN_MAX)
+        lines = store.logs.run_logs(run_id, levels=levels, search=search, tail=SHOWN_MAX)
         if not lines:
             st.caption(plain(_no_lines(least, search)))
             return
@@ -87,7 +87,7 @@ def log_section(store: RunStore, run_id: int, active: bool) -> None:
             st.caption(f"The newest {SHOWN_MAX:,} lines; the download holds every line shown by this filter.")
         with st.container(height=LOG_HEIGHT_PX if len(lines) > 12 else "content", border=False):
             st.code(log_text(lines), language=None, wrap_lines=True)
-        st.download_button("Download the log", data=lambda: log_text(store.run_logs(run_id, levels=levels, search=search))
+        st.download_button("Download the log", data=lambda: log_text(store.logs.run_logs(run_id, levels=levels, search=search))
                            + "\n", file_name=f"run-{run_id}-log.txt", mime="text/plain",
                            icon=":material/download:", key="detail.log_download", on_click="ignore")
 

@@ -97,14 +97,14 @@ def section(store: RunStore, ids: Sequence[int]) -> None:
         st.caption(f"The scatter needs two runs or more; the filters show {len(ids) or 'none'}.")
         return
     wanted = set(ids)
-    records = [r for r in store.list_runs() if r.id in wanted]
-    y_choices = metric_charts.metric_choices(pd.DataFrame({"name": store.metric_names(list(wanted))}))
+    records = [r for r in store.runs.list_runs() if r.id in wanted]
+    y_choices = metric_charts.metric_choices(pd.DataFrame({"name": store.metrics.metric_names(list(wanted))}))
     if not y_choices:
         st.caption("None of the runs shown has recorded a metric yet: the scatter appears after their first eval.")
         return
     x_choices, varying, numeric = scatter.axes(records)
     y, x, log_x = _controls(y_choices, x_choices, numeric)
-    data = scatter.points(records, store.final_metrics(list(wanted), names=[y]), x, y)
+    data = scatter.points(records, store.metrics.final_metrics(list(wanted), names=[y]), x, y)
     if len(data.points) < 2:
         st.caption(plain(f"Fewer than two of the {len(records)} runs shown have both a {x} and a final {y}: nothing to draw."))
     else:

@@ -29,7 +29,7 @@ def device_parts(text) -> tuple[int | None, str | None]:
 
 
 def runs_view(frame: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
-    """``RunStore.runs_frame()`` → the Runs table: status, progress in [0, 1]
+    """``FramesRepository.frames.runs_frame()`` → the Runs table: status, progress in [0, 1]
     (steps done / steps, floored to a whole percent so a live run never reads 100 %
     before it ends), ``steps_text`` ("done/total"), the worker (its ``host:pid``
     owner, else its worker id), the devices it trains on (count and kind, ``device_parts``),

@@ -41,7 +41,7 @@ def _data(store: RunStore, campaign: CampaignRecord, role: str) -> Campaign:
     from engine.reads.reports import campaign_data
     sweeps = {campaign.tune_sweep_id, campaign.eval_sweep_id}
     key = (campaign.id, campaign.stage, role,
-           tuple((r.id, r.status, r.steps_done) for r in store.list_runs() if r.sweep_id in sweeps))
+           tuple((r.id, r.status, r.steps_done) for r in store.runs.list_runs() if r.sweep_id in sweeps))
     memo = st.session_state.setdefault(MEMO, {})
     if memo.get(campaign.id, (None,))[0] != key:
         memo[campaign.id] = (key, campaign_data(store, campaign, role))

@@ -36,7 +36,7 @@ def _database(path: Path, runs: int) -> str:
     url = f"sqlite:///{path}"
     store = RunStore(url)
     try:
-        held = len(store.list_runs())
+        held = len(store.runs.list_runs())
         if held == 0:
             start = time.perf_counter()
             write_setups(store, runs)

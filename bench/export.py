@@ -1,7 +1,7 @@
 """Exports at scale: ``engine export`` (long and wide) and ``Lab().metrics()``, wall time and peak memory.
 
 Writes ``--runs`` runs (distinct setups: each its own learning rate) of ``--rows`` metric
-rows each through the store (``RunStore.create_runs``, then one ``add_metrics`` per run: 24
+rows each through the store (``RunsRepository.runs.create_runs``, then one ``add_metrics`` per run: 24
 metrics a record, as a probed run records them, every 10 steps), then measures, each in a
 fresh child process so its peak is its own:
 
@@ -83,8 +83,8 @@ def write(url: str, runs: int, rows: int) -> float:
             specs.append(dict(name=c.label(), config=c.to_dict(), estimator=c.estimator,
                               rank=None if c.is_exact else c.rank, lam=c.lam, seed=c.seed, preset=c.preset,
                               steps=c.steps, status="finished", sweep_id="bench-export"))
-        for i, run_id in zip(range(first, first + len(specs)), store.create_runs(specs)):
-            store.add_metrics(run_id, rows_of(i, rows))
+        for i, run_id in zip(range(first, first + len(specs)), store.runs.create_runs(specs)):
+            store.metrics.add_metrics(run_id, rows_of(i, rows))
     store.close()
     return time.perf_counter() - start
 

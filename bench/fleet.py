@@ -3,7 +3,7 @@
 Prints, each measured in this process against a baseline measured here too:
 
 1. wall time of 8 tiny-preset runs trained by 1 worker process and by 2, and the ratio;
-2. claim latency: one ``RunStore.claim_next`` transaction (queued → running), median of
+2. claim latency: one ``QueueRepository.queue.claim_next`` transaction (queued → running), median of
    ``--claims`` claims, on SQLite and on a throwaway PostgreSQL server; and queued →
    running as an idle ``engine worker`` sees it (its poll period included);
 3. the dashboard's refresh (``runs_frame`` plus a ``MetricsFeed`` poll of 8 runs) while
@@ -52,7 +52,7 @@ def throughput(tmp: Path, runs: int, steps: int) -> None:
         store = RunStore(url)
         jobs.queue_runs(store, [config.replace(seed=s) for s in range(runs)])
         times[n] = _workers(url, tmp / f"ckpt-{n}", n)
-        assert all(r.status == "finished" for r in store.list_runs()), "a run did not finish"
+        assert all(r.status == "finished" for r in store.runs.list_runs()), "a run did not finish"
     print(f"\n{runs} tiny runs of {steps} steps, wall time (s), worker processes on this machine ({os.cpu_count()} cores)")
     print(f"  1 worker : {times[1]:8.1f}")
     print(f"  2 workers: {times[2]:8.1f}   speed-up {times[1] / times[2]:.2f}x")
@@ -61,11 +61,11 @@ def throughput(tmp: Path, runs: int, steps: int) -> None:
 def claim_latency(url: str, label: str, claims: int) -> float:
     store = RunStore(url)
     for i in range(claims):
-        store.create_run(name=f"q{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny", steps=1)
+        store.runs.create_run(name=f"q{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny", steps=1)
     seconds = []
     for _ in range(claims):
         t0 = time.perf_counter()
-        assert store.claim_next("bench:1", "bench") is not None
+        assert store.queue.claim_next("bench:1", "bench") is not None
         seconds.append(time.perf_counter() - t0)
     median = statistics.median(seconds)
     print(f"  {label:10s} claim_next: median {1000 * median:6.2f} ms, p90 {1000 * sorted(seconds)[int(0.9 * len(seconds))]:6.2f} ms")
@@ -84,10 +84,10 @@ def queued_to_running(url: str, tmp: Path) -> None:
             run_id = jobs.queue_runs(store, [RunConfig(preset="tiny", steps=1, eval_interval=1, probe_interval=0,
                                                        val_batches=1, seed=i)])[0]
             t0 = time.perf_counter()
-            while store.get_run(run_id).status == "queued":
+            while store.runs.get_run(run_id).status == "queued":
                 time.sleep(0.01)
             waits.append(time.perf_counter() - t0)
-            while store.get_run(run_id).status == "running":
+            while store.runs.get_run(run_id).status == "running":
                 time.sleep(0.05)
         print(f"  queued → running with an idle worker (poll every {jobs.PULL_POLL_S:g} s): "
               f"median {statistics.median(waits):.2f} s over {len(waits)} runs")
@@ -98,7 +98,7 @@ def queued_to_running(url: str, tmp: Path) -> None:
 
 def refresh(url: str, label: str, writers: int, seconds: float = 6.0) -> float:
     store = RunStore(url)
-    ids = [store.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny",
+    ids = [store.runs.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny",
                             steps=10**6, status="running") for i in range(8)]
     stop = threading.Event()
 
@@ -107,8 +107,8 @@ def refresh(url: str, label: str, writers: int, seconds: float = 6.0) -> float:
         step = 0
         while not stop.is_set():
             step += 1
-            w.add_metrics(run_id, [(step, 0.1 * step, name, 1.0) for name in ("train_loss", "val_loss", "cos_mean")])
-            w.heartbeat(run_id, step)
+            w.metrics.add_metrics(run_id, [(step, 0.1 * step, name, 1.0) for name in ("train_loss", "val_loss", "cos_mean")])
+            w.runs.heartbeat(run_id, step)
             time.sleep(0.02)
 
     threads = [threading.Thread(target=write, args=(ids[i],), daemon=True) for i in range(writers)]
@@ -118,7 +118,7 @@ def refresh(url: str, label: str, writers: int, seconds: float = 6.0) -> float:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         t0 = time.perf_counter()
-        store.runs_frame()
+        store.frames.runs_frame()
         feed.poll(store, ids)
         times.append(time.perf_counter() - t0)
         time.sleep(0.1)

@@ -48,11 +48,11 @@ def one_run(url: str, args, seed: int) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     store = RunStore(url, create=False)
     try:
-        run = store.list_runs()[0]
+        run = store.runs.list_runs()[0]
         claimed = run.started_at.replace(tzinfo=run.started_at.tzinfo or timezone.utc).timestamp()
         rows = store.metrics([run.id])
         step0 = float(rows[rows["step"] == 0]["wall_time"].max())
-        finals = {r.name: float(r.value) for r in store.final_metrics([run.id]).itertuples()}
+        finals = {r.name: float(r.value) for r in store.metrics.final_metrics([run.id]).itertuples()}
     finally:
         store.close()
     return {"wall": wall, "cpu": cpu, "first": claimed - start + step0,

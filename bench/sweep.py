@@ -105,11 +105,11 @@ def epoch_s(when: datetime) -> float:
 
 def rows_of(store: RunStore, run_ids: list[int]) -> list[dict]:
     """One row per run: its name, wall, phases, idle and training share (see the module docstring)."""
-    finals = store.final_metrics(run_ids, names=[metric(p) for p in PHASES] + [OTHER])
+    finals = store.metrics.final_metrics(run_ids, names=[metric(p) for p in PHASES] + [OTHER])
     values = {(int(r.run_id), r.name): float(r.value) for r in finals.itertuples()}
     rows = []
     for run_id in run_ids:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         if run.status != "finished" or run.started_at is None or run.finished_at is None:
             raise SystemExit(f"run {run_id} ended {run.status}: {run.error}")
         row = {"run": f"#{run_id} {run.name}", "wall": (run.finished_at - run.started_at).total_seconds(),
@@ -149,14 +149,14 @@ def validation_lines(store: RunStore, run_ids: list[int]) -> list[str]:
     """The validation rule's cost in noise, per run: the standard error of ``val_loss`` at its
     interim evals (median over steps 1..last−1; step 0 is untrained) beside the last step's,
     which evaluates every batch (``engine.config.RunConfig.effective_interim_val_batches``)."""
-    frame = store.metrics_after({i: 0 for i in run_ids}, names=["val_loss_se"])
+    frame = store.metrics.metrics_after({i: 0 for i in run_ids}, names=["val_loss_se"])
     lines = ["validation (the interim evals' batches and val_loss SE, median over steps > 0; the last step's):"]
     for run_id in run_ids:
         rows = frame[frame["run_id"] == run_id].sort_values("step")
         last = int(rows["step"].max())
         between = rows[(rows["step"] > 0) & (rows["step"] < last)]["value"]
         final = float(rows[rows["step"] == last]["value"].iloc[0])
-        config = RunConfig.from_dict(store.get_run(run_id).config)
+        config = RunConfig.from_dict(store.runs.get_run(run_id).config)
         interim, full = config.effective_interim_val_batches, config.effective_val_batches
         lines.append(f"  #{run_id}: interim {interim} batches, SE {between.median():.4f}; last step {full} batches, "
                      f"SE {final:.4f} ({between.median() / final:.2f}×)")

@@ -44,14 +44,14 @@ def demo(url: str) -> dict:
             noise = 0.012 * ((3 * seed + rank) % 5 - 2)  # seed noise, so Table 3 has a spread to judge
             ids.append(fake_run(sweep, dataclasses.replace(config, rank=rank, seed=seed), final=final + noise,
                                 saved=saved, breakdown=True, system=True))
-    store.add_run_logs(ids[2], [("info", "claimed by demo:4242 (lease 1)"),  # what a resumed run's log holds
+    store.logs.add_run_logs(ids[2], [("info", "claimed by demo:4242 (lease 1)"),  # what a resumed run's log holds
                                 ("warning", f"interrupted: disk full: free space on /data and run python -m engine "
                                             f"resume {ids[2]}"),
                                 ("info", "claimed by demo:4242 (lease 2)"), ("info", "finished")])
-    diag = store.create_diagnostic(ids[-1], 200, {"step": 200, "estimators": ["basis", "countsketch"],  # the newest run:
+    diag = store.diagnostics.create_diagnostic(ids[-1], 200, {"step": 200, "estimators": ["basis", "countsketch"],  # the newest run:
                                                   "ranks": [1, 8, 32], "lams": [0.0], "keys": 256,  # the page opens on it
                                                   "batches": 2})
-    store.claim_diagnostic(diag, "demo")
+    store.diagnostics.claim_diagnostic(diag, "demo")
     rows = []
     for est, scale in (("basis", 1.0), ("countsketch", 1.8)):
         for rank in (1, 8, 32):
@@ -60,8 +60,8 @@ def demo(url: str) -> dict:
                 rows.append({"layer": layer, "estimator": est, "rank": rank, "lam": 0.0, "bias2": 0.0,
                              "bias2_se": var / 50, "variance": var, "mse": var, "cos_mean": 1 / (1 + var),
                              "keys": 256, "batches": 2})
-    store.add_diagnostic_results(diag, rows)
-    store.set_diagnostic_status(diag, "finished")
+    store.diagnostics.add_diagnostic_results(diag, rows)
+    store.diagnostics.set_diagnostic_status(diag, "finished")
     report = reports.save(store, reports.build(store, {"sweep": SWEEP_A}))
     store.close()
     return {"detail": f"?run={ids[2]}", "report": f"?id={report}", "diagnosis": ""}

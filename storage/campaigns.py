@@ -65,7 +65,7 @@ class CampaignsRepository(Repository):
 
     def create(self, *, name: str, spec: Mapping[str, Any], tune_sweep_id: str,
                runs: Sequence[Mapping[str, Any]], kind: str = "tune") -> tuple[int, list[int]]:
-        """Store a campaign and queue its first stage's ``runs`` (``RunStore.create_run``'s
+        """Store a campaign and queue its first stage's ``runs`` (``RunsRepository.create_run``'s
         arguments each) in one transaction; (its id, the runs' ids in order)."""
         name = check_text("campaign name", str(name).strip() or "campaign", NAME_MAX)
         rows = new_runs(runs)

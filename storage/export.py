@@ -106,10 +106,10 @@ def flatten_config(config: dict, prefix: str = "config.") -> dict[str, Any]:
 
 def _runs(store: RunStore, run_ids: Optional[Sequence[int]]) -> list[RunRecord]:
     if run_ids is None:
-        return store.list_runs()
+        return store.runs.list_runs()
     if isinstance(run_ids, int):
         run_ids = [run_ids]
-    return [store.get_run(int(r)) for r in dict.fromkeys(run_ids)]
+    return [store.runs.get_run(int(r)) for r in dict.fromkeys(run_ids)]
 
 
 Shape = Callable[[dict], Mapping[str, Any]]  # stored config → {B_seqs, T_tokens, R_rows}

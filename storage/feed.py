@@ -2,7 +2,7 @@
 
 A poller that remembers one "largest id seen" can miss rows on PostgreSQL, where writers of
 different runs may commit their sequence ids out of order (id 11 visible before id 10).
-Within one run they cannot: :meth:`storage.store.RunStore.add_metrics` locks the run's row,
+Within one run they cannot: :meth:`storage.metrics.MetricsRepository.add_metrics` locks the run's row,
 so its writers commit in id order.  The feed therefore keeps one high-water mark per run and
 asks for ``run_id = r AND id > mark[r]`` for each run: every row of run ``r`` below a row it
 has seen was committed before it, hence already seen.
@@ -43,7 +43,7 @@ class MetricsFeed:
         """Rows of ``run_ids`` not returned before (all rows of a run new to the feed or whose
         history was replaced), by id.  Runs not asked for, or deleted, are forgotten."""
         wanted = list(dict.fromkeys(int(r) for r in run_ids))
-        versions = store.history_versions(wanted)  # before the metrics: see the module doc
+        versions = store.metrics.history_versions(wanted)  # before the metrics: see the module doc
         live = [r for r in wanted if r in versions]
         replaced = {r for r in live if r in self._versions and self._versions[r] != versions[r]}
         keep = set(live) - replaced
@@ -53,7 +53,7 @@ class MetricsFeed:
                 self._versions.pop(r, None)
         if len(self.frame) and not self.frame["run_id"].isin(keep).all():
             self.frame = self.frame[self.frame["run_id"].isin(keep)].reset_index(drop=True)
-        new = store.metrics_after({r: self._marks.get(r, 0) for r in live}, names=self.names)
+        new = store.metrics.metrics_after({r: self._marks.get(r, 0) for r in live}, names=self.names)
         for r in live:
             self._versions[r] = versions[r]
             self._marks.setdefault(r, 0)

@@ -2,7 +2,7 @@
 
 The repository ``store.identities`` of :class:`storage.store.RunStore`: ``models.DatabaseIdentity``
 holds this database's uid, ``models.DatabaseLineage`` every uid its contents have had; a
-backup's first use gives it its own (see :meth:`IdentityRepository.identity`).
+backup's first use gives it its own (see :meth:`IdentityRepository.identities.identity`).
 """
 
 from __future__ import annotations

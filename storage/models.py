@@ -300,7 +300,7 @@ class Campaign(Base):
 class DatabaseIdentity(Base):
     """This database's identity: one row (``id`` 1) whose random ``uid`` no other database
     shares, not even a backup of this one (``storage.backup`` leaves it out of the copy,
-    which makes its own at its first use: ``RunStore.identity``). What a database keeps
+    which makes its own at its first use: ``IdentityRepository.identities.identity``). What a database keeps
     outside itself (a run's checkpoints) is named by it, so a copy never deletes its
     original's."""
 

@@ -31,7 +31,7 @@ LAST_METRICS = {"last_train_loss": "train_loss", "last_val_loss": "val_loss", "l
 METRIC_COLUMNS = ("id", "run_id", "step", "wall_time", "name", "value")
 DIAGNOSTIC_RESULT_COLUMNS = ("layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse",
                              "cos_mean", "keys", "batches")
-KEY_VALUES = "key_values"  # a result row's per-key values (``RunStore.diagnostic_results(key_values=True)``)
+KEY_VALUES = "key_values"  # a result row's per-key values (``DiagnosticsRepository.diagnostics.diagnostic_results(key_values=True)``)
 
 
 @dataclass(frozen=True)

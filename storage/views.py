@@ -1,4 +1,4 @@
-"""Saved Compare views: a name and the view's URL query (``RunStore.save_view``).
+"""Saved Compare views: a name and the view's URL query (``ViewsRepository.views.save_view``).
 
 The repository ``store.views`` of :class:`storage.store.RunStore`, over its :class:`storage.database.Database`."""
 

@@ -9,11 +9,15 @@ random port number, ``fsync=off``), as an unprivileged user when the suite runs 
 and each test gets a fresh database.  Where the server is not installed
 (``scripts/install_postgres.sh``) or does not start, the PostgreSQL cases skip with the reason.
 
-One persistent compilation cache serves the whole session: the lab's own
-(``engine.training.compile_cache``), in a temporary folder that ``BASIS_LAB_COMPILE_CACHE``
-names, the setting a user has: every ``python -m engine`` a test starts inherits the variable
-and enables the cache as a user's process does, and pytest's own processes use the same
-folder. The suite
+Two persistent compilation caches serve the whole session, in one temporary folder. Every
+``python -m engine`` a test starts inherits ``BASIS_LAB_COMPILE_CACHE`` (the setting a user
+has) naming ``runs/`` there, and enables the lab's own bounded cache
+(``engine.training.compile_cache``) as a user's process does. pytest's own processes (and the
+children that copy their settings: ``tests.support.xla.twin_env``) write ``pytest/``, which
+``PYTEST_CACHE`` names, without a bound: with one, JAX lists and reads the size of every entry
+at each write (jax/_src/lru_cache.py), and they write thousands of small programs. The two
+never share a folder, since a bounded JAX cache expects every entry to have the access-time
+file that only a bounded writer makes (it warns on each write where one is missing). The suite
 trains the same tiny configurations many times, each ``train`` jitting fresh step
 functions, and compiling them dominated its time; a cached executable is the one XLA
 compiled, memory analysis included. Nothing else of the suite's settings reaches those
@@ -36,10 +40,8 @@ from tests.support.templates import PostgresTemplate, SqliteTemplate
 pytest_plugins = ["tests.cpu_time"]
 
 
-# pytest's own processes write the session's cache without a size bound: with one, JAX lists
-# and reads the size of every entry in the folder at each write (jax/_src/lru_cache.py), and
-# they write thousands of small programs
 _UNBOUNDED = {"jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+PYTEST_CACHE = "BASIS_LAB_TEST_PYTEST_CACHE"  # the folder of pytest's own processes' cache (module docstring)
 
 
 def pytest_configure(config):
@@ -48,14 +50,15 @@ def pytest_configure(config):
     process at it and compile bound (``tests.support.xla``)."""
     import jax
 
-    if compile_cache.ENV not in os.environ:
+    if PYTEST_CACHE not in os.environ:
         path = tempfile.mkdtemp(prefix="basis-lab-xla-cache-")
-        os.environ[compile_cache.ENV] = path
+        os.environ.setdefault(compile_cache.ENV, os.path.join(path, "runs"))
+        os.environ[PYTEST_CACHE] = os.path.join(path, "pytest")
         config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
-    folder = compile_cache.cache_dir()
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(folder))
+    if compile_cache.cache_dir() is not None:
+        folder = os.environ[PYTEST_CACHE]
+        os.makedirs(folder, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", folder)
         for name, value in _UNBOUNDED.items():
             jax.config.update(name, value)
     xla.compile_bound()

@@ -29,7 +29,7 @@ from storage import ACTIVE_STATUSES, StorageError
 lab = state.lab()
 store = lab.store
 st.title("Compare")
-records = {r.id: r for r in store.list_runs()}
+records = {r.id: r for r in store.runs.list_runs()}
 # This run's read of every run, taken by the first ``_view`` below; a rerun of the live fragment
 # alone finds it taken and reads the runs again (one read of the runs a render, not two).
 _unread = [records]
@@ -104,7 +104,7 @@ def _write_url() -> dict[str, str]:
 def _open_saved() -> None:
     """The saved view chosen in the share box, applied and put in the URL (a callback)."""
     name = st.session_state.get("compare.saved")
-    saved = store.saved_views().get(name)
+    saved = store.views.saved_views().get(name) if isinstance(name, str) else None
     if saved is not None:
         _apply(viewstate.decode(saved))
         st.query_params.from_dict(saved)
@@ -221,7 +221,7 @@ if not ids:
 info_all = frames.describe_runs([records[i] for i in ids if i in records])
 group_options = [NO_GROUP, *frames.group_choices(info_all)]
 if (linked := st.session_state.pop("compare.linked", None)) is not None:  # a link's colour-by and metrics: of these runs?
-    recorded_now = store.metric_names([i for i in ids if i in records])
+    recorded_now = store.metrics.metric_names([i for i in ids if i in records])
     for note in viewstate.unknown_in(linked, group_options[1:], recorded_now):
         st.warning(plain(f"The link's {note}; shown without it."), icon=":material/link_off:")
     st.session_state[_KEYS["metrics"]] = [m for m in linked.metrics if m in recorded_now]
@@ -248,18 +248,18 @@ with st.popover("Share or save this view", icon=":material/share:"):
                          help="Saved views are stored in the database, for everyone who uses it.")
     if st.button("Save view", icon=":material/bookmark_add:", key="share.save", disabled=not (name or "").strip()):
         try:
-            store.save_view(name, encoded)
+            store.views.save_view(name, encoded)
         except (ValueError, StorageError) as e:
             st.error(plain(e), icon=":material/error:")
         else:
             st.toast(plain(f"Saved the view {name.strip()!r}."))
-    saved = store.saved_views()
+    saved = store.views.saved_views()
     if saved:
         s1, s2 = st.columns([3, 1], vertical_alignment="bottom")
         s1.selectbox("Saved views", list(saved), persist_state=state.KEEP, key="compare.saved")
         s2.button("Open", key="share.open", on_click=_open_saved, icon=":material/open_in_browser:")
         if st.button("Delete this saved view", key="share.delete", icon=":material/delete:"):
-            store.delete_view(st.session_state["compare.saved"])
+            store.views.delete_view(st.session_state["compare.saved"])
             st.rerun()
 
 
@@ -289,7 +289,7 @@ def _recorded(records_now: dict) -> list[str]:
     kept = st.session_state.get("compare.recorded")
     if kept is not None and kept[0] == key:
         return kept[1]
-    names = store.metric_names(list(records_now))
+    names = store.metrics.metric_names(list(records_now))
     if all(r.status not in ACTIVE_STATUSES for r in records_now.values()):
         st.session_state["compare.recorded"] = (key, names)
     return names
@@ -323,7 +323,7 @@ def _view() -> None:
     """Everything below the controls; a live fragment when runs are active. Each section
     is one container, so what appears or goes inside one (a note, a progress row) does not
     move the charts of the others (a moved chart is drawn afresh and loses its zoom)."""
-    every = _unread.pop() if _unread else {r.id: r for r in store.list_runs()}
+    every = _unread.pop() if _unread else {r.id: r for r in store.runs.list_runs()}
     records_now = {i: r for i, r in every.items() if i in ids}
     if not records_now:
         st.info("The selected runs were deleted.")

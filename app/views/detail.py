@@ -27,7 +27,7 @@ CURVES = {"x": "detail.x", "smoothing": "detail.smoothing", "log_y": "detail.log
 lab = state.lab()
 store = lab.store
 st.title("Run detail")
-records = {r.id: r for r in store.list_runs()}
+records = {r.id: r for r in store.runs.list_runs()}
 if not records:
     st.info("No runs yet: launch one, then open it here.")
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
@@ -60,10 +60,10 @@ def _heading(run) -> None:
              f"worker {run.owner or run.worker_id or '—'}",
              f"checkpoint step {run.checkpoint_step:,}" if run.checkpoint_step is not None else "no checkpoint"]
     st.caption(plain("  ·  ".join(facts)))
-    for r in store.list_reports(run_id=run.id)[:3]:
+    for r in store.reports.list_reports(run_id=run.id)[:3]:
         st.page_link("views/report.py", label=plain(f"Report: {r.title}"), icon=":material/summarize:",
                      query_params={"id": str(r.id)})
-    if run.sweep_id and not store.list_reports(sweep_id=run.sweep_id):
+    if run.sweep_id and not store.reports.list_reports(sweep_id=run.sweep_id):
         st.page_link("views/report.py", label="Build a report of its sweep", icon=":material/add_chart:",
                      query_params={"sweep": run.sweep_id})
     if run.status in ACTIVE_STATUSES:
@@ -157,7 +157,7 @@ def _charts(metrics, info, summary) -> None:
 def _view() -> None:
     """The run's status, numbers and charts; a live fragment while it is active."""
     try:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
     except RunNotFoundError:
         st.info("This run was deleted.")
         return
@@ -180,7 +180,7 @@ def first_start(run) -> datetime | None:
     holds (``claimed by …``, written by the lab each time a process takes the run, its first
     training and each resume), else, for a run never claimed again (lease epoch 1 or less),
     ``started_at``; else None."""
-    claims = [line for line in store.run_logs(run.id, levels=[INFO], search=CLAIM_LINE)
+    claims = [line for line in store.logs.run_logs(run.id, levels=[INFO], search=CLAIM_LINE)
               if line.source == LAB and line.text.startswith(CLAIM_LINE)]
     if claims:
         return min(line.time for line in claims)

@@ -41,7 +41,7 @@ def _seed(query, name: str, key: str, choices: list, what: str, instead: str) ->
 st.title("Diagnosis")
 st.caption("How far each estimator's d̂W is from the exact dW on a run's real training state: squared bias, "
            "variance and MSE over K sketch keys, relative to ‖dW‖², against the rank R.")
-records = {r.id: r for r in store.list_runs()}
+records = {r.id: r for r in store.runs.list_runs()}
 if not records:
     st.info("No runs yet: launch one (with checkpoints), then diagnose its estimators here.")
     st.page_link("views/launch.py", label="Launch a sweep", icon=":material/rocket_launch:")
@@ -58,7 +58,7 @@ if st.session_state.get("diagnosis.run") not in records:
 run_id = st.selectbox("Run", sorted(records, reverse=True), key="diagnosis.run",
                       format_func=lambda i: f"#{i} {records[i].name}")
 run = records[run_id]
-diags = store.diagnostics_frame(run_id)
+diags = store.frames.diagnostics_frame(run_id)
 try:
     steps, no_steps = diagnosis.checkpoint_steps(store, run_id, lab.manager.checkpoint_root), None
 except diagnosis.CheckpointError as e:
@@ -113,7 +113,7 @@ with st.expander("New diagnosis", expanded=diags.empty or "state" in query, icon
                       key=f"diagnosis.start.{run_id}")
     if start and plan is not None and _started(lambda: lab.manager.start_diagnosis(plan),
                                                lambda new: f"Diagnosis #{new} started in the background."):
-        diags = store.diagnostics_frame(run_id)
+        diags = store.frames.diagnostics_frame(run_id)
 
 if diags.empty:
     st.info("No diagnosis of this run yet: start one above.")
@@ -151,7 +151,7 @@ if st.session_state.get("diagnosis.confirm_delete") == diag_id:
     yes, no = box.columns(2)
     if yes.button(f"Delete #{diag_id}", type="primary", key="diagnosis.delete.ok"):
         try:
-            store.delete_diagnostic(diag_id)
+            store.diagnostics.delete_diagnostic(diag_id)
         except StorageError as e:
             st.error(plain(e), icon=":material/error:")
         else:
@@ -184,7 +184,7 @@ def _shown_from_link(layers: list[str], ranks: list[int]) -> None:
 
 def _view() -> None:
     """The chosen diagnosis: progress while it computes, else its chart and table."""
-    frame = store.diagnostics_frame(run_id)
+    frame = store.frames.diagnostics_frame(run_id)
     frame = frame[frame["id"] == diag_id]
     if frame.empty:
         st.info("This diagnosis was deleted.")
@@ -203,7 +203,7 @@ def _view() -> None:
         st.progress(figures.progress_fraction(progress), text=text)
         state.keep_in_url(dict.fromkeys(("layer", "split", "rank")))
         return
-    results = store.diagnostic_results(diag_id)
+    results = store.diagnostics.diagnostic_results(diag_id)
     if row["status"] != "finished":
         first = (row["error"] or "").splitlines()[0] if row["error"] else "no error recorded"
         if row["status"] == "cancelled" and not results.empty:  # partial results: shown, and said so

@@ -301,7 +301,7 @@ def _reproduce_button(lab: state.Lab, sweep: Sweep, configs: list, why_not: str 
             return
     state.set_selected(ids)
     message = (f"Queued the paper's grid: {len(ids)} runs (ids {ids[0]}–{ids[-1]}), sweep "
-               f"{lab.store.get_run(ids[0]).sweep_id}; they are selected for Compare.")
+               f"{lab.store.runs.get_run(ids[0]).sweep_id}; they are selected for Compare.")
     confirm.record(REPRODUCE, sig, plain(message))
     st.rerun()
 

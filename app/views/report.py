@@ -189,16 +189,16 @@ def _show(report: rep.Report) -> None:
             st.caption(plain(b.text))
 
 
-all_runs = store.list_runs()
+all_runs = store.runs.list_runs()
 all_sweeps = list(dict.fromkeys(r.sweep_id for r in sorted(all_runs, key=lambda r: -r.id) if r.sweep_id))
 all_tags = sorted({t for r in all_runs for t in r.tags})
 for line in _from_link(all_runs, all_sweeps, all_tags):  # said above the form, where it is seen
     st.warning(plain(line), icon=":material/link_off:")
 with st.expander("Build a report", icon=":material/add_chart:",
-                 expanded=not store.list_reports() or any(p in st.query_params for p in BUILD_PARAMS)):
+                 expanded=not store.reports.list_reports() or any(p in st.query_params for p in BUILD_PARAMS)):
     _build_form(all_runs, all_sweeps, all_tags)
 
-listed = store.list_reports()
+listed = store.reports.list_reports()
 if not listed:
     st.info("No reports yet: build one above, or reproduce the paper on Launch (its report is built when its last run "
             "ends), or run `python -m engine report --sweep ID`.")
@@ -245,7 +245,7 @@ if report is not None:
                             help="The Markdown file and its figures as SVG in a folder beside it, zipped.")
 if buttons.button("Delete report", icon=":material/delete:", key="report.delete",
                   help="Delete this stored report (the runs stay; it can be built again)."):
-    store.delete_report(report_id)
+    store.reports.delete_report(report_id)
     st.query_params.pop("id", None)
     st.rerun()
 if report is not None:

@@ -53,7 +53,7 @@ def _refuse(message: str) -> None:
 @st.dialog("Rename, tag and annotate", dismissible=False)
 def _edit_dialog(run_id: int) -> None:
     try:
-        record = store.get_run(run_id)
+        record = store.runs.get_run(run_id)
     except RunNotFoundError:
         confirm.close(f"Run {run_id} was deleted meanwhile.")
     shown = st.session_state.setdefault(f"{_EDIT_SHOWN}{run_id}", ", ".join(record.tags or []))
@@ -69,8 +69,8 @@ def _edit_dialog(run_id: int) -> None:
     if save:
         try:
             change_tags(store, run_id, shown, tags)  # first: a refused tag leaves name and notes unsaved too
-            store.rename_run(run_id, name)
-            store.set_notes(run_id, notes)
+            store.runs.rename_run(run_id, name)
+            store.runs.set_notes(run_id, notes)
         except (StorageError, ValueError) as e:
             st.error(display.plain(e))
         else:
@@ -82,7 +82,7 @@ def _edit_dialog(run_id: int) -> None:
 def resume(run_ids: list[int]) -> str:
     """Resume ``run_ids`` in this dashboard's job manager; says which run continues
     from which checkpoint step (or from step 0)."""
-    steps = {r.id: r.checkpoint_step for r in store.list_runs() if r.id in set(run_ids)}
+    steps = {r.id: r.checkpoint_step for r in store.runs.list_runs() if r.id in set(run_ids)}
     return display.resume_text(steps, lab.manager.resume(run_ids))
 
 
@@ -116,7 +116,7 @@ def _act(clicked: dict[str, bool], ids: list[int], active: list[int], running: l
         st.rerun()
     if clicked["clone"]:
         try:
-            sweep = form.clone_sweep([store.get_run(i).config for i in sorted(ids)])  # in launch order
+            sweep = form.clone_sweep([store.runs.get_run(i).config for i in sorted(ids)])  # in launch order
         except (ConfigError, ValueError) as e:
             _refuse(f"These runs cannot be cloned: {e}")
         state.clone_to_launch(sweep)
@@ -211,7 +211,7 @@ def _backup() -> None:
 
 def _workers() -> None:
     """The workers registered in the database: active, stopped, or gone (silent too long)."""
-    workers = tables.workers_view(liveness.worker_states(store.workers_frame()))
+    workers = tables.workers_view(liveness.worker_states(store.frames.workers_frame()))
     counts = workers["state"].value_counts()
     label = "Workers · " + (", ".join(f"{counts[s]} {s}" for s in ("active", "gone", "stopped") if s in counts) or "none")
     with st.expander(label, key="runs.workers", icon=":material/dns:"):
@@ -276,7 +276,7 @@ def _where_filter(view, text: str):
 def _eta() -> str:
     """The time left for every queued and running run, from the running runs' step rates
     (``engine.analysis.progress``, as on Compare)."""
-    active = store.list_runs(statuses=ACTIVE_STATUSES)
+    active = store.runs.list_runs(statuses=ACTIVE_STATUSES)
     running = [r.id for r in active if r.status == "running"]
     return progress.progress(active, store.metrics(running, names=["val_loss"])).eta_text()
 
@@ -353,7 +353,7 @@ def _grid(view) -> list[int]:
 def _table(has_active: bool) -> None:
     """The live table (a fragment), its actions and the workers; ``has_active``:
     whether the refresh rate was chosen for active runs."""
-    frame = store.runs_frame()
+    frame = store.frames.runs_frame()
     if frame.empty:
         st.info("No runs yet. Launch a sweep from the form, or from a terminal with `python -m engine sweep`.")
         st.page_link("views/launch.py", label="Launch your first sweep", icon=":material/rocket_launch:")
@@ -388,7 +388,7 @@ def _table(has_active: bool) -> None:
 
 st.title("Runs")
 try:
-    runs = tables.runs_view(store.runs_frame())
+    runs = tables.runs_view(store.frames.runs_frame())
 except StorageError as e:
     st.error(f"Database error: {display.plain(e)}", icon=":material/error:")
     st.stop()

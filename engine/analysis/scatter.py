@@ -3,7 +3,7 @@ W&B's "scatter plot" panel: the learning-rate sensitivity of a method is one).
 
 The fields are the filter's (``engine.analysis.where.runs_table``): a run field or any
 ``RunConfig`` field; the final value of a metric is the filter's too (its value at the
-run's highest step, ``store.final_metrics()``). A config field the run leaves to its preset
+run's highest step, ``store.metrics.final_metrics()``). A config field the run leaves to its preset
 or to a default (``batch_size``, ``seq_len``, ``eval_interval``, …: None in the stored
 config) is the value the run trained with (``RunConfig.effective_*``). A field whose values
 are all numbers is a numeric axis (``log_x`` possible); any other (``estimator``, ``sweep``,
@@ -97,7 +97,7 @@ def axes(records: Sequence) -> tuple[list[str], list[str], list[str]]:
 
 def points(records: Sequence, finals: pd.DataFrame, x: str, y: str) -> Scatter:
     """The runs of ``records`` as points: x their value of field ``x``, y their final value of
-    metric ``y`` (``finals``: ``store.final_metrics()``'s long frame), coloured by method."""
+    metric ``y`` (``finals``: ``store.metrics.final_metrics()``'s long frame), coloured by method."""
     records = sorted(records, key=lambda r: r.id)
     table = runs_table(records)
     xs = field_values(table, records, x)

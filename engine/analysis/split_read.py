@@ -11,7 +11,7 @@ versions have validation only. The step of a group is chosen on validation
   note says which runs lacked it and why: never silently. ``"auto"`` says nothing of a group
   none of whose runs ever recorded a test loss (a table of older runs reads as it always did).
 
-``tuned_text`` names the values of the free run fields (``engine.config.identity.comparable_key``'s
+``tuned_text`` names the values of the free run fields (``engine.config.identities.identity.comparable_key``'s
 ``free``: fields such as ``lr`` that are part of the method, each tuned on its own) a row's runs used.
 """
 

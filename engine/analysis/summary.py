@@ -33,7 +33,7 @@ The paper's own Table 3 (``PAPER_TABLE3``) is not a row of this table: it comes 
 it; ``paper_note`` states it beside the table when the paper preset is shown. The text
 (``display_frame``, ``notes``, ``render``) is ``engine.analysis.table3_text``'s, re-exported here.
 
-Pure functions of run records and metric frames (as ``RunStore.list_runs`` and
+Pure functions of run records and metric frames (as ``RunsRepository.runs.list_runs`` and
 ``RunStore.metrics`` return them); ``engine.reads.queries`` reads them from a store.
 """
 

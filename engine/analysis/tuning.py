@@ -1,7 +1,7 @@
 """A tuning campaign read from its runs: the trials, the value each method chose, the budget spent.
 
 Pure functions of a ``TuneSpec`` (``engine.config.tuning``), run records and metric frames (as
-``RunStore.list_runs`` and ``RunStore.metrics`` return them). The runs are the record of truth:
+``RunsRepository.runs.list_runs`` and ``RunStore.metrics`` return them). The runs are the record of truth:
 a trial's value is read from its stored config, its loss from its stored metrics.
 
 * ``trial_frame``: one row per trial run: method, trial index, seed, the tuned values, status,

@@ -283,7 +283,7 @@ def runs_table(records: Sequence, finals: pd.DataFrame | None = None) -> pd.Data
     """The frame filters run over: one row per run record (``storage.RunRecord``), by id.
     Columns: :data:`RUN_FIELDS` (``sweep`` is ``sweep_id``), then each config field not
     among them (flattened: ``dataset_options.source``), then the latest value of each
-    metric of ``finals`` (``store.final_metrics()``'s long frame: run_id, name, value) not
+    metric of ``finals`` (``store.metrics.final_metrics()``'s long frame: run_id, name, value) not
     among those, named as the metric."""
     records = sorted(records, key=lambda r: r.id)
     rows = []

@@ -63,7 +63,7 @@ class Reads:
                        rows: Optional[int]) -> Iterator[pd.DataFrame]:
         """A frame of no rows (the columns), then the chunks of :meth:`metrics_chunks`."""
         ids = where_ids(self.store, where)
-        records = self.store.list_runs()
+        records = self.store.runs.list_runs()
         ids = [r.id for r in records] if ids is None else ids
         wanted = set(ids)
         run_names = {r.id: r.name for r in records if r.id in wanted}

@@ -153,7 +153,7 @@ class Writes:
         """
         if not poll > 0 or (timeout is not None and not timeout >= 0):
             raise ValueError(f"poll must be > 0 and timeout >= 0 seconds or None (got poll={poll!r}, timeout={timeout!r})")
-        wanted = self.store.resolve_runs(refs_of(ids))
+        wanted = self.store.runs.resolve_runs(refs_of(ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         while left := _not_ended(self.store, wanted):
             now = time.monotonic()
@@ -178,12 +178,12 @@ class Writes:
     def note(self, run: Union[int, str], text: str, *, append: bool = False) -> str:
         """Set the notes of run ``run`` (id or name) to ``text`` (what the dashboard's notes box
         stores), or with ``append`` add ``text`` as a line below them; its notes after."""
-        run_id = self.store.resolve_runs([run])[0]
+        run_id = self.store.runs.resolve_runs([run])[0]
         if append:
-            self.store.append_notes(run_id, str(text))
+            self.store.runs.append_notes(run_id, str(text))
         else:
-            self.store.set_notes(run_id, text)
-        return self.store.get_run(run_id).notes
+            self.store.runs.set_notes(run_id, text)
+        return self.store.runs.get_run(run_id).notes
 
     def cancel(self, ids: Refs) -> dict[int, str]:
         """Stop runs ``ids`` (ids or names), whichever process trains them, as ``python -m engine
@@ -240,7 +240,7 @@ def _after_signal(code: int, ids: list[int]) -> None:
 
 def _not_ended(store: RunStore, ids: list[int]) -> dict[int, str]:
     """Those of ``ids`` still queued or running, with that status (a deleted run has ended)."""
-    active = {r.id: r.status for r in store.list_runs(statuses=["queued", "running"])}
+    active = {r.id: r.status for r in store.runs.list_runs(statuses=["queued", "running"])}
     return {i: active[i] for i in ids if i in active}
 
 

@@ -120,7 +120,7 @@ def train_here(store, start_runs, concurrent: int = 1, then=None) -> int:
             while batch:
                 ids += batch
                 for run_id in batch:
-                    r = store.get_run(run_id)
+                    r = store.runs.get_run(run_id)
                     bars.add(run_id, r.steps or 0, r.name, r.steps_done if r.status == "queued" else 0)
                 manager.wait(batch)
                 batch = [] if then is None or signals.received is not None else \
@@ -135,5 +135,5 @@ def train_here(store, start_runs, concurrent: int = 1, then=None) -> int:
         outcome = manager.outcomes.get(run_id)
         if outcome is not None and outcome.status == "interrupted" and signals.received is None:
             print(f"run {run_id} interrupted: {(outcome.error or '').splitlines()[0]}", file=sys.stderr)
-    statuses = {store.get_run(i).status for i in ids}
+    statuses = {store.runs.get_run(i).status for i in ids}
     return signals.exit_code(0 if statuses <= {"finished"} and not manager.lost else 1)

@@ -187,7 +187,7 @@ def _hand_over(store, manager, refs, every: bool) -> list[int]:
 
     ids = resume_targets(store, refs, every)
     for run_id in ids:
-        r = store.get_run(run_id)
+        r = store.runs.get_run(run_id)
         if r.status in ("running", "queued", "finished"):
             print(f"run {run_id}: {r.status}, nothing to resume", file=sys.stderr)
     moved = manager.resume(ids)
@@ -197,7 +197,7 @@ def _hand_over(store, manager, refs, every: bool) -> list[int]:
         campaigns.advance_all(store)  # for any process: this one adopts them next
         moved += manager.adopt_orphans()
     for run_id in moved:  # its step is named once a checkpoint is read (train_here): a damaged one is not it
-        r = store.get_run(run_id)
+        r = store.runs.get_run(run_id)
         where = "from its newest readable checkpoint" if r.checkpoint_step else "from step 0 (no checkpoint)"
         print(f"run {run_id} {r.name}: resuming {where}", file=sys.stderr)
     if not moved:

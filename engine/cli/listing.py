@@ -25,7 +25,7 @@ def _cut(text: str, width: int) -> str:
 
 
 def narrow_frame(frame: pd.DataFrame, width: int = WIDTH) -> pd.DataFrame:
-    """``RunStore.runs_frame()`` as the default list's columns (text), newest first, the
+    """``FramesRepository.frames.runs_frame()`` as the default list's columns (text), newest first, the
     names cut so that a line is at most ``width`` characters where a name of
     ``NAME_MIN`` characters leaves room."""
     frame = frame.sort_values("id", ascending=False)
@@ -45,7 +45,7 @@ def narrow_frame(frame: pd.DataFrame, width: int = WIDTH) -> pd.DataFrame:
 
 
 def list_text(frame: pd.DataFrame, *, wide: bool = False, width: int = WIDTH) -> str:
-    """The text of ``engine list`` for ``RunStore.runs_frame()``'s rows: newest first;
+    """The text of ``engine list`` for ``FramesRepository.frames.runs_frame()``'s rows: newest first;
     ``wide``: every column of ``WIDE_COLUMNS``, else :func:`narrow_frame`."""
     if wide:
         shown = frame.sort_values("id", ascending=False)

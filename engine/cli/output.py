@@ -21,6 +21,6 @@ def print_summary(store, ids) -> None:
         "tok/s": s["tokens_per_s"].round(0), "wall s": s["wall_s"].round(1),
     })
     print(table.to_string(index=False, na_rep="-"))
-    for r in (store.get_run(i) for i in ids):
+    for r in (store.runs.get_run(i) for i in ids):
         if r.status == "failed":
             print(f"run {r.id} failed: {r.error.splitlines()[0] if r.error else '?'}")

@@ -91,7 +91,7 @@ def _ended_well(store, campaign_id: int) -> bool:
     from engine.analysis.pruning import PRUNED
 
     trials, comparison = store.campaigns.runs_of(campaign_id)
-    runs = [store.get_run(i) for i in [*trials, *comparison]]
+    runs = [store.runs.get_run(i) for i in [*trials, *comparison]]
     return bool(comparison) and all(r.status == "finished" or (r.status == "cancelled" and (r.error or "").startswith(
         PRUNED)) for r in runs)
 

@@ -5,7 +5,7 @@ from ``engine.core``), so ``--help``, the Launch form and every frame builder lo
 Every field of a run is declared once, in ``engine.config.run``, with a ``FieldSpec``
 (``engine.config.fields``: how a field is declared and checked); validation, the CLI's
 flags (``engine.cli``) and the Launch widgets (``app.form``) derive from it.
-``engine.config.identity`` keys stored configs: which runs compare, which differ by seed.
+``engine.config.identities.identity`` keys stored configs: which runs compare, which differ by seed.
 ``engine.config.sweep`` expands a base run over estimators × ranks × λs × seeds;
 ``engine.config.reproduce`` holds the paper's grid; ``engine.config.tuning`` a tuning campaign's
 protocol. A new run field, sweep axis or rule between fields goes here, and every surface

@@ -22,7 +22,7 @@ def spec_of(campaign: CampaignRecord) -> TuneSpec:
 
 def trial_records(store: RunStore, campaign: CampaignRecord) -> list:
     """The run records of the campaign's trials."""
-    return [r for r in store.list_runs() if r.sweep_id == campaign.tune_sweep_id]
+    return [r for r in store.runs.list_runs() if r.sweep_id == campaign.tune_sweep_id]
 
 
 def trials(store: RunStore, campaign: CampaignRecord, records: list | None = None) -> pd.DataFrame:
@@ -36,7 +36,7 @@ def comparison(store: RunStore, campaign: CampaignRecord) -> tuple[list, list]:
     """(the tuned runs, the untuned runs) of the campaign's comparison ([] before it is queued)."""
     if campaign.eval_sweep_id is None or not campaign.chosen:
         return [], []
-    records = [r for r in store.list_runs() if r.sweep_id == campaign.eval_sweep_id]
+    records = [r for r in store.runs.list_runs() if r.sweep_id == campaign.eval_sweep_id]
     return tuning.split_comparison(spec_of(campaign), campaign.chosen["values"], records)
 
 

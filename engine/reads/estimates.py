@@ -28,7 +28,7 @@ Finished = list[tuple[RunConfig, int]]  # the lab's finished runs that read as R
 def finished_runs(store: RunStore) -> Finished:
     """(config, id) of every finished run in ``store`` whose config reads as a ``RunConfig``."""
     out = []
-    for r in store.list_runs(statuses=["finished"]):
+    for r in store.runs.list_runs(statuses=["finished"]):
         try:
             out.append((RunConfig.from_dict(r.config), r.id))
         except (ConfigError, TypeError):

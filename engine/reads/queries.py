@@ -21,7 +21,7 @@ from storage.export import neutralize
 def read_runs(store: RunStore, run_ids=None) -> tuple[list, pd.DataFrame]:
     """(run records, their ``SUMMARY_METRICS`` rows) of ``run_ids`` (None: every run)."""
     wanted = None if run_ids is None else {int(i) for i in run_ids}
-    records = [r for r in store.list_runs() if wanted is None or r.id in wanted]
+    records = [r for r in store.runs.list_runs() if wanted is None or r.id in wanted]
     return records, store.metrics(sorted(r.id for r in records), names=list(SUMMARY_METRICS))
 
 
@@ -80,7 +80,7 @@ def expected_delta_sd(store: RunStore, configs) -> dict[Method, tuple[float, str
     ``PRIOR_DELTA_SD``. Never pooled over methods: a rank's spread is not another's."""
     methods = {method_of(c) for c in configs if not c.is_exact}
     keys = {m.key for m in methods}
-    records = [r for r in store.list_runs() if r.status == "finished" and comparable_key(r.config) in keys]
+    records = [r for r in store.runs.list_runs() if r.status == "finished" and comparable_key(r.config) in keys]
     observed: dict[Method, tuple[float, str]] = {}
     if records:
         key_of = {r.id: comparable_key(r.config) for r in records}
@@ -131,7 +131,7 @@ def relaunch_warning(store: RunStore, configs) -> str | None:
     a refusal: another launch of the same seed is a legitimate repeat (a timing or a
     determinism check), and Compare, Table 3 and the report count one run per seed."""
     wanted = {_identity(c.to_dict()) for c in configs}
-    same = [r for r in store.list_runs(statuses=list(RELAUNCH_STATUSES)) if _identity(r.config) in wanted]
+    same = [r for r in store.runs.list_runs(statuses=list(RELAUNCH_STATUSES)) if _identity(r.config) in wanted]
     if not same:
         return None
     repeated = len({_identity(r.config) for r in same})
@@ -161,20 +161,20 @@ def runs_where(store: RunStore, where: str | None = None, *, metrics: str = "use
     from engine.analysis import where as w
 
     expr = w.parse(where) if where is not None and str(where).strip() else None
-    records = store.list_runs()
+    records = store.runs.list_runs()
     base = w.runs_table(records)
     if metrics == "all":
-        finals = store.final_metrics()
+        finals = store.metrics.final_metrics()
     else:
         wanted = [f for f in (w.fields_of(expr) if expr is not None else []) if f not in base.columns]
-        finals = store.final_metrics(names=wanted) if wanted else None
+        finals = store.metrics.final_metrics(names=wanted) if wanted else None
     frame = w.runs_table(records, finals) if finals is not None else base
     if expr is None:
         return frame
     known = list(frame.columns)
     if any(f not in known for f in w.fields_of(expr)):
         # a metric some run has, or one every trained run records (none yet here): every row misses it
-        known += [*store.metric_names(), *SUMMARY_METRICS]
+        known += [*store.metrics.metric_names(), *SUMMARY_METRICS]
     return frame[w.evaluate(expr, frame, known)].reset_index(drop=True)
 
 

@@ -90,7 +90,7 @@ def report_key(selection: dict) -> str:
 
 def select_runs(store: RunStore, selection: dict) -> list:
     """The run records a selection names; ``ReportError`` when it names none."""
-    records = store.list_runs()
+    records = store.runs.list_runs()
     if selection.get("sweep"):
         chosen = [r for r in records if r.sweep_id == selection["sweep"]]
         what = f"sweep {selection['sweep']!r}"
@@ -117,9 +117,9 @@ def diagnoses_of(store: RunStore, run_ids: Iterable[int]) -> pd.DataFrame:
     values (``key_values``, None for a diagnosis stored without them)."""
     frames = []
     for run_id in run_ids:
-        meta = store.diagnostics_frame(int(run_id))
+        meta = store.frames.diagnostics_frame(int(run_id))
         for d in meta[meta["status"] == "finished"].itertuples():
-            rows = store.diagnostic_results(int(d.id), key_values=True)
+            rows = store.diagnostics.diagnostic_results(int(d.id), key_values=True)
             if rows.empty:
                 continue
             frames.append(rows.assign(diagnosis_id=int(d.id), run_id=int(run_id), step=d.step))
@@ -138,7 +138,7 @@ def build(store: RunStore, selection: dict, title: str | None = None) -> rep.Rep
     metrics = store.metrics(ids)
     batches, test_batches = split_batches(store, ids, metrics)
     return rep.build(records, metrics, diagnoses=diagnoses_of(store, ids), selection=selection,
-                     at_step=selection.get("at_step"), title=title, others=store.list_runs(),
+                     at_step=selection.get("at_step"), title=title, others=store.runs.list_runs(),
                      batches=batches, campaign=_campaign(store, selection), test_batches=test_batches)
 
 
@@ -166,14 +166,14 @@ def _campaign(store: RunStore, selection: dict) -> rep.Campaign | None:
 
 def save(store: RunStore, report: rep.Report) -> int:
     """Store ``report`` under its selection's key (replacing the report stored there); its id."""
-    return store.save_report(title=report.title, content=report.to_json(), run_ids=report.run_ids,
+    return store.reports.save_report(title=report.title, content=report.to_json(), run_ids=report.run_ids,
                              selection=report.selection, at_step=report.at_step,
                              sweep_id=report.selection.get("sweep"), key=report_key(report.selection))
 
 
 def load(store: RunStore, report_id: int) -> rep.Report:
     """A stored report, as it was built."""
-    record = store.get_report(report_id)
+    record = store.reports.get_report(report_id)
     try:
         return rep.Report.from_json(record.content or "")
     except (ValueError, KeyError, TypeError) as e:
@@ -185,7 +185,7 @@ def rebuild(store: RunStore, report_id: int, check: Callable[[rep.Report], None]
     """Build a stored report again from its selection and store it; (its id, the report).
     ``check`` (e.g. ``check_output`` of where it will be written) sees the new report
     first: when it raises, nothing is stored."""
-    record = store.get_report(report_id)
+    record = store.reports.get_report(report_id)
     report = build(store, record.selection, title=record.title)
     if check is not None:
         check(report)
@@ -196,10 +196,10 @@ def report_if_sweep_ended(store: RunStore, run_id: int) -> int | None:
     """Build and store the report of ``run_id``'s sweep when the sweep is tagged with one
     of ``AUTO_REPORT_TAGS`` and none of its runs is queued, running or interrupted; the
     report's id, else None."""
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     if not run.sweep_id or not set(AUTO_REPORT_TAGS) & set(run.tags):
         return None
-    sweep = [r for r in store.list_runs() if r.sweep_id == run.sweep_id]
+    sweep = [r for r in store.runs.list_runs() if r.sweep_id == run.sweep_id]
     if any(r.status in WAITING_STATUSES for r in sweep):
         return None
     selection = selection_of(sweep=run.sweep_id)

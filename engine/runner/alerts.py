@@ -67,7 +67,7 @@ def notify_end(store: Any, run_id: int, status: str, error: str | None, *, url: 
     if url is None or status not in ALERT_STATUSES:
         return False
     try:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         name, sweep = run.name, run.sweep_id
     except StorageError as e:  # deleted meanwhile, or the database is away: say what is known
         log.debug("run %s: posting its end without its record (%s)", run_id, e)

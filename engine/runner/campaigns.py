@@ -86,7 +86,7 @@ def advance_all(store: RunStore, *, owner: str | None = None) -> list[int]:
 def after_trial(store: RunStore, run_id: int, *, owner: str | None = None) -> list[int]:
     """After run ``run_id`` ended: advance its campaign when it is a trial (``advance``)."""
     try:
-        campaign = store.campaigns.of_sweep(store.get_run(run_id).sweep_id)
+        campaign = store.campaigns.of_sweep(store.runs.get_run(run_id).sweep_id)
         if campaign is None or campaign.stage != "tuning":
             return []
         return advance(store, campaign.id, owner=owner)

@@ -6,7 +6,7 @@ Whether a ``JobManager`` forms cohorts is its ``cohorts`` setting (``$BASIS_LAB_
 When a worker thread of a manager that forms them takes a run (claimed by ``_next``, or one of
 its own queue), ``Cohorts.run`` looks for the queued runs of the same sweep and the same
 ``RunConfig.cohort()`` that this manager may train (unowned ones when it pulls, its own queued
-ones otherwise) and claims them with ``RunStore.claim``, one by one, before any trains: every
+ones otherwise) and claims them with ``QueueRepository.claim``, one by one, before any trains: every
 claim takes a new lease as a single run's does, so exactly-once holds per member; a run claimed
 elsewhere in between is simply not a member. Up to ``MAX_MEMBERS`` members train together.
 
@@ -215,7 +215,7 @@ class Cohorts:
         if manager._interrupt.is_set():
             return None
         try:
-            row = store.get_run(run_id)
+            row = store.runs.get_run(run_id)
             config = RunConfig.from_dict(row.config)
             siblings = self.siblings(row, config)
         except (StorageError, ConfigError, TypeError):
@@ -240,7 +240,7 @@ class Cohorts:
         with manager._lock:
             mine = set(manager._pending)
         out = []
-        for r in manager.store.list_runs(["queued"]):
+        for r in manager.store.runs.list_runs(["queued"]):
             if r.id == row.id or r.sweep_id != row.sweep_id or r.cancel_requested:
                 continue
             if not ((r.owner is None and manager.pull) or (r.owner == manager.owner and r.id in mine)):
@@ -253,7 +253,7 @@ class Cohorts:
         return out[:MAX_MEMBERS - 1]
 
     def claim(self, run_id: int, *, local: bool, lead: bool) -> int | None:
-        """A new lease on queued ``run_id`` (``RunStore.claim``), or None. As ``JobManager._run``
+        """A new lease on queued ``run_id`` (``QueueRepository.claim``), or None. As ``JobManager._run``
         counts a claim: toward ``max_runs`` when the manager pulls. A run of this manager's own
         queue (``local``) other than the ``lead`` is ``taken`` first: no worker thread trains it."""
         manager = self.manager
@@ -266,7 +266,7 @@ class Cohorts:
             if local and not lead:
                 self.taken.add(run_id)
         try:
-            lease = manager.store.claim(run_id, manager.owner, manager.worker_id)
+            lease = manager.store.queue.claim(run_id, manager.owner, manager.worker_id)
         except StorageError as e:
             log.warning("run %s not claimed for a cohort: %s", run_id, e)
             lease = None

@@ -1,6 +1,6 @@
 """Controlling launched runs from any process, for both faces of the lab: ``python -m engine
 cancel`` and ``resume --queue-only`` and ``engine.api.Lab.cancel`` and ``resume(run="queue")``
-call these. Runs are named by id or exact name (``RunStore.resolve_runs``: an unknown one is a
+call these. Runs are named by id or exact name (``RunsRepository.runs.resolve_runs``: an unknown one is a
 ``RunNotFoundError`` before anything is written). Pure orchestration: what to say about each
 run is returned, the face says it.
 """
@@ -23,12 +23,12 @@ def cancel_runs(store: RunStore, refs: Iterable[str | int]) -> dict[int, str]:
     requested; it stops within a step``, ``not active (finished); nothing to cancel``)."""
     check_stale(store)  # a running run whose process died is interrupted, not "cancel requested"
     done: dict[int, str] = {}
-    for run_id in store.resolve_runs(list(refs)):
-        status = store.get_run(run_id).status
+    for run_id in store.runs.resolve_runs(list(refs)):
+        status = store.runs.get_run(run_id).status
         if status not in ACTIVE:
             done[run_id] = f"not active ({status}); nothing to cancel"
             continue
-        store.request_cancel(run_id)
+        store.runs.request_cancel(run_id)
         done[run_id] = "cancelled" if status == "queued" else "cancel requested; it stops within a step"
     return done
 
@@ -38,9 +38,9 @@ def resume_targets(store: RunStore, refs: Iterable[str | int] | None, every: boo
     (runs whose process died are marked interrupted first)."""
     check_stale(store)
     refs = list(refs or [])
-    ids = store.resolve_runs(refs) if refs else []
+    ids = store.runs.resolve_runs(refs) if refs else []
     if every:
-        ids += [r.id for r in store.list_runs(statuses=["interrupted"]) if r.id not in ids]
+        ids += [r.id for r in store.runs.list_runs(statuses=["interrupted"]) if r.id not in ids]
     return ids
 
 
@@ -50,5 +50,5 @@ def requeue_for_workers(store: RunStore, refs: Iterable[str | int] | None, every
     tuning campaign whose trials have ended: (the ids queued again, the comparison runs
     queued). Runs that are queued, running or finished are left as they are."""
     ids = resume_targets(store, refs, every)
-    moved = store.requeue(ids, owner=None) if ids else []
+    moved = store.queue.requeue(ids, owner=None) if ids else []
     return moved, campaigns.advance_all(store) if every else []

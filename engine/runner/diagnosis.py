@@ -125,7 +125,7 @@ def _open(folders: RunFolders, config: RunConfig, run_id: int) -> RunCheckpoints
 
 def checkpoint_steps(store: RunStore, run_id: int, checkpoints: str | Path | None = None) -> list[int]:
     """The steps of ``run_id``'s complete checkpoints on disk, oldest first."""
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     ckpt = _open(_run_dir(store, run, checkpoints), RunConfig.from_dict(run.config), run_id)
     if ckpt is None:
         return []
@@ -160,7 +160,7 @@ def plan_diagnosis(
     steps when there is none). Defaults: every sketched estimator, ranks
     ``DEFAULT_RANKS``, the run's λ. Ranks are clipped to the run's B·T (duplicates
     dropped), as training clips them. Reads no arrays and writes nothing."""
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     config = RunConfig.from_dict(run.config)
     cfg = model_config(config)
     if not cfg.sketched_kernel_paths():
@@ -224,7 +224,7 @@ def _step(directory: RunFolders, config: RunConfig, run_id: int, step: int | Non
 def replan(store: RunStore, diag_id: int, checkpoints: str | Path | None = None) -> Plan:
     """The plan of stored diagnosis ``diag_id`` again (same run, step, estimators, ranks,
     λs, keys, batches, chunk and seed), validated anew: to run it again."""
-    frame = store.diagnostics_frame()
+    frame = store.frames.diagnostics_frame()
     rows = frame[frame["id"] == int(diag_id)]
     if rows.empty:
         raise ConfigError(f"no diagnosis {diag_id}; `python -m engine diagnose --list` shows their ids")
@@ -239,16 +239,16 @@ def estimate_seconds(store: RunStore, plan: Plan) -> float | None:
     """The wall time ``plan`` should take, from the diagnoses of runs of the same model
     shape (preset, B, T, sketched layers) that finished: the median seconds per sketched
     dW times ``plan.sketches``; None when there is none."""
-    config = RunConfig.from_dict(store.get_run(plan.run_id).config)
+    config = RunConfig.from_dict(store.runs.get_run(plan.run_id).config)
     shape = (config.preset, config.rows, config.sketched_layers)
-    frame = store.diagnostics_frame()
+    frame = store.frames.diagnostics_frame()
     frame = frame[(frame["status"] == "finished") & frame["started_at"].notna() & frame["finished_at"].notna()]
     rates = []
     runs: dict[int, tuple[str, int, str] | None] = {}
     for row in frame.itertuples():
         if row.run_id not in runs:
             try:
-                other = RunConfig.from_dict(store.get_run(int(row.run_id)).config)
+                other = RunConfig.from_dict(store.runs.get_run(int(row.run_id)).config)
                 runs[row.run_id] = (other.preset, other.rows, other.sketched_layers)
             except (ConfigError, TypeError, ValueError):
                 runs[row.run_id] = None
@@ -262,13 +262,13 @@ def estimate_seconds(store: RunStore, plan: Plan) -> float | None:
 
 def start(store: RunStore, plan: Plan) -> int:
     """Store the diagnostic row of ``plan`` (status ``queued``); its id."""
-    return store.create_diagnostic(plan.run_id, plan.step, plan.settings)
+    return store.diagnostics.create_diagnostic(plan.run_id, plan.step, plan.settings)
 
 
 def load_inputs(store: RunStore, plan: Plan):
     """``(model config, params, [batch …])`` the plan measures: the parameters at its step
     and the ``plan.batches`` batches the run drew after it."""
-    config = RunConfig.from_dict(store.get_run(plan.run_id).config)
+    config = RunConfig.from_dict(store.runs.get_run(plan.run_id).config)
     train_tokens = load_data(config)[0]
     sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
     params = initial_params(config)
@@ -319,11 +319,11 @@ def execute(
     ``finished``; on an error, end it ``failed`` (``engine.errors.failure_text``: a user error's
     one line, else the error and its whole traceback) and raise it again. Its heartbeat is
     ``channel``'s (its process's), else a channel's of its own. ``cancel`` set (here, or by
-    ``RunStore.request_cancel_diagnostic`` from any process, seen at the channel's next beat)
+    ``DiagnosticsRepository.diagnostics.request_cancel_diagnostic`` from any process, seen at the channel's next beat)
     stops it after the current (batch, estimator, rank, λ): the rows of the work done are
     stored and it ends ``cancelled``, saying how much was done."""
     owner = owner or liveness.current_owner()
-    if not store.claim_diagnostic(diag_id, owner):
+    if not store.diagnostics.claim_diagnostic(diag_id, owner):
         raise ConfigError(f"diagnosis {diag_id} is not queued (already run or running); start a new one")
     cancel = cancel if cancel is not None else threading.Event()
     progress = [0, plan.work]
@@ -339,18 +339,18 @@ def execute(
             frame = diagnose(cfg, params, batches, estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
                              keys=plan.keys, key=jax.random.key(plan.seed), chunk=plan.chunk, on_progress=count,
                              should_stop=cancel.is_set)
-        store.add_diagnostic_results(diag_id, frame.to_dict("records"))
+        store.diagnostics.add_diagnostic_results(diag_id, frame.to_dict("records"))
         if cancel.is_set() and progress[0] < progress[1]:
-            store.set_diagnostic_status(diag_id, "cancelled", error=(
+            store.diagnostics.set_diagnostic_status(diag_id, "cancelled", error=(
                 f"cancelled after {progress[0]:,} of {progress[1]:,} (batch, estimator, rank, λ) steps; the results "
                 "pool the batches each setting finished (see its batches column)"))
         else:
-            store.set_diagnostic_status(diag_id, "finished")
+            store.diagnostics.set_diagnostic_status(diag_id, "finished")
         return frame
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt)
         try:
-            store.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
+            store.diagnostics.set_diagnostic_status(diag_id, "interrupted" if interrupted else "failed",
                                         error="interrupted; run the diagnosis again" if interrupted else failure_text(e))
         except StorageError:  # the run (and so the row) was deleted meanwhile, or the database went away
             pass
@@ -391,9 +391,9 @@ def check_stale_diagnoses(store: RunStore, timeout_s: float = liveness.STALE_AFT
 def results_csv(store: RunStore, diag_id: int, results: pd.DataFrame | None = None) -> bytes:
     """The result rows of ``diag_id`` as CSV, with its run and step in the first columns,
     formula-neutralised (``storage.export.to_csv_bytes``)."""
-    diag = store.diagnostics_frame().set_index("id").loc[int(diag_id)]
-    run = store.get_run(int(diag["run_id"]))
-    frame = store.diagnostic_results(diag_id) if results is None else results[list(COLUMNS)]
+    diag = store.frames.diagnostics_frame().set_index("id").loc[int(diag_id)]
+    run = store.runs.get_run(int(diag["run_id"]))
+    frame = store.diagnostics.diagnostic_results(diag_id) if results is None else results[list(COLUMNS)]
     frame = frame.copy()
     frame.insert(0, "step", int(diag["step"]) if pd.notna(diag["step"]) else None)
     frame.insert(0, "run_name", run.name)

@@ -47,7 +47,7 @@ class DiagnosisJobs:
         event = self.stops.get(diag_id)
         if event is not None:
             event.set()
-        return self.store.request_cancel_diagnostic(diag_id)
+        return self.store.diagnostics.request_cancel_diagnostic(diag_id)
 
     def start(self, plan) -> int:
         """Store and start ``plan`` (``engine.runner.diagnosis.Plan``) on a thread of its own; its id."""

@@ -112,12 +112,12 @@ class RunExecution:
         if self.epoch is not None:
             return True
         if self.interrupted.is_set():
-            self.writer.call(self.run_id, self.store.set_status, self.run_id, "interrupted",
+            self.writer.call(self.run_id, self.store.runs.set_status, self.run_id, "interrupted",
                              error="interrupted before it started; resume it to train it", cause="signal")
             self.writer.flush()
             return False
         try:
-            self.epoch = self.store.claim(self.run_id, self.owner, worker_id)
+            self.epoch = self.store.queue.claim(self.run_id, self.owner, worker_id)
         except DatabaseFullError as e:
             log.warning("run %s not started, still queued: %s; `python -m engine resume --all` trains it once "
                         "there is space", self.run_id, e)
@@ -134,7 +134,7 @@ class RunExecution:
         reason ``disk full: … resume N``; should the database refuse even that status, the
         outcome says it is not ``released`` (the caller writes it later)."""
         self.writer.forget(self.run_id)  # a failure of an earlier training of this run is not this one's
-        self.run = self.store.get_run(self.run_id)
+        self.run = self.store.runs.get_run(self.run_id)
         self.lease_state = self.channel.hold(self.run_id, self.lease, self.row.steps_done)
         try:
             self.status, self.error, self.cause = self.train()
@@ -168,7 +168,7 @@ class RunExecution:
         training that reached the last step also stores where its time went (``Phases``:
         ``time/<phase>_s`` at the last step)."""
         config = RunConfig.from_dict(self.row.config)
-        self.writer.call(self.run_id, self.store.set_device, self.run_id,
+        self.writer.call(self.run_id, self.store.runs.set_device, self.run_id,
                          device_kind(parallel.device_count(config)), epoch=self.epoch)
         pruning = campaigns.pruning_for(self.store, self.row)
         phases, wall = Phases(), None
@@ -221,7 +221,7 @@ class RunExecution:
         """Store the run's notes, its last progress and its end (under the lease), and wait
         for them to be written; the final writes may find the lease gone."""
         if self.notes:
-            self.writer.final(self.run_id, self.store.append_notes, self.run_id, "; ".join(self.notes),
+            self.writer.final(self.run_id, self.store.runs.append_notes, self.run_id, "; ".join(self.notes),
                               epoch=self.epoch)
         self.writer.heartbeat(self.run_id, self.steps_done, owner=self.owner, epoch=self.epoch)
         self.writer.final(self.run_id, self.store_end)
@@ -229,7 +229,7 @@ class RunExecution:
         self.lease_lost()
 
     def store_end(self) -> None:
-        self.store.set_status(self.run_id, self.status, error=self.error, epoch=self.epoch, cause=self.cause)
+        self.store.runs.set_status(self.run_id, self.status or "failed", error=self.error, epoch=self.epoch, cause=self.cause)
         self.released.set()
 
     # ------------------------------------------------------------------ what train calls back
@@ -270,7 +270,7 @@ class RunExecution:
             self.on_resume(note, skipped)
         # always: an owner killed before its first heartbeat or checkpoint left rows (step 0's)
         # that neither records; what this claim recomputes is deleted before it is written
-        self.writer.call(self.run_id, self.store.delete_metrics_after, self.run_id, step if step else -1,
+        self.writer.call(self.run_id, self.store.metrics.delete_metrics_after, self.run_id, step if step else -1,
                          epoch=self.epoch)
         self.writer.heartbeat(self.run_id, step, owner=self.owner, epoch=self.epoch)
 
@@ -305,7 +305,7 @@ class RunExecution:
 
     def record_checkpoint(self, step: int) -> None:
         """After a checkpoint: record its step, fenced by the lease."""
-        self.writer.call(self.run_id, self.writer.store.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
+        self.writer.call(self.run_id, self.writer.store.runs.set_checkpoint_step, self.run_id, step, epoch=self.epoch)
 
 
 PROGRESS_KEYS = ("train_loss", "val_loss", "test_loss", "lr")

@@ -9,7 +9,7 @@ trains runs in worker threads of this process:
   the database, whoever queued it (``sweep --queue-only``, the dashboard's "queue for
   workers", another machine), and queued runs whose queuing process died.
 
-Claiming is atomic across processes and hosts (``RunStore.claim`` / ``claim_next``:
+Claiming is atomic across processes and hosts (``QueueRepository.claim`` / ``claim_next``:
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so every run
 is trained by exactly one process. A claimed run (``running``) streams its metrics
 through a ``StoreWriter`` (writes outlast a busy database), is stamped by the manager's one
@@ -18,7 +18,7 @@ cancel flag in the same transaction), and checkpoints its state
 in the run's folders under ``engine.runner.paths.checkpoint_root()``, named by the database's
 identity (``engine.runner.paths.run_folders``; see ``engine.training.loop.train``). It ends as
 ``finished``, ``failed`` (with the error: ``engine.errors.failure_text``, a bug as ``bug: …`` with its
-whole traceback; the worker goes on to its next run), ``cancelled`` (``RunStore.request_cancel``
+whole traceback; the worker goes on to its next run), ``cancelled`` (``RunsRepository.runs.request_cancel``
 from any process) or ``interrupted`` (``interrupt()``: a signal; resumable). A run
 that was trained before continues from its newest checkpoint; without one (the
 checkpoint directory is not shared with the machine that trained it) it restarts
@@ -89,8 +89,8 @@ def delete_runs(store: RunStore, run_ids: Iterable[int], checkpoints: str | Path
     problems = []
     for run_id in run_ids:
         try:
-            folders = run_folders(store, store.get_run(run_id).uid, root)
-            store.delete_run(run_id)
+            folders = run_folders(store, store.runs.get_run(run_id).uid, root)
+            store.runs.delete_run(run_id)
         except (StorageError, CheckpointError) as e:
             problems.append(str(e))
             continue
@@ -154,7 +154,7 @@ class JobManager:
         self.diagnoses = DiagnosisJobs(store, self.owner, self.checkpoint_root, self.channel)
         self.cohorts = Cohorts(self, cohorts)  # runs of a sweep that differ by seed, as one program
         host, pid = self.owner.rsplit(":", 1)
-        store.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
+        store.workers.register_worker(self.worker_id, host, int(pid), device=device_kind(), concurrent=max_concurrent)
         self.channel.start()
         self._workers = [
             threading.Thread(target=self._work, name=f"basis-worker-{i}", daemon=True) for i in range(max_concurrent)
@@ -182,7 +182,7 @@ class JobManager:
     def resume(self, run_ids: Iterable[int]) -> list[int]:
         """Queue ended runs (interrupted, cancelled, failed) again here, to continue from
         their newest checkpoint; returns the ids that were moved (others are left as they are)."""
-        moved = self.store.requeue(list(run_ids), owner=self.owner)
+        moved = self.store.queue.requeue(list(run_ids), owner=self.owner)
         self._enqueue(moved)
         return moved
 
@@ -190,7 +190,7 @@ class JobManager:
         """Take every queued run whose queuing process is gone (or that no process owns)
         to train here; their ids."""
         liveness.check_stale(self.store)
-        ids = self.store.adopt_queued(self.owner)
+        ids = self.store.queue.adopt_queued(self.owner)
         self._enqueue(ids)
         return ids
 
@@ -224,7 +224,7 @@ class JobManager:
             event = self._events.get(run_id)
         if event is not None:
             event.set()
-        return self.store.request_cancel(run_id)
+        return self.store.runs.request_cancel(run_id)
 
     def interrupt(self) -> None:
         """Stop every run of this process, resumable: running runs checkpoint and end
@@ -283,7 +283,7 @@ class JobManager:
         self.writer.flush(timeout)
         self._release()
         try:
-            self.store.end_worker(self.worker_id)
+            self.store.workers.end_worker(self.worker_id)
         except StorageError as e:  # a full disk is said by the runs it stopped
             (log.debug if isinstance(e, DatabaseFullError) else log.warning)("could not mark worker %s stopped",
                                                                              self.worker_id)
@@ -308,7 +308,7 @@ class JobManager:
                 self._claiming += 1
             lease = None
             try:  # what is stale was queued again by the channel's sweep
-                lease = self.store.claim_next(self.owner, self.worker_id)
+                lease = self.store.queue.claim_next(self.owner, self.worker_id)
             except StorageError as e:
                 log.warning("claiming failed: %s", e)
             with self._lock:
@@ -406,7 +406,7 @@ class JobManager:
             waiting = dict(self._unreleased)
         for run_id, (epoch, outcome) in waiting.items():
             try:
-                self.store.set_status(run_id, outcome.status, error=outcome.error, epoch=epoch, cause=outcome.cause)
+                self.store.runs.set_status(run_id, outcome.status, error=outcome.error, epoch=epoch, cause=outcome.cause)
             except (LeaseLostError, RunNotFoundError):
                 pass  # another claim took it, or it was deleted: not ours to release any more
             except StorageError as e:

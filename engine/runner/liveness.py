@@ -19,8 +19,8 @@ database) is logged and tried again a period later; PostgreSQL connections time 
 The sweep
 ---------
 A live run, diagnosis or worker is stamped by its channel. Storage only records owners and
-heartbeats (``RunStore.active_runs_heartbeats``) and marks runs interrupted on request
-(``RunStore.mark_interrupted``, cause ``stale``); the rule lives here, and ``sweep`` applies
+heartbeats (``RunsRepository.runs.active_runs_heartbeats``) and marks runs interrupted on request
+(``RunsRepository.runs.mark_interrupted``, cause ``stale``); the rule lives here, and ``sweep`` applies
 it. The sweep runs in one place: the channel of every job manager, once when it opens and then
 at most every ``SWEEP_S`` seconds (a pulling worker's also queues the runs it found stale
 again, ``requeue_orphaned_runs``), and the dashboard process's own heartbeat
@@ -307,27 +307,27 @@ def sweep(store) -> list[int]:
 
 def mark_stale_diagnoses(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Mark ``running`` diagnoses whose process died (the runs' rule) ``interrupted``; their ids."""
-    stale = stale_runs(store.running_diagnoses_heartbeats(), datetime.now(timezone.utc), timeout_s)
+    stale = stale_runs(store.diagnostics.running_diagnoses_heartbeats(), datetime.now(timezone.utc), timeout_s)
     for diag_id, reason in stale.items():
-        store.set_diagnostic_status(diag_id, "interrupted", error=f"{reason}; run the diagnosis again")
+        store.diagnostics.set_diagnostic_status(diag_id, "interrupted", error=f"{reason}; run the diagnosis again")
     return sorted(stale)
 
 
 def mark_stale_interrupted(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Mark ``running`` runs whose worker died as ``interrupted``; return their ids."""
     now = datetime.now(timezone.utc)
-    return store.mark_interrupted(stale_runs(store.active_runs_heartbeats(), now, timeout_s))
+    return store.runs.mark_interrupted(stale_runs(store.runs.active_runs_heartbeats(), now, timeout_s))
 
 
 def release_orphans(store, timeout_s: float = STALE_AFTER_S) -> list[int]:
     """Hand queued runs whose queuing process is gone (same rule as ``stale_runs``) to any
     worker, so nothing stays queued forever; their ids."""
     now = datetime.now(timezone.utc)
-    return store.release_queued(stale_runs(store.queued_owners(), now, timeout_s))
+    return store.queue.release_queued(stale_runs(store.queue.queued_owners(), now, timeout_s))
 
 
 def worker_states(frame, timeout_s: float = STALE_AFTER_S, now: Optional[datetime] = None):
-    """``RunStore.workers_frame()`` with ``state``: ``active``, ``stopped``, or ``gone``
+    """``FramesRepository.frames.workers_frame()`` with ``state``: ``active``, ``stopped``, or ``gone``
     (silent for longer than ``timeout_s``, or its process is dead on this host)."""
     now = now or datetime.now(timezone.utc)
     frame = frame.copy()
@@ -343,5 +343,5 @@ def worker_states(frame, timeout_s: float = STALE_AFTER_S, now: Optional[datetim
 def requeue_orphaned_runs(store) -> list[int]:
     """Queue again, for any worker, the interrupted runs whose worker died (not those a
     signal or a user stopped on purpose); they resume from their newest checkpoint."""
-    ids = [r.id for r in store.list_runs(statuses=["interrupted"]) if r.interruption_cause == "stale"]
-    return store.requeue(ids) if ids else []
+    ids = [r.id for r in store.runs.list_runs(statuses=["interrupted"]) if r.interruption_cause == "stale"]
+    return store.queue.requeue(ids) if ids else []

@@ -2,7 +2,7 @@
 identity (see ``engine.training.checkpoints`` for what a checkpoint holds).
 
 Under the checkpoint root, a database keeps its runs' checkpoints in folders named by its
-identity (``storage.RunStore.identity``), so that a copy of it (``engine backup``) and the
+identity (``storage.identities.identity.IdentityRepository.identities.identity``), so that a copy of it (``engine backup``) and the
 original never delete or prune each other's::
 
     <root>/run-<run uid>/                 the database first created (a backup's original)
@@ -75,7 +75,7 @@ def checked_root(store: RunStore, checkpoints: str | os.PathLike | None = None) 
     have the form folders may be named by (:func:`checked_uid`): the check a command makes
     before it writes or deletes anything."""
     root = Path(checkpoints) if checkpoints else checkpoint_root(store.url)
-    me = store.identity()
+    me = store.identities.identity()
     for uid in me.lineage:
         checked_uid(uid, f"the identity uid of the database {store.url}" if uid == me.uid
                     else f"a uid of the lineage of the database {store.url}")
@@ -134,7 +134,7 @@ def run_folders(store: RunStore, run_uid: str, root: str | os.PathLike | None = 
     ``CheckpointError`` before anything is written or deleted."""
     root = checked_root(store, root)
     checked_uid(run_uid, f"the uid of a run of the database {store.url}")
-    me = store.identity()
+    me = store.identities.identity()
     mine = database_dir(root, me.lineage, me.uid)
     folder = inside(root, run_dir(mine, run_uid))
     borrowed = tuple(inside(root, run_dir(database_dir(root, me.lineage, a), run_uid)) for a in me.ancestors)

@@ -55,7 +55,7 @@ def new_sweep_id() -> str:
 
 def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id: str | None = None,
             tags: Iterable[str] = ()) -> dict:
-    """The ``RunStore.create_run`` arguments of one run of ``config``."""
+    """The ``RunsRepository.create_run`` arguments of one run of ``config``."""
     return dict(
         name=config.label(),
         config=config.to_dict(),
@@ -75,7 +75,7 @@ def run_row(config: RunConfig, env: dict, *, owner: str | None = None, sweep_id:
 def create_run(store: RunStore, config: RunConfig, env: dict, *, owner: str | None = None,
                sweep_id: str | None = None, tags: Iterable[str] = ()) -> int:
     """Queue one run; ``owner`` None leaves it to any worker."""
-    return store.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
+    return store.runs.create_run(**run_row(config, env, owner=owner, sweep_id=sweep_id, tags=tags))
 
 
 def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str | None = None,
@@ -84,6 +84,6 @@ def queue_runs(store: RunStore, configs: Iterable[RunConfig], *, sweep_id: str |
     ``--queue-only``); their ids in order."""
     env, sweep_id = env or environment(), sweep_id or new_sweep_id()
     tags = list(tags)
-    return store.create_runs([run_row(c, env, owner=owner, sweep_id=sweep_id, tags=tags) for c in configs])
+    return store.runs.create_runs([run_row(c, env, owner=owner, sweep_id=sweep_id, tags=tags) for c in configs])
 
 

@@ -124,7 +124,7 @@ def _store_lines(store: Any, run_id: int, lines: list, *, epoch: int | None) -> 
     """Store a batch of a run's log lines; a busy database is waited for and a lost lease
     stops the run (as any write of it), anything else is dropped: a log never fails its run."""
     try:
-        store.add_run_logs(run_id, lines, epoch=epoch)
+        store.logs.add_run_logs(run_id, lines, epoch=epoch)
     except (DatabaseBusyError, LeaseLostError):
         raise
     except (StorageError, ValueError, TypeError) as e:

@@ -8,7 +8,7 @@ holds no comma; each is checked as at launch (``storage.records``: not empty, at
 naming it, with nothing stored.
 
 An edit is a change (tags to add, tags to remove), applied to the tags stored at that
-moment under the run's row lock (``RunStore.edit_tags``: one transaction), never a whole
+moment under the run's row lock (``RunsRepository.edit_tags``: one transaction), never a whole
 list written back from an earlier read: two edits at once (ten ``engine tag 1 --add tK``,
 the CLI and a page) each keep what the other did.
 """
@@ -43,7 +43,7 @@ def edit_tags(store: RunStore, run_id: int, *, add: Iterable[str] = (), remove: 
             _check_has(run_id, current, add, remove)
         return [t for t in current + [t for t in add if t not in current] if t not in dropped]
 
-    return store.edit_tags(run_id, change)
+    return store.runs.edit_tags(run_id, change)
 
 
 def _check_has(run_id: int, current: list[str], add: list[str], remove: list[str]) -> None:
@@ -61,10 +61,10 @@ def tag_runs(store: RunStore, refs: Iterable[str | int], *, add: str | Iterable[
     and ``engine.api.Lab.tag``; ``add`` and ``remove`` are comma lists or lists of them; per run
     id, its tags after. Checked on every run before any is changed: an unknown run, or a tag to
     remove that one of them lacks, changes none."""
-    ids = store.resolve_runs(list(refs))
+    ids = store.runs.resolve_runs(list(refs))
     add, remove = parse_tags(add), parse_tags(remove)
     for run_id in ids:
-        _check_has(run_id, store.get_run(run_id).tags, add, remove)
+        _check_has(run_id, store.runs.get_run(run_id).tags, add, remove)
     return {run_id: edit_tags(store, run_id, add=add, remove=remove) for run_id in ids}
 
 

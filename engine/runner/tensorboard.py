@@ -134,7 +134,7 @@ def export_tensorboard(store: RunStore, ids: Optional[Iterable[int]], out_dir: "
     ``force``, which replaces the folders of these runs and leaves everything else there
     (:func:`check_out_dir`; bad paths and unknown runs raise before anything is written).
     The metric rows are read about ``size`` at a time (default ``storage.stream.CHUNK_ROWS``)."""
-    runs = store.list_runs() if ids is None else [store.get_run(int(i)) for i in dict.fromkeys(ids)]
+    runs = store.runs.list_runs() if ids is None else [store.runs.get_run(int(i)) for i in dict.fromkeys(ids)]
     target = check_out_dir(out_dir, runs, force)
     shown = os.fspath(out_dir)
     staging = _make_staging(target, shown)

@@ -12,7 +12,7 @@ restarts or is down, a lost connection: ``storage.DatabaseUnreachableError``, a 
 busy) is waited for the same way, the writes buffered meanwhile. Heartbeats are coalesced:
 only the newest pending one of a run is written.
 
-A write is a callable and its arguments (``writer.call(run_id, store.set_status, run_id,
+A write is a callable and its arguments (``writer.call(run_id, store.runs.set_status, run_id,
 "finished")``), run as given on the writer's thread.
 
 A write that fails for good (the run was deleted meanwhile, the disk is full or read-only) is
@@ -91,22 +91,22 @@ class StoreWriter:
         self._put(_Write(run_id, fn, args, kwargs, final=True))
 
     def metrics(self, run_id: int, rows: list, *, eval_losses: list | None = None, **kwargs: Any) -> None:
-        """Queue ``store.add_metrics(run_id, rows, **kwargs)``, with the records' per-batch
+        """Queue ``store.metrics.add_metrics(run_id, rows, **kwargs)``, with the records' per-batch
         evaluation losses ``(step, split, losses)`` in the same write when there are any."""
         if eval_losses:
             kwargs["eval_losses"] = eval_losses
         if rows or eval_losses:
-            self.call(run_id, self.store.add_metrics, run_id, rows, **kwargs)
+            self.call(run_id, self.store.metrics.add_metrics, run_id, rows, **kwargs)
 
     def heartbeat(self, run_id: int, *args: Any, **kwargs: Any) -> None:
-        """Queue ``store.heartbeat(run_id, *args, **kwargs)``; an older heartbeat of the
+        """Queue ``store.runs.heartbeat(run_id, *args, **kwargs)``; an older heartbeat of the
         same run still waiting in the queue takes these arguments instead."""
         with self._lock:
             waiting = self._beats.get(run_id)
             if waiting is not None:
                 waiting.args, waiting.kwargs = (run_id, *args), kwargs
                 return
-            write = self._beats[run_id] = _Write(run_id, self.store.heartbeat, (run_id, *args), kwargs)
+            write = self._beats[run_id] = _Write(run_id, self.store.runs.heartbeat, (run_id, *args), kwargs)
         self._put(write)
 
     def _put(self, write: _Write) -> None:

@@ -58,17 +58,17 @@ def test_launch_a_tiny_sweep_and_watch_it_on_compare(tmp_path, token_cache):
                 page.get_by_text("Validation loss", exact=True).first.wait_for()
 
                 store = RunStore(url)
-                ids = [r.id for r in store.list_runs()]
+                ids = [r.id for r in store.runs.list_runs()]
                 assert len(ids) == 2
                 deadline = time.monotonic() + 900
                 points = None
                 while time.monotonic() < deadline:
-                    done = all(store.get_run(i).status == "finished" for i in ids)
+                    done = all(store.runs.get_run(i).status == "finished" for i in ids)
                     points = page.evaluate(VALIDATION_POINTS)
                     if done and points and sorted(points["traces"]) == EXPECTED and points["drawn"] == 6:
                         break
                     time.sleep(1)
-                assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+                assert [store.runs.get_run(i).status for i in ids] == ["finished", "finished"]
                 assert points and sorted(points["traces"]) == EXPECTED, points
                 assert points["drawn"] == 6, points  # every validation point is on the chart
                 store.close()

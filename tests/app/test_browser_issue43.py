@@ -93,16 +93,16 @@ def _lab(url: str) -> dict:
             "s16": fake_run(ablation, dataclasses.replace(TINY, rank=16), system=True),
             "fresh": fake_run(ablation, dataclasses.replace(TINY, rank=2), status="running", steps_done=0),
             "resumed": fake_run(ablation, dataclasses.replace(TINY, rank=64), status="running", steps_done=10)}
-    store.set_status(runs["fresh"], "interrupted", error="interrupted before it started; resume it to train it",
+    store.runs.set_status(runs["fresh"], "interrupted", error="interrupted before it started; resume it to train it",
                      cause="signal")
     run_id = runs["resumed"]
-    store.set_status(run_id, "interrupted", error="interrupted by a signal", cause="signal")
+    store.runs.set_status(run_id, "interrupted", error="interrupted by a signal", cause="signal")
     first = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    store.add_run_logs(run_id, [(first, INFO, "claimed by host:1 (lease 1)", "lab"),
+    store.logs.add_run_logs(run_id, [(first, INFO, "claimed by host:1 (lease 1)", "lab"),
                                 (first + timedelta(seconds=5), INFO, "step 10", "lab")])
-    store.requeue([run_id])
-    assert store.claim(run_id, "host:2")  # the resume: running again now
-    store.add_run_logs(run_id, [(INFO, "claimed by host:2 (lease 3)")])
+    store.queue.requeue([run_id])
+    assert store.queue.claim(run_id, "host:2")  # the resume: running again now
+    store.logs.add_run_logs(run_id, [(INFO, "claimed by host:2 (lease 3)")])
     store.close()
     return runs
 

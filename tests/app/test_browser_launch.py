@@ -66,7 +66,7 @@ def test_the_launch_form_launches_what_it_shows_once_and_says_so_in_view(tmp_pat
             seen[f"confirmation in view, {width}"] = page.evaluate(IN_VIEW, said)
             seen[f"disarmed, {width}"] = page.get_by_role("button", name=re.compile("^Launched")).is_disabled()
             store = RunStore(url)
-            seen[f"runs queued, {width}"] = len(store.list_runs()) - i * RUNS  # each width's session queues once
+            seen[f"runs queued, {width}"] = len(store.runs.list_runs()) - i * RUNS  # each width's session queues once
             store.close()
             page.screenshot(path=str(tmp_path / f"launched-{width}.png"))
     print(f"screenshots: {tmp_path}")

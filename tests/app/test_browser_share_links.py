@@ -33,12 +33,12 @@ def _lab(url: str) -> dict:
             "r32": fake_run(pilot, TINY),
             "b8": fake_run(ablation, dataclasses.replace(TINY, rank=8)),
             "fresh": fake_run(ablation, dataclasses.replace(TINY, rank=2), status="running", steps_done=0)}
-    store.set_status(runs["fresh"], "interrupted", error="interrupted before it started", cause="signal")
-    diag = store.create_diagnostic(runs["r32"], 0, {"estimators": ["basis"], "ranks": [4, 8], "lams": [0.0], "keys": 8,
+    store.runs.set_status(runs["fresh"], "interrupted", error="interrupted before it started", cause="signal")
+    diag = store.diagnostics.create_diagnostic(runs["r32"], 0, {"estimators": ["basis"], "ranks": [4, 8], "lams": [0.0], "keys": 8,
                                                     "batches": 1})
-    store.add_diagnostic_results(diag, [RESULT, {**RESULT, "rank": 8}, {**RESULT, "layer": "head"},
+    store.diagnostics.add_diagnostic_results(diag, [RESULT, {**RESULT, "rank": 8}, {**RESULT, "layer": "head"},
                                         {**RESULT, "layer": "head", "rank": 8}])
-    store.set_diagnostic_status(diag, "finished")
+    store.diagnostics.set_diagnostic_status(diag, "finished")
     store.close()
     return {**runs, "diag": diag}
 

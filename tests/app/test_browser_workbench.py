@@ -89,8 +89,8 @@ def test_a_zoom_survives_one_run_finishing_and_the_next_starting(tmp_path, token
                                       timeout=30, what="the zoom")
                     feeder.halt.set()
                     feeder.join(timeout=10)
-                    store.set_status(first, "finished")  # the first ends; the second starts and trains
-                    store.set_status(second, "running")
+                    store.runs.set_status(first, "finished")  # the first ends; the second starts and trains
+                    store.runs.set_status(second, "running")
                     feeder = Feeder(url, [second], step=0)
                     feeder.start()
                     wait_for(lambda: (c := page.evaluate(CHART, TITLE)) and any(t["points"] > 1 and t["name"].startswith(

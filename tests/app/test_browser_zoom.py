@@ -67,8 +67,8 @@ class Feeder(threading.Thread):
                 self.step += LIVE.eval_interval
                 for i, run_id in enumerate(self.run_ids):
                     v = 6.0 + 4.8 * math.exp(-self.step / 10) - 1e-3 * (self.step - 200) + 0.01 * i
-                    store.add_metrics(run_id, [(self.step, 1.0, "val_loss", v), (self.step, 1.0, "train_loss", v - 0.1)])
-                    store.heartbeat(run_id, self.step)
+                    store.metrics.add_metrics(run_id, [(self.step, 1.0, "val_loss", v), (self.step, 1.0, "train_loss", v - 0.1)])
+                    store.runs.heartbeat(run_id, self.step)
         finally:
             store.close()
 

@@ -32,7 +32,7 @@ def _run(store, config, *, final, saved, cos=None, steps_done=None):
                       status=status, steps_done=steps_done)
     if cos is not None:
         done = config.steps if steps_done is None else steps_done
-        store.add_metrics(run_id, [(step, 0.5 + 0.01 * step, "cos_mean", cos + 0.02 * config.seed * step / 40)
+        store.metrics.add_metrics(run_id, [(step, 0.5 + 0.01 * step, "cos_mean", cos + 0.02 * config.seed * step / 40)
                                    for step in range(10, done + 1, 10)])
     return run_id
 
@@ -63,7 +63,7 @@ def test_a_method_has_one_colour_on_every_chart_of_a_selection(tmp_path):
     first = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=8, seed=0)) for e in ("exact", "basis", "countsketch")]
     second = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=r, seed=s, steps=20))
               for e, r, s in (("countsketch", 8, 1), ("basis", 1, 1), ("basis", 8, 1), ("exact", 8, 1))]
-    records = {r.id: r for r in store.list_runs()}
+    records = {r.id: r for r in store.runs.list_runs()}
     metrics = store.metrics(sorted(records))
 
     def colours(ids, pool):
@@ -94,7 +94,7 @@ def test_two_sweeps_compared_are_told_apart_by_marker_dash_and_label(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'sweeps.db'}")
     ids = [fake_run(store, dataclasses.replace(TINY, estimator=e, rank=8, seed=s, lr=lr))
            for lr in (0.01, 0.02) for e in ("exact", "basis") for s in (0, 1)]
-    records = [store.get_run(i) for i in ids]
+    records = [store.runs.get_run(i) for i in ids]
     metrics = store.metrics(ids)
     info = frames.describe_runs(records)
     assert sorted(set(info["setup"])) == ["lr=0.01", "lr=0.02"]
@@ -135,7 +135,7 @@ def test_two_sweeps_compared_are_told_apart_by_marker_dash_and_label(tmp_path):
 def _direct(store, ids, column, step):
     """mean and std over seeds of ``column`` at ``step`` by method, straight from the metric rows."""
     rows = store.metrics(ids)
-    records = {r.id: r for r in store.list_runs()}
+    records = {r.id: r for r in store.runs.list_runs()}
     reached = set(rows.loc[(rows["name"] == "val_loss") & (rows["step"] == step), "run_id"])
     named = rows[rows["name"] == column].sort_values("id")
     if column == "val_loss":
@@ -155,7 +155,7 @@ def _direct(store, ids, column, step):
 def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
     store = RunStore(f"sqlite:///{tmp_path / 'rank.db'}")
     ids = _lab(store)
-    records = store.list_runs()
+    records = store.runs.list_runs()
     got = method_frames.rank_frame(records, store.metrics(ids), quantity, at_step)
     step = 20 if at_step is None else at_step  # the latest step every run validated at: basis R=8 seed 2 stopped at 20
     assert list(got.columns) == method_frames.RANK_COLUMNS and (got["step"] == step).all()
@@ -181,10 +181,10 @@ def test_rank_frame_equals_a_direct_computation(tmp_path, quantity, at_step):
 def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'odd.db'}")
     exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"))
-    odd = store.create_run(name="odd", config={"preset": "tiny", "steps": 40}, estimator="basis", rank=None, lam=0.0,
+    odd = store.runs.create_run(name="odd", config={"preset": "tiny", "steps": 40}, estimator="basis", rank=None, lam=0.0,
                            seed=0, preset="tiny", steps=40, status="finished")
-    store.add_metrics(odd, [(step, 0.5, "val_loss", 7.0) for step in (0, 10, 20, 30, 40)])
-    frame = method_frames.rank_frame(store.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
+    store.metrics.add_metrics(odd, [(step, 0.5, "val_loss", 7.0) for step in (0, 10, 20, 30, 40)])
+    frame = method_frames.rank_frame(store.runs.list_runs(), store.metrics([exact, odd]), "val_loss", 40)
     assert frame["estimator"].tolist() == ["exact"]
     assert len(charts.rank_figure(frame, y_title="v").layout.annotations) == 1  # says there is nothing to place on R
     store.close()
@@ -193,7 +193,7 @@ def test_rank_frame_leaves_out_a_sketched_run_stored_without_a_rank(tmp_path):
 def test_rank_figure_log_axis_error_bars_and_exact_band(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'fig.db'}")
     ids = _lab(store)
-    frame = method_frames.rank_frame(store.list_runs(), store.metrics(ids), "val_loss", 40)
+    frame = method_frames.rank_frame(store.runs.list_runs(), store.metrics(ids), "val_loss", 40)
     fig = charts.rank_figure(frame, y_title="validation loss (nats/token)", title="Validation loss against rank R")
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == [1, 8]
     lines = {t.name: t for t in fig.data if t.error_y.array is not None}
@@ -312,7 +312,7 @@ def test_table3_downloads_and_a_neutralised_csv(url, store, downloads):
     formula = '=HYPERLINK("x")'
     ids = [fake_run(store, dataclasses.replace(TINY, estimator="exact")), fake_run(store, dataclasses.replace(TINY, rank=8))]
     ids.append(fake_run(store, _Foreign(dataclasses.replace(TINY, rank=8, seed=1), formula, formula)))
-    assert store.get_run(ids[-1]).name == formula
+    assert store.runs.get_run(ids[-1]).name == formula
     at = page(app(selected=ids).run(), "compare")
     labels = [d.label for d in at.get("download_button")]
     assert labels == ["Table 3 as markdown", "Table 3 as latex", "Table 3 as csv"]
@@ -409,7 +409,7 @@ def test_a_view_is_saved_by_name_in_the_database_and_reopened(url, store):
     at = _compare_at({"runs": f"{ids[0]},{ids[2]}", "log": "1"})
     at.text_input(key="compare.save_name").input("two ranks, log").run()
     at.button(key="share.save").click().run()
-    assert store.saved_views() == {"two ranks, log": {"runs": f"{ids[0]},{ids[2]}", "log": "1"}}
+    assert store.views.saved_views() == {"two ranks, log": {"runs": f"{ids[0]},{ids[2]}", "log": "1"}}
     other = _compare_at({"runs": str(ids[1])})
     assert other.session_state["compare.pick"] == [ids[1]] and not other.session_state["compare.log_y"]
     other.selectbox(key="compare.saved").set_value("two ranks, log")
@@ -424,7 +424,7 @@ def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
 
     ids = [fake_run(InSweep(store, SWEEP_A, [tag]), dataclasses.replace(TINY, rank=8, lr=lr, seed=s))
            for lr, tag in ((0.01, "low"), (0.02, "high")) for s in (0, 1)]
-    info = frames.describe_runs([store.get_run(i) for i in ids])
+    info = frames.describe_runs([store.runs.get_run(i) for i in ids])
     assert frames.group_choices(info)[:3] == ["tag", "sweep", "lr"]  # the field that varies comes first
     by_lr = frames.grouped(info, "lr")
     assert by_lr["color"].tolist() == [charts.group_color(0)] * 2 + [charts.group_color(1)] * 2
@@ -447,7 +447,7 @@ def test_colour_or_facet_by_a_config_field_or_a_tag(url, store):
 def test_colour_by_rank_leaves_exact_runs_out_and_orders_ranks_as_numbers(url, store):
     ids = [fake_run(store, dataclasses.replace(TINY, rank=r)) for r in (16, 8, 1)]
     exact = fake_run(store, dataclasses.replace(TINY, estimator="exact", rank=16))  # the form's rank, unused
-    info = frames.describe_runs([store.get_run(i) for i in [*ids, exact]])
+    info = frames.describe_runs([store.runs.get_run(i) for i in [*ids, exact]])
     assert frames.group_values(info, "rank").tolist() == ["16", "8", "1", "—"]
     assert list(frames.facets(info, "rank")) == ["rank=1", "rank=8", "rank=16", "rank=—"]
     colours = frames.grouped(info, "rank").set_index("run_id")["color"]
@@ -470,7 +470,7 @@ def test_compare_shows_a_parallel_coordinates_figure_and_the_config_diff(store):
     assert labels[:4] == ["estimator", "rank", "lam", "lr"] and "final val loss" in labels  # exact has no rank, λ
     diff = next(df.value for df in at.dataframe if "field" in df.value.columns)
     assert list(diff["field"]) == ["estimator", "rank", "lam", "lr"]
-    names = {r.id: r.name for r in store.list_runs()}
+    names = {r.id: r.name for r in store.runs.list_runs()}
     assert list(diff.columns[1:]) == [f"#{i} {names[i]}" for i in (a, b, c)]
     assert diff.set_index("field").loc["rank", f"#{b} {names[b]}"] == "32"
     assert diff.set_index("field").loc["rank", f"#{c} {names[c]}"] == "—"

@@ -67,7 +67,7 @@ def test_a_where_filter_link_opens_exactly_the_senders_runs(url, store):
     assert recipient.session_state["compare.sweep"] is None
     assert _curves(recipient) == _curves(sender)
 
-    store.delete_run(runs["latest"][-1], force=True)
+    store.runs.delete_run(runs["latest"][-1], force=True)
     late = _compare(link)  # a run the link names is gone: said in one line
     assert sorted(late.session_state["compare.pick"]) == [i for i in shown if i != runs["latest"][-1]]
     assert [w for w in _warnings(late) if str(runs["latest"][-1]) in w] and len(late.warning) == 1

@@ -61,7 +61,7 @@ def test_the_rank_figure_draws_the_rows_of_the_table3_it_is_given(tmp_path):
 
     store = RunStore(f"sqlite:///{tmp_path / 'given.db'}")
     ids = _lab(store)
-    records, metrics = store.list_runs(), store.metrics(ids)
+    records, metrics = store.runs.list_runs(), store.metrics(ids)
     for quantity in method_frames.RANK_QUANTITIES:
         own = method_frames.rank_frame(records, metrics, quantity, 20)
         given = table3(records, metrics, 20, margin=0.5, adjust=False)  # another margin: the same rows
@@ -77,7 +77,7 @@ def test_table3_summarizes_all_groups_read_at_one_step_at_once(tmp_path, counted
 
     store = RunStore(f"sqlite:///{tmp_path / 'setups.db'}")
     write_setups(store, 30)  # 30 setups, one run each, all read at their last step
-    records = store.list_runs()
+    records = store.runs.list_runs()
     table = summary.table3(records, store.metrics([r.id for r in records]))
     assert len(table) == 30 and set(table["step"]) == {100}
     assert counted["summarize"] == 1

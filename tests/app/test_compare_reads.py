@@ -28,7 +28,7 @@ def test_compare_reads_the_drawn_metrics_only_and_offers_every_recorded_one(url,
     ids = _lab(store)
     at = page(app(selected=ids).run(), "compare")
     read = set(_feed(at).frame["name"])
-    recorded = set(store.metric_names(ids))
+    recorded = set(store.metrics.metric_names(ids))
     assert {"val_loss", "train_loss", "cos_mean", "mem_saved_bytes", "mem_bytes/nonlinearity", "sys/load1"} <= read
     assert not read & SYSTEM and not any(n.startswith(("cos/", "rel_err")) for n in read)
     assert set(at.multiselect(key="compare.metrics").options) == recorded  # offered: every name recorded

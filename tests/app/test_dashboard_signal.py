@@ -25,7 +25,7 @@ def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_pa
     store = RunStore(db)
     config = dataclasses.replace(LONG)
     # queued with no owner: an orphan the dashboard adopts on its first Runs page draw ("Resume all")
-    run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+    run_id = store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                               rank=config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
                               steps=config.steps)
     env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1",
@@ -55,11 +55,11 @@ def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_pa
             page.get_by_text("orphaned queued run").first.wait_for()
             browser.close()
         deadline = time.monotonic() + 600
-        while store.get_run(run_id).steps_done < 5:
+        while store.runs.get_run(run_id).steps_done < 5:
             assert time.monotonic() < deadline, "the dashboard did not start training"
             assert server.poll() is None
             time.sleep(0.5)
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         assert run.status == "running" and run.owner.endswith(f":{server.pid}")
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=120) is not None
@@ -68,7 +68,7 @@ def test_sigterm_to_the_dashboard_leaves_a_checkpoint_at_the_current_step(tmp_pa
             server.kill()
             server.wait()
         log.close()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "interrupted", (run.status, run.error)
     assert 5 <= run.steps_done < config.steps
     with RunCheckpoints(run_dir(checkpoint_root(db), run.uid), keep=3) as ckpt:

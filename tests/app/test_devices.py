@@ -40,7 +40,7 @@ def test_launch_form_has_the_devices_group():
 
 def _on_four_devices(store: RunStore) -> int:
     run_id = fake_run(store, TINY.replace(batch_size=4, devices=4))
-    store.set_device(run_id, "cpu: cpu × 4")
+    store.runs.set_device(run_id, "cpu: cpu × 4")
     return run_id
 
 

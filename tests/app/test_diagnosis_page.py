@@ -22,11 +22,11 @@ RESULT = {"layer": "all", "estimator": "basis", "rank": 4, "lam": 0.0, "bias2": 
 
 def _partial(store, run_id) -> int:
     """A diagnosis cancelled after one of its two batches, with that batch's rows."""
-    diag = store.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
+    diag = store.diagnostics.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
                                                "lams": [0.0], "keys": 8, "batches": 2, "chunk": 4, "seed": 0})
-    store.claim_diagnostic(diag, "elsewhere:1")
-    store.add_diagnostic_results(diag, [RESULT, {**RESULT, "layer": "block_0/mlp/fc"}])
-    store.set_diagnostic_status(diag, "cancelled", error="cancelled after 1 of 2 (batch, estimator, rank, λ) steps")
+    store.diagnostics.claim_diagnostic(diag, "elsewhere:1")
+    store.diagnostics.add_diagnostic_results(diag, [RESULT, {**RESULT, "layer": "block_0/mlp/fc"}])
+    store.diagnostics.set_diagnostic_status(diag, "cancelled", error="cancelled after 1 of 2 (batch, estimator, rank, λ) steps")
     return diag
 
 
@@ -44,24 +44,24 @@ def test_the_cost_shows_before_a_start_and_a_cancelled_diagnosis_keeps_its_resul
     assert button(at, "Cancel diagnosis").disabled  # it has ended
 
     button(at, "Delete diagnosis").click().run()
-    assert store.diagnostic_results(diag).shape[0] == 2  # nothing before the confirmation
+    assert store.diagnostics.diagnostic_results(diag).shape[0] == 2  # nothing before the confirmation
     at.button(key="diagnosis.delete.cancel").click().run()
-    assert diag in set(store.diagnostics_frame()["id"])
+    assert diag in set(store.frames.diagnostics_frame()["id"])
     button(at, "Delete diagnosis").click().run()
     at.button(key="diagnosis.delete.ok").click().run()
-    assert store.diagnostics_frame().empty and store.diagnostic_results(diag).empty
+    assert store.frames.diagnostics_frame().empty and store.diagnostics.diagnostic_results(diag).empty
 
 
 def test_cancel_on_the_page_asks_the_running_diagnosis_to_stop(url, store):
     run_id = fake_run(store, TINY)
-    diag = store.create_diagnostic(run_id, 0, {"estimators": ["basis"], "ranks": [4], "lams": [0.0], "keys": 8,
+    diag = store.diagnostics.create_diagnostic(run_id, 0, {"estimators": ["basis"], "ranks": [4], "lams": [0.0], "keys": 8,
                                                "batches": 2})
-    store.claim_diagnostic(diag, "elsewhere:1")
-    store.set_diagnostic_status(diag, "running")
+    store.diagnostics.claim_diagnostic(diag, "elsewhere:1")
+    store.diagnostics.set_diagnostic_status(diag, "running")
     at = page(app(selected=[run_id]).run(), "diagnosis")
     assert not button(at, "Cancel diagnosis").disabled and button(at, "Delete diagnosis").disabled
     button(at, "Cancel diagnosis").click().run()
-    assert store.diagnostic_cancel_requested(diag)
+    assert store.diagnostics.diagnostic_cancel_requested(diag)
 
 
 @pytest.mark.browser
@@ -87,7 +87,7 @@ def test_enter_in_a_diagnosis_field_starts_nothing_in_a_real_browser(tmp_path, t
                     box.press("Enter")
                 page_.get_by_text(f"Cost: {len(SKETCHED)} estimators × 1 rank").wait_for()  # Enter applied the value…
                 time.sleep(3)
-                assert store.diagnostics_frame().empty  # …and started nothing
+                assert store.frames.diagnostics_frame().empty  # …and started nothing
                 assert page_.get_by_role("button", name="Run diagnosis").is_enabled()
             finally:
                 browser.close()

@@ -25,7 +25,7 @@ def lab(tmp_path):
 
 
 def _runs(store, configs, **kw):
-    return [store.get_run(fake_run(store, c, **kw)) for c in configs]
+    return [store.runs.get_run(fake_run(store, c, **kw)) for c in configs]
 
 
 def test_every_chart_tells_the_ranks_of_one_estimator_apart_by_default(lab):
@@ -138,5 +138,5 @@ def test_the_launch_form_warns_naming_the_runs_a_launch_would_repeat(url, store)
     at.switch_page("views/launch.py").run()  # (page() would refuse its warning)
     again = [read(w.value) for w in at.warning if "already in the database" in w.value]
     assert len(again) == 1 and again[0].startswith(f"2 of the {len(form.DEFAULT_SWEEP.expand())} runs to launch")
-    assert all(f"#{i} {store.get_run(i).name} (queued)" in again[0] for i in repeated)
+    assert all(f"#{i} {store.runs.get_run(i).name} (queued)" in again[0] for i in repeated)
     assert not button(at, "Launch").disabled  # a warning, not a refusal

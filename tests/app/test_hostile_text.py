@@ -42,11 +42,15 @@ class _Tagged:
     def __init__(self, store):
         self.store = store
 
-    def __getattr__(self, name):
-        return getattr(self.store, name)
+    @property
+    def runs(self):
+        return self  # store.runs.create_run lands on create_run below
+
+    def __getattr__(self, name):  # the rest of the runs repository, and the other repositories
+        return getattr(self.store.runs if hasattr(self.store.runs, name) else self.store, name)
 
     def create_run(self, **kwargs):
-        return self.store.create_run(**kwargs, sweep_id=f"![s]({HOST}/sweep.png)", tags=[TAG])
+        return self.store.runs.create_run(**kwargs, sweep_id=f"![s]({HOST}/sweep.png)", tags=[TAG])
 
 
 def _as_shown(text: str) -> re.Pattern:
@@ -70,11 +74,11 @@ def test_no_page_fetches_anything_a_hostile_name_points_at(tmp_path, token_cache
     tagged = _Tagged(store)
     live = fake_run(tagged, dataclasses.replace(TINY, steps=400), status="running", steps_done=20)
     failed = fake_run(tagged, dataclasses.replace(TINY, rank=8, steps=400), status="failed", steps_done=20, error=ERROR)
-    store.rename_run(live, MARKDOWN_NAME)
-    store.rename_run(failed, HTML_NAME)
-    store.set_notes(live, NOTES)
-    diag = store.create_diagnostic(failed, 0, {"estimators": ["basis"], "ranks": [1], "lams": [0.0]})
-    store.set_diagnostic_status(diag, "failed", error=ERROR)
+    store.runs.rename_run(live, MARKDOWN_NAME)
+    store.runs.rename_run(failed, HTML_NAME)
+    store.runs.set_notes(live, NOTES)
+    diag = store.diagnostics.create_diagnostic(failed, 0, {"estimators": ["basis"], "ranks": [1], "lams": [0.0]})
+    store.diagnostics.set_diagnostic_status(diag, "failed", error=ERROR)
     report = reports.build(store, reports.selection_of(tags=[TAG]))
     reports.save(store, report)
     assert TAG in report.title  # "Runs tagged ![t](…)": the title Run detail links by

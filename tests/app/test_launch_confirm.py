@@ -24,4 +24,4 @@ def test_reproducing_over_a_thousand_seeds_must_be_ticked_first(url, store):
     at.text_input(key="launch.reproduce.seeds").input(f"0-{small - 1}").run()
     assert not [c for c in at.checkbox if c.key == KEY]
     assert not next(b for b in at.button if b.key == "reproduce.go").disabled
-    assert store.list_runs() == []
+    assert store.runs.list_runs() == []

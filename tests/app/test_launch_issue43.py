@@ -23,14 +23,14 @@ GIB = 2**30
 
 def _timed_run(store, config: RunConfig, tokens_per_s: float) -> int:
     """A finished run of ``config`` that trained at ``tokens_per_s`` (start-up 0.5 s)."""
-    run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+    run_id = store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                               rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed,
                               preset=config.preset, steps=config.steps, status="queued")
-    store.set_status(run_id, "running")
-    store.add_metrics(run_id, [(0, 0.5, "val_loss", 10.0), (config.steps, 9.0, "val_loss", 6.0),
+    store.runs.set_status(run_id, "running")
+    store.metrics.add_metrics(run_id, [(0, 0.5, "val_loss", 10.0), (config.steps, 9.0, "val_loss", 6.0),
                                (config.steps, 9.0, "tokens_per_s", tokens_per_s)])
-    store.heartbeat(run_id, config.steps)
-    store.set_status(run_id, "finished")
+    store.runs.heartbeat(run_id, config.steps)
+    store.runs.set_status(run_id, "finished")
     return run_id
 
 
@@ -50,7 +50,7 @@ def test_a_launch_disarms_its_button_says_so_above_it_and_a_second_click_queues_
     first = button(at, f"Queue {n} runs")
     first.click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert len(store.list_runs()) == n
+    assert len(store.runs.list_runs()) == n
     [said] = [read(s.value) for s in at.success]
     assert said.startswith(f"Queued {n} runs for workers")
     done = button(at, "Launched")
@@ -60,14 +60,14 @@ def test_a_launch_disarms_its_button_says_so_above_it_and_a_second_click_queues_
     assert order.index(next(v for v in order if isinstance(v, str) and v.startswith("Queued"))) < order.index(done.label)
 
     first.click().run()  # the same button clicked again (a double click's second press): nothing more is queued
-    assert len(store.list_runs()) == n and button(at, "Launched").disabled
+    assert len(store.runs.list_runs()) == n and button(at, "Launched").disabled
 
     at.text_input(key="launch.tags").input("pilot").run()  # the form changes: the button is armed again
     assert not button(at, f"Queue {n} runs").disabled and not at.success
     at.text_input(key="launch.tags").input("").run()  # back to the launched form: disarmed again
     assert button(at, "Launched").disabled
     button(at, "Launch the same runs again").click().run()  # a deliberate repeat arms it once more
-    assert not button(at, f"Queue {n} runs").disabled and len(store.list_runs()) == n
+    assert not button(at, f"Queue {n} runs").disabled and len(store.runs.list_runs()) == n
 
 
 # ----------------------------------------------------------------------------- 6: a new rank of a timed model
@@ -163,7 +163,7 @@ def test_absurd_values_are_warned_and_impossible_ones_refused_by_field(url, stor
     at.number_input(key="launch.seq_len").set_value(32_001).run()  # fits: warned as far from the preset's 32
     assert _under(at, "Model", "warning") == [
         "Sequence length 32,001 is 1,000 times the value it takes by default (32): check it"]
-    assert store.list_runs() == []
+    assert store.runs.list_runs() == []
 
 
 def test_a_name_past_the_limit_is_named_with_the_limit(url, store):

@@ -103,7 +103,7 @@ def test_the_runs_count_is_of_the_rows_the_filter_shows(url, store):
     counts = [c.value for c in at.caption if "match the filters" in c.value]
     assert counts == ["1 finished · 1 cancelled · 2 of 5 runs match the filters"], [c.value for c in at.caption]
     assert len(_ids(at)) == 2
-    assert tables.count_text(tables.runs_view(store.runs_frame()), 5).endswith("· 5 in all")
+    assert tables.count_text(tables.runs_view(store.frames.runs_frame()), 5).endswith("· 5 in all")
 
 
 # ----------------------------------------------------------------------------- item 10: bad links said, and dropped
@@ -139,9 +139,9 @@ def test_an_address_that_names_no_page_says_so_and_lists_the_pages(url, store):
 
 def test_a_diagnosis_link_opens_its_run_state_and_diagnosis_and_a_bad_one_is_said(url, store):
     a, b = fake_run(store, TINY), fake_run(store, dataclasses.replace(TINY, rank=8))
-    diag = store.create_diagnostic(a, 0, {"estimators": ["basis"], "ranks": [4], "lams": [0.0], "keys": 8, "batches": 1})
-    store.add_diagnostic_results(diag, [RESULT, {**RESULT, "rank": 8}, {**RESULT, "layer": "head"}])
-    store.set_diagnostic_status(diag, "finished")
+    diag = store.diagnostics.create_diagnostic(a, 0, {"estimators": ["basis"], "ranks": [4], "lams": [0.0], "keys": 8, "batches": 1})
+    store.diagnostics.add_diagnostic_results(diag, [RESULT, {**RESULT, "rank": 8}, {**RESULT, "layer": "head"}])
+    store.diagnostics.set_diagnostic_status(diag, "finished")
     at = _opened("diagnosis", {"run": str(a), "state": "0", "diag": str(diag), "layer": "head", "rank": "8",
                                "split": "1"})
     assert not at.warning, _warnings(at)
@@ -194,9 +194,9 @@ def test_a_report_link_opens_the_build_form_as_left_and_a_bad_sweep_is_said_outs
 
 def test_interrupted_runs_are_announced_beside_resume_all_and_a_run_that_never_started_reads_so(url, store):
     fresh = fake_run(store, TINY, status="running", steps_done=0)
-    store.set_status(fresh, "interrupted", error="interrupted before it started; resume it to train it", cause="signal")
+    store.runs.set_status(fresh, "interrupted", error="interrupted before it started; resume it to train it", cause="signal")
     begun = fake_run(store, dataclasses.replace(TINY, rank=8), status="running", steps_done=12)
-    store.set_status(begun, "interrupted", error="interrupted by a signal; resume it to continue", cause="signal")
+    store.runs.set_status(begun, "interrupted", error="interrupted by a signal; resume it to continue", cause="signal")
     fake_run(store, dataclasses.replace(TINY, rank=2))
     at = app().run()
     assert not at.exception
@@ -221,14 +221,14 @@ def test_interrupted_runs_are_announced_beside_resume_all_and_a_run_that_never_s
 
 def test_run_detail_shows_the_first_start_and_the_last_resume(url, store):
     run_id = fake_run(store, TINY, status="running", steps_done=10)
-    store.set_status(run_id, "interrupted", error="interrupted by a signal", cause="signal")
+    store.runs.set_status(run_id, "interrupted", error="interrupted by a signal", cause="signal")
     first = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    store.add_run_logs(run_id, [(first, INFO, "claimed by host:1 (lease 1)", "lab"),
+    store.logs.add_run_logs(run_id, [(first, INFO, "claimed by host:1 (lease 1)", "lab"),
                                 (first + timedelta(seconds=5), INFO, "step 10", "lab")])
-    store.requeue([run_id])
-    assert store.claim(run_id, "host:2")  # the resume: started_at is now
-    store.add_run_logs(run_id, [(INFO, "claimed by host:2 (lease 3)")])
-    resumed = store.get_run(run_id).started_at
+    store.queue.requeue([run_id])
+    assert store.queue.claim(run_id, "host:2")  # the resume: started_at is now
+    store.logs.add_run_logs(run_id, [(INFO, "claimed by host:2 (lease 3)")])
+    resumed = store.runs.get_run(run_id).started_at
     at = app(selected=[run_id]).run()
     at.switch_page("views/detail.py").run()
     assert not at.exception
@@ -243,5 +243,5 @@ def test_run_detail_shows_the_first_start_and_the_last_resume(url, store):
     at.switch_page("views/detail.py").run()
     env = next(d.value for d in at.dataframe if list(d.value.columns) == ["item", "value"])
     items = dict(zip(env["item"], env["value"]))
-    assert items["first started (UTC)"] == pd.Timestamp(store.get_run(never).started_at).strftime("%Y-%m-%d %H:%M:%S")
+    assert items["first started (UTC)"] == pd.Timestamp(store.runs.get_run(never).started_at).strftime("%Y-%m-%d %H:%M:%S")
     assert items["last resumed (UTC)"] == "— (never resumed)"

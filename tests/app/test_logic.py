@@ -109,9 +109,9 @@ def test_paper_settings_are_the_papers_run():
 def test_runs_view_progress_duration_and_filters(store):
     a = fake_run(store, TINY)
     b = fake_run(store, dataclasses.replace(TINY, estimator="exact"), status="running", steps_done=10)
-    store.set_notes(b, "baseline for the memory check")
+    store.runs.set_notes(b, "baseline for the memory check")
     now = datetime.now(timezone.utc) + timedelta(seconds=30)
-    view = tables.runs_view(store.runs_frame(), now=now)
+    view = tables.runs_view(store.frames.runs_frame(), now=now)
     assert list(view.columns) == tables.RUNS_COLUMNS
     assert view["id"].tolist() == [b, a]  # newest first
     assert view["progress"].tolist() == [0.25, 1.0]
@@ -121,7 +121,7 @@ def test_runs_view_progress_duration_and_filters(store):
     assert tables.filter_runs(view, "BASELINE")["id"].tolist() == [b]
     assert tables.filter_runs(view, statuses=["finished"])["id"].tolist() == [a]
     assert tables.filter_runs(view, estimators=["exact"])["id"].tolist() == [b]
-    assert tables.runs_view(store.runs_frame().iloc[:0]).empty
+    assert tables.runs_view(store.frames.runs_frame().iloc[:0]).empty
 
 
 def test_merge_selection_keeps_runs_hidden_by_a_filter():
@@ -134,7 +134,7 @@ def test_merge_selection_keeps_runs_hidden_by_a_filter():
 
 def _records(store, configs):
     ids = [fake_run(store, c) for c in configs]
-    return [store.get_run(i) for i in ids]
+    return [store.runs.get_run(i) for i in ids]
 
 
 def test_describe_runs_groups_seeds_and_names_setups(store):
@@ -189,7 +189,7 @@ def test_pooling_with_a_queued_seed_and_one_cut_short_claims_only_seeds_with_dat
            fake_run(store, dataclasses.replace(r16, seed=2), status="queued", steps_done=0)]
     metrics = store.metrics(ids)
     metrics = metrics[metrics["run_id"] != ids[2]]  # the queued seed has written nothing
-    info = frames.describe_runs([store.get_run(i) for i in ids])
+    info = frames.describe_runs([store.runs.get_run(i) for i in ids])
     s = frames.series(metrics, info, "val_loss")
     assert set(s["trace"]) == {"basis R=16 · mean of 2/3 seeds (1 queued)"}
     assert s.loc[s["x"] <= 20, "n"].eq(2).all() and s.loc[s["x"] > 20, "n"].eq(1).all()
@@ -247,11 +247,15 @@ class CountingStore:
     def __init__(self, store):
         self.store, self.reads = store, []
 
+    @property
+    def metrics(self):
+        return self  # MetricsFeed reads store.metrics.history_versions and .metrics_after
+
     def history_versions(self, run_ids):
-        return self.store.history_versions(run_ids)
+        return self.store.metrics.history_versions(run_ids)
 
     def metrics_after(self, marks, *, names=None):
-        rows = self.store.metrics_after(marks, names=names)
+        rows = self.store.metrics.metrics_after(marks, names=names)
         self.reads.append((dict(marks), len(rows)))
         return rows
 
@@ -264,14 +268,14 @@ def test_the_session_feed_reads_only_new_rows_and_follows_the_selection(store):
     first = feed.frame
     pd.testing.assert_frame_equal(first.reset_index(drop=True), store.metrics([a]))
     last = int(first["id"].max())
-    store.add_metrics(a, [(41, 9.0, "val_loss", 5.0)])
+    store.metrics.add_metrics(a, [(41, 9.0, "val_loss", 5.0)])
     feed.poll(spy, [a])
     again = feed.frame
     assert spy.reads[-1] == ({a: last}, 1)
     assert again["id"].is_unique and len(again) == len(first) + 1
     feed.poll(spy, [a, b])  # b is read from its start, a from the last id
     pd.testing.assert_frame_equal(feed.frame.reset_index(drop=True), store.metrics([a, b]))
-    store.add_metrics(b, [(41, 9.0, "val_loss", 4.0)])
+    store.metrics.add_metrics(b, [(41, 9.0, "val_loss", 4.0)])
     feed.poll(spy, [a, b])
     assert len(feed.frame) == len(store.metrics([a, b]))
     feed.poll(spy, [b])
@@ -286,9 +290,9 @@ def test_the_session_feed_reads_only_new_rows_and_follows_the_selection(store):
 def test_memory_frame_ratios_against_the_exact_baseline(store):
     exact = fake_run(store, dataclasses.replace(TINY, estimator="exact"))
     sk = fake_run(store, dataclasses.replace(TINY, rank=8), saved=6.5e6)
-    store.add_metrics(exact, [(40, 1.0, "mem_peak_bytes", 40e6)])
-    store.add_metrics(sk, [(40, 1.0, "mem_peak_bytes", 30e6)])
-    info = frames.describe_runs([store.get_run(exact), store.get_run(sk)])
+    store.metrics.add_metrics(exact, [(40, 1.0, "mem_peak_bytes", 40e6)])
+    store.metrics.add_metrics(sk, [(40, 1.0, "mem_peak_bytes", 30e6)])
+    info = frames.describe_runs([store.runs.get_run(exact), store.runs.get_run(sk)])
     mem = frames.memory_frame(run_summary(store, [exact, sk]), info)
     saved = mem[mem["quantity"] == "Saved for backward"].set_index("trace")
     assert saved.loc["basis R=8 s0", "mib"] == pytest.approx(6.5e6 / MIB)
@@ -302,10 +306,10 @@ def test_memory_frame_ratios_against_the_exact_baseline(store):
 
 def test_breakdown_frame_is_empty_without_categories_and_stacks_with_them(store):
     plain = fake_run(store, TINY)
-    info = frames.describe_runs([store.get_run(plain)])
+    info = frames.describe_runs([store.runs.get_run(plain)])
     assert frames.breakdown_frame(store.metrics([plain]), info).empty
     run = fake_run(store, dataclasses.replace(TINY, rank=8), breakdown=True, saved=10e6)
-    info = frames.describe_runs([store.get_run(run)])
+    info = frames.describe_runs([store.runs.get_run(run)])
     frame = frames.breakdown_frame(store.metrics([run]), info)
     assert frame["bar"].unique().tolist() == ["basis R=8 s0", "basis R=8 s0 · exact"]
     assert frame.groupby("bar")["mib"].sum().tolist() == pytest.approx([10e6 / MIB, 13e6 / MIB])

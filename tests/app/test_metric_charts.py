@@ -95,7 +95,7 @@ def test_metric_figure_is_the_loss_charts_series(tmp_path):
 
     store = RunStore(f"sqlite:///{tmp_path / 'figure.db'}")
     ids = [fake_run(store, dataclasses.replace(TINY, rank=8, seed=s), system=True) for s in range(2)]
-    info = frames.describe_runs(store.list_runs())
+    info = frames.describe_runs(store.runs.list_runs())
     metrics = store.metrics(ids)
     fig = metric_charts.metric_figure(metrics, info, "sys/cpu_percent", smoothing=0.6, pool=True)
     s = frames.series(metrics, info, "sys/cpu_percent", smoothing=0.6, pool_seeds=True)

@@ -16,7 +16,8 @@ from app import state
 from app.text import plain
 from engine.config import RunConfig
 from engine.reads.queries import run_summary
-from storage import RunStore, long_frame, wide_frame
+from storage import long_frame, wide_frame
+from storage.metrics import MetricsRepository
 from tests.support.pages import app, button, downloads, figures, page, plots, store, url  # noqa: F401  (fixtures)
 from tests.support.runs import TINY, fake_run, wait_for
 
@@ -42,11 +43,11 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
     button(at, "Launch").click().run(timeout=600)
     assert not at.exception and not at.error
     assert at.success[0].value.startswith("Queued 3 runs")
-    ids = [r.id for r in store.list_runs()]
+    ids = [r.id for r in store.runs.list_runs()]
     assert len(ids) == 3 and at.session_state[state.SELECTED] == ids
 
     assert state._lab(url).manager.wait(ids, timeout=900)
-    assert [store.get_run(i).status for i in ids] == ["finished"] * 3
+    assert [store.runs.get_run(i).status for i in ids] == ["finished"] * 3
 
     page(at, "runs")
     table = at.dataframe[0].value
@@ -103,26 +104,26 @@ def test_launch_from_the_form_watch_compare_and_export(url, store, downloads):
 def test_stop_then_delete_a_running_run(url, store):
     manager = state._lab(url).manager
     [run_id] = manager.submit([dataclasses.replace(TINY, steps=100_000, eval_interval=1000, val_batches=1)])
-    wait_for(lambda: store.get_run(run_id).status == "running" and store.get_run(run_id).steps_done > 0)
+    wait_for(lambda: store.runs.get_run(run_id).status == "running" and store.runs.get_run(run_id).steps_done > 0)
     at = app(selected=[run_id]).run()
     assert at.dataframe[0].value["status"].tolist() == ["▶ running"]
     button(at, "Delete").click().run()
     assert "stop them first" in at.error[0].value
     button(at, "Stop").click().run()
     assert any(f"#{run_id}" in m.value and "(running)" in m.value for m in at.markdown)  # names the run
-    assert store.get_run(run_id).status == "running"  # nothing happens before the confirmation
+    assert store.runs.get_run(run_id).status == "running"  # nothing happens before the confirmation
     at.button(key="confirm.stop.ok").click().run()
-    wait_for(lambda: store.get_run(run_id).status == "cancelled", timeout=120)
+    wait_for(lambda: store.runs.get_run(run_id).status == "cancelled", timeout=120)
     at.run()
     assert at.dataframe[0].value["status"].tolist() == ["■ cancelled"]
 
     button(at, "Delete").click().run()
     assert any("Delete 1 run and all their metrics" in m.value for m in at.markdown)
     button(at, "Cancel").click().run()
-    assert [r.id for r in store.list_runs()] == [run_id]
+    assert [r.id for r in store.runs.list_runs()] == [run_id]
     button(at, "Delete").click().run()
     at.button(key="runs.delete.confirm").click().run()
-    assert store.list_runs() == [] and store.metrics([run_id]).empty
+    assert store.runs.list_runs() == [] and store.metrics([run_id]).empty
     assert at.session_state[state.SELECTED] == []
     assert "No runs yet" in at.info[0].value
 
@@ -134,7 +135,7 @@ def test_rename_and_notes(store, url):
     next(t for t in at.text_input if t.label == "Name").input("warm-up check")
     at.text_area[0].input("lr too high?")
     button(at, "Save").click().run()
-    record = store.get_run(run_id)
+    record = store.runs.get_run(run_id)
     assert (record.name, record.notes) == ("warm-up check", "lr too high?")
     assert at.dataframe[0].value["name"].tolist() == ["warm-up check"]
 
@@ -185,7 +186,7 @@ def test_bad_form_values_show_the_config_message_under_the_fields_label_beside_i
     assert plain("no file matches path='/no/such/corpus.txt'") in at.error[0].value and not at.exception
     at.selectbox(key="launch.dataset").set_value("classics").run()
     assert not at.error and button(at, "Launch")
-    assert store.list_runs() == []
+    assert store.runs.list_runs() == []
 
 
 def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_warned(url, store):
@@ -212,7 +213,7 @@ def test_launch_guardrails_a_large_launch_is_confirmed_and_a_long_eval_interval_
     beside = plain("Eval interval 50 is more than the 30 steps: the run validates only at step 0 and at its last step")
     assert beside in [w.value for w in _group(at, "Training").warning]
     assert beside in [w.value for w in at.warning]  # also in the preview
-    assert store.list_runs() == []
+    assert store.runs.list_runs() == []
 
 
 def test_paper_button_fills_the_papers_settings_and_history_gives_an_estimate(url, store):
@@ -265,7 +266,7 @@ def test_compare_pools_seeds_and_draws_the_memory_breakdown(url, store):
 def test_compare_reads_only_new_metric_rows_on_refresh(url, store, monkeypatch):
     ids = [fake_run(store, dataclasses.replace(TINY, seed=s)) for s in range(3)]
     reads = []
-    original = RunStore.metrics_after
+    original = MetricsRepository.metrics_after
 
     def spy(self, marks, *, names=None):
         rows = original(self, marks, names=names)
@@ -274,12 +275,12 @@ def test_compare_reads_only_new_metric_rows_on_refresh(url, store, monkeypatch):
 
     total = len(store.metrics(ids))
     marks = {i: int(store.metrics([i])["id"].max()) for i in ids}
-    monkeypatch.setattr(RunStore, "metrics_after", spy)  # store.metrics reads through it too: ask before
+    monkeypatch.setattr(MetricsRepository, "metrics_after", spy)  # store.metrics reads through it too: ask before
     at = page(app(selected=ids).run(), "compare")
     # the first read takes the metrics the page draws, not every stored row (tests/app/test_compare_reads.py)
     assert len(reads) == 1 and reads[0][0] == {i: 0 for i in ids} and 0 < reads[0][1] < total
-    store.add_metrics(ids[0], [(41, 1.0, "val_loss", 5.0)])
-    newest = int(original(store, {ids[0]: marks[ids[0]]})["id"].max())
+    store.metrics.add_metrics(ids[0], [(41, 1.0, "val_loss", 5.0)])
+    newest = int(original(store.metrics, {ids[0]: marks[ids[0]]})["id"].max())
     at.run()
     at.select_slider(key="compare.at").set_value(20).run()
     # a refresh reads only rows past those it holds (its marks: the newest drawn row of each run); the step none
@@ -315,13 +316,13 @@ def test_fifty_runs_and_a_hundred_thousand_rows_render(url, store):
     for i in range(50):
         config = RunConfig(preset="tiny", estimator="exact" if i % 5 == 0 else "basis", rank=[1, 8, 16, 32][i % 4],
                            seed=i // 10, steps=2000, eval_interval=50, probe_interval=10)
-        run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+        run_id = store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                                   rank=config.rank, lam=0.0, seed=config.seed, preset="tiny", steps=2000, status="finished")
         rows = [(s, s / 20, "val_loss", 6 + 4 * np.exp(-s / 400)) for s in range(0, 2001, 50)]
         if not config.is_exact:
             rows += [(s, s / 20, f"{m}/{layer}", 0.5) for s in range(10, 2001, 10) for layer in layers for m in ("cos", "rel_err")]
-        store.add_metrics(run_id, rows)
-    ids = [r.id for r in store.list_runs()]
+        store.metrics.add_metrics(run_id, rows)
+    ids = [r.id for r in store.runs.list_runs()]
     assert len(store.metrics(ids)) > 100_000
     at = app(selected=ids).run()
     assert len(at.dataframe[0].value) == 50

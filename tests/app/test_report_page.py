@@ -61,12 +61,12 @@ def test_a_report_is_built_from_the_page_and_rebuilt(url, store):
     at.selectbox(key="report.sweep").set_value("sw-page").run()
     button(at, "Build report").click().run()
     assert not at.exception and not at.error
-    [stored] = store.list_reports()
+    [stored] = store.reports.list_reports()
     assert stored.sweep_id == "sw-page" and len(stored.run_ids) == 6
     button(at, "Rebuild from the database").click().run()
-    assert [r.id for r in store.list_reports()] == [stored.id]  # rebuilt in place
+    assert [r.id for r in store.reports.list_reports()] == [stored.id]  # rebuilt in place
     button(at, "Delete report").click().run()
-    assert store.list_reports() == []
+    assert store.reports.list_reports() == []
 
 
 def test_run_detail_links_to_its_report(url, store):
@@ -87,17 +87,17 @@ def test_reproduce_the_paper_queues_exactly_the_grid_with_its_estimate_shown_fir
     for config in [dataclasses.replace(paper, estimator="exact", lam=0.0)] + [
             dataclasses.replace(paper, rank=r) for r in (1, 8, 16, 32, 64)]:
         fake_run(store, config)  # history: the estimate is known without compiling
-    before = {r.id for r in store.list_runs()}
+    before = {r.id for r in store.runs.list_runs()}
     at = page(app().run(), "launch")
     at.number_input(key="launch.reproduce.steps").set_value(30).run()
     at.text_input(key="launch.reproduce.seeds").input("0, 1").run()
     shown = " ".join(m.value for m in at.markdown)
     assert "**12 runs**, 30 steps each" in shown and "Estimated time **≈" in shown and "timed by earlier runs" in shown
-    assert {r.id for r in store.list_runs()} == before  # nothing queued before the click
+    assert {r.id for r in store.runs.list_runs()} == before  # nothing queued before the click
     at.toggle(key="launch.reproduce.queue_only").set_value(True).run()
     button(at, "Reproduce the paper").click().run()
     assert not at.exception and not at.error
-    queued = [r for r in store.list_runs() if r.id not in before]
+    queued = [r for r in store.runs.list_runs() if r.id not in before]
     assert [RunConfig.from_dict(r.config) for r in queued] == reproduction_sweep(30, (0, 1)).expand()
     assert {tuple(r.tags) for r in queued} == {("reproduce",)} and len({r.sweep_id for r in queued}) == 1
     assert {r.status for r in queued} == {"queued"} and state.SELECTED in at.session_state

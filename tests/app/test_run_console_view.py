@@ -32,7 +32,7 @@ def _shown(at) -> list[str]:
 
 def test_run_detail_shows_the_console_with_sources_and_filters_and_searches_it(store):
     run_id = fake_run(store, TINY)
-    store.add_run_logs(run_id, LINES)
+    store.logs.add_run_logs(run_id, LINES)
     at = _detail(run_id)
     shown = _shown(at)
     assert [s.split()[0] for s in shown] == ["INFO", "INFO", "WARNING", "ERROR", "ALERT"]  # debug left out
@@ -51,7 +51,7 @@ def test_run_detail_shows_the_console_with_sources_and_filters_and_searches_it(s
 def test_run_detail_draws_the_newest_lines_of_a_long_log(store, monkeypatch):
     monkeypatch.setattr(runfiles, "SHOWN_MAX", 3)
     run_id = fake_run(store, TINY)
-    store.add_run_logs(run_id, [(float(i), "info", f"line {i}", "stdout") for i in range(7)])
+    store.logs.add_run_logs(run_id, [(float(i), "info", f"line {i}", "stdout") for i in range(7)])
     at = _detail(run_id)
     assert [s.split(None, 1)[1] for s in _shown(at)] == ["stdout: line 4", "stdout: line 5", "stdout: line 6"]
     assert any("The newest 3 lines" in c.value for c in at.caption)
@@ -66,11 +66,11 @@ def test_run_detail_shows_a_running_runs_warning_as_it_arrives(tmp_path, token_c
     url = f"sqlite:///{tmp_path / 'console.db'}"
     st = RunStore(url)
     run_id = fake_run(st, TINY, status="running", steps_done=10)
-    st.add_run_logs(run_id, [(1.0, "info", "hello from the loop", "stdout")])
+    st.logs.add_run_logs(run_id, [(1.0, "info", "hello from the loop", "stdout")])
     with dashboard_page(url, token_cache, tmp_path / "streamlit.log") as (port, page_):
         page_.goto(f"http://127.0.0.1:{port}/detail?run={run_id}")
         page_.get_by_text("stdout: hello from the loop").wait_for()
-        st.add_run_logs(run_id, [(2.0, "warning", "RuntimeWarning: lr looks high (loop.py:9)", "warning")])
+        st.logs.add_run_logs(run_id, [(2.0, "warning", "RuntimeWarning: lr looks high (loop.py:9)", "warning")])
         page_.get_by_text("RuntimeWarning: lr looks high").wait_for(timeout=60_000)
         page_.get_by_text("warnings and errors", exact=True).click()
         page_.get_by_text("stdout: hello from the loop").wait_for(state="detached", timeout=60_000)

@@ -29,13 +29,13 @@ def test_tags_are_edited_on_run_detail_and_a_bad_one_is_refused_in_one_line(stor
     at = _detail(run_id)
     tags = at.multiselect(key=f"detail.tags.{run_id}")
     tags.set_value(["pilot", "ablation"]).run()
-    assert store.get_run(run_id).tags == ["pilot", "ablation"] and not at.error
+    assert store.runs.get_run(run_id).tags == ["pilot", "ablation"] and not at.error
     at.multiselect(key=f"detail.tags.{run_id}").set_value(["pilot", "x" * (TAG_MAX + 1)]).run()
     [error] = at.error
     assert error.value.startswith("Tags not saved\\: tags\\: ") and f"the most is {TAG_MAX}" in error.value
-    assert store.get_run(run_id).tags == ["pilot", "ablation"]  # nothing stored, and the box shows so
+    assert store.runs.get_run(run_id).tags == ["pilot", "ablation"]  # nothing stored, and the box shows so
     assert at.multiselect(key=f"detail.tags.{run_id}").value == ["pilot", "ablation"]
-    store.set_tags(run_id, ["from-the-cli"])  # an edit elsewhere shows on the next run
+    store.runs.set_tags(run_id, ["from-the-cli"])  # an edit elsewhere shows on the next run
     at.run()
     assert at.multiselect(key=f"detail.tags.{run_id}").value == ["from-the-cli"]
 
@@ -61,7 +61,7 @@ def test_the_runs_edit_dialog_edits_tags(store):
     box.input("pilot, , lr-sweep")
     button(at, "Save").click().run()
     assert not at.exception
-    assert store.get_run(run_id).tags == ["pilot", "lr-sweep"]
+    assert store.runs.get_run(run_id).tags == ["pilot", "lr-sweep"]
 
 
 def test_run_details_tag_box_keeps_a_tag_added_elsewhere_meanwhile(store):
@@ -69,7 +69,7 @@ def test_run_details_tag_box_keeps_a_tag_added_elsewhere_meanwhile(store):
     at = _detail(run_id)
     edit_tags(store, run_id, add=["from-the-cli"])  # after the page drew the box, before the user picks
     at.multiselect(key=f"detail.tags.{run_id}").set_value(["pilot"]).run()
-    assert store.get_run(run_id).tags == ["from-the-cli", "pilot"] and not at.error
+    assert store.runs.get_run(run_id).tags == ["from-the-cli", "pilot"] and not at.error
     assert at.multiselect(key=f"detail.tags.{run_id}").value == ["from-the-cli", "pilot"]
 
 
@@ -81,14 +81,14 @@ def test_the_runs_edit_dialog_keeps_a_tag_added_elsewhere_meanwhile(store):
     next(t for t in at.text_input if t.label == "Tags").input("pilot")
     button(at, "Save").click().run()
     assert not at.exception
-    assert store.get_run(run_id).tags == ["from-the-cli", "pilot"]
+    assert store.runs.get_run(run_id).tags == ["from-the-cli", "pilot"]
 
 
 def test_run_detail_shows_the_log_from_a_level_up(store):
     run_id = fake_run(store, TINY)
     at = _detail(run_id)
     assert any("No log lines yet" in c.value for c in at.caption)
-    store.add_run_logs(run_id, [("info", "claimed by host:1 (lease 1)"), ("warning", "engine.data: slow disk"),
+    store.logs.add_run_logs(run_id, [("info", "claimed by host:1 (lease 1)"), ("warning", "engine.data: slow disk"),
                                 (ALERT, "failed: nan at step 5")])
     at.run()
     [code] = [c for c in at.code if "claimed by" in c.value]
@@ -101,7 +101,7 @@ def test_run_detail_shows_the_log_from_a_level_up(store):
 def test_run_detail_lists_checkpoints_when_opened_with_the_newest_to_download(store, url, monkeypatch):
     monkeypatch.delenv("BASIS_LAB_CHECKPOINTS", raising=False)
     run_id = fake_run(store, TINY)
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     with run_folders(store, run.uid).open(keep=3, epoch=1) as ckpt:
         for step in (10, 20):
             ckpt.save(step, {"w": jnp.asarray(np.ones((8, 8), np.float32) * step)}, {})
@@ -117,14 +117,14 @@ def test_run_detail_lists_checkpoints_when_opened_with_the_newest_to_download(st
 
 def test_a_failed_run_raises_one_toast_per_session_on_any_page(store):
     old = fake_run(store, TINY)
-    store.add_run_logs(old, [(ALERT, "failed: an old failure")])
+    store.logs.add_run_logs(old, [(ALERT, "failed: an old failure")])
     at = page(app(), "runs")
     assert not at.toast  # what failed before the session opened is not announced
     bad = fake_run(store, TINY)
-    store.add_run_logs(bad, [("info", "claimed"), (ALERT, "failed: training loss became nan at step 5")])
+    store.logs.add_run_logs(bad, [("info", "claimed"), (ALERT, "failed: training loss became nan at step 5")])
     page(at, "compare")
     [toast] = [t.value for t in at.toast]
     assert f"Run \\#{bad}" in toast and "nan at step 5" in toast and "old failure" not in toast
     page(at, "launch")
     assert not at.toast  # once per session
-    assert at.session_state[alerts.SEEN] == store.last_log_id()
+    assert at.session_state[alerts.SEEN] == store.logs.last_log_id()

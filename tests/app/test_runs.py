@@ -43,7 +43,7 @@ def toasts(at) -> list[str]:
 def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     a = [fake_run(InSweep(store, SWEEP_A, ["pilot"]), TINY), fake_run(InSweep(store, SWEEP_A, ["pilot"]), dataclasses.replace(TINY, rank=8))]
     b = [fake_run(InSweep(store, SWEEP_B, ["ablation", "lam"]), TINY, status="running", steps_done=6)]
-    store.set_notes(b[0], "same name, other sweep")
+    store.runs.set_notes(b[0], "same name, other sweep")
     at = app().run()
     assert not at.exception
     table = runs_table(at)
@@ -53,7 +53,7 @@ def test_columns_tell_sweeps_apart_and_filter_by_sweep_and_tag(url, store):
     assert [list(t) for t in table["tags"]] == [["ablation", "lam"], ["pilot"], ["pilot"]]
     assert table["steps_text"].tolist() == ["6/40", "40/40", "40/40"]
     assert table["status"].tolist() == ["▶ running", "✓ finished", "✓ finished"]  # decorated in the view only
-    assert store.get_run(b[0]).status == "running"
+    assert store.runs.get_run(b[0]).status == "running"
     assert table["progress"].tolist() == [0.15, 1.0, 1.0]  # 6/40: a whole percent
     columns = json.loads(at.dataframe[0].proto.columns)
     assert columns["progress"]["type_config"]["format"] == "percent"
@@ -98,10 +98,10 @@ def test_whole_sweep_ids_and_tags_and_a_phone_keeps_id_name_status_progress(url,
 def test_progress_is_floored_to_a_whole_percent(store):
     run_id = fake_run(store, dataclasses.replace(TINY, steps=150, eval_interval=50, probe_interval=50),
                       status="running", steps_done=20)
-    view = tables.runs_view(store.runs_frame())
+    view = tables.runs_view(store.frames.runs_frame())
     assert view.loc[0, "progress"] == pytest.approx(0.13)  # 20/150 = 13.33 %: shown as 13 %
-    store.heartbeat(run_id, 149)
-    assert tables.runs_view(store.runs_frame()).loc[0, "progress"] == pytest.approx(0.99)  # never 100 % early
+    store.runs.heartbeat(run_id, 149)
+    assert tables.runs_view(store.frames.runs_frame()).loc[0, "progress"] == pytest.approx(0.99)  # never 100 % early
 
 
 def test_pages_only_read_and_the_dashboards_sweep_marks_a_dead_workers_run(url, store, monkeypatch):
@@ -109,7 +109,7 @@ def test_pages_only_read_and_the_dashboards_sweep_marks_a_dead_workers_run(url, 
     render (no write session is opened by the script's thread); the dashboard's sweep, on its
     own heartbeat thread, marks it interrupted (cause ``stale``), and Resume all offers it."""
     run_id = fake_run(store, TINY, status="queued", steps_done=5)
-    assert store.claim(run_id, f"{socket.gethostname()}:{dead_pid()}")
+    assert store.queue.claim(run_id, f"{socket.gethostname()}:{dead_pid()}")
     writes, session = [], Database.session
 
     def watched(self, write=False):
@@ -125,11 +125,11 @@ def test_pages_only_read_and_the_dashboards_sweep_marks_a_dead_workers_run(url, 
     assert not at.exception
     for name in ("detail", "report", "runs"):
         page(at, name)
-    assert writes == [] and store.get_run(run_id).status == "running"
+    assert writes == [] and store.runs.get_run(run_id).status == "running"
     monkeypatch.setattr(liveness, "sweep", sweep)
-    wait_for(lambda: store.get_run(run_id).status == "interrupted", timeout=120, what="the dashboard's sweep")
-    assert store.get_run(run_id).interruption_cause == "stale"
-    assert "no longer running" in store.get_run(run_id).error
+    wait_for(lambda: store.runs.get_run(run_id).status == "interrupted", timeout=120, what="the dashboard's sweep")
+    assert store.runs.get_run(run_id).interruption_cause == "stale"
+    assert "no longer running" in store.runs.get_run(run_id).error
     at = app().run()
     assert runs_table(at)["status"].tolist() == ["⚠ interrupted"]
     assert not button(at, "Resume all").disabled
@@ -145,14 +145,14 @@ TRAINED = dataclasses.replace(TINY, val_batches=2)
 
 def test_resume_trains_a_selected_interrupted_run_from_step_0(url, store):
     run_id = fake_run(store, TRAINED, status="running", steps_done=10)
-    store.set_status(run_id, "interrupted", error="interrupted: signal")
+    store.runs.set_status(run_id, "interrupted", error="interrupted: signal")
     at = app(selected=[run_id]).run()
     assert not button(at, "Resume").disabled
     button(at, "Resume").click().run()
     assert not at.exception
     assert f"Resumed \\#{run_id} from step 0 \\(no checkpoint\\)\\." in toasts(at)
-    wait_for(lambda: store.get_run(run_id).status == "finished", timeout=600)
-    assert store.get_run(run_id).steps_done == TINY.steps
+    wait_for(lambda: store.runs.get_run(run_id).status == "finished", timeout=600)
+    assert store.runs.get_run(run_id).steps_done == TINY.steps
     val = store.metrics([run_id], names=["val_loss"])
     assert val["step"].tolist() == list(range(0, TINY.steps + 1, TINY.eval_interval))  # replaced, not duplicated
 
@@ -160,16 +160,16 @@ def test_resume_trains_a_selected_interrupted_run_from_step_0(url, store):
 def test_resume_all_resumes_interrupted_runs_and_trains_orphaned_queued_runs(url, store):
     done = fake_run(store, TRAINED)
     interrupted = fake_run(store, TRAINED, status="running", steps_done=10)
-    store.set_status(interrupted, "interrupted", error="interrupted: worker gone")
+    store.runs.set_status(interrupted, "interrupted", error="interrupted: worker gone")
     orphan = fake_run(store, dataclasses.replace(TRAINED, seed=1), status="queued", steps_done=0)  # the same programs
-    assert store.get_run(orphan).owner is None
+    assert store.runs.get_run(orphan).owner is None
     at = app().run()
     button(at, "Resume all").click().run()
     assert not at.exception
     [message] = toasts(at)
     assert f"\\#{interrupted} from step 0" in message and f"\\#{orphan}" in message
-    wait_for(lambda: all(store.get_run(i).status == "finished" for i in (interrupted, orphan)), timeout=600)
-    assert [store.get_run(i).steps_done for i in (done, interrupted, orphan)] == [TINY.steps] * 3
+    wait_for(lambda: all(store.runs.get_run(i).status == "finished" for i in (interrupted, orphan)), timeout=600)
+    assert [store.runs.get_run(i).steps_done for i in (done, interrupted, orphan)] == [TINY.steps] * 3
     at.run()
     assert button(at, "Resume all").disabled  # nothing left to resume
 
@@ -198,7 +198,7 @@ def test_clone_to_launch_fills_the_form_with_the_selected_runs(url, store):
     assert at.text_input(key="launch.seeds").value == "0, 1"
     assert at.number_input(key="launch.steps").value == 30
     assert at.number_input(key="launch.lr").value == pytest.approx(0.02)
-    expected = form.values_of(form.clone_sweep([store.get_run(i).config for i in ids]))
+    expected = form.values_of(form.clone_sweep([store.runs.get_run(i).config for i in ids]))
     assert {k: v for k, v in _launch_values(at).items() if k in expected} == expected
     assert [c.label() for c in form.to_sweep(_launch_values(at)).expand()] == [
         "basis R=2 s0", "basis R=8 s0", "basis R=2 s1", "basis R=8 s1"]
@@ -228,17 +228,17 @@ def test_the_refused_delete_error_stays_until_dismissed(url, store):
     at.run()
     at.run()  # refreshes do not wipe it
     assert at.error[0].value == refused
-    assert [r.id for r in store.list_runs()] == [run_id]
+    assert [r.id for r in store.runs.list_runs()] == [run_id]
     at.button(key="runs.error.dismiss").click().run()
     assert not at.error
 
 
 def test_workers_panel_shows_active_stopped_and_gone(url, store):
-    store.register_worker("gpu-box:41:aa", "gpu-box", 41, device="gpu: H100")
-    store.register_worker("laptop:7:bb", "laptop", 7, device="cpu: cpu")
-    store.end_worker("laptop:7:bb")
+    store.workers.register_worker("gpu-box:41:aa", "gpu-box", 41, device="gpu: H100")
+    store.workers.register_worker("laptop:7:bb", "laptop", 7, device="cpu: cpu")
+    store.workers.end_worker("laptop:7:bb")
     pid = dead_pid()
-    store.register_worker(f"here:{pid}:cc", socket.gethostname(), pid, device="cpu: cpu")
+    store.workers.register_worker(f"here:{pid}:cc", socket.gethostname(), pid, device="cpu: cpu")
     fake_run(store, TINY)
     at = app().run()
     assert len(at.dataframe[1].value) == 3  # a dashboard that has not trained yet is no worker
@@ -261,8 +261,8 @@ EVIL = "![x](http://127.0.0.1:9/img) <img src=x> **bold**"
 
 def test_names_notes_and_errors_are_escaped_on_both_pages(url, store):
     run_id = fake_run(store, TINY, status="failed", steps_done=10, error=f"boom: [link]({EVIL})")
-    store.rename_run(run_id, EVIL)
-    store.set_notes(run_id, f"note {EVIL}")
+    store.runs.rename_run(run_id, EVIL)
+    store.runs.set_notes(run_id, f"note {EVIL}")
     at = app(selected=[run_id]).run()
     assert runs_table(at)["name"].tolist() == [EVIL]  # a grid cell: plain already
     button(at, "Delete").click().run()
@@ -286,7 +286,7 @@ def test_run_detail_resumes_a_cancelled_run(url, store):
     page(at, "detail")
     button(at, "Resume").click().run()
     assert f"Resumed \\#{run_id} from step 0 \\(no checkpoint\\)\\." in toasts(at)
-    wait_for(lambda: store.get_run(run_id).status == "finished", timeout=600)
+    wait_for(lambda: store.runs.get_run(run_id).status == "finished", timeout=600)
 
 
 def test_run_detail_stops_a_run_only_after_a_confirmation_naming_it(url, store):
@@ -298,10 +298,10 @@ def test_run_detail_stops_a_run_only_after_a_confirmation_naming_it(url, store):
     button(at, "Stop this run").click().run()
     assert [m.value for m in at.markdown if m.value.startswith("- #")] == [f"- #{run_id} basis R=32 s0 (running)"]
     at.button(key="confirm.stop.cancel").click().run()
-    assert not store.cancel_requested(run_id)
+    assert not store.runs.cancel_requested(run_id)
     button(at, "Stop this run").click().run()
     at.button(key="confirm.stop.ok").click().run()
-    assert store.cancel_requested(run_id) and not store.cancel_requested(other)
+    assert store.runs.cancel_requested(run_id) and not store.runs.cancel_requested(other)
     assert f"Stop requested for \\#{run_id}\\." in toasts(at)
 
 
@@ -396,8 +396,8 @@ def test_user_text_fetches_nothing_in_a_real_browser(tmp_path, token_cache):
     db = f"sqlite:///{tmp_path / 'browser.db'}"
     store = RunStore(db)
     run_id = fake_run(store, TINY, status="failed", steps_done=10, error=error)
-    store.rename_run(run_id, name)
-    store.set_notes(run_id, notes)
+    store.runs.rename_run(run_id, name)
+    store.runs.set_notes(run_id, notes)
     store.close()
 
     env = dict(os.environ, BASIS_LAB_DB_URL=db, BASIS_LAB_CACHE=str(token_cache), HF_HUB_OFFLINE="1")
@@ -489,18 +489,18 @@ def test_a_tick_follows_its_run_not_its_row_in_a_real_browser(tmp_path, token_ca
                 page.get_by_role("button", name="Stop…").click()
                 dialog = page.get_by_role("dialog")
                 dialog.get_by_text(f"#{a} basis R=32 s0 (running)").wait_for()
-                assert store.get_run(a).status == "running" and not store.cancel_requested(a)
+                assert store.runs.get_run(a).status == "running" and not store.runs.cancel_requested(a)
                 dialog.get_by_role("button", name=f"Stop #{a}").click()
                 dialog.wait_for(state="detached")
-                assert store.cancel_requested(a) and not store.cancel_requested(b)
-                store.set_status(a, "cancelled")  # what its worker does at the next step
-                store.set_status(b, "running")  # and the next run starts
-                store.heartbeat(b, 1)
+                assert store.runs.cancel_requested(a) and not store.runs.cancel_requested(b)
+                store.runs.set_status(a, "cancelled")  # what its worker does at the next step
+                store.runs.set_status(b, "running")  # and the next run starts
+                store.runs.heartbeat(b, 1)
                 page.get_by_text("basis R=8 s0", exact=True).first.wait_for(state="attached")  # B took the row
                 page.get_by_text("Tick rows to").wait_for()
                 assert page.get_by_text("1 selected", exact=True).count() == 0
                 assert page.get_by_role("button", name="Stop…").is_disabled()
-                assert not store.cancel_requested(b) and store.get_run(b).status == "running"
+                assert not store.runs.cancel_requested(b) and store.runs.get_run(b).status == "running"
             finally:
                 browser.close()
     finally:

@@ -55,12 +55,12 @@ def test_the_scatter_draws_the_final_values_of_the_filtered_runs_against_the_cho
     assert {"scatter_x", "scatter_y", "scatter_logx"}.isdisjoint(_query(at))
     at.selectbox(key=panel.X).set_value("lr").run()
     points = _points(figures(at)["Final val_loss against lr"])
-    finals = store.final_metrics(shown, names=["val_loss"]).set_index("run_id")["value"]
-    configs = {r.id: r.config for r in store.list_runs()}
+    finals = store.metrics.final_metrics(shown, names=["val_loss"]).set_index("run_id")["value"]
+    configs = {r.id: r.config for r in store.runs.list_runs()}
     assert set(points) == set(shown)
     for rid in shown:
         assert points[rid][:2] == (configs[rid]["lr"], finals[rid]), rid
-    colours = frames.describe_runs([r for r in store.list_runs() if r.id in shown]).set_index("run_id")
+    colours = frames.describe_runs([r for r in store.runs.list_runs() if r.id in shown]).set_index("run_id")
     assert {rid: p[2] for rid, p in points.items()} == colours.loc[shown, "color"].to_dict()  # the method's colour
     assert {p[3] for p in points.values()} == {"exact", "basis R=8"}
     figure = figures(at)["Final val_loss against lr"]
@@ -71,7 +71,7 @@ def test_the_scatter_draws_the_final_values_of_the_filtered_runs_against_the_cho
     at.selectbox(key=panel.Y).set_value("train_loss").run()
     figure = figures(at)["Final train_loss against lr"]
     assert figure["layout"]["xaxis"]["type"] == "log"
-    finals = store.final_metrics(shown, names=["train_loss"]).set_index("run_id")["value"]
+    finals = store.metrics.final_metrics(shown, names=["train_loss"]).set_index("run_id")["value"]
     assert {rid: p[1] for rid, p in _points(figure).items()} == finals.loc[shown].to_dict()
     assert _query(at) == {"where": "rank == 8 or estimator == exact", "scatter_y": "train_loss", "scatter_x": "lr",
                           "scatter_logx": "1"}
@@ -85,7 +85,7 @@ def test_a_text_field_is_a_categorical_axis_and_runs_without_the_value_are_named
     assert any(f"with no rank: #{ids['exact'][0]} (exact backprop has none)" in c.value.replace("\\", "")
                for c in at.caption)
 
-    store.rename_run(ids["exact"][0], "<i>baseline</i> & co")  # a name is plain text in the hover too
+    store.runs.rename_run(ids["exact"][0], "<i>baseline</i> & co")  # a name is plain text in the hover too
     at.selectbox(key=panel.X).set_value("estimator").run()
     figure = figures(at)["Final val_loss against estimator"]
     assert figure["layout"]["xaxis"]["type"] == "category"
@@ -105,8 +105,8 @@ def test_a_link_sets_the_scatter_and_one_run_is_a_caption(url, store):
     linked.switch_page("views/runs.py").run()
     assert not linked.exception and not linked.warning
     points = _points(figures(linked)["Final cos_mean against seed"])
-    seeds = {r.id: r.seed for r in store.list_runs()}
-    finals = store.final_metrics(ids["r8"], names=["cos_mean"]).set_index("run_id")["value"]
+    seeds = {r.id: r.seed for r in store.runs.list_runs()}
+    finals = store.metrics.final_metrics(ids["r8"], names=["cos_mean"]).set_index("run_id")["value"]
     assert points == {i: (seeds[i], finals[i], points[i][2], "basis R=8") for i in ids["r8"]}
 
     bad = app()
@@ -130,11 +130,11 @@ def test_a_field_left_to_the_preset_is_the_value_the_run_trained_with(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'scatter.db'}")
     a = fake_run(store, dataclasses.replace(TINY, rank=8))  # batch_size None: the tiny preset's
     b = fake_run(store, dataclasses.replace(TINY, rank=8, batch_size=4, seed=1))
-    records = store.list_runs()
+    records = store.runs.list_runs()
     choices, varying, numeric = scatter.axes(records)
     assert {"batch_size", "seed"} <= set(varying) and choices[:len(varying)] == varying
     assert {"lr", "rank", "batch_size"} <= set(numeric) and "estimator" not in numeric and "name" not in choices
-    data = scatter.points(records, store.final_metrics(names=["val_loss"]), "batch_size", "val_loss")
+    data = scatter.points(records, store.metrics.final_metrics(names=["val_loss"]), "batch_size", "val_loss")
     xs = dict(zip(data.points["run_id"], data.points["x"]))
     assert xs == {a: RunConfig(preset="tiny").effective_batch_size, b: 4}
     store.close()

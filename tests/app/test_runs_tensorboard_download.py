@@ -19,10 +19,10 @@ def test_the_tensorboard_download_zips_the_ticked_runs_event_folders(url, store,
     at = page(app(selected=ids).run(), "runs")
     assert "TensorBoard (zip)" in [d.label for d in at.get("download_button")]
     with zipfile.ZipFile(io.BytesIO(downloads["basis-runs-tensorboard.zip"]())) as z:
-        assert {n.split("/")[1] for n in z.namelist()} == {folder_name(store.get_run(i)) for i in ids}
+        assert {n.split("/")[1] for n in z.namelist()} == {folder_name(store.runs.get_run(i)) for i in ids}
         z.extractall(tmp_path / "unzipped")
     for run_id in ids:
-        acc = EventAccumulator(str(tmp_path / "unzipped" / "basis-runs-tensorboard" / folder_name(store.get_run(run_id))),
+        acc = EventAccumulator(str(tmp_path / "unzipped" / "basis-runs-tensorboard" / folder_name(store.runs.get_run(run_id))),
                                size_guidance={"scalars": 0})
         acc.Reload()
         want = store.metrics([run_id], names=["val_loss"])

@@ -56,7 +56,7 @@ def test_the_tune_mode_shows_its_plan_and_says_a_bad_input_under_its_field(url, 
         assert not [b for b in at.button if b.label.startswith(("Launch", "Queue"))]
         at.text_input(key=key).input(before).run()
     assert not at.error and button(at, "Launch 6 trial runs")
-    assert store.list_runs() == [] and store.campaigns.list() == []
+    assert store.runs.list_runs() == [] and store.campaigns.list() == []
 
 
 def test_a_campaign_launched_from_the_form_for_workers_is_stored_with_its_trials(url, store):
@@ -67,7 +67,7 @@ def test_a_campaign_launched_from_the_form_for_workers_is_stored_with_its_trials
     [campaign] = store.campaigns.list()
     trials, comparison = store.campaigns.runs_of(campaign.id)
     assert len(trials) == 6 and comparison == [] and campaign.stage == "tuning"
-    runs = [store.get_run(i) for i in trials]
+    runs = [store.runs.get_run(i) for i in trials]
     assert {r.status for r in runs} == {"queued"} and {r.owner for r in runs} == {None}  # for any worker
     assert campaign.spec["eval_seeds"] == [0, 1] and campaign.spec["trials"] == 3
     assert any(f"Campaign {campaign.id}: queued 6 trial runs for workers" in s.value for s in at.success)

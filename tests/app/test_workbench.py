@@ -32,11 +32,11 @@ def _sweeps(store):
 def test_one_run_stands_for_each_seed_the_furthest_trained(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 'dup.db'}")
     a, b = _sweeps(store)
-    records = store.list_runs()
+    records = store.runs.list_runs()
     kept, duplicates = one_per_seed(records)
     assert [r.id for r in kept] == a and duplicates == {b[0]: a[0], b[1]: a[1]}
     longer = fake_run(store, dataclasses.replace(LONG, estimator="exact", seed=0, steps=600))  # trains further
-    kept, duplicates = one_per_seed(store.list_runs())
+    kept, duplicates = one_per_seed(store.runs.list_runs())
     assert longer in {r.id for r in kept} and duplicates[a[0]] == longer and duplicates[b[0]] == longer
     store.close()
 
@@ -46,7 +46,7 @@ def test_table3_names_the_runs_that_hold_its_step_down(tmp_path):
     done = [fake_run(store, dataclasses.replace(LONG, estimator=e, rank=8, seed=0)) for e in ("exact", "basis")]
     behind = fake_run(store, dataclasses.replace(LONG, estimator="basis", rank=8, seed=1), status="running",
                       steps_done=95)
-    records = store.list_runs()
+    records = store.runs.list_runs()
     metrics = store.metrics([r.id for r in records])
     t = table3(records, metrics)
     assert set(t["read"]) == {f"Read at step 90, not 300; held back by #{behind} (running, validated to step 90); "
@@ -140,7 +140,7 @@ def test_the_diagnosis_selector_shows_no_status_that_can_go_stale(url, store):
     from tests.app.test_diagnosis_page import RESULT
 
     run_id = fake_run(store, TINY)
-    diag = store.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
+    diag = store.diagnostics.create_diagnostic(run_id, 0, {"step": 0, "initial": True, "estimators": ["basis"], "ranks": [4],
                                                "lams": [0.0], "keys": 8, "batches": 1})
     at = page(app(selected=[run_id]).run(), "diagnosis")
     selector = at.selectbox(key="diagnosis.diag")
@@ -149,8 +149,8 @@ def test_the_diagnosis_selector_shows_no_status_that_can_go_stale(url, store):
                    for word in ("queued", "running", "finished", "cancelled", "failed")), selector.options
     assert any("○ queued" in m for m in _texts(at.markdown))
 
-    store.claim_diagnostic(diag, "elsewhere:1")
-    store.add_diagnostic_results(diag, [RESULT])
-    store.set_diagnostic_status(diag, "finished")
+    store.diagnostics.claim_diagnostic(diag, "elsewhere:1")
+    store.diagnostics.add_diagnostic_results(diag, [RESULT])
+    store.diagnostics.set_diagnostic_status(diag, "finished")
     at.run()
     assert any("✓ finished" in m for m in _texts(at.markdown)) and not any("queued" in m for m in _texts(at.markdown))

@@ -18,7 +18,7 @@ def url(tmp_path):
     for seed in (0, 1):
         fake_run(store, dataclasses.replace(TINY, estimator="exact", seed=seed), system=True)
         fake_run(store, dataclasses.replace(TINY, rank=8, seed=seed), system=True)
-    store.create_run(name="queued", config={}, estimator="exact", rank=None, lam=0.0, seed=0, preset="tiny", steps=1)
+    store.runs.create_run(name="queued", config={}, estimator="exact", rank=None, lam=0.0, seed=0, preset="tiny", steps=1)
     store.close()
     return f"sqlite:///{tmp_path / 'api.db'}"
 

@@ -22,7 +22,7 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 def count(url: str) -> int:
     store = RunStore(url, create=False)
     try:
-        return len(store.list_runs())
+        return len(store.runs.list_runs())
     finally:
         store.close()
 
@@ -108,7 +108,7 @@ def test_the_launch_rule_and_its_warnings_are_the_clis_with_arguments_for_flags(
         ids = lab.sweep(preset="tiny", ranks=["exact", 1, 8], seeds=[0, 1], steps=10, probe_interval=5,
                         run="queue")  # 6: no yes needed
         assert len(ids) == 6 and count(url) == 7
-        again = sorted(lab.runs(f"sweep == {lab.store.get_run(ids[0]).sweep_id}")["id"])
+        again = sorted(lab.runs(f"sweep == {lab.store.runs.get_run(ids[0]).sweep_id}")["id"])
         assert again == ids  # one launch, one sweep
         with pytest.warns(LaunchWarning, match="already in the database"):
             lab.launch(preset="tiny", rank=8, seed=1, steps=10, probe_interval=5, run="queue")
@@ -118,7 +118,7 @@ def test_the_launch_rule_and_its_warnings_are_the_clis_with_arguments_for_flags(
 def test_launch_wait_tag_note_cancel_and_resume_through_the_api(db_url):
     with Lab(db_url, create=True) as lab:
         ids = lab.sweep(estimators="basis", ranks=4, seeds=[0, 1], run="queue", tags="pilot", **TINY)
-        runs = {r.id: r for r in lab.store.list_runs()}
+        runs = {r.id: r for r in lab.store.runs.list_runs()}
         assert sorted(runs) == ids and all(r.status == "queued" and r.owner is None for r in runs.values())
         assert [runs[i].seed for i in ids] == [0, 1] and all(r.tags == ["pilot"] for r in runs.values())
 
@@ -136,15 +136,15 @@ def test_launch_wait_tag_note_cancel_and_resume_through_the_api(db_url):
         assert math.isfinite(done["val_loss"].iloc[0]) and done["steps_done"].iloc[0] == TINY["steps"]
 
         assert lab.tag(ids, add="baseline", remove="pilot") == {ids[0]: ["baseline"], ids[1]: ["baseline"]}
-        lab.store.edit_tags(ids[1], lambda tags: tags + ["odd"])
+        lab.store.runs.edit_tags(ids[1], lambda tags: tags + ["odd"])
         with pytest.raises(ValueError, match=f"run {ids[0]} has no tag 'odd'"):
             lab.tag(ids, remove="odd")  # checked on both before either changes
-        assert lab.store.get_run(ids[1]).tags == ["baseline", "odd"]
+        assert lab.store.runs.get_run(ids[1]).tags == ["baseline", "odd"]
         assert lab.note(ids[0], "first tiny run") == "first tiny run"
         assert lab.note(ids[0], "looked fine", append=True) == "first tiny run\nlooked fine"
 
         assert lab.resume(ids[1], run="queue") == [ids[1]]
-        assert lab.store.get_run(ids[1]).status == "queued"
+        assert lab.store.runs.get_run(ids[1]).status == "queued"
         assert lab.cancel(ids) == {ids[0]: "not active (finished); nothing to cancel", ids[1]: "cancelled"}
         assert lab.resume(ids[1]) == [ids[1]]  # trained here, from step 0 (it has no checkpoint)
         final = lab.wait(ids, timeout=0)
@@ -157,7 +157,7 @@ def test_launch_here_trains_in_this_process_as_engine_run_does(db_url, capsys):
     with Lab(db_url) as lab:
         run_id = lab.launch(rank=4, seed=3, tags=["here", "api"], **TINY)
         out, err = capsys.readouterr()
-        r = lab.store.get_run(run_id)
+        r = lab.store.runs.get_run(run_id)
         assert (r.status, r.steps_done, r.rank, r.seed, r.tags) == ("finished", TINY["steps"], 4, 3, ["here", "api"])
         assert f"queued 1 run(s) in {lab.store.url}: ids [{run_id}]" in err and "basis R=4 s3" in out  # the summary
         assert list(lab.wait(run_id)["status"]) == ["finished"]
@@ -183,7 +183,7 @@ def test_reads_create_nothing_and_writes_need_the_database_or_create(tmp_path):
 def test_a_float_field_takes_an_int_as_the_cli_reads_it(url):
     with Lab(url) as lab:
         run_id = lab.launch(lr=1, lam=0, run="queue", **TINY)
-        config = lab.store.get_run(run_id).config
+        config = lab.store.runs.get_run(run_id).config
     assert (config["lr"], config["lam"]) == (1.0, 0.0) and isinstance(config["lr"], float)
 
 

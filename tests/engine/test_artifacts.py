@@ -21,7 +21,7 @@ def _state(value: float):
 
 
 def test_checkpoints_are_listed_by_step_with_their_size_and_the_newest_archives(store, tmp_path):
-    run = store.get_run(new_run(store, "r"))
+    run = store.runs.get_run(new_run(store, "r"))
     assert run_checkpoints(store, run, tmp_path) == []  # never saved
     folders = run_folders(store, run.uid, tmp_path)
     with folders.open(keep=2, epoch=1) as ckpt:

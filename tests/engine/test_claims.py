@@ -459,7 +459,7 @@ def test_run_time_frame_reads_each_runs_windows(tmp_path):
     store = RunStore(f"sqlite:///{tmp_path / 't.db'}")
     ids = [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "rank": r, "seed": 0})) for r in (4, 16)]
     ids.append(fake_run(store, TINY.__class__(**{**TINY.to_dict(), "estimator": "exact", "seed": 0})))
-    records = store.list_runs()
+    records = store.runs.list_runs()
     frame = run_time_frame(records, store.metrics(ids))
     assert list(frame.columns) == RUN_TIME_COLUMNS and sorted(frame["run_id"]) == sorted(ids)
     rows = TINY.effective_batch_size * TINY.effective_seq_len
@@ -494,7 +494,7 @@ def _loaded_runs(tmp_path, load):
     ids = [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "estimator": "exact", "seed": s})) for s in (0, 1)]
     ids += [fake_run(store, TINY.__class__(**{**TINY.to_dict(), "rank": r, "seed": s})) for r in (4, 16) for s in (0, 1)]
     for run_id in ids:
-        store.add_metrics(run_id, [(step, 0.5, "sys/load1", load) for step in (10, 20, 30, 40)])
+        store.metrics.add_metrics(run_id, [(step, 0.5, "sys/load1", load) for step in (10, 20, 30, 40)])
     return store, ids
 
 
@@ -507,7 +507,7 @@ def test_e_reads_the_host_load_each_run_recorded(tmp_path):
 
     assert LOAD_METRIC in SYSTEM_METRICS  # the name the training loop stores
     store, ids = _loaded_runs(tmp_path, 12.3)
-    records, metrics = store.list_runs(), store.metrics(ids)
+    records, metrics = store.runs.list_runs(), store.metrics(ids)
     frame = run_time_frame(records, metrics, cores=2)
     assert (frame["load"] == 12.3).all() and (frame["cores"] == 2).all() and not frame["shared"].any()
     v = verdict("e", timings=frame)
@@ -516,12 +516,12 @@ def test_e_reads_the_host_load_each_run_recorded(tmp_path):
            "its cores (load 12.3 on 2 cores)" in v.evidence
     assert verdict("e", timings=run_time_frame(records, metrics, cores=16)).verdict == NOT_SUPPORTED  # 1000 tokens/s
     for run_id in ids:  # runs of version 5 record their host's cores: that count, not the reader's, is read
-        store.add_metrics(run_id, [(0, 0.0, "sys/cores", 16.0)])
-    counted = run_time_frame(store.list_runs(), store.metrics(ids), cores=2)
+        store.metrics.add_metrics(run_id, [(0, 0.0, "sys/cores", 16.0)])
+    counted = run_time_frame(store.runs.list_runs(), store.metrics(ids), cores=2)
     assert (counted["cores"] == 16).all() and verdict("e", timings=counted).verdict == NOT_SUPPORTED
     (tmp_path / "calm").mkdir()
     calm, calm_ids = _loaded_runs(tmp_path / "calm", 1.5)
-    assert verdict("e", timings=run_time_frame(calm.list_runs(), calm.metrics(calm_ids), cores=2)).verdict == \
+    assert verdict("e", timings=run_time_frame(calm.runs.list_runs(), calm.metrics(calm_ids), cores=2)).verdict == \
         NOT_SUPPORTED
 
 

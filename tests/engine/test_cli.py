@@ -18,7 +18,7 @@ def test_sweep_list_show_export(db, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     store = RunStore(db)
-    runs = store.list_runs()
+    runs = store.runs.list_runs()
     assert sorted((r.estimator, r.rank, r.seed) for r in runs) == sorted(
         [("exact", None, s) for s in (0, 1)] + [("basis", r, s) for r in (2, 8) for s in (0, 1)])
     assert all(r.status == "finished" for r in runs)
@@ -64,7 +64,7 @@ def test_sweep_list_show_export(db, tmp_path, capsys):
 def test_bad_input_exits_non_zero_and_writes_nothing(db, capsys, argv, message):
     assert main([*argv, "--db", db]) == 2
     assert message in capsys.readouterr().err
-    assert RunStore(db).list_runs() == []
+    assert RunStore(db).runs.list_runs() == []
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -94,9 +94,9 @@ def test_unknown_run_and_unopenable_database(db, tmp_path, capsys):
 
 def test_cancel_command_cancels_a_queued_run(db, capsys):
     store = RunStore(db)
-    run_id = store.create_run(name="queued", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
+    run_id = store.runs.create_run(name="queued", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     assert main(["cancel", "--db", db, str(run_id)]) == 0
-    assert store.get_run(run_id).status == "cancelled"
+    assert store.runs.get_run(run_id).status == "cancelled"
 
 
 def test_a_large_launch_needs_yes_and_long_intervals_are_warned(db, capsys):
@@ -107,9 +107,9 @@ def test_a_large_launch_needs_yes_and_long_intervals_are_warned(db, capsys):
     assert "warning: 4,000 runs is more than 100 in one launch" in err
     assert "warning: --eval-interval 50 is more than the 10 steps" in err
     assert "error: 4,000 runs to launch (estimated total unknown): pass --yes" in err
-    assert RunStore(db).list_runs() == []  # nothing queued
+    assert RunStore(db).runs.list_runs() == []  # nothing queued
     assert main([*argv[:-1], "--seeds", "0-1", "--queue-only"]) == 0  # 8 runs: no confirmation asked
-    assert len(RunStore(db).list_runs()) == 8
+    assert len(RunStore(db).runs.list_runs()) == 8
 
 
 def test_cli_and_form_share_the_schemas_eval_interval_default():
@@ -145,25 +145,25 @@ def test_text_that_is_not_utf8_is_refused_at_the_door_in_one_line(db, tmp_path, 
         assert done.returncode == 2, err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert "is not UTF-8 text" in err and "\\udcfe" in err, err
-    assert not Path(db.removeprefix("sqlite:///")).exists() or RunStore(db).list_runs() == []
+    assert not Path(db.removeprefix("sqlite:///")).exists() or RunStore(db).runs.list_runs() == []
 
 
 def test_every_door_of_stored_text_refuses_what_utf8_cannot_hold_and_export_works(db, tmp_path):
     store = RunStore(db)
-    run_id = store.create_run(name="r", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=2)
+    run_id = store.runs.create_run(name="r", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=2)
     bad = BAD_BYTE.decode("utf-8", "surrogateescape")
-    for write in (lambda: store.set_tags(run_id, [bad]), lambda: store.rename_run(run_id, bad),
-                  lambda: store.set_notes(run_id, bad), lambda: store.save_view(bad, {}),
-                  lambda: store.save_view("v", {"runs": bad}),
-                  lambda: store.create_run(name="s", config={"data_path": bad}, estimator="basis", rank=4, lam=0.0,
+    for write in (lambda: store.runs.set_tags(run_id, [bad]), lambda: store.runs.rename_run(run_id, bad),
+                  lambda: store.runs.set_notes(run_id, bad), lambda: store.views.save_view(bad, {}),
+                  lambda: store.views.save_view("v", {"runs": bad}),
+                  lambda: store.runs.create_run(name="s", config={"data_path": bad}, estimator="basis", rank=4, lam=0.0,
                                            seed=0, preset="tiny", steps=2),
-                  lambda: store.save_report(title=bad, content="{}", run_ids=[run_id], selection={})):
+                  lambda: store.reports.save_report(title=bad, content="{}", run_ids=[run_id], selection={})):
         with pytest.raises(ValueError, match="is not UTF-8 text"):
             write()
-    store.add_metrics(run_id, [(0, 0.0, "val_loss", 10.5)])
-    store.append_notes(run_id, f"a path {bad}")  # what the program writes itself is kept, escaped
-    store.set_status(run_id, "failed", error=f"cannot read {bad}")
-    assert store.get_run(run_id).error == "cannot read x\\udcfe"
+    store.metrics.add_metrics(run_id, [(0, 0.0, "val_loss", 10.5)])
+    store.runs.append_notes(run_id, f"a path {bad}")  # what the program writes itself is kept, escaped
+    store.runs.set_status(run_id, "failed", error=f"cannot read {bad}")
+    assert store.runs.get_run(run_id).error == "cannot read x\\udcfe"
     assert main(["export", "--db", db, "--out", str(tmp_path / "all.csv")]) == 0
     assert "a path x\\udcfe" in (tmp_path / "all.csv").read_text(encoding="utf-8")
 

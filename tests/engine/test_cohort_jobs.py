@@ -47,8 +47,8 @@ def formed(monkeypatch):
 
 def _wait_ended(store, ids, timeout=300.0):
     deadline = time.monotonic() + timeout
-    while any(store.get_run(i).status in ("queued", "running") for i in ids):
-        assert time.monotonic() < deadline, [store.get_run(i).status for i in ids]
+    while any(store.runs.get_run(i).status in ("queued", "running") for i in ids):
+        assert time.monotonic() < deadline, [store.runs.get_run(i).status for i in ids]
         time.sleep(0.1)
 
 
@@ -73,7 +73,7 @@ def test_a_worker_claims_a_sweeps_seeds_together_and_a_cancelled_member_stops_al
     manager = JobManager(store, pull=True, cohorts="on", checkpoints=tmp_path / "ckpt", on_step=on_step)
     try:
         _wait_ended(store, ids)
-        runs = [store.get_run(i) for i in ids]
+        runs = [store.runs.get_run(i) for i in ids]
         assert [r.status for r in runs] == ["finished", "finished", "cancelled", "finished"]
         assert formed == [3]  # the three BASIS seeds together; exact, alone in its setup, trained alone
         assert all(r.epoch == 1 and r.worker_id == manager.worker_id for r in runs)  # one claim each
@@ -91,7 +91,7 @@ def test_a_worker_claims_a_sweeps_seeds_together_and_a_cancelled_member_stops_al
 
         assert manager.resume([ids[2]]) == [ids[2]]  # alone now: from the checkpoint its member saved
         manager.wait([ids[2]], timeout=300)
-        run = store.get_run(ids[2])
+        run = store.runs.get_run(ids[2])
         assert run.status == "finished" and "resumed from the checkpoint at step 2" in run.notes
         assert _final_val_loss(store, ids[2]) == pytest.approx(_single_val_loss(2), rel=1e-5)
         assert formed == [3]
@@ -114,7 +114,7 @@ def test_an_interrupted_cohort_of_its_own_runs_resumes_as_a_cohort(store, tmp_pa
     ids = manager.submit(configs)
     manager.wait(ids, timeout=300)
     manager.shutdown()
-    runs = [store.get_run(i) for i in ids]
+    runs = [store.runs.get_run(i) for i in ids]
     assert [r.status for r in runs] == ["interrupted", "interrupted"] and formed == [2]
     assert [r.checkpoint_step for r in runs] == [3, 3]
 
@@ -124,7 +124,7 @@ def test_an_interrupted_cohort_of_its_own_runs_resumes_as_a_cohort(store, tmp_pa
         again.wait(ids, timeout=300)
     finally:
         again.shutdown()
-    runs = [store.get_run(i) for i in ids]
+    runs = [store.runs.get_run(i) for i in ids]
     assert [r.status for r in runs] == ["finished", "finished"] and formed == [2, 2]
     assert all("resumed from the checkpoint at step 3" in r.notes for r in runs)
     for run_id, seed in zip(ids, (0, 1)):
@@ -151,8 +151,8 @@ def test_a_member_whose_lease_another_claim_took_stops_and_the_others_train_on(s
 
     def on_step(run_id, step, loss):
         if run_id == ids[1] and step == 2 and not taken:
-            store.mark_interrupted({run_id: "silent"})
-            taken.extend(store.requeue([run_id], owner="elsewhere:1"))
+            store.runs.mark_interrupted({run_id: "silent"})
+            taken.extend(store.queue.requeue([run_id], owner="elsewhere:1"))
 
     manager = JobManager(store, pull=True, cohorts="on", checkpoints=tmp_path / "ckpt", on_step=on_step)
     try:
@@ -163,7 +163,7 @@ def test_a_member_whose_lease_another_claim_took_stops_and_the_others_train_on(s
             time.sleep(0.1)
     finally:
         manager.shutdown()
-    first, second = store.get_run(ids[0]), store.get_run(ids[1])
+    first, second = store.runs.get_run(ids[0]), store.runs.get_run(ids[1])
     assert formed == [2] and taken == [ids[1]]
     assert first.status == "finished" and _final_val_loss(store, ids[0]) == pytest.approx(_single_val_loss(0), rel=1e-5)
     assert (second.status, second.owner, second.epoch) == ("queued", "elsewhere:1", 2)
@@ -182,5 +182,5 @@ def test_a_cohort_whose_training_fails_fails_each_member_and_the_worker_goes_on(
         _wait_ended(store, ids, timeout=60)
     finally:
         manager.shutdown()
-    for run in map(store.get_run, ids):
+    for run in map(store.runs.get_run, ids):
         assert run.status == "failed" and "the cohort that trained this run failed: no device for it" in run.error

@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 
 from engine.training import compile_cache
+from tests.conftest import PYTEST_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,9 +67,9 @@ def test_the_folder_is_the_data_folders_xla_unless_named_or_off(monkeypatch, tmp
 
 
 def test_the_suites_cache_wins():
-    """This process's cache is the suite's (``tests/conftest.py``: the folder that names for
-    the lab's cache of the processes the tests start), settings and all."""
-    suite = os.environ[compile_cache.ENV]
+    """This process's cache, configured already (``tests/conftest.py``: pytest's own folder),
+    is kept by ``enable``, settings and all."""
+    suite = os.environ[PYTEST_CACHE]
     assert compile_cache.enable() == Path(suite)
     assert jax.config.jax_compilation_cache_dir == suite
     assert jax.config.jax_compilation_cache_max_size == -1  # the suite's: unbounded, untouched

@@ -48,7 +48,7 @@ def trained(tmp_path_factory, token_cache):
                      "--checkpoint-interval", "10", "--probe-interval", "0", "--val-batches", "1",
                      "--sketched-layers", "mlp", "--name", "=tiny"]) == 0
     store = RunStore(url)
-    run = store.list_runs()[0]
+    run = store.runs.list_runs()[0]
     store.close()
     return url, ckpt, run.id, RunConfig.from_dict(run.config)
 
@@ -73,7 +73,7 @@ def _restored(trained, step):
     """Parameters and sampler of the checkpoint at ``step``, read independently of engine.runner.diagnosis."""
     _, ckpt, run_id, config = trained
     store = RunStore(trained[0])
-    uid = store.get_run(run_id).uid
+    uid = store.runs.get_run(run_id).uid
     store.close()
     sampler = data.BatchSampler(load_data(config)[0], config.effective_batch_size, config.effective_seq_len,
                                 config.seed)
@@ -95,10 +95,10 @@ def test_a_checkpoint_is_measured_on_the_batches_the_run_drew_after_it(trained, 
     results = {}
     for step, used in ((None, 20), (10, 10)):
         diag_id, frame = diagnosis.run_diagnosis(store, run_id, step=step, **SMALL)
-        row = store.diagnostics_frame(run_id).set_index("id").loc[diag_id]
+        row = store.frames.diagnostics_frame(run_id).set_index("id").loc[diag_id]
         assert row["status"] == "finished" and row["step"] == used
         assert row["settings"]["step"] == used and row["settings"]["initial"] is False
-        stored = store.diagnostic_results(diag_id)
+        stored = store.diagnostics.diagnostic_results(diag_id)
         assert set(stored["batches"]) == {2} and set(stored["keys"]) == {8}
         assert list(stored.columns) == list(COLUMNS)
         _same(stored, frame)
@@ -122,13 +122,13 @@ def test_initial_parameters_when_asked_or_when_there_is_no_checkpoint(trained, s
     _, _, run_id, config = trained
     other = fake_run(store, RunConfig(preset="tiny", steps=20, sketched_layers="mlp", seed=3))
     settings = dict(estimators=["countsketch", "crs"], ranks=[4], keys=64, batches=1, chunk=32)
-    for rid, step, cfg in ((run_id, 0, config), (other, None, RunConfig.from_dict(store.get_run(other).config))):
+    for rid, step, cfg in ((run_id, 0, config), (other, None, RunConfig.from_dict(store.runs.get_run(other).config))):
         plan = diagnosis.plan_diagnosis(store, rid, step=step, **settings)
         assert plan.initial and plan.step == 0
         if step is None:
             assert any("no checkpoint" in n for n in plan.notes)
         diag_id, frame = diagnosis.run_diagnosis(store, rid, step=step, **settings)
-        row = store.diagnostics_frame(rid).set_index("id").loc[diag_id]
+        row = store.frames.diagnostics_frame(rid).set_index("id").loc[diag_id]
         assert row["step"] == 0 and row["settings"]["initial"] is True
         fresh = data.BatchSampler(load_data(cfg)[0], cfg.effective_batch_size, cfg.effective_seq_len, cfg.seed)
         _same(frame, _direct(cfg, initial_params(cfg), [fresh.next()], settings))
@@ -145,7 +145,7 @@ def test_defaults_validate_and_clip(trained, store):
     assert plan.ranks == (1, 4, 16, 64)  # B·T = 64: nothing to clip
     plan = diagnosis.plan_diagnosis(store, run_id, ranks="4, 100, 64, 200")
     assert plan.ranks == (4, 64) and any("clipped" in n for n in plan.notes)
-    before = len(store.diagnostics_frame())
+    before = len(store.frames.diagnostics_frame())
     for bad, error in ((dict(step=15), CheckpointError), (dict(estimators="exact"), ConfigError),
                        (dict(estimators="nope"), ConfigError), (dict(ranks="0"), ConfigError),
                        (dict(lams="1.5"), ConfigError), (dict(keys=1), ConfigError), (dict(batches=0), ConfigError)):
@@ -154,7 +154,7 @@ def test_defaults_validate_and_clip(trained, store):
         assert "\n" not in str(e.value)
     with pytest.raises(CheckpointError, match=r"saved: 10, 20"):
         diagnosis.plan_diagnosis(store, run_id, step=15)
-    assert len(store.diagnostics_frame()) == before
+    assert len(store.frames.diagnostics_frame()) == before
 
 
 def test_a_failure_is_stored_as_one_line_and_a_dead_process_interrupts(trained, store, tmp_path):
@@ -168,12 +168,12 @@ def test_a_failure_is_stored_as_one_line_and_a_dead_process_interrupts(trained, 
             diagnosis.execute(store, diag_id, plan)
     finally:
         moved.rename(plan.checkpoints.own)
-    row = store.diagnostics_frame(run_id).set_index("id").loc[diag_id]
+    row = store.frames.diagnostics_frame(run_id).set_index("id").loc[diag_id]
     assert row["status"] == "failed" and "\n" not in row["error"] and "gone" in row["error"]
     dead = diagnosis.start(store, plan)
-    assert store.claim_diagnostic(dead, f"{os.uname().nodename}:999999999")
+    assert store.diagnostics.claim_diagnostic(dead, f"{os.uname().nodename}:999999999")
     assert dead in diagnosis.check_stale_diagnoses(store)
-    assert store.diagnostics_frame().set_index("id").loc[dead, "status"] == "interrupted"
+    assert store.frames.diagnostics_frame().set_index("id").loc[dead, "status"] == "interrupted"
 
 
 def test_cli_diagnose_prints_stores_and_exports_neutralised_csv(trained, store, tmp_path, capsys):
@@ -184,19 +184,19 @@ def test_cli_diagnose_prints_stores_and_exports_neutralised_csv(trained, store, 
     assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "block_0/mlp/fc" in printed and "stored as diagnosis" in printed
-    diag_id = int(store.diagnostics_frame(run_id)["id"].max())
+    diag_id = int(store.frames.diagnostics_frame(run_id)["id"].max())
     csv = pd.read_csv(out)
     assert set(csv["run_name"]) == {"'=tiny"}  # the run's name starts with '=': neutralised
     assert set(csv["step"]) == {10} and set(csv["diagnostic_id"]) == {diag_id}
-    _same(csv[list(COLUMNS)], store.diagnostic_results(diag_id))
+    _same(csv[list(COLUMNS)], store.diagnostics.diagnostic_results(diag_id))
     # an existing --out, a bad step, a bad estimator: one line, exit 2, nothing stored
-    before = len(store.diagnostics_frame())
+    before = len(store.frames.diagnostics_frame())
     for extra, message in ((["--out", str(out)], "already exists"), (["--step", "15"], "saved: 10, 20"),
                            (["--estimators", "exact"], "exact has no sketch")):
         assert main([*argv, *extra]) == 2  # a repeated flag: argparse keeps the last
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
-    assert len(store.diagnostics_frame()) == before
+    assert len(store.frames.diagnostics_frame()) == before
     assert main(["diagnose", "--db", url, "--list", str(run_id)]) == 0
     assert "finished" in capsys.readouterr().out
 
@@ -240,7 +240,7 @@ def test_diagnosis_page_shows_a_diagnosis_and_starts_one_in_the_background(train
         assert any("Relative MSE against R" in t for t in figures(at))
         table = at.dataframe[0].value
         assert set(table["estimator"]) == {"basis", "crs"}
-        before = set(store.diagnostics_frame(run_id)["id"])
+        before = set(store.frames.diagnostics_frame(run_id)["id"])
         at.selectbox(key=f"diagnosis.step.{run_id}").set_value(10)
         at.multiselect(key=f"diagnosis.which.{run_id}").set_value(["crs"])
         at.text_input(key=f"diagnosis.ranks.{run_id}").set_value("2")
@@ -248,19 +248,19 @@ def test_diagnosis_page_shows_a_diagnosis_and_starts_one_in_the_background(train
         at.number_input(key=f"diagnosis.batches.{run_id}").set_value(1)
         button(at, "Run diagnosis").click().run()
         assert not at.exception and not at.error, [e.value for e in at.error]
-        new = set(store.diagnostics_frame(run_id)["id"]) - before
+        new = set(store.frames.diagnostics_frame(run_id)["id"]) - before
         assert len(new) == 1
         new_id = new.pop()
-        wait_for(lambda: store.diagnostics_frame(run_id).set_index("id").loc[new_id, "status"] == "finished", 300)
+        wait_for(lambda: store.frames.diagnostics_frame(run_id).set_index("id").loc[new_id, "status"] == "finished", 300)
         at.run()
         assert at.selectbox(key="diagnosis.diag").value == new_id
         assert any("at its checkpoint at step 10" in m.value for m in at.markdown)
         assert set(at.dataframe[0].value["estimator"]) == {"crs"}
         at.text_input(key=f"diagnosis.ranks.{run_id}").set_value("0")
-        n = len(store.diagnostics_frame(run_id))
+        n = len(store.frames.diagnostics_frame(run_id))
         button(at, "Run diagnosis").click().run()
         assert any("ranks" in e.value for e in at.error)
-        assert len(store.diagnostics_frame(run_id)) == n
+        assert len(store.frames.diagnostics_frame(run_id)) == n
     finally:
         state._lab(url).close(cancel_running=True)
         state._lab.clear()
@@ -280,9 +280,9 @@ def test_a_cancelled_diagnosis_keeps_its_partial_results_equal_to_the_batches_do
     cancel = threading.Event()
     frame = diagnosis.execute(store, diag_id, plan, cancel=cancel,
                               on_progress=lambda done, total: cancel.set() if done == 2 else None)
-    row = store.diagnostics_frame(run_id).set_index("id").loc[diag_id]
+    row = store.frames.diagnostics_frame(run_id).set_index("id").loc[diag_id]
     assert row["status"] == "cancelled" and "after 2 of 6" in row["error"]
-    stored = store.diagnostic_results(diag_id)
+    stored = store.diagnostics.diagnostic_results(diag_id)
     assert len(stored) == len(frame) > 0 and set(stored["batches"]) == {1}
     cfg, params, batches = diagnosis.load_inputs(store, plan)
     one = diagnose(cfg, params, batches[:1], estimators=plan.estimators, ranks=plan.ranks, lams=plan.lams,
@@ -300,27 +300,27 @@ def test_cli_cancels_a_diagnosis_another_process_computes_then_runs_it_again_and
         wait_for(lambda: (manager.diagnosis_progress(diag_id) or (0, 0))[0] >= 1, 300)
         assert main(["diagnose", "--db", url, "--cancel", str(diag_id)]) == 0
         assert "cancel requested" in capsys.readouterr().out
-        wait_for(lambda: store.diagnostics_frame(run_id).set_index("id").loc[diag_id, "status"] == "cancelled", 120)
+        wait_for(lambda: store.frames.diagnostics_frame(run_id).set_index("id").loc[diag_id, "status"] == "cancelled", 120)
     finally:
         manager.shutdown()
-    kept = store.diagnostic_results(diag_id)
+    kept = store.diagnostics.diagnostic_results(diag_id)
     assert not kept.empty and 1 <= kept["batches"].max() < 200  # what it measured before it stopped
     assert main(["diagnose", "--db", url, "--cancel", str(diag_id)]) == 0
     assert "already ended" in capsys.readouterr().out
 
-    before = set(store.diagnostics_frame()["id"])
+    before = set(store.frames.diagnostics_frame()["id"])
     small = diagnosis.plan_diagnosis(store, run_id, step=10, **SMALL)
     original = diagnosis.start(store, small)
     diagnosis.execute(store, original, small)
     assert main(["diagnose", "--db", url, "--rerun", str(original)]) == 0
     captured = capsys.readouterr()
     assert "cost: 2 estimators × 1 rank × 1 λ × 8 keys × 2 batches" in captured.err
-    [again] = set(store.diagnostics_frame()["id"]) - before - {original}
-    settings = store.diagnostics_frame().set_index("id")["settings"]
+    [again] = set(store.frames.diagnostics_frame()["id"]) - before - {original}
+    settings = store.frames.diagnostics_frame().set_index("id")["settings"]
     assert settings[again] == settings[original]
-    _same(store.diagnostic_results(again), store.diagnostic_results(original))  # same keys, same numbers
+    _same(store.diagnostics.diagnostic_results(again), store.diagnostics.diagnostic_results(original))  # same keys, same numbers
 
     assert main(["diagnose", "--db", url, "--delete", str(again)]) == 0
-    assert again not in set(store.diagnostics_frame()["id"]) and store.diagnostic_results(again).empty
+    assert again not in set(store.frames.diagnostics_frame()["id"]) and store.diagnostics.diagnostic_results(again).empty
     assert main(["diagnose", "--db", url, "--delete", str(again)]) == 2
     assert "no diagnosis" in capsys.readouterr().err

@@ -65,25 +65,25 @@ def test_kill_9_then_resume_continues_the_exact_trajectory(lab):
     args = [*TINY, "--steps", "100", "--checkpoint-interval", "25", "--estimator", "basis", "--rank", "8"]
     proc = _cli("run", *args)
     store = RunStore(url)
-    run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
-    wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 50, what="a checkpoint at step 50")
+    run_id = wait_for(lambda: next((r.id for r in store.runs.list_runs()), None), what="the run")
+    wait_for(lambda: (store.runs.get_run(run_id).checkpoint_step or 0) >= 50, what="a checkpoint at step 50")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
-    assert store.get_run(run_id).steps_done < 100
-    assert main(["list"]) == 0 and store.get_run(run_id).status == "running"  # a read writes nothing
+    assert store.runs.get_run(run_id).steps_done < 100
+    assert main(["list"]) == 0 and store.runs.get_run(run_id).status == "running"  # a read writes nothing
     assert liveness.check_stale(store) == [run_id]  # a sweep (a worker's or `resume`'s) sees the dead owner
-    assert store.get_run(run_id).interruption_cause == "stale"
+    assert store.runs.get_run(run_id).interruption_cause == "stale"
 
     assert main(["resume", str(run_id)]) == 0
-    resumed = store.get_run(run_id)
+    resumed = store.runs.get_run(run_id)
     assert resumed.status == "finished" and resumed.steps_done == 100
     assert "resumed from the checkpoint at step" in resumed.notes
 
     assert main(["run", *args, "--name", "straight"]) == 0
-    straight = store.resolve_runs(["straight"])[0]
+    straight = store.runs.resolve_runs(["straight"])[0]
     config = RunConfig.from_dict(resumed.config)
     a = _final_state(config, ckpt_root, resumed.uid)
-    b = _final_state(config, ckpt_root, store.get_run(straight).uid)
+    b = _final_state(config, ckpt_root, store.runs.get_run(straight).uid)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert trajectory(store, run_id) == trajectory(store, straight)  # every metric, train_loss too, none twice
@@ -93,12 +93,12 @@ def test_sigterm_leaves_an_interrupted_run_and_a_checkpoint(lab):
     url, ckpt_root = lab
     proc = _cli("run", *TINY, "--steps", "5000", "--checkpoint-interval", "1000")
     store = RunStore(url)
-    run_id = wait_for(lambda: next((r.id for r in store.list_runs() if r.steps_done >= 30), None),
+    run_id = wait_for(lambda: next((r.id for r in store.runs.list_runs() if r.steps_done >= 30), None),
                        what="the run to train 30 steps")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, out
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "interrupted" and "resume" in run.error
     assert run.checkpoint_step is not None and run.checkpoint_step >= 30
     with RunCheckpoints(run_dir(ckpt_root, run.uid), keep=3) as ckpt:
@@ -110,13 +110,13 @@ def test_resume_all_trains_the_queued_runs_of_a_killed_sweep(lab):
     # three seeds of one rank: one compiled program serves the resumed run and both queued ones
     proc = _cli("sweep", *TINY, "--steps", "60", "--ranks", "4", "--seeds", "0,1,2", "--checkpoint-interval", "20")
     store = RunStore(url)
-    wait_for(lambda: len(store.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.list_runs()),
+    wait_for(lambda: len(store.runs.list_runs()) == 3 and any(r.steps_done >= 10 for r in store.runs.list_runs()),
               what="the sweep to start")
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
-    assert sorted(r.status for r in store.list_runs()) == ["queued", "queued", "running"]
+    assert sorted(r.status for r in store.runs.list_runs()) == ["queued", "queued", "running"]
     assert main(["resume", "--all"]) == 0
-    runs = store.list_runs()
+    runs = store.runs.list_runs()
     assert [r.status for r in runs] == ["finished"] * 3
     for r in runs:
         steps = sorted(_val_losses(store, r.id))
@@ -135,7 +135,7 @@ def test_a_run_outlasts_a_write_lock_held_five_times_the_busy_timeout(lab, monke
     config = RunConfig(preset="tiny", steps=120, eval_interval=2, probe_interval=0, val_batches=1)
     manager = jobs.JobManager(store)
     run_id = manager.submit(config)[0]
-    wait_for(lambda: store.get_run(run_id).steps_done >= 10, what="the run to start")
+    wait_for(lambda: store.runs.get_run(run_id).steps_done >= 10, what="the run to start")
     blocker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
     held = threading.Event()
@@ -149,7 +149,7 @@ def test_a_run_outlasts_a_write_lock_held_five_times_the_busy_timeout(lab, monke
     assert manager.wait([run_id], timeout=900)
     manager.shutdown()
     assert held.is_set()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "finished", run.error
     steps = sorted(_val_losses(store, run_id))
     assert steps == [0, *range(2, 121, 2)]  # every record, none lost
@@ -159,10 +159,10 @@ def test_a_run_outlasts_a_write_lock_held_five_times_the_busy_timeout(lab, monke
 def test_run_ids_are_never_reused_after_a_delete(lab):
     url, _ = lab
     store = RunStore(url)
-    ids = [store.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+    ids = [store.runs.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
                             steps=10, status="finished") for i in range(3)]
-    store.delete_run(ids[-1])
-    new = store.create_run(name="new", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
+    store.runs.delete_run(ids[-1])
+    new = store.runs.create_run(name="new", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     assert new == ids[-1] + 1
 
 
@@ -177,17 +177,17 @@ def test_list_show_and_the_diagnoses_list_write_nothing(lab, capsys):
     """Reads leave a run and a diagnosis whose worker died as stored: marking them is the sweep's."""
     url, _ = lab
     store = RunStore(url)
-    run_id = store.create_run(name="dead", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+    run_id = store.runs.create_run(name="dead", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
                               steps=10)
-    assert store.claim(run_id, f"{liveness.host_name()}:{dead_pid()}")
-    diag_id = store.create_diagnostic(run_id, None)
-    assert store.claim_diagnostic(diag_id, f"{liveness.host_name()}:{dead_pid()}")
+    assert store.queue.claim(run_id, f"{liveness.host_name()}:{dead_pid()}")
+    diag_id = store.diagnostics.create_diagnostic(run_id, None)
+    assert store.diagnostics.claim_diagnostic(diag_id, f"{liveness.host_name()}:{dead_pid()}")
     before = _dump(url)
     assert main(["list"]) == 0 and main(["show", str(run_id)]) == 0 and main(["diagnose", "--list"]) == 0
     assert "running" in capsys.readouterr().out
     assert _dump(url) == before
     assert liveness.sweep(store) == [run_id] and _dump(url) != before  # what the reads left to the sweep
-    assert store.diagnostics_frame()["status"].tolist() == ["interrupted"]
+    assert store.frames.diagnostics_frame()["status"].tolist() == ["interrupted"]
 
 
 @pytest.mark.parametrize("command", [["list"], ["show", "1"], ["export", "--out", "x.csv"], ["cancel", "1"],
@@ -218,27 +218,27 @@ def test_bad_input_is_one_line_and_writes_nothing(lab, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
-    assert RunStore(url).list_runs() == []
+    assert RunStore(url).runs.list_runs() == []
 
 
 def test_cancel_on_a_run_that_is_not_active_says_so(lab, capsys):
     url, _ = lab
     store = RunStore(url)
-    run_id = store.create_run(name="done", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
+    run_id = store.runs.create_run(name="done", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny",
                               steps=10, status="finished")
     assert main(["cancel", str(run_id)]) == 0
     assert "not active (finished); nothing to cancel" in capsys.readouterr().out
-    assert store.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).status == "finished"
 
 
 def test_delete_removes_a_run_its_metrics_and_its_checkpoints(lab, capsys):
     url, ckpt_root = lab
     assert main(["run", *TINY, "--steps", "4", "--eval-interval", "2"]) == 0
     store = RunStore(url)
-    run = store.list_runs()[0]
+    run = store.runs.list_runs()[0]
     assert run_dir(ckpt_root, run.uid).is_dir()
     assert main(["delete", str(run.id)]) == 0
-    assert store.list_runs() == [] and store.metrics([run.id]).empty
+    assert store.runs.list_runs() == [] and store.metrics([run.id]).empty
     assert not run_dir(ckpt_root, run.uid).exists()
 
 
@@ -248,9 +248,9 @@ def test_resume_names_the_step_it_used_when_the_recorded_checkpoint_is_refused(l
     url, ckpt_root = lab
     assert main(["run", *TINY, "--steps", "4", "--eval-interval", "2", "--checkpoint-interval", "2"]) == 0
     store = RunStore(url)
-    run = store.list_runs()[0]
+    run = store.runs.list_runs()[0]
     assert run.checkpoint_step == 4
-    store.set_status(run.id, "interrupted", error="a crash after its last checkpoint")
+    store.runs.set_status(run.id, "interrupted", error="a crash after its last checkpoint")
     step_dir = run_dir(ckpt_root, run.uid) / f"epoch-{run.epoch}" / "4"
     big = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     big.write_bytes(big.read_bytes()[: big.stat().st_size // 3])  # a torn write
@@ -260,7 +260,7 @@ def test_resume_names_the_step_it_used_when_the_recorded_checkpoint_is_refused(l
     assert f"run {run.id} {run.name}: resuming from its newest readable checkpoint\n" in err
     assert "step 4" not in err.split("refused:")[0]  # never announced as the step it resumes from
     assert f"run {run.id}: resumed from the checkpoint at step 2; refused: checkpoint at step 4 of run {run.id}" in err
-    assert store.get_run(run.id).status == "finished"
+    assert store.runs.get_run(run.id).status == "finished"
 
 
 def _steps_on_disk(folder: Path) -> set[str]:
@@ -284,7 +284,7 @@ def test_a_backup_never_deletes_or_prunes_the_checkpoints_of_the_database_it_cop
         assert manager.wait([run_id], timeout=900)
     finally:
         manager.shutdown()
-    run = live.get_run(run_id)
+    run = live.runs.get_run(run_id)
     assert run.status == "finished" and run.checkpoint_step == 6
     live_folder = run_dir(ckpt_root, run.uid)
     kept = _steps_on_disk(live_folder)
@@ -292,24 +292,24 @@ def test_a_backup_never_deletes_or_prunes_the_checkpoints_of_the_database_it_cop
 
     backup(live, ckpt_root.parent / "copy.db")
     copy = RunStore(f"sqlite:///{ckpt_root.parent / 'copy.db'}", create=False)
-    copy.set_checkpoint_step(run_id, 4)  # as if the copy had been taken at step 4
-    copy.set_status(run_id, "interrupted", error="restored from a backup")
+    copy.runs.set_checkpoint_step(run_id, 4)  # as if the copy had been taken at step 4
+    copy.runs.set_status(run_id, "interrupted", error="restored from a backup")
     manager = jobs.JobManager(copy)
     try:
         assert manager.resume([run_id]) == [run_id]
         assert manager.wait([run_id], timeout=900)
     finally:
         manager.shutdown()
-    resumed = copy.get_run(run_id)
+    resumed = copy.runs.get_run(run_id)
     assert resumed.status == "finished" and "resumed from the checkpoint at step 4" in resumed.notes, resumed.error
     assert trajectory(copy, run_id) == trajectory(live, run_id)
     assert _steps_on_disk(live_folder) == kept  # nothing pruned
 
     assert main(["delete", str(run_id), "--db", str(ckpt_root.parent / "copy.db")]) == 0
     assert _steps_on_disk(live_folder) == kept  # the copy deleted only its own
-    assert live.get_run(run_id).checkpoint_step == 6
-    assert copy.identity().ancestors == (live.identity().uid,) and copy.identity().uid != live.identity().uid
-    own = ckpt_root / f"db-{copy.identity().uid}" / f"run-{run.uid}"
+    assert live.runs.get_run(run_id).checkpoint_step == 6
+    assert copy.identities.identity().ancestors == (live.identities.identity().uid,) and copy.identities.identity().uid != live.identities.identity().uid
+    own = ckpt_root / f"db-{copy.identities.identity().uid}" / f"run-{run.uid}"
     assert not own.exists() and not own.parent.exists()  # where the copy wrote its checkpoint of step 6: gone, emptied
     assert main(["delete", str(run_id)]) == 0
     assert not live_folder.exists()
@@ -325,18 +325,18 @@ def test_a_resume_after_a_kill_before_any_heartbeat_stores_each_metric_once(lab)
     store = RunStore(url)
     config = RunConfig(preset="tiny", steps=2, eval_interval=2, probe_interval=0, val_batches=1)
     [run_id] = jobs.queue_runs(store, [config], env={"versions": {}, "git_commit": None, "device": "cpu"})
-    store.claim(run_id, "gone:1", "gone:1:w")
+    store.queue.claim(run_id, "gone:1", "gone:1:w")
     stale = [(0, 0.1, "val_loss", 123.0), (0, 0.1, "mem_saved_bytes", 1.0)]  # the dead owner's step-0 rows
-    store.add_metrics(run_id, stale)
-    store.set_status(run_id, "interrupted", error="its process died")
-    assert (store.get_run(run_id).steps_done, store.get_run(run_id).checkpoint_step) == (0, None)
+    store.metrics.add_metrics(run_id, stale)
+    store.runs.set_status(run_id, "interrupted", error="its process died")
+    assert (store.runs.get_run(run_id).steps_done, store.runs.get_run(run_id).checkpoint_step) == (0, None)
     manager = jobs.JobManager(store)
     try:
         assert manager.resume([run_id]) == [run_id]
         assert manager.wait([run_id], timeout=900)
     finally:
         manager.shutdown()
-    assert store.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).status == "finished"
     values = trajectory(store, run_id)  # asserts no (step, metric) twice
     assert values[(0, "val_loss")] != 123.0 and values[(0, "mem_saved_bytes")] != 1.0  # rewritten, not kept
     assert {step for step, _ in values} == {0, 2}

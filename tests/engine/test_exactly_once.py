@@ -45,12 +45,12 @@ def test_a_stalled_owner_loses_its_run_which_is_trained_once(db_url, tmp_path):
     owner = _engine("run", "--db", db_url, *RUN, host="machine-a", ckpt=ckpt)
     worker = None
     try:
-        run_id = _wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run")
-        _wait_for(lambda: (store.get_run(run_id).checkpoint_step or 0) >= 2 * EVERY, what="two checkpoints")
+        run_id = _wait_for(lambda: next((r.id for r in store.runs.list_runs()), None), what="the run")
+        _wait_for(lambda: (store.runs.get_run(run_id).checkpoint_step or 0) >= 2 * EVERY, what="two checkpoints")
         os.kill(owner.pid, signal.SIGSTOP)  # a suspended VM, heavy swapping, an NFS hang
-        first = store.get_run(run_id).epoch
+        first = store.runs.get_run(run_id).epoch
         worker = _engine("worker", "--db", db_url, "--max-runs", "1", host="machine-b", ckpt=ckpt)
-        _stalled_until(owner, lambda: store.get_run(run_id).epoch > first, what="the worker to take the run over")
+        _stalled_until(owner, lambda: store.runs.get_run(run_id).epoch > first, what="the worker to take the run over")
         os.kill(owner.pid, signal.SIGCONT)
         said, _ = owner.communicate(timeout=600)
         out, _ = worker.communicate(timeout=900)
@@ -61,7 +61,7 @@ def test_a_stalled_owner_loses_its_run_which_is_trained_once(db_url, tmp_path):
                 proc.kill()
                 proc.wait()
     assert worker.returncode == 0, out
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert f"run {run_id}: lost its lease to epoch " in said and "stopping without writing" in said, said
     assert owner.returncode == 1, said
     assert run.status == "finished" and run.steps_done == STEPS and run.owner.endswith(f":{worker.pid}")
@@ -103,18 +103,18 @@ def test_a_damaged_newest_checkpoint_is_refused_and_resume_follows_the_twintraje
         before = {i: trajectory(store, i) for i in ids}
         assert before[ids[0]] == before[ids[1]] and (3 * EVERY, "val_loss") in before[ids[0]]
         for run_id, damage in zip(ids, (_xor_64_bytes, _truncate)):
-            run = store.get_run(run_id)
+            run = store.runs.get_run(run_id)
             assert run.status == "finished" and run.checkpoint_step == 3 * EVERY
-            store.set_status(run_id, "interrupted", error="interrupted: a crash after its last checkpoint")
+            store.runs.set_status(run_id, "interrupted", error="interrupted: a crash after its last checkpoint")
             damage(tmp_path / "ckpt" / f"run-{run.uid}" / f"epoch-{run.epoch}" / str(3 * EVERY))
         assert sorted(manager.resume(ids)) == sorted(ids)
         assert manager.wait(ids, timeout=900)
     finally:
         manager.shutdown()
     for run_id in ids:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         assert run.status == "finished" and run.steps_done == 3 * EVERY, run.error
         assert f"resumed from the checkpoint at step {2 * EVERY}" in run.notes
         assert f"skipped: checkpoint at step {3 * EVERY} of run {run_id} is " in run.notes
         assert trajectory(store, run_id) == before[run_id]  # every metric as the uninterrupted run had it
-    assert "does not match its checksum" in store.get_run(ids[0]).notes  # the flip reads back silently otherwise
+    assert "does not match its checksum" in store.runs.get_run(ids[0]).notes  # the flip reads back silently otherwise

@@ -33,8 +33,8 @@ def test_a_claim_takes_a_new_lease_once(lab, tmp_path):
     store, _ = lab
     run_id = new_run(store)
     run = _execution(lab, run_id, tmp_path)
-    assert run.claim("w1") and run.epoch == store.run_lease(run_id)[0]
-    assert store.get_run(run_id).status == "running"
+    assert run.claim("w1") and run.epoch == store.runs.run_lease(run_id)[0]
+    assert store.runs.get_run(run_id).status == "running"
     other = _execution(lab, run_id, tmp_path)
     assert not other.claim("w2") and other.epoch is None  # not queued any more: trained by one owner
 
@@ -46,13 +46,13 @@ def test_a_run_interrupted_before_its_claim_is_marked_interrupted_not_claimed(la
     interrupted.set()
     run = _execution(lab, run_id, tmp_path, interrupted=interrupted)
     assert not run.claim("w1") and run.epoch is None
-    row = store.get_run(run_id)
+    row = store.runs.get_run(run_id)
     assert row.status == "interrupted" and "resume it" in row.error
 
 
 def _held(run: RunExecution) -> None:
     """What ``execute`` does first: the run's lease held by its channel."""
-    run.run = run.store.get_run(run.run_id)
+    run.run = run.store.runs.get_run(run.run_id)
     run.lease_state = run.channel.hold(run.run_id, run.lease)
 
 
@@ -63,7 +63,7 @@ def test_a_cancel_request_stops_it_at_the_channels_next_beat_and_not_before(lab,
     run.claim("w1")
     _held(run)
     assert not run.should_stop()
-    store.request_cancel(run_id)
+    store.runs.request_cancel(run_id)
     assert not run.should_stop()  # the training thread reads memory only: the beat brings it the news
     run.channel.beat()
     assert run.should_stop() and run.stop_event.is_set() and run.lost is None
@@ -78,8 +78,8 @@ def test_a_lease_taken_by_another_claim_stops_it_and_refuses_its_checkpoints(lab
     _held(run)
     run.channel.beat()
     run.hold_lease(10)  # the lease holds: the save may go on
-    store.set_status(run_id, "interrupted")
-    store.requeue([run_id])
+    store.runs.set_status(run_id, "interrupted")
+    store.queue.requeue([run_id])
     assert _execution(lab, run_id, tmp_path).claim("w2")  # a new owner
     run.channel.beat()
     assert run.should_stop() and isinstance(run.lost, LeaseLostError) and not run.stop_event.is_set()

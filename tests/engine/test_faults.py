@@ -23,6 +23,8 @@ from engine.runner import jobs
 from engine.training.checkpoints.errors import disk_full
 from engine.training.checkpoints.quiet import details, orbax_held
 from storage import RunStore
+from storage.metrics import MetricsRepository
+from storage.runs import RunsRepository
 from tests.support import xla
 from tests.support.runs import trajectory as _trajectory
 from tests.support.runs import wait_for
@@ -42,7 +44,7 @@ def test_a_run_outlives_a_postgresql_restart_and_equals_its_twin(pg_cluster, pg_
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--db", pg_url, *RUN], cwd=ROOT,
                             env=xla.twin_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        run_id = wait_for(lambda: next((r.id for r in store.list_runs()), None), what="the run", timeout=300)
+        run_id = wait_for(lambda: next((r.id for r in store.runs.list_runs()), None), what="the run", timeout=300)
         wait_for(lambda: len(store.metrics([run_id])) > 0, what="the run's first metrics", timeout=300)
         store.close()
         os.kill(proc.pid, signal.SIGSTOP)  # so that the outage surely falls inside the training
@@ -60,11 +62,11 @@ def test_a_run_outlives_a_postgresql_restart_and_equals_its_twin(pg_cluster, pg_
     assert proc.returncode == 0 and "Traceback" not in out, out
     assert "the database cannot be reached" in out  # the outage was met, and waited for
     store = RunStore(pg_url)
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "finished" and run.steps_done == STEPS, run.error
 
     assert main(["run", "--db", pg_url, *RUN, "--name", "twin"]) == 0
-    twin = store.resolve_runs(["twin"])[0]
+    twin = store.runs.resolve_runs(["twin"])[0]
     got, want = _trajectory(store, run_id), _trajectory(store, twin)
     assert (STEPS, "val_loss") in want and (STEPS, "train_loss") in want
     assert got == want  # every metric but the measured speed, none lost, none twice
@@ -119,11 +121,11 @@ def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no
     assert lines[1].startswith(f"run 1 interrupted: disk full: free space on {ckpt}"), lines
     assert "and run `python -m engine resume 1`" in lines[1]
     store = RunStore(url)
-    run = store.get_run(1)
+    run = store.runs.get_run(1)
     assert run.status == "interrupted" and run.error.startswith(f"disk full: free space on {ckpt}"), run.error
     assert run.interruption_cause == "disk_full"
     assert run.checkpoint_step == EVERY
-    logged = [line.text for line in store.run_logs(1)]
+    logged = [line.text for line in store.logs.run_logs(1)]
     assert any("raised an exception: RESOURCE_EXHAUSTED" in t and "Traceback" in t for t in logged), logged
     assert logged[-1].startswith("interrupted: disk full: free space on")
     assert not list(ckpt.rglob("*.orbax-checkpoint-tmp*"))  # the failed save left nothing behind
@@ -133,12 +135,12 @@ def test_a_full_checkpoint_disk_ends_the_run_resumable_in_one_line_and_leaves_no
 
     # space is back
     assert main(["resume", "--db", url, "1"]) == 0
-    run = store.get_run(1)
+    run = store.runs.get_run(1)
     assert run.status == "finished" and run.steps_done == STEPS, run.error
     assert f"resumed from the checkpoint at step {EVERY}" in run.notes
     assert not stale.exists()  # removed by the new lease's first save
     assert main(["run", "--db", url, *RUN, "--name", "twin"]) == 0
-    twin = store.resolve_runs(["twin"])[0]
+    twin = store.runs.resolve_runs(["twin"])[0]
     assert _trajectory(store, 1) == _trajectory(store, twin)
 
 
@@ -154,7 +156,7 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
 
     store = RunStore(f"sqlite:///{tmp_path / 'lab.db'}")
     full = threading.Event()
-    real_add, real_status = RunStore.add_metrics, RunStore.set_status
+    real_add, real_status = MetricsRepository.add_metrics, RunsRepository.set_status
 
     def refused():
         e = exc.OperationalError("INSERT INTO metrics ...", {}, sqlite3.OperationalError("database or disk is full"))
@@ -175,8 +177,8 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
             raise refused()
         return real_status(self, *args, **kwargs)
 
-    monkeypatch.setattr(RunStore, "add_metrics", add_metrics)
-    monkeypatch.setattr(RunStore, "set_status", set_status)
+    monkeypatch.setattr(MetricsRepository, "add_metrics", add_metrics)
+    monkeypatch.setattr(RunsRepository, "set_status", set_status)
     manager = jobs.JobManager(store, checkpoints=tmp_path / "ckpt")
     try:
         run_id = manager.submit(CONFIG)[0]
@@ -186,19 +188,19 @@ def test_a_full_database_disk_ends_the_run_and_its_worker_releases_it_once_space
         assert outcome.error.startswith(f"disk full: free space on {tmp_path} and run ")
         assert outcome.error.endswith("the database refused a write: database or disk is full")
         assert f"`python -m engine resume {run_id}`" in outcome.error and "\n" not in outcome.error
-        assert store.get_run(run_id).status == "running" and manager.unreleased() == {run_id}
+        assert store.runs.get_run(run_id).status == "running" and manager.unreleased() == {run_id}
         full.clear()  # space is back: the worker stores the run's end at its next beat
         # the manager stores the end, then forgets it: wait for both (the status alone raced the set)
-        wait_for(lambda: store.get_run(run_id).status == "interrupted" and not manager.unreleased(), timeout=60,
+        wait_for(lambda: store.runs.get_run(run_id).status == "interrupted" and not manager.unreleased(), timeout=60,
                  what="the run released")
-        assert store.get_run(run_id).error == outcome.error and manager.unreleased() == set()
-        assert outcome.cause == store.get_run(run_id).interruption_cause == "disk_full"
+        assert store.runs.get_run(run_id).error == outcome.error and manager.unreleased() == set()
+        assert outcome.cause == store.runs.get_run(run_id).interruption_cause == "disk_full"
         assert manager.resume([run_id]) == [run_id]
         twin = manager.submit(CONFIG.replace(name="twin"))[0]
         assert manager.wait([run_id, twin], timeout=900)
     finally:
         manager.shutdown()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "finished" and run.steps_done == STEPS, run.error
     assert _trajectory(store, run_id) == _trajectory(store, twin)
 
@@ -218,4 +220,4 @@ def test_a_full_database_disk_is_one_line_per_run_on_the_console(tmp_path):
     assert lines[2] == (f"run 1 interrupted: disk full: free space on {tmp_path} and run `python -m engine resume 1` "
                         "(it continues from its last checkpoint); the database refused a write: database or disk is "
                         "full")
-    assert [r.status for r in RunStore(url).list_runs()] in (["running", "queued"], ["queued", "running"])
+    assert [r.status for r in RunStore(url).runs.list_runs()] in (["running", "queued"], ["queued", "running"])

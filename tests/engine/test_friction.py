@@ -33,7 +33,7 @@ def test_list_fits_100_columns_newest_first_and_wide_shows_every_column(lab, cap
     long_name = "a very long descriptive name for the learning-rate ablation of the paper preset " * 2
     second = fake_run(sweep, dataclasses.replace(TINY, rank=8, name=long_name.strip()[:190]), status="running",
                       steps_done=10)
-    lab.rename_run(second, long_name.strip()[:190])
+    lab.runs.rename_run(second, long_name.strip()[:190])
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= WIDTH
@@ -70,7 +70,7 @@ def test_the_report_names_interrupted_and_resumed_runs_and_how_to_gather_claims_
     sweep = InSweep(lab, LONG_SWEEP)
     done = fake_run(sweep, dataclasses.replace(TINY, estimator="exact"))
     resumed = fake_run(sweep, dataclasses.replace(TINY, rank=8))
-    lab.append_notes(resumed, "resumed from the checkpoint at step 20")
+    lab.runs.append_notes(resumed, "resumed from the checkpoint at step 20")
     stopped = fake_run(sweep, dataclasses.replace(TINY, rank=32), status="interrupted", steps_done=30)
     built = reports.build(lab, reports.selection_of(sweep=LONG_SWEEP))
     notes = " ".join(built.notes)
@@ -93,7 +93,7 @@ def test_progress_counts_steps_and_estimates_the_time_left_from_observed_rates(l
     running = fake_run(lab, dataclasses.replace(TINY, seed=1), status="running", steps_done=20)
     queued = fake_run(lab, dataclasses.replace(TINY, seed=2), status="queued", steps_done=0)
     failed = fake_run(lab, dataclasses.replace(TINY, seed=3), status="failed", steps_done=5, error="NaN")
-    records = [lab.get_run(i) for i in (finished, running, queued, failed)]
+    records = [lab.runs.get_run(i) for i in (finished, running, queued, failed)]
     p = progress.progress(records, lab.metrics([r.id for r in records]))
     assert p.counts == {"finished": 1, "running": 1, "queued": 1, "failed": 1}
     assert (p.done, p.total) == (40 + 20, 3 * 40)  # a failed run is counted by status, not in the steps
@@ -112,14 +112,14 @@ def test_sweep_warns_but_launches_when_the_same_configs_and_seeds_exist(lab, cap
     assert cli.main(grid) == 0
     first = capsys.readouterr()
     assert "already in the database" not in first.err
-    queued = {r.id: r for r in lab.list_runs()}
+    queued = {r.id: r for r in lab.runs.list_runs()}
     assert cli.main([*grid[:-1], "7"]) == 0  # other steps: other configs, no warning
     assert "already in the database" not in capsys.readouterr().err
-    lab.set_status(min(queued), "failed")  # a failed run is no reason to warn: relaunching it is the fix
+    lab.runs.set_status(min(queued), "failed")  # a failed run is no reason to warn: relaunching it is the fix
     assert cli.main([*grid[:-3], "0,1,2", "--steps", "6"]) == 0
     err = capsys.readouterr().err
     warned = [line for line in err.splitlines() if "already in the database" in line]
     assert len(warned) == 1 and warned[0].startswith("warning: 3 of the 6 runs to launch")
     named = {r.id for r in queued.values() if f"#{r.id} {r.name} (queued)" in warned[0]}
     assert named == set(queued) - {min(queued)}
-    assert len(lab.list_runs()) == 4 + 4 + 6  # warned, not refused
+    assert len(lab.runs.list_runs()) == 4 + 4 + 6  # warned, not refused

@@ -38,21 +38,21 @@ def test_two_parallel_runs_and_a_reader_lose_nothing(store, db_url):
     t.start()
     running_together = False
     while manager.pending():
-        running_together |= sum(r.status == "running" for r in store.list_runs()) == 2
+        running_together |= sum(r.status == "running" for r in store.runs.list_runs()) == 2
         time.sleep(0.05)
     manager.wait(ids)
     done.set(), t.join()
     manager.shutdown()
     assert not errors
     assert running_together
-    assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+    assert [store.runs.get_run(i).status for i in ids] == ["finished", "finished"]
     final = store.metrics(ids)
     last = feed.poll(reader, ids)
     assert not set(seen) & set(last["id"]) and set(seen) | set(last["id"]) == set(final["id"])
     for run_id in ids:
         steps = set(final.loc[(final.run_id == run_id) & (final.name == "val_loss"), "step"])
         assert steps == {0, *range(2, 41, 2)}
-        assert store.get_run(run_id).steps_done == 40
+        assert store.runs.get_run(run_id).steps_done == 40
     probes = final[final.name == "cos_mean"]
     for run_id in ids:
         assert set(probes.loc[probes.run_id == run_id, "step"]) == set(range(4, 41, 4))
@@ -73,7 +73,7 @@ def test_cancel_mid_run_keeps_metrics(store):
         time.sleep(0.01)
     assert manager.cancel(run_id)
     assert manager.wait([run_id], timeout=60)
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "cancelled" and run.finished_at is not None
     kept = store.metrics([run_id], names=["val_loss"])
     assert len(kept) >= 5 and kept["step"].max() <= run.steps_done
@@ -88,9 +88,9 @@ def test_cancel_from_another_process_through_the_database(store, db_url):
     while len(steps_seen) < 5:
         time.sleep(0.01)
     other = RunStore(db_url)  # e.g. the CLI's `cancel`
-    assert other.request_cancel(run_id)
+    assert other.runs.request_cancel(run_id)
     assert manager.wait([run_id], timeout=60)
-    assert store.get_run(run_id).status == "cancelled"
+    assert store.runs.get_run(run_id).status == "cancelled"
     manager.shutdown()
 
 
@@ -99,10 +99,10 @@ def test_cancel_while_queued_never_starts(store):
     first, second = manager.submit([dataclasses.replace(TINY, steps=30), TINY])
     manager.cancel(second)
     manager.wait()
-    assert store.get_run(second).status == "cancelled"
-    assert store.get_run(second).started_at is None
+    assert store.runs.get_run(second).status == "cancelled"
+    assert store.runs.get_run(second).started_at is None
     assert store.metrics([second]).empty
-    assert store.get_run(first).status == "finished"
+    assert store.runs.get_run(first).status == "finished"
     manager.shutdown()
 
 
@@ -110,7 +110,7 @@ def test_forced_nan_fails_with_the_reason_and_keeps_metrics(store):
     manager = JobManager(store)
     [run_id] = manager.submit(dataclasses.replace(TINY, estimator="exact", lr=1e12, eval_interval=20))
     manager.wait()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.status == "failed"
     assert "training loss became" in run.error and "lower lr" in run.error
     # the steps it shows done are the step it failed at, not those run before the losses were read
@@ -127,14 +127,14 @@ def test_a_failing_run_does_not_stop_the_queue(store):
         dataclasses.replace(TINY, steps=4),
     ])
     manager.wait()
-    assert store.get_run(bad).status == "failed" and "no file matches" in store.get_run(bad).error
-    assert store.get_run(good).status == "finished"
+    assert store.runs.get_run(bad).status == "failed" and "no file matches" in store.runs.get_run(bad).error
+    assert store.runs.get_run(good).status == "finished"
     manager.shutdown()
 
 
 def test_stale_running_row_is_marked_interrupted_at_start_up(store):
-    run_id = store.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
-    assert store.claim(run_id, "localhost-that-died:999999999")
+    run_id = store.runs.create_run(name="ghost", config=TINY.to_dict(), estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=40)
+    assert store.queue.claim(run_id, "localhost-that-died:999999999")
     with store.db.session(write=True) as s:  # an old heartbeat, as a dead process leaves it
         from datetime import datetime, timedelta, timezone
 
@@ -142,7 +142,7 @@ def test_stale_running_row_is_marked_interrupted_at_start_up(store):
         s.get(Run, run_id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
     manager = JobManager(store)
     assert manager.interrupted == [run_id]
-    assert store.get_run(run_id).status == "interrupted"
+    assert store.runs.get_run(run_id).status == "interrupted"
     manager.shutdown()
 
 
@@ -150,7 +150,7 @@ def test_run_rows_record_the_environment(store):
     manager = JobManager(store)
     [run_id] = manager.submit(dataclasses.replace(TINY, steps=2))
     manager.wait()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert run.versions["jax"] and run.device.startswith("cpu")
     assert RunConfig.from_dict(run.config) == dataclasses.replace(TINY, steps=2)
     manager.shutdown()
@@ -168,11 +168,11 @@ def test_a_run_that_crashes_its_worker_thread_ends_interrupted_with_cause_crash(
         run_id = manager.submit(TINY)[0]
         assert manager.wait([run_id], timeout=120)
         wait = time.monotonic() + 60
-        while store.get_run(run_id).status == "running" and time.monotonic() < wait:  # stored at the next beat
+        while store.runs.get_run(run_id).status == "running" and time.monotonic() < wait:  # stored at the next beat
             time.sleep(0.2)
     finally:
         manager.shutdown()
-    run = store.get_run(run_id)
+    run = store.runs.get_run(run_id)
     assert manager.outcomes[run_id].cause == "crash"
     assert (run.status, run.interruption_cause) == ("interrupted", "crash") and "RuntimeError: boom" in run.error
 
@@ -188,7 +188,7 @@ def test_every_validation_step_stores_its_per_batch_losses_until_the_run_is_dele
         assert manager.wait([run_id], timeout=600)
     finally:
         manager.shutdown()
-    assert store.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).status == "finished"
     val = store.metrics([run_id], names=["val_loss"]).set_index("step")["value"]
     losses = store.eval_losses([run_id]).set_index("step")["losses"]
     assert list(losses.index) == list(val.index) == [0, 2, 4]
@@ -197,5 +197,5 @@ def test_every_validation_step_stores_its_per_batch_losses_until_the_run_is_dele
         assert batch_losses.mean() == pytest.approx(val[step], rel=1e-6)  # float32 losses, their mean in float64
         assert np.array_equal(batch_losses.astype(np.float32), batch_losses)  # each one a float32 value
     assert not np.array_equal(losses[0], losses[4])
-    store.delete_run(run_id)
+    store.runs.delete_run(run_id)
     assert store.eval_losses([run_id]).empty

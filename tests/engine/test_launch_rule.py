@@ -44,6 +44,6 @@ def test_yes_lets_the_same_launch_go(tmp_path, capsys, monkeypatch):
     assert main(["sweep", "--preset", "tiny", "--queue-only", "--ranks", "1,2,4", "--seeds", "0,1", "--yes", "--db", db]) == 0
     store = RunStore(db)
     try:
-        assert len(store.list_runs()) == 6
+        assert len(store.runs.list_runs()) == 6
     finally:
         store.close()

@@ -109,7 +109,7 @@ def test_mark_stale_interrupted(store):
 
     def running(name, owner, heartbeat=None):
         rid = new_run(store, name)
-        assert store.claim(rid, owner)
+        assert store.queue.claim(rid, owner)
         if heartbeat is not None:
             with store.engine.begin() as con:
                 con.execute(update(Run).where(Run.id == rid).values(heartbeat_at=heartbeat))
@@ -123,10 +123,10 @@ def test_mark_stale_interrupted(store):
     queued = new_run(store, "queued")
 
     assert mark_stale_interrupted(store, 120) == sorted([dead_old, dead_fresh, remote_old])
-    status = {r.id: r.status for r in store.list_runs()}
+    status = {r.id: r.status for r in store.runs.list_runs()}
     assert status == {dead_old: "interrupted", dead_fresh: "interrupted", remote_old: "interrupted",
                       live: "running", remote_fresh: "running", queued: "queued"}
-    rec = store.get_run(dead_old)
+    rec = store.runs.get_run(dead_old)
     assert rec.finished_at is not None and rec.interruption_cause == "stale" and "no longer running" in rec.error
     assert mark_stale_interrupted(store) == []  # idempotent
 
@@ -134,9 +134,9 @@ def test_mark_stale_interrupted(store):
 def test_liveness_primitives_and_policy(store):
     now = datetime.now(timezone.utc)
     a, b, q = new_run(store, "a"), new_run(store, "b"), new_run(store, "q")
-    store.claim(a, "far.example:1")
-    store.claim(b, "far.example:2")
-    rows = store.active_runs_heartbeats()
+    store.queue.claim(a, "far.example:1")
+    store.queue.claim(b, "far.example:2")
+    rows = store.runs.active_runs_heartbeats()
     assert [(r, o) for r, o, _ in rows] == [(a, "far.example:1"), (b, "far.example:2")]
     assert all(abs((last - now).total_seconds()) < 60 for _, _, last in rows)
     rows = [(a, "far.example:1", now - timedelta(seconds=200)), (b, "far.example:2", now - timedelta(seconds=10)),
@@ -144,7 +144,7 @@ def test_liveness_primitives_and_policy(store):
             (79, current_owner(), now - timedelta(days=1))]  # alive here, however silent: stopped, not dead
     stale = stale_runs(rows, now, 120, socket.gethostname())
     assert sorted(stale) == [a, q, 77] and "no longer running" in stale[77] and "no heartbeat" in stale[a]
-    assert store.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]
-    assert store.get_run(a).status == "interrupted" and store.get_run(a).error == "interrupted: test"
-    assert store.get_run(q).status == "queued"  # only running rows change
-    assert store.mark_interrupted({a: "again"}) == [] and store.get_run(a).error == "interrupted: test"
+    assert store.runs.mark_interrupted({a: "interrupted: test", q: "interrupted: not running"}) == [a]
+    assert store.runs.get_run(a).status == "interrupted" and store.runs.get_run(a).error == "interrupted: test"
+    assert store.runs.get_run(q).status == "queued"  # only running rows change
+    assert store.runs.mark_interrupted({a: "again"}) == [] and store.runs.get_run(a).error == "interrupted: test"

@@ -16,6 +16,7 @@ from engine.runner import jobs, liveness
 from engine.runner.liveness import Channel
 from storage import RunStore
 from storage.db import CONNECT_TIMEOUT_S
+from storage.runs import RunsRepository
 from tests.support.runs import new_run
 
 TINY = RunConfig(preset="tiny", steps=3)
@@ -30,59 +31,59 @@ def _commits(store: RunStore) -> list[int]:
 
 def test_one_transaction_stamps_every_held_run_and_reads_back_each_lease(store):
     a, b, lost, queued = (new_run(store, name=n) for n in ("a", "b", "lost", "queued"))
-    store.register_worker("w-1", "here", 1)
-    epochs = {r: store.claim(r, "here:1", "w-1") for r in (a, b, lost)}
-    store.set_status(lost, "interrupted")
-    store.requeue([lost])  # a new lease: the old one's beat must stamp nothing
-    store.request_cancel(b)
+    store.workers.register_worker("w-1", "here", 1)
+    epochs = {r: store.queue.claim(r, "here:1", "w-1") for r in (a, b, lost)}
+    store.runs.set_status(lost, "interrupted")
+    store.queue.requeue([lost])  # a new lease: the old one's beat must stamp nothing
+    store.runs.request_cancel(b)
     with store.db.session(write=True) as s:
         from storage.models import Run
 
         s.get(Run, queued).owner = "here:1"
-    before = store.get_run(lost)
+    before = store.runs.get_run(lost)
     commits = _commits(store)
     back = store.leases.beat({r: (e, 7) for r, e in epochs.items()}, owner="here:1", worker="w-1", current=a,
                              queued=[queued])
     assert len(commits) == 1
     assert back.runs[a] == (epochs[a], False) and back.runs[b] == (epochs[b], True)
     assert back.runs[lost].epoch == epochs[lost] + 1
-    assert store.get_run(a).steps_done == 7 and store.get_run(a).heartbeat_at is not None
-    after = store.get_run(lost)
+    assert store.runs.get_run(a).steps_done == 7 and store.runs.get_run(a).heartbeat_at is not None
+    after = store.runs.get_run(lost)
     assert (after.steps_done, after.heartbeat_at, after.status) == (before.steps_done, before.heartbeat_at, "queued")
-    assert store.get_run(queued).heartbeat_at is not None
-    worker = next(w for w in store.list_workers() if w.id == "w-1")
+    assert store.runs.get_run(queued).heartbeat_at is not None
+    worker = next(w for w in store.workers.list_workers() if w.id == "w-1")
     assert worker.current_run_id == a
-    store.delete_run(a, force=True)
+    store.runs.delete_run(a, force=True)
     assert a not in store.leases.beat({a: (epochs[a], 8)}, owner="here:1").runs  # deleted: nothing read back
 
 
 def test_a_beat_takes_back_a_run_a_sweep_marked_interrupted_while_its_owner_was_slow(store):
     run_id = new_run(store)
-    epoch = store.claim(run_id, "elsewhere:1")
-    store.mark_interrupted({run_id: "no heartbeat"})
+    epoch = store.queue.claim(run_id, "elsewhere:1")
+    store.runs.mark_interrupted({run_id: "no heartbeat"})
     store.leases.beat({run_id: (epoch, 3)}, owner="elsewhere:1")
-    assert store.get_run(run_id).status == "running"
+    assert store.runs.get_run(run_id).status == "running"
 
 
 def test_the_channel_publishes_cancel_lost_lease_and_deletion_to_memory(store):
     cancelled, taken, deleted = (new_run(store, name=n) for n in ("c", "t", "d"))
     channel = Channel(store, "here:1")  # not started: beaten by hand
-    states = {r: channel.hold(r, store.claim(r, "here:1")) for r in (cancelled, taken, deleted)}
+    states = {r: channel.hold(r, store.queue.claim(r, "here:1")) for r in (cancelled, taken, deleted)}
     channel.beat()
     assert all(s.lost is None and not s.cancelled.is_set() for s in states.values())
-    store.request_cancel(cancelled)
-    store.set_status(taken, "interrupted")
-    store.requeue([taken])
-    assert store.claim(taken, "there:2")
-    store.set_status(deleted, "cancelled")
-    store.delete_run(deleted)
+    store.runs.request_cancel(cancelled)
+    store.runs.set_status(taken, "interrupted")
+    store.queue.requeue([taken])
+    assert store.queue.claim(taken, "there:2")
+    store.runs.set_status(deleted, "cancelled")
+    store.runs.delete_run(deleted)
     assert not states[cancelled].cancelled.is_set()  # nothing changes in memory before the next beat
     channel.beat()
     assert states[cancelled].cancelled.is_set() and states[cancelled].lost is None
     assert states[taken].lost is not None and states[taken].lost.current > states[taken].epoch
     assert states[deleted].cancelled.is_set()
     channel.release(taken)
-    store.request_cancel(taken)
+    store.runs.request_cancel(taken)
     commits = _commits(store)
     channel.beat()
     assert len(commits) == 1  # three runs held, one transaction
@@ -90,16 +91,16 @@ def test_the_channel_publishes_cancel_lost_lease_and_deletion_to_memory(store):
 
 def test_a_diagnosis_is_stamped_and_hears_its_cancel_through_the_channel(store):
     run_id = new_run(store)
-    diag_id = store.create_diagnostic(run_id, step=0, settings={})
-    assert store.claim_diagnostic(diag_id, "here:1")
+    diag_id = store.diagnostics.create_diagnostic(run_id, step=0, settings={})
+    assert store.diagnostics.claim_diagnostic(diag_id, "here:1")
     cancel = threading.Event()
     channel = Channel(store, "here:1")
     channel.watch(diag_id, cancel)
-    store.set_diagnostic_status(diag_id, "interrupted", error="no heartbeat")  # a sweep while it was slow
+    store.diagnostics.set_diagnostic_status(diag_id, "interrupted", error="no heartbeat")  # a sweep while it was slow
     channel.beat()
     assert not cancel.is_set()
-    assert store.diagnostics_frame().set_index("id").loc[diag_id, "status"] == "running"
-    store.request_cancel_diagnostic(diag_id)
+    assert store.frames.diagnostics_frame().set_index("id").loc[diag_id, "status"] == "running"
+    store.diagnostics.request_cancel_diagnostic(diag_id)
     channel.beat()
     assert cancel.is_set()
 
@@ -134,17 +135,17 @@ def test_a_manager_has_one_heartbeat_thread_and_its_runs_never_query_their_lease
         raise AssertionError("a run read its lease from the database")
 
     monkeypatch.setattr("engine.runner.execution.train", train)
-    monkeypatch.setattr(RunStore, "run_lease", never)
+    monkeypatch.setattr(RunsRepository, "run_lease", never)
     manager = jobs.JobManager(store, max_concurrent=2, checkpoints=tmp_path / "ckpt", cohorts="off")
     try:
         ids = manager.submit([TINY, dataclasses.replace(TINY, seed=1)])
         started.wait(timeout=120)
         for run_id in ids:
-            store.request_cancel(run_id)  # from "another process": only the database knows
+            store.runs.request_cancel(run_id)  # from "another process": only the database knows
         assert manager.wait(ids, timeout=120)
     finally:
         manager.shutdown()
-    assert [store.get_run(r).status for r in ids] == ["cancelled", "cancelled"]
+    assert [store.runs.get_run(r).status for r in ids] == ["cancelled", "cancelled"]
     beating = {n for n in names if "heartbeat" in n or "liveness" in n}
     assert beating == {"basis-liveness"}, beating
 

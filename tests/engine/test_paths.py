@@ -56,7 +56,7 @@ def test_delete_on_a_crafted_identity_deletes_nothing_outside_the_root_nor_in_th
     err = _one_line(capsys.readouterr().err)
     assert "'x/../..'" in err and "identity uid" in err and "restore it from a backup" in err
     assert (victim / "precious.txt").read_text() == "keep me"
-    assert [r.id for r in RunStore(url, create=False).list_runs()] == [run_id]
+    assert [r.id for r in RunStore(url, create=False).runs.list_runs()] == [run_id]
 
 
 def test_a_run_on_a_crafted_identity_is_refused_before_anything_is_written(lab, capsys, tmp_path):
@@ -67,7 +67,7 @@ def test_a_run_on_a_crafted_identity_is_refused_before_anything_is_written(lab, 
     err = _one_line(capsys.readouterr().err)
     assert "'x/../..'" in err and "nothing was written or deleted" in err
     copy = RunStore(url, create=False)
-    assert [r.id for r in copy.list_runs()] == [run_id] and copy.list_workers() == []
+    assert [r.id for r in copy.runs.list_runs()] == [run_id] and copy.workers.list_workers() == []
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if not p.name.startswith("lab.db"))
     assert after == before  # no checkpoint folder anywhere
 
@@ -87,13 +87,13 @@ def test_a_crafted_run_uid_is_left_with_its_problem_and_the_others_are_deleted(l
     assert main(["delete", "--db", url, str(run_id), str(other)]) == 2
     captured = capsys.readouterr()
     assert "the uid of a run" in captured.err and "'victim'" in captured.err and "deleted 1 run(s)" in captured.out
-    assert [r.id for r in RunStore(url, create=False).list_runs()] == [run_id]
+    assert [r.id for r in RunStore(url, create=False).runs.list_runs()] == [run_id]
     assert (root / "run-victim").is_dir()
 
 
 def test_a_folder_that_resolves_outside_the_root_is_refused(lab, tmp_path):
     store, url, root, run_id = lab
-    uid = store.get_run(run_id).uid
+    uid = store.runs.get_run(run_id).uid
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (root / f"run-{uid}").symlink_to(outside)
@@ -103,20 +103,20 @@ def test_a_folder_that_resolves_outside_the_root_is_refused(lab, tmp_path):
 
 def test_new_uids_have_the_checked_form(lab):
     store, _, _, run_id = lab
-    assert UID.fullmatch(store.identity().uid) and UID.fullmatch(store.get_run(run_id).uid)
+    assert UID.fullmatch(store.identities.identity().uid) and UID.fullmatch(store.runs.get_run(run_id).uid)
 
 
 def test_a_delete_in_a_backup_copy_removes_its_emptied_database_folder(lab, capsys):
     from storage.backup import backup
 
     store, url, root, run_id = lab
-    original = run_dir(root, store.get_run(run_id).uid)
+    original = run_dir(root, store.runs.get_run(run_id).uid)
     (original / "epoch-1" / "2").mkdir(parents=True)  # the original's checkpoint, which the copy only reads
     copy_path = root.parent / "copy.db"
     backup(store, copy_path)
     copy = RunStore(f"sqlite:///{copy_path}", create=False)
-    own = run_folders(copy, copy.get_run(run_id).uid).own
-    assert own.parent == root / f"db-{copy.identity().uid}"
+    own = run_folders(copy, copy.runs.get_run(run_id).uid).own
+    assert own.parent == root / f"db-{copy.identities.identity().uid}"
     (own / "epoch-1" / "4").mkdir(parents=True)  # the copy's own checkpoint of the run
     assert main(["delete", "--db", str(copy_path), str(run_id)]) == 0
     assert not own.exists() and not own.parent.exists()  # no empty db-<uid>/ left behind
@@ -132,7 +132,7 @@ def test_a_copys_database_folder_that_holds_another_run_stays(lab, capsys):
     copy_path = root.parent / "copy.db"
     backup(store, copy_path)
     copy = RunStore(f"sqlite:///{copy_path}", create=False)
-    mine, kept = (run_folders(copy, copy.get_run(i).uid).own for i in (run_id, other))
+    mine, kept = (run_folders(copy, copy.runs.get_run(i).uid).own for i in (run_id, other))
     for folder in (mine, kept):
         folder.mkdir(parents=True)
     assert main(["delete", "--db", str(copy_path), str(run_id)]) == 0

@@ -52,7 +52,7 @@ def _method(store, seeds, deltas, rank, steps=(0, 300, 600), status="finished", 
         config = dataclasses.replace(BASE, seed=seed, **({"estimator": "exact"} if rank is None else {"rank": rank}))
         values = {s: (9.0 + seed / 100 if s == 0 else base + seed / 100 + delta) for s in steps}
         run_id = _run(store, config, values)
-        store.set_status(run_id, status)
+        store.runs.set_status(run_id, status)
         ids.append(run_id)
     return ids
 
@@ -87,7 +87,7 @@ def test_a_run_that_failed_before_its_first_validation_does_not_hold_the_read_at
     _method(store, range(3), [0.0] * 3, None)
     _method(store, range(3), [0.5, 0.52, 0.47], 8)
     lost = _method(store, [3], [0.0], 8, steps=(0,), status="failed")[0]
-    store.set_status(lost, "failed", error=DIVERGED_ERROR)
+    store.runs.set_status(lost, "failed", error=DIVERGED_ERROR)
     _method(store, [3], [0.0], None)
     t = run_table3(store)
     row = _row(t, "basis", 8)
@@ -102,7 +102,7 @@ def test_a_diverged_seed_is_never_equivalent_and_claim_c_is_not_supported(store)
     _method(store, range(5), [0.0] * 5, None)
     _method(store, range(4), [0.001, -0.001, 0.002, 0.0], 32)
     lost = _method(store, [4], [0.0], 32, steps=(0, 300), status="failed")[0]
-    store.set_status(lost, "failed", error=DIVERGED_ERROR)
+    store.runs.set_status(lost, "failed", error=DIVERGED_ERROR)
     t = run_table3(store, adjust=False)
     row = _row(t, "basis", 32)
     assert row["step"] == 600 and row["paired_seeds"] == 4
@@ -117,7 +117,7 @@ def test_a_seed_where_exact_diverged_too_is_not_counted_against_the_method(store
     _method(store, range(4), [0.001, -0.001, 0.002, 0.0], 32)
     for rank in (None, 32):
         run_id = _method(store, [4], [0.0], rank, steps=(0, 300), status="failed")[0]
-        store.set_status(run_id, "failed", error=DIVERGED_ERROR)
+        store.runs.set_status(run_id, "failed", error=DIVERGED_ERROR)
     row = _row(run_table3(store, adjust=False), "basis", 32)
     assert row["diverged"] == "" and row["verdict"] == EQUIVALENT
 
@@ -140,17 +140,17 @@ def test_summary_and_report_say_where_they_read_and_why(store, capsys, monkeypat
     out = capsys.readouterr().out
     assert said in out
     assert "validated there on the interim batches (32 of 256; a run's last step reads them all)" in out  # 180 < 600
-    report = reports.build(store, reports.selection_of(runs=[r.id for r in store.list_runs()]))
+    report = reports.build(store, reports.selection_of(runs=[r.id for r in store.runs.list_runs()]))
     assert said in to_markdown(report, "figures")
 
 
 def test_a_read_at_the_runs_last_step_reads_every_validation_batch_and_says_nothing_of_interim(store):
     _method(store, range(2), [0.0] * 2, None, steps=(0, 300, 600))
     _method(store, range(2), [0.01] * 2, 8, steps=(0, 300, 600))
-    reads = {int(r["step"]): r["read"] for _, r in table3(store.list_runs(), store.metrics_after(
-        {r.id: 0 for r in store.list_runs()})).iterrows()}
+    reads = {int(r["step"]): r["read"] for _, r in table3(store.runs.list_runs(), store.metrics.metrics_after(
+        {r.id: 0 for r in store.runs.list_runs()})).iterrows()}
     assert list(reads) == [600] and "interim" not in reads[600]
-    early = table3(store.list_runs(), store.metrics_after({r.id: 0 for r in store.list_runs()}), at_step=300)
+    early = table3(store.runs.list_runs(), store.metrics.metrics_after({r.id: 0 for r in store.runs.list_runs()}), at_step=300)
     assert "on the interim batches (32 of 256" in early["read"].iloc[-1]
 
 
@@ -214,8 +214,8 @@ def test_table3_puts_the_stored_per_batch_losses_into_the_interval(store):
             config = dataclasses.replace(BASE, seed=seed, **({"estimator": "exact"} if rank is None else {"rank": rank}))
             losses = exact_losses + shift + (0 if rank is None else batch_effect + SIM.normal(0, 0.01, B))
             run_id = _run(store, config, {0: 9.0, 600: float(losses.mean())})
-            store.set_status(run_id, "finished")
-            store.add_eval_losses(run_id, [(600, "val", losses.tolist())])
+            store.runs.set_status(run_id, "finished")
+            store.eval_losses.add_eval_losses(run_id, [(600, "val", losses.tolist())])
     row = _row(run_table3(store), "basis", 32)
     seeds_only = _row(table3(*read_runs(store)), "basis", 32)  # no per-batch losses given: the seeds alone
     assert seeds_only["val_batches"] == 0 and math.isnan(seeds_only["delta_val_se_batch"])
@@ -297,13 +297,13 @@ def test_a_real_tiny_sweep_read_while_running_has_no_verdict_before_every_run_tr
     for seed in (0, 1, 2):
         for method in ({"estimator": "exact"}, {"rank": 4}):
             config = dataclasses.replace(base, seed=seed, **method)
-            run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+            run_id = store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                                       rank=None if config.is_exact else config.rank, lam=config.lam, seed=seed,
                                       preset=config.preset, steps=config.steps, status="running")
             trainings[run_id] = train(config)
 
     def write(run_id, record):
-        store.add_metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
+        store.metrics.add_metrics(run_id, [(record.step, record.wall_time, k, v) for k, v in record.values.items()],
                           eval_losses=[(record.step, k, v.tolist()) for k, v in record.batch_losses.items()])
 
     def basis_row():
@@ -319,7 +319,7 @@ def test_a_real_tiny_sweep_read_while_running_has_no_verdict_before_every_run_tr
         if run_id != slow:
             for record in records:
                 write(run_id, record)
-            store.set_status(run_id, "finished")
+            store.runs.set_status(run_id, "finished")
     row, read = basis_row()
     assert row["verdict"] == "not trained yet" and f"#{slow} (running, validated to step 0)" in read, read
     write(slow, next(trainings[slow]))  # the slow run reaches its first validation past 0
@@ -328,7 +328,7 @@ def test_a_real_tiny_sweep_read_while_running_has_no_verdict_before_every_run_tr
     assert row["verdict"] != "not trained yet" and f"Read at step 10, not 20; held back by #{slow}" in read
     for record in trainings[slow]:
         write(slow, record)
-    store.set_status(slow, "finished")
+    store.runs.set_status(slow, "finished")
     row, read = basis_row()
     assert row["step"] == 20 and read == "Read at step 20, the furthest any run validated at."
     assert row["delta_val_se_batch"] >= 0 and np.isfinite(row["delta_val_ci95_low"])
@@ -358,8 +358,8 @@ def test_an_undecided_row_plans_with_its_batch_floor_and_the_tables_level(store)
             config = dataclasses.replace(BASE, seed=seed, **({"estimator": "exact"} if rank is None else {"rank": rank}))
             losses = exact_losses + shift + (0 if rank is None else SIM.normal(0, 0.02, B))
             run_id = _run(store, config, {0: 9.0, 600: float(losses.mean())})
-            store.set_status(run_id, "finished")
-            store.add_eval_losses(run_id, [(600, "val", losses.tolist())])
+            store.runs.set_status(run_id, "finished")
+            store.eval_losses.add_eval_losses(run_id, [(600, "val", losses.tolist())])
     t = run_table3(store)
     row = _row(t, "basis", 32)
     assert row["verdict"] == INCONCLUSIVE and row["val_batches"] == B

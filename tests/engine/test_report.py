@@ -58,16 +58,16 @@ def lab(tmp_path_factory):
         from storage.models import Run
         for run in s.query(Run).filter(Run.id.in_(ids)):
             run.sweep_id, run.tags = "sw-fixture", ["reproduce", HOSTILE_TAG]
-    diag = store.create_diagnostic(ids[1], 40, {"keys": 1024})
-    store.claim_diagnostic(diag, "test")
+    diag = store.diagnostics.create_diagnostic(ids[1], 40, {"keys": 1024})
+    store.diagnostics.claim_diagnostic(diag, "test")
     rows = []
     for est, rank, bias2, var in [("countsketch", 8, 0.0, 0.9), ("balanced", 8, 0.0, 0.6), ("scalars", 8, 0.05, 0.7),
                                   ("basis", 8, 0.04, 0.45)]:
         for layer in ("all", "head"):
             rows.append({"layer": layer, "estimator": est, "rank": rank, "lam": 0.0, "bias2": bias2, "bias2_se": 0.01,
                          "variance": var, "mse": bias2 + var, "cos_mean": 0.6, "keys": 1024, "batches": 2})
-    store.add_diagnostic_results(diag, rows)
-    store.set_diagnostic_status(diag, "finished")
+    store.diagnostics.add_diagnostic_results(diag, rows)
+    store.diagnostics.set_diagnostic_status(diag, "finished")
     store.close()
     return url, ids, "sw-fixture"
 
@@ -113,7 +113,7 @@ def test_a_stored_and_rebuilt_report_holds_the_summary_numbers(lab, tmp_path, ca
 
     assert main(["report", "--db", url, "--id", str(report_id), "--rebuild"]) == 0
     rebuilt = reports.load(store, report_id)  # replaced in place: the same id, one report of the sweep
-    assert [r.id for r in store.list_reports(sweep_id=sweep)] == [report_id]
+    assert [r.id for r in store.reports.list_reports(sweep_id=sweep)] == [report_id]
     _assert_same_numbers(rebuilt.table3, csv)
 
     at = _summary_csv(url, ids, capsys, at_step=20)
@@ -294,16 +294,16 @@ def test_a_sweep_tagged_reproduce_gets_its_report_when_its_last_run_ends(tmp_pat
         s.get(Run, plain).sweep_id = "sw-plain"
     assert reports.report_if_sweep_ended(store, first) is None  # a run of the sweep is still queued
     assert reports.report_if_sweep_ended(store, plain) is None  # not tagged reproduce
-    store.set_status(second, "running")
-    store.set_status(second, "interrupted")
+    store.runs.set_status(second, "running")
+    store.runs.set_status(second, "interrupted")
     assert reports.report_if_sweep_ended(store, first) is None  # interrupted: it will resume
-    store.set_status(second, "finished")
+    store.runs.set_status(second, "finished")
     report_id = reports.report_if_sweep_ended(store, second)
     assert report_id is not None and reports.report_if_sweep_ended(store, first) == report_id
-    stored = store.get_report(report_id)
+    stored = store.reports.get_report(report_id)
     assert (stored.sweep_id, stored.key, sorted(stored.run_ids)) == ("sw-auto", "sweep:sw-auto", [first, second])
     assert stored.title.startswith("Reproduction of the paper")
-    assert store.list_reports(run_id=plain) == []
+    assert store.reports.list_reports(run_id=plain) == []
     store.close()
 
 
@@ -319,8 +319,8 @@ def test_the_job_manager_stores_the_report_of_a_reproduce_sweep_it_trains(tmp_pa
         assert manager.wait(ids, timeout=600)
     finally:
         manager.shutdown()
-    assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
-    [record] = store.list_reports(sweep_id="sw-jobs")
+    assert [store.runs.get_run(i).status for i in ids] == ["finished", "finished"]
+    [record] = store.reports.list_reports(sweep_id="sw-jobs")
     assert sorted(record.run_ids) == sorted(ids)
     assert len(reports.load(store, record.id).table3) == 2
     store.close()
@@ -338,10 +338,10 @@ def test_the_job_manager_stores_the_report_of_a_reproduce_sweep_it_trains(tmp_pa
 def test_bad_report_requests_exit_2_and_write_nothing(lab, tmp_path, capsys, argv, message, monkeypatch):
     url, _, _ = lab
     monkeypatch.chdir(tmp_path)
-    before = len(RunStore(url).list_reports())
+    before = len(RunStore(url).reports.list_reports())
     assert main(["report", "--db", url, *argv]) == 2
     assert message in capsys.readouterr().err
-    assert list(Path(tmp_path).iterdir()) == [] and len(RunStore(url).list_reports()) == before
+    assert list(Path(tmp_path).iterdir()) == [] and len(RunStore(url).reports.list_reports()) == before
 
 
 def test_an_existing_file_is_not_overwritten_without_force(written, tmp_path):
@@ -452,7 +452,7 @@ def test_a_stored_report_with_a_damaged_frame_is_a_one_line_error_naming_the_reb
     store = RunStore(f"sqlite:///{tmp_path / 'damaged.db'}")
     content = json.loads(rep.Report.from_json(OLD_REPORT.read_text()).to_json())
     content["table3"]["data"] = content["table3"]["data"][:40]  # a cut Arrow stream
-    report_id = store.save_report(title="cut", content=json.dumps(content), run_ids=[], selection={"runs": [1]})
+    report_id = store.reports.save_report(title="cut", content=json.dumps(content), run_ids=[], selection={"runs": [1]})
     with pytest.raises(reports.ReportError, match=rf"report {report_id} cannot be read .*--id {report_id} --rebuild"):
         reports.load(store, report_id)
     store.close()

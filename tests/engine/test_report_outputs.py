@@ -39,18 +39,18 @@ def _refused(capsys, url, argv, message):
 
 def test_an_existing_figure_is_refused_without_force_and_nothing_is_stored(lab, tmp_path, capsys):
     url, store, names = lab
-    before = store.list_reports()
+    before = store.reports.list_reports()
     out = tmp_path / "x.md"
     (tmp_path / "x-figures").mkdir()
     (tmp_path / "x-figures" / names[0]).write_text("mine")
     _refused(capsys, url, ["--sweep", SWEEP, "--out", str(out)], f"already holds {names[0]}; pass --force")
     assert (tmp_path / "x-figures" / names[0]).read_text() == "mine" and not out.exists()
-    assert store.list_reports() == before
+    assert store.reports.list_reports() == before
 
 
 def test_a_linked_figure_folder_or_file_is_never_written_through_even_with_force(lab, tmp_path, capsys):
     url, store, names = lab
-    before, force = store.list_reports(), ["--force"]
+    before, force = store.reports.list_reports(), ["--force"]
     elsewhere = tmp_path / "system"
     elsewhere.mkdir()
     (tmp_path / "x-figures").symlink_to(elsewhere, target_is_directory=True)
@@ -60,18 +60,18 @@ def test_a_linked_figure_folder_or_file_is_never_written_through_even_with_force
     _refused(capsys, url, ["--sweep", SWEEP, "--out", str(tmp_path / "y.md"), *force], f"{names[-1]} is a symbolic link")
     (tmp_path / "z.md").symlink_to(elsewhere / "z.md")
     _refused(capsys, url, ["--sweep", SWEEP, "--out", str(tmp_path / "z.md"), *force], "z.md is a symbolic link")
-    assert list(elsewhere.iterdir()) == [] and store.list_reports() == before
+    assert list(elsewhere.iterdir()) == [] and store.reports.list_reports() == before
 
 
 def test_a_refused_rebuild_leaves_the_stored_report_as_it_was(lab, tmp_path, capsys):
     url, store, names = lab
     report_id = reports.save(store, reports.build(store, reports.selection_of(sweep=SWEEP)))
-    before = store.get_report(report_id)
+    before = store.reports.get_report(report_id)
     fake_run(InSweep(store, SWEEP), dataclasses.replace(TINY, rank=8, seed=2), final=6.2)  # a rebuild would change it
     (tmp_path / "x-figures").mkdir()
     (tmp_path / "x-figures" / names[0]).write_text("mine")
     _refused(capsys, url, ["--id", str(report_id), "--rebuild", "--out", str(tmp_path / "x.md")], "already holds")
-    after = store.get_report(report_id)
+    after = store.reports.get_report(report_id)
     assert (after.content, after.run_ids) == (before.content, before.run_ids)
 
 

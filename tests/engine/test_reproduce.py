@@ -37,7 +37,7 @@ def test_queue_only_queues_exactly_the_grid_for_workers(db, capsys):
     # two seeds cannot decide claim (c) at the prior spread: said before anything is queued
     warning = "warning: 2 seeds cannot decide whether a method matches exact backprop within ±0.02 nats"
     assert warning in captured.err and captured.err.index(warning) < captured.err.index("estimated time")
-    runs = RunStore(db).list_runs()
+    runs = RunStore(db).runs.list_runs()
     want = reproduction_sweep(40, (0, 1)).expand()
     assert [RunConfig.from_dict(r.config) for r in runs] == want  # the same configs, in order, nothing more
     assert {(r.status, r.owner, r.preset, r.steps) for r in runs} == {("queued", None, "paper", 40)}
@@ -56,4 +56,4 @@ def test_queue_only_queues_exactly_the_grid_for_workers(db, capsys):
 def test_bad_reproduce_flags_write_nothing(db, capsys, argv, message):
     assert main(["reproduce", "--db", db, "--queue-only", "--no-measure", *argv]) == 2
     assert message in capsys.readouterr().err
-    assert RunStore(db).list_runs() == []
+    assert RunStore(db).runs.list_runs() == []

@@ -55,7 +55,7 @@ class Hook:
 
 def test_the_log_keeps_what_the_runs_thread_logs_and_warns_and_its_end(store):
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     with RunLog(store, writer, run_id, epoch) as run_log:
         logging.getLogger("engine.training.test").warning("slow step %d", 7)
@@ -69,7 +69,7 @@ def test_the_log_keeps_what_the_runs_thread_logs_and_warns_and_its_end(store):
     logging.getLogger("engine.training.test").warning("after the run")
     run_log.end("failed", "training loss became nan at step 5; lower lr\nTraceback: …")
     writer.flush()
-    lines = [(x.level, x.text) for x in store.run_logs(run_id)]
+    lines = [(x.level, x.text) for x in store.logs.run_logs(run_id)]
     assert lines[0] == ("warning", "engine.training.test: slow step 7")
     assert lines[1][0] == "warning" and lines[1][1].startswith("UserWarning: careful with lr (")
     assert lines[2:] == [(ALERT, "failed: training loss became nan at step 5; lower lr"),
@@ -78,19 +78,19 @@ def test_the_log_keeps_what_the_runs_thread_logs_and_warns_and_its_end(store):
 
 def test_a_finished_end_is_one_info_line_and_no_alert(store):
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     with RunLog(store, writer, run_id, epoch) as run_log:
         pass
     run_log.end("finished", None)
     writer.flush()
-    assert [(x.level, x.text) for x in store.run_logs(run_id)] == [("info", "finished")]
-    assert store.alerts_after(0) == []
+    assert [(x.level, x.text) for x in store.logs.run_logs(run_id)] == [("info", "finished")]
+    assert store.logs.alerts_after(0) == []
 
 
 def test_a_line_keeps_the_time_it_was_logged_not_the_time_it_was_stored(store, monkeypatch):
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     with RunLog(store, writer, run_id, epoch) as run_log:
         with monkeypatch.context() as m:
@@ -98,7 +98,7 @@ def test_a_line_keeps_the_time_it_was_logged_not_the_time_it_was_stored(store, m
             run_log.add("info", "claimed by host:1 (lease 1)")
     run_log.end("finished", None)
     writer.flush()
-    claimed, end = store.run_logs(run_id)
+    claimed, end = store.logs.run_logs(run_id)
     assert claimed.time == datetime.fromtimestamp(1_000_000.0, timezone.utc)
     assert end.text == "finished" and end.time > claimed.time
 
@@ -110,14 +110,14 @@ def test_a_training_runs_log_reaches_the_database_while_it_trains(store):
 
     def on_step(run_id, step, loss):
         if step == 2 and not seen:  # the run waits here, mid-training, until its claim line is stored
-            seen.append(wait_for(lambda: [x.text for x in store.run_logs(run_id)], timeout=120,
+            seen.append(wait_for(lambda: [x.text for x in store.logs.run_logs(run_id)], timeout=120,
                                  what="the claim line of a run still training"))
 
     manager = JobManager(store, on_step=on_step)
     [run_id] = manager.submit(TINY)
     manager.wait()
     manager.shutdown()
-    assert store.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).status == "finished"
     assert seen[0][0] == f"claimed by {manager.owner} (lease 1)"  # stored before the run ended (progress may follow)
 
 
@@ -128,11 +128,11 @@ def test_a_failed_run_logs_an_alert_and_posts_the_webhook_once(store, monkeypatc
         [bad] = manager.submit(dataclasses.replace(TINY, dataset="files", dataset_options={"path": "/nonexistent/*.txt"}))
         manager.wait()
         manager.shutdown()
-    run = store.get_run(bad)
+    run = store.runs.get_run(bad)
     assert run.status == "failed"
-    texts = [(x.level, x.text) for x in store.run_logs(bad)]
+    texts = [(x.level, x.text) for x in store.logs.run_logs(bad)]
     assert texts[0][0] == "info" and texts[0][1].startswith(f"claimed by {manager.owner} (lease ")
-    [alert] = store.alerts_after(0)
+    [alert] = store.logs.alerts_after(0)
     assert alert.run_id == bad and alert.text == f"failed: {run.error.splitlines()[0]}"
     [(kind, body)] = hook.bodies
     assert kind == "application/json"

@@ -35,7 +35,7 @@ def lab(sqlite_template, tmp_path):
 
 
 def _rows(store, run_id, source=None):
-    return [(x.level, x.source, x.text) for x in store.run_logs(run_id) if source is None or x.source == source]
+    return [(x.level, x.source, x.text) for x in store.logs.run_logs(run_id) if source is None or x.source == source]
 
 
 # ---------------------------------------------------------------------------- lines and levels
@@ -72,7 +72,7 @@ def test_the_runs_thread_prints_warns_and_logs_into_its_log_and_still_to_the_con
     out, the lab's own INFO kept; a thread without a run is not captured."""
     _, store = lab
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     printer = logging.StreamHandler()  # made while the proxy is in place: it writes to the proxy
     with RunLog(store, writer, run_id, epoch) as run_log:
@@ -116,7 +116,7 @@ def test_a_printed_traceback_is_an_error_frames_and_all(lab):
 
     _, store = lab
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     with RunLog(store, writer, run_id, epoch) as run_log:
         try:
@@ -137,14 +137,14 @@ def test_a_training_keeps_its_first_lines_and_says_how_many_it_dropped(lab, monk
     _, store = lab
     monkeypatch.setattr(runlog, "LINES_MAX", 5)
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store)
     with RunLog(store, writer, run_id, epoch) as run_log:
         for i in range(12):
             print(f"line {i}")
     run_log.end("failed", "boom")
     writer.flush()
-    texts = [x.text for x in store.run_logs(run_id)]
+    texts = [x.text for x in store.logs.run_logs(run_id)]
     assert texts[:5] == [f"line {i}" for i in range(5)]
     assert "keeps 5 lines a training" in texts[5]
     assert texts[6:] == ["7 more lines dropped (a training keeps its first 5)", "failed: boom"]
@@ -153,10 +153,10 @@ def test_a_training_keeps_its_first_lines_and_says_how_many_it_dropped(lab, monk
 def test_a_busy_database_delays_the_log_and_a_refusing_one_drops_it_never_failing_the_run(lab, monkeypatch):
     _, store = lab
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
+    epoch = store.queue.claim(run_id, "host:1")
     writer = StoreWriter(store, sleep=lambda s: None)
     calls = {"n": 0}
-    real = store.add_run_logs
+    real = store.logs.add_run_logs
 
     def flaky(run, lines, **kw):
         calls["n"] += 1
@@ -166,7 +166,7 @@ def test_a_busy_database_delays_the_log_and_a_refusing_one_drops_it_never_failin
             raise StorageError("the database refused it")
         return real(run, lines, **kw)
 
-    monkeypatch.setattr(store, "add_run_logs", flaky)
+    monkeypatch.setattr(store.logs, "add_run_logs", flaky)
     with RunLog(store, writer, run_id, epoch) as run_log:
         print("first batch")
         run_log.flush()  # busy twice, then stored
@@ -176,7 +176,7 @@ def test_a_busy_database_delays_the_log_and_a_refusing_one_drops_it_never_failin
     run_log.end("finished", None)
     writer.flush()
     assert writer.failure(run_id) is None and writer.retries == 2
-    assert [x.text for x in store.run_logs(run_id)] == ["first batch", "third batch", "finished"]
+    assert [x.text for x in store.logs.run_logs(run_id)] == ["first batch", "third batch", "finished"]
 
 
 # ---------------------------------------------------------------------------- runs that train
@@ -205,7 +205,7 @@ def test_a_runs_print_and_warning_are_in_its_log_and_in_engine_logs(lab, capsys)
     [run_id] = manager.submit(TINY)
     manager.wait()
     manager.shutdown()
-    assert store.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).status == "finished"
     rows = _rows(store, run_id)
     assert ("info", "stdout", f"print of run {run_id}") in rows and ("info", "stderr", f"stderr of run {run_id}") in rows
     [warned] = [r for r in rows if r[1] == "warning"]
@@ -233,9 +233,9 @@ def test_two_runs_training_at_once_in_one_process_keep_their_lines_apart(lab):
     ids = manager.submit([TINY, TINY.replace(seed=1)])
     manager.wait()
     manager.shutdown()
-    assert [store.get_run(i).status for i in ids] == ["finished", "finished"]
+    assert [store.runs.get_run(i).status for i in ids] == ["finished", "finished"]
     for mine, other in (ids, ids[::-1]):
-        texts = [x.text for x in store.run_logs(mine)]
+        texts = [x.text for x in store.logs.run_logs(mine)]
         assert f"print of run {mine}" in texts and f"stderr of run {mine}" in texts
         assert any(t.startswith(f"RuntimeWarning: warning of run {mine} (") for t in texts)
         assert not any(f"run {other}" in t for t in texts), texts
@@ -247,15 +247,15 @@ def test_engine_logs_follow_prints_lines_as_they_come_until_the_run_ends(lab, ca
     url, store = lab
     monkeypatch.setattr(logs, "FOLLOW_S", 0.2)
     run_id = new_run(store, "a")
-    epoch = store.claim(run_id, "host:1")
-    store.add_run_logs(run_id, [("info", "claimed by host:1 (lease 1)")], epoch=epoch)
+    epoch = store.queue.claim(run_id, "host:1")
+    store.logs.add_run_logs(run_id, [("info", "claimed by host:1 (lease 1)")], epoch=epoch)
 
     def train():
         time.sleep(1.0)
-        store.add_run_logs(run_id, [(time.time(), "warning", "slow step", "stderr")], epoch=epoch)
+        store.logs.add_run_logs(run_id, [(time.time(), "warning", "slow step", "stderr")], epoch=epoch)
         time.sleep(0.5)
-        store.set_status(run_id, "finished", epoch=epoch)
-        store.add_run_logs(run_id, [(time.time(), "info", "finished", "lab")], epoch=epoch)  # after the status
+        store.runs.set_status(run_id, "finished", epoch=epoch)
+        store.logs.add_run_logs(run_id, [(time.time(), "info", "finished", "lab")], epoch=epoch)  # after the status
 
     trainer = threading.Thread(target=train)
     trainer.start()

@@ -238,7 +238,7 @@ def _losses_of(db: Path) -> dict:
 
     store = RunStore(f"sqlite:///{db}", create=False)
     try:
-        (run,) = store.list_runs()
+        (run,) = store.runs.list_runs()
         assert run.status == "finished", run.error
         assert run.device == "cpu: cpu × 4"  # what trained it, for the Runs page
         frame = store.metrics([run.id], names=["val_loss", "train_loss"])

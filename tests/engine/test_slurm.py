@@ -107,7 +107,7 @@ def _table(store: RunStore, ids: list[int], events: list[str]) -> str:
             jobs[worker.rsplit(":", 1)[0]] = path.name
     lines = [*events, "run  status    steps  claimed by (Slurm job: worker, lease)"]
     for run_id in ids:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         claims = [line.text.split()[2:] for line in store.logs.run_logs(run_id) if line.text.startswith("claimed by")]
         said = "; ".join(f"job {jobs.get(c[0], '?')}: {' '.join(c)}" for c in claims)
         lines.append(f"{run_id:<4} {run.status:<9} {run.steps_done:<6} {said}")
@@ -133,19 +133,19 @@ def test_a_sweep_on_slurm_trained_once_through_a_cancel_and_a_preemption(on_slur
     submitted = capsys.readouterr().out
     events.append(f"submitted: {submitted.strip()}")
     try:
-        wait_for(lambda: (store.get_run(long_id).checkpoint_step or 0) >= 40, what="a checkpoint of the long run")
+        wait_for(lambda: (store.runs.get_run(long_id).checkpoint_step or 0) >= 40, what="a checkpoint of the long run")
         first = wait_for(lambda: _job_of(store, long_id), what="the job training the long run")
         assert main(["workers", "--cancel", first, "--db", pg_url]) == 0
         events.append(f"scancel {first} while it trained run {long_id}")
         second = wait_for(lambda: (j := _job_of(store, long_id)) != first and j, what="another job to resume it")
-        at = store.get_run(long_id).checkpoint_step or 0
-        wait_for(lambda: (store.get_run(long_id).checkpoint_step or 0) > at, what="a checkpoint after the resume")
+        at = store.runs.get_run(long_id).checkpoint_step or 0
+        wait_for(lambda: (store.runs.get_run(long_id).checkpoint_step or 0) > at, what="a checkpoint after the resume")
         on_slurm.run("scancel", "--signal=USR2", second)  # what Slurm sends before a time limit or preemption
         events.append(f"USR2 to {second} while it trained run {long_id}")
         wait_for(lambda: any(j.job_id == second and j.state == "PENDING" for j in slurm.lab_jobs(store)),
                  what="the job requeued")
         on_slurm.run("scontrol", "update", f"JobId={second}", "StartTime=now")  # Slurm holds a requeued job ~2 min
-        wait_for(lambda: all(store.get_run(i).status == "finished" for i in ids), timeout=900, what="every run finished")
+        wait_for(lambda: all(store.runs.get_run(i).status == "finished" for i in ids), timeout=900, what="every run finished")
         wait_for(lambda: not slurm.lab_jobs(store), timeout=120, what="the jobs to drain the queue and exit")
     finally:
         print(_table(store, ids, events))
@@ -155,7 +155,7 @@ def test_a_sweep_on_slurm_trained_once_through_a_cancel_and_a_preemption(on_slur
     for run_id in quick:
         assert _steps(store, run_id) == [0, 5, 10]  # trained once: no step twice, none missing
     assert _steps(store, long_id) == list(range(0, LONG.steps + 1, LONG.eval_interval))
-    run = store.get_run(long_id)
+    run = store.runs.get_run(long_id)
     assert "resumed from the checkpoint at step" in run.notes
     claims = [line.text for line in store.logs.run_logs(long_id) if line.text.startswith("claimed by")]
     assert len(claims) >= 3  # the first job, the one that resumed it after the scancel, then after USR2

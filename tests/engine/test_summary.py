@@ -45,7 +45,7 @@ CSV_LEADING = ["estimator", "rank", "lam", "seeds", "step", "val_loss_mean", "va
 
 
 def _run(store, config, val_losses, saved=900.0, exact_saved=1000.0, cos=None):
-    run_id = store.create_run(
+    run_id = store.runs.create_run(
         name=config.label(), config=config.to_dict(), estimator=config.estimator,
         rank=None if config.estimator == "exact" else config.rank, lam=config.lam,
         seed=config.seed, preset=config.preset, steps=config.steps,
@@ -54,7 +54,7 @@ def _run(store, config, val_losses, saved=900.0, exact_saved=1000.0, cos=None):
     rows += [(step, float(step), "val_loss", v) for step, v in val_losses.items()]
     rows += [(step, float(step), "train_loss", v + 0.5) for step, v in val_losses.items() if step > 0]
     rows += [(step, float(step), "cos_mean", c) for step, c in (cos or {}).items()]
-    store.add_metrics(run_id, rows)
+    store.metrics.add_metrics(run_id, rows)
     return run_id
 
 
@@ -143,7 +143,7 @@ def test_summary_takes_values_at_a_step_and_deltas_to_the_same_seed(store):
     at10 = run_summary(store, [r8, exact1], at_step=10).set_index("run_id")
     assert at10.at[r8, "val_loss"] == 8.0 and at10.at[r8, "delta_val_vs_exact"] == pytest.approx(0.5)
     # the pure form ignores rows of other runs and other metric names
-    records = [r for r in store.list_runs() if r.id in (r8, exact1)]
+    records = [r for r in store.runs.list_runs() if r.id in (r8, exact1)]
     noisy = store.metrics([exact0, exact1, r8, other])
     assert summarize(records, noisy).equals(run_summary(store, [r8, exact1]))
 
@@ -262,7 +262,7 @@ def test_table3_reads_cosine_at_the_last_probe_and_dedupes_reruns(store):
 
 def test_table3_of_nothing_and_the_pure_form(store):
     assert table3([], store.metrics([])).empty and list(table3([], store.metrics([])).columns) == TABLE3_COLUMNS
-    store.create_run(name="q", config=BASE.to_dict(), estimator="basis", rank=8, lam=0.0, seed=0,
+    store.runs.create_run(name="q", config=BASE.to_dict(), estimator="basis", rank=8, lam=0.0, seed=0,
                               preset="paper", steps=20)
     t = run_table3(store)
     assert t["verdict"].tolist() == [MISSING] and pd.isna(t["step"].iloc[0]) and t["missing_seeds"].tolist() == ["0"]
@@ -313,7 +313,7 @@ def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monke
     assert (r8["delta_val_ci95_low"], r8["delta_val_ci95_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
     assert r8["verdict"] == ("worse" if ci.low > 0 else "inconclusive")
     assert r8["mem_saved_ratio"] == pytest.approx(0.25)
-    exact_ids = [r.id for r in store.list_runs() if r.estimator == "exact"]
+    exact_ids = [r.id for r in store.runs.list_runs() if r.estimator == "exact"]
     assert cli.main(["summary", "--runs", *map(str, exact_ids), "--at-step", "10", "--format", "markdown"]) == 0
     md = capsys.readouterr().out
     assert "| basis" not in md and "| exact" in md
@@ -325,7 +325,7 @@ def test_cli_summary_prints_csv_and_writes_safely(store, tmp_path, capsys, monke
     assert cli.main(["summary", "--out", str(out_file), "--force"]) == 0 and "verdict" in out_file.read_text()
     db_file = store.engine.url.database
     assert cli.main(["summary", "--out", db_file, "--force"]) == 2
-    assert "database" in capsys.readouterr().err and len(RunStore(store.url).list_runs()) == 6
+    assert "database" in capsys.readouterr().err and len(RunStore(store.url).runs.list_runs()) == 6
     assert cli.main(["summary", "--at-step", "-3"]) == 2
 
 
@@ -422,9 +422,9 @@ def test_seed_plan_warns_before_a_launch_that_cannot_decide(store):
     for seed, d in enumerate((0.001, -0.001, 0.0)):
         _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
         _run(store, dataclasses.replace(config, estimator="basis", rank=32, lam=0.01, seed=seed), {20: 6.0 + d})
-    for r in store.list_runs():
-        store.set_status(r.id, "running")
-        store.set_status(r.id, "finished")
+    for r in store.runs.list_runs():
+        store.runs.set_status(r.id, "running")
+        store.runs.set_status(r.id, "finished")
     spreads = {m.rank: spread for m, spread in expected_delta_sd(store, few).items()}
     assert spreads[32][0] == pytest.approx(0.001) and "observed over 3 paired seeds" in spreads[32][1]
     assert spreads[8] == spreads[64] == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
@@ -444,9 +444,9 @@ def test_an_observed_spread_of_zero_plans_with_the_prior(store):
     for seed in range(3):
         _run(store, dataclasses.replace(config, estimator="exact", seed=seed), {20: 6.0})
         _run(store, dataclasses.replace(config, estimator="basis", rank=32, lam=0.01, seed=seed), {20: 6.1})
-    for r in store.list_runs():
-        store.set_status(r.id, "running")
-        store.set_status(r.id, "finished")
+    for r in store.runs.list_runs():
+        store.runs.set_status(r.id, "running")
+        store.runs.set_status(r.id, "finished")
     spreads = {m.rank: spread for m, spread in expected_delta_sd(store, few).items()}
     assert spreads[32] == (PRIOR_DELTA_SD, "prior: the largest seen in this lab's CPU reproductions")
 
@@ -463,9 +463,9 @@ def test_seed_plan_plans_each_method_at_its_own_spread(store):
     for c in grid:
         d = {8: (0.1, -0.1, 0.0), 32: (0.01, -0.01, 0.0)}[c.rank][c.seed] if not c.is_exact else 0.0
         _run(store, c, {20: 6.0 + d})
-    for r in store.list_runs():
-        store.set_status(r.id, "running")
-        store.set_status(r.id, "finished")
+    for r in store.runs.list_runs():
+        store.runs.set_status(r.id, "running")
+        store.runs.set_status(r.id, "finished")
     r8, r32 = (next(c for c in grid if c.rank == r and not c.is_exact) for r in (8, 32))
     spreads = expected_delta_sd(store, grid)
     assert spreads[method_of(r8)][0] == pytest.approx(0.1) and spreads[method_of(r32)][0] == pytest.approx(0.01)
@@ -509,10 +509,10 @@ def test_a_real_tiny_run_at_full_rank_and_no_shrinkage_reads_no_spread(store):
     for seed in (0, 1, 2):
         for config in (dataclasses.replace(base, estimator="exact", seed=seed),
                        dataclasses.replace(base, estimator="basis", rank=rows, seed=seed)):
-            run_id = store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+            run_id = store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                                       rank=None if config.is_exact else config.rank, lam=config.lam, seed=seed,
                                       preset=config.preset, steps=config.steps)
-            store.add_metrics(run_id, [(r.step, r.wall_time, k, v) for r in train(config) for k, v in r.values.items()])
+            store.metrics.add_metrics(run_id, [(r.step, r.wall_time, k, v) for r in train(config) for k, v in r.values.items()])
     t = run_table3(store)
     row = _row(t, "basis", rows)
     assert row["paired_seeds"] == 3 and row["step"] == 3

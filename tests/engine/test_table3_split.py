@@ -1,6 +1,6 @@
 """Table 3 read on the held-out test split where every run recorded one, and with free run
 fields (a tuned lr) that belong to the method (issue 40's reading side): records and metric
-frames built by hand, as ``RunStore.list_runs`` and ``RunStore.metrics`` return them."""
+frames built by hand, as ``RunsRepository.runs.list_runs`` and ``RunStore.metrics`` return them."""
 
 import math
 from types import SimpleNamespace
@@ -220,9 +220,9 @@ def test_run_table3_reads_the_test_batches_from_the_store_only_when_a_run_has_a_
         base = 6.1 + rng.normal(0, 0.3, 8)
         for estimator, shift in (("exact", 0.0), ("basis", 0.2 + WOBBLE[s])):
             run_id = _run(store, BASE.replace(estimator=estimator, seed=s), {0: 9.0, STEP: EXACT_VAL[s] + WOBBLE[s]})
-            store.set_status(run_id, "finished")
-            store.add_metrics(run_id, [(STEP, float(STEP), "test_loss", float((base + shift).mean()))])
-            store.add_eval_losses(run_id, [(STEP, "test", (base + shift + rng.normal(0, 0.01, 8)).tolist())])
+            store.runs.set_status(run_id, "finished")
+            store.metrics.add_metrics(run_id, [(STEP, float(STEP), "test_loss", float((base + shift).mean()))])
+            store.eval_losses.add_eval_losses(run_id, [(STEP, "test", (base + shift + rng.normal(0, 0.01, 8)).tolist())])
     splits = []
     real = store.eval_losses
 

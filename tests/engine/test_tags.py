@@ -37,7 +37,7 @@ def test_edit_tags_adds_removes_and_refuses_what_is_not_there(store):
         edit_tags(store, run_id, remove=["ablaton"])
     with pytest.raises(ValueError, match=f"the most is {TAG_MAX}"):
         edit_tags(store, run_id, add=["x" * (TAG_MAX + 1)], remove=["pilot"])
-    assert store.get_run(run_id).tags == ["pilot", "lr-sweep"]  # nothing stored by a refused edit
+    assert store.runs.get_run(run_id).tags == ["pilot", "lr-sweep"]  # nothing stored by a refused edit
     assert edit_tags(store, run_id, remove=["gone"], missing_ok=True) == ["pilot", "lr-sweep"]
 
 
@@ -50,7 +50,7 @@ def test_a_pages_tag_box_stores_what_it_changed_and_keeps_an_edit_made_meanwhile
     assert change_tags(store, run_id, ["a", "from-the-cli", "mine"], ["mine"]) == ["mine"]
     with pytest.raises(ValueError, match="the most is"):
         change_tags(store, run_id, "mine", ["mine", "x" * (TAG_MAX + 1)])
-    assert store.get_run(run_id).tags == ["mine"]
+    assert store.runs.get_run(run_id).tags == ["mine"]
 
 
 def _slow_checks(monkeypatch) -> None:
@@ -89,7 +89,7 @@ def test_ten_concurrent_tag_edits_keep_every_tag(db_url, monkeypatch):
     for t in threads:
         t.join(120)
     assert not errors
-    tags = setup.get_run(run_id).tags
+    tags = setup.runs.get_run(run_id).tags
     assert tags[0] == "first" and sorted(tags[1:]) == sorted(f"t{k}" for k in range(10))
     setup.close()
 
@@ -120,7 +120,7 @@ def test_ten_tag_commands_at_once_keep_every_tag(db, tmp_path):
     go.touch()
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * 10, outputs
-    assert sorted(store.get_run(run_id).tags) == sorted(f"t{k}" for k in range(10))
+    assert sorted(store.runs.get_run(run_id).tags) == sorted(f"t{k}" for k in range(10))
 
 
 def test_the_tag_command_edits_and_prints_and_refuses_in_one_line(db, capsys):
@@ -129,7 +129,7 @@ def test_the_tag_command_edits_and_prints_and_refuses_in_one_line(db, capsys):
     assert main(["tag", "--db", db, str(run_id), "--add", "pilot,ablation", "--add", "x"]) == 0
     assert capsys.readouterr().out == f"run {run_id}: tags pilot, ablation, x\n"
     assert main(["tag", "--db", db, "r", "--remove", "ablation"]) == 0
-    assert store.get_run(run_id).tags == ["pilot", "x"]
+    assert store.runs.get_run(run_id).tags == ["pilot", "x"]
     capsys.readouterr()
     assert main(["tag", "--db", db, str(run_id)]) == 0
     assert capsys.readouterr().out == f"run {run_id}: tags pilot, x\n"
@@ -138,12 +138,12 @@ def test_the_tag_command_edits_and_prints_and_refuses_in_one_line(db, capsys):
     assert err.startswith("error: tags: ") and f"the most is {TAG_MAX}: shorten it" in err and err.count("\n") == 1
     assert main(["tag", "--db", db, str(run_id), "--add", "caf\udcfe"]) == 2
     assert "not UTF-8 text" in capsys.readouterr().err
-    assert store.get_run(run_id).tags == ["pilot", "x"]
+    assert store.runs.get_run(run_id).tags == ["pilot", "x"]
     # the README's line, on a run without the tag it removes: one line, no traceback, nothing stored
     assert main(["tag", "--db", db, str(run_id), "--add", "pilot,lr-sweep", "--remove", "draft"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: run {run_id} has no tag 'draft' (its tags: pilot, x); check the spelling\n"
-    assert store.get_run(run_id).tags == ["pilot", "x"]
+    assert store.runs.get_run(run_id).tags == ["pilot", "x"]
 
 
 def test_the_logs_command_prints_a_runs_lines_from_a_level(db, capsys):
@@ -151,7 +151,7 @@ def test_the_logs_command_prints_a_runs_lines_from_a_level(db, capsys):
     run_id = new_run(store, "r")
     assert main(["logs", "--db", db, str(run_id)]) == 0
     assert capsys.readouterr().out == f"run {run_id}: no log lines\n"
-    store.add_run_logs(run_id, [("info", "claimed"), ("warning", "slow"), (ALERT, "failed: nan at step 5")])
+    store.logs.add_run_logs(run_id, [("info", "claimed"), ("warning", "slow"), (ALERT, "failed: nan at step 5")])
     assert main(["logs", "--db", db, str(run_id)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split("  ", 1)[1] for line in out] == ["info     claimed", "warning  slow", "alert    failed: nan at step 5"]

@@ -93,8 +93,8 @@ def test_a_bug_deep_in_a_run_is_recorded_whole_and_the_worker_trains_the_next_ru
         assert manager.wait([buggy, after], timeout=300)
     finally:
         manager.shutdown()
-    run = store.get_run(buggy)
+    run = store.runs.get_run(buggy)
     assert run.status == "failed"
     assert run.error.splitlines()[0] == "bug: TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'"
     assert _every_frame(run.error) and "Traceback (most recent call last):" in run.error
-    assert store.get_run(after).status == "finished"  # the same worker thread went on
+    assert store.runs.get_run(after).status == "finished"  # the same worker thread went on

@@ -66,7 +66,7 @@ def test_every_metric_reads_back_with_the_stores_steps_values_and_wall_times(lab
     assert f"wrote 3 run folders to {out}" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == [f"{ids[0]}-basis_R=32_s0", f"{ids[1]}-exact_s1", f"{ids[2]}-a_b_c"]
     for run_id in ids:
-        run = store.get_run(run_id)
+        run = store.runs.get_run(run_id)
         acc = _read(out / tb.folder_name(run))
         stored = store.metrics([run_id])
         assert set(acc.Tags()["scalars"]) == set(stored["name"])
@@ -76,7 +76,7 @@ def test_every_metric_reads_back_with_the_stores_steps_values_and_wall_times(lab
             assert [e.value for e in events] == rows["value"].astype(np.float32).tolist()
             np.testing.assert_allclose([e.wall_time for e in events],
                                        run.created_at.timestamp() + rows["wall_time"].to_numpy(), rtol=0, atol=1e-5)
-    basis = _read(out / tb.folder_name(store.get_run(ids[0]))).Tags()["scalars"]
+    basis = _read(out / tb.folder_name(store.runs.get_run(ids[0]))).Tags()["scalars"]
     assert len(basis) > 15 and {"val_loss", "cos/head", "sys/rss_mib"} <= set(basis)  # the test has something to read
     assert store.metrics([ids[2]]).empty and _hparams(_read(out / f"{ids[2]}-a_b_c"))  # a run with no metric yet
 
@@ -126,7 +126,7 @@ def test_tensorboards_hparams_view_lists_the_runs_with_their_hyperparameters_and
         "experimentName": "", "allowedStatuses": statuses, "colParams": [], "startIndex": 0, "sliceSize": 10,
     }).get_json()["sessionGroups"]
     final = store.metrics.final_metrics(ids[:2], names=["val_loss"])
-    want = {tb.folder_name(store.get_run(r)): np.float32(v) for r, v in zip(final["run_id"], final["value"])}
+    want = {tb.folder_name(store.runs.get_run(r)): np.float32(v) for r, v in zip(final["run_id"], final["value"])}
     got = {g["name"]: next(m["value"] for m in g["metricValues"] if m["name"]["tag"] == "val_loss") for g in groups}
     assert got == want
     assert {g["name"]: g["hparams"]["estimator"] for g in groups} == dict(zip(want, ("basis", "exact")))
@@ -186,10 +186,10 @@ def test_force_replaces_the_runs_folders_and_leaves_the_rest(lab, tmp_path, caps
     assert _export(url, out) == 2 and "is not empty" in capsys.readouterr().err
     assert _export(url, out, "--force") == 0
     assert (out / "notes.txt").read_text() == "mine" and not old.exists()  # the old folder was replaced whole
-    assert sorted(p.name for p in out.iterdir()) == sorted(["notes.txt", *(tb.folder_name(store.get_run(i)) for i in ids)])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["notes.txt", *(tb.folder_name(store.runs.get_run(i)) for i in ids)])
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
     # a run's folder name taken by a file (or a link) is refused, --force or not, before anything is written
-    folder = out / tb.folder_name(store.get_run(ids[1]))
+    folder = out / tb.folder_name(store.runs.get_run(ids[1]))
     for p in sorted(folder.iterdir()):
         p.unlink()
     folder.rmdir()
@@ -246,10 +246,10 @@ def test_the_dashboards_zip_holds_the_run_folders(lab, tmp_path):
     data = tb.tensorboard_zip(store, ids[:2])
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         names = z.namelist()
-        assert {n.split("/")[1] for n in names} == {tb.folder_name(store.get_run(i)) for i in ids[:2]}
+        assert {n.split("/")[1] for n in names} == {tb.folder_name(store.runs.get_run(i)) for i in ids[:2]}
         assert all(n.startswith("basis-runs-tensorboard/") and "/events.out.tfevents." in n for n in names)
         z.extractall(tmp_path / "unzipped")
-    acc = _read(tmp_path / "unzipped" / "basis-runs-tensorboard" / tb.folder_name(store.get_run(ids[0])))
+    acc = _read(tmp_path / "unzipped" / "basis-runs-tensorboard" / tb.folder_name(store.runs.get_run(ids[0])))
     want = store.metrics([ids[0]], names=["val_loss"])["value"].astype(np.float32).tolist()
     assert [e.value for e in acc.Scalars("val_loss")] == want
 

@@ -198,8 +198,8 @@ def test_a_stored_run_keeps_its_per_batch_test_losses(tmp_path):
         assert manager.wait([run_id], timeout=600)
     finally:
         manager.shutdown()
-    assert store.get_run(run_id).status == "finished"
-    assert store.get_run(run_id).config["test_tokens"] is None
+    assert store.runs.get_run(run_id).status == "finished"
+    assert store.runs.get_run(run_id).config["test_tokens"] is None
     test_loss = store.metrics([run_id], names=["test_loss", "test_loss_se"])
     assert sorted(zip(test_loss["name"], test_loss["step"])) == [("test_loss", 4), ("test_loss_se", 4)]
     losses = store.eval_losses([run_id], split="test").set_index("step")["losses"]

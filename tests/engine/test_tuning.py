@@ -137,10 +137,10 @@ def test_the_choice_is_the_lowest_mean_over_tuning_seeds_a_diverged_trial_never_
 def _settle(store: RunStore, ids, loss_of) -> None:
     """Each trial ended as a worker would have left it: finished, with its last validation loss."""
     for run_id in ids:
-        r = store.get_run(run_id)
-        store.add_metrics(run_id, [(r.steps, 1.0, "val_loss", loss_of(r))])
-        store.heartbeat(run_id, r.steps)
-        store.set_status(run_id, "finished")
+        r = store.runs.get_run(run_id)
+        store.metrics.add_metrics(run_id, [(r.steps, 1.0, "val_loss", loss_of(r))])
+        store.runs.heartbeat(run_id, r.steps)
+        store.runs.set_status(run_id, "finished")
 
 
 def test_the_comparison_is_queued_exactly_once_however_many_notice_at_once(db_url):

@@ -45,7 +45,7 @@ def _kill_mid_tuning(store: RunStore, url: str, ckpt: Path, trial_ids: list[int]
     first = _worker(url, ckpt)
     try:
         def midway() -> bool:
-            runs = [store.get_run(i) for i in trial_ids]
+            runs = [store.runs.get_run(i) for i in trial_ids]
             return any(r.status == "finished" for r in runs) and any(
                 r.status == "running" and (r.checkpoint_step or 0) >= 20 for r in runs)
 
@@ -77,7 +77,7 @@ def test_a_killed_campaign_resumes_on_two_workers_compares_once_spends_equal_bud
 
     _kill_mid_tuning(store, pg_url, ckpt, trial_ids)
     assert store.campaigns.get(campaign.id).stage == "tuning"
-    interrupted = [i for i in trial_ids if store.get_run(i).status == "interrupted"]
+    interrupted = [i for i in trial_ids if store.runs.get_run(i).status == "interrupted"]
     assert interrupted, "the SIGTERM found no trial training"
     assert main(["resume", "--db", pg_url, "--all", "--queue-only"]) == 0
     workers = [_worker(pg_url, ckpt, "--idle-exit", "15") for _ in range(2)]
@@ -89,11 +89,11 @@ def test_a_killed_campaign_resumes_on_two_workers_compares_once_spends_equal_bud
     assert campaign.stage == "evaluating"
     spec = campaigns.spec_of(campaign)
     expected = spec.eval_configs(campaign.chosen["values"])
-    comparison = [r for r in store.list_runs() if r.sweep_id == campaign.eval_sweep_id]
-    assert len(comparison) == len(expected) == len(store.list_runs()) - len(trial_ids)  # queued once, nothing else
+    comparison = [r for r in store.runs.list_runs() if r.sweep_id == campaign.eval_sweep_id]
+    assert len(comparison) == len(expected) == len(store.runs.list_runs()) - len(trial_ids)  # queued once, nothing else
     assert sorted(r.name for r in comparison) == sorted(c.label() for c in expected)
-    assert {r.status for r in [*comparison, *map(store.get_run, trial_ids)]} == {"finished"}
-    assert all("resumed" in store.get_run(i).notes for i in interrupted)
+    assert {r.status for r in [*comparison, *map(store.runs.get_run, trial_ids)]} == {"finished"}
+    assert all("resumed" in store.runs.get_run(i).notes for i in interrupted)
 
     trials = campaigns.trials(store, campaign)
     spent = trials.groupby("method")["steps_done"].sum()

@@ -34,20 +34,20 @@ def _loss(config: dict, split: str = "val") -> float:
 def _end(store: RunStore, run_id: int, *, test: bool) -> None:
     """The run ended as a worker leaves it: finished with its validation (and test) losses, or
     failed as diverged when its lr is too high."""
-    r = store.get_run(run_id)
+    r = store.runs.get_run(run_id)
     if r.config["lr"] > TOO_HIGH:
-        store.add_metrics(run_id, [(0, 0.1, "val_loss", 10.8)])
-        store.heartbeat(run_id, 7)
-        store.set_status(run_id, "failed", error=f"{DIVERGED_ERROR} nan at step 7")
+        store.metrics.add_metrics(run_id, [(0, 0.1, "val_loss", 10.8)])
+        store.runs.heartbeat(run_id, 7)
+        store.runs.set_status(run_id, "failed", error=f"{DIVERGED_ERROR} nan at step 7")
         return
     val = _loss(r.config)
     rows = [(0, 0.1, "val_loss", 10.8), (10, 0.5, "val_loss", val + 0.5), (r.steps, 1.0, "val_loss", val),
             (r.steps, 1.0, "train_loss", val - 0.1), (r.steps, 1.0, "tokens_per_s", 1000.0)]
     if test:
         rows.append((r.steps, 1.0, "test_loss", _loss(r.config, "test")))
-    store.add_metrics(run_id, rows)
-    store.heartbeat(run_id, r.steps)
-    store.set_status(run_id, "finished")
+    store.metrics.add_metrics(run_id, rows)
+    store.runs.heartbeat(run_id, r.steps)
+    store.runs.set_status(run_id, "finished")
 
 
 def make_campaign(store: RunStore, *, trials: int = 6, evaluate: bool = True) -> tuple[int, TuneSpec]:

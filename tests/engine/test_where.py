@@ -168,16 +168,16 @@ def test_runs_where_reads_run_config_and_final_metric_fields(lab_store):
 def test_final_metrics_are_the_latest_step_of_each_name(store):  # SQLite and PostgreSQL
     run = fake_run(store, TINY)
     other = fake_run(store, dataclasses.replace(TINY, seed=1), final=7.0)
-    store.add_metrics(run, [(40, 9.0, "val_loss", 1.5)])  # (run, name, step) is unique: ignored
-    store.add_metrics(run, [(41, 9.5, "val_loss", 1.25)])  # the latest step wins
-    finals = store.final_metrics([run], names=["val_loss", "train_loss"])
+    store.metrics.add_metrics(run, [(40, 9.0, "val_loss", 1.5)])  # (run, name, step) is unique: ignored
+    store.metrics.add_metrics(run, [(41, 9.5, "val_loss", 1.25)])  # the latest step wins
+    finals = store.metrics.final_metrics([run], names=["val_loss", "train_loss"])
     history = store.metrics([run], names=["train_loss"])
     assert finals["name"].tolist() == ["train_loss", "val_loss"]
     assert finals["value"].tolist() == [history.sort_values(["step", "id"])["value"].iloc[-1], 1.25]
     assert finals["step"].tolist() == [40, 41]
-    every = store.final_metrics()
+    every = store.metrics.final_metrics()
     assert set(every["run_id"]) == {run, other} and not every.duplicated(["run_id", "name"]).any()
-    assert "cos_mean" in store.metric_names() and store.final_metrics([]).empty
+    assert "cos_mean" in store.metrics.metric_names() and store.metrics.final_metrics([]).empty
 
 
 def test_cli_list_export_and_summary_take_where(lab_store, tmp_path, capsys):

@@ -21,6 +21,12 @@ class Recorder:
         self.busy: dict[str, int] = {}
         self.gate: threading.Event | None = None
 
+    @property
+    def runs(self):
+        return self  # the store's repositories that StoreWriter writes through, recorded here
+
+    metrics = runs
+
     def _record(self, name, *args, **kwargs):
         if self.busy.get(name, 0):
             self.busy[name] -= 1
@@ -61,10 +67,10 @@ def writer(store, slept):
 
 
 def test_writes_run_in_order_as_the_callables_given(writer, store):
-    writer.call(1, store.set_status, 1, "running")
+    writer.call(1, store.runs.set_status, 1, "running")
     writer.metrics(1, [(0, 0.0, "loss", 3.0)])
     writer.metrics(1, [])  # nothing to write, nothing queued
-    writer.call(2, store.set_status, 2, "finished", error=None)
+    writer.call(2, store.runs.set_status, 2, "finished", error=None)
     assert writer.flush(60)
     assert store.calls == [("set_status", (1, "running"), {}), ("add_metrics", (1, [(0, 0.0, "loss", 3.0)]), {}),
                            ("set_status", (2, "finished"), {"error": None})]
@@ -74,7 +80,7 @@ def test_writes_run_in_order_as_the_callables_given(writer, store):
 def test_a_busy_database_is_retried_with_doubling_backoff_and_nothing_is_lost(writer, store, slept):
     store.busy["add_metrics"] = 9
     writer.metrics(1, [(5, 1.0, "loss", 2.0)])
-    writer.call(1, store.set_status, 1, "finished")
+    writer.call(1, store.runs.set_status, 1, "finished")
     assert writer.flush(60)
     assert [c[0] for c in store.calls] == ["add_metrics", "set_status"]  # order kept across retries
     assert writer.retries == 9
@@ -84,10 +90,10 @@ def test_a_busy_database_is_retried_with_doubling_backoff_and_nothing_is_lost(wr
 
 
 def test_a_refused_write_fails_its_run_for_good_and_others_go_on(writer, store, slept):
-    writer.call(3, store.delete_run, 3)
+    writer.call(3, store.runs.delete_run, 3)
     writer.call(4, store.broken, 4)
     writer.call(None, store.broken, 0)  # no run to fail
-    writer.call(5, store.set_status, 5, "running")
+    writer.call(5, store.runs.set_status, 5, "running")
     assert writer.flush(60)
     assert str(writer.failure(3)) == "run 3 does not exist"
     assert isinstance(writer.failure(4), StorageError) and str(writer.failure(4)) == "ZeroDivisionError: a bug"
@@ -97,7 +103,7 @@ def test_a_refused_write_fails_its_run_for_good_and_others_go_on(writer, store, 
 
 def test_waiting_heartbeats_of_a_run_coalesce_into_the_newest(writer, store):
     store.gate = threading.Event()
-    writer.call(1, store.set_status, 1, "running")  # holds the writer's thread
+    writer.call(1, store.runs.set_status, 1, "running")  # holds the writer's thread
     for step in range(5):
         writer.heartbeat(1, step, owner="host:1")
     writer.heartbeat(2, 7, owner="host:2")
@@ -122,7 +128,7 @@ def test_a_full_queue_makes_the_producer_wait_instead_of_dropping(store, slept, 
     monkeypatch.setattr(writer_module, "MAX_PENDING", 2)
     writer = StoreWriter(store, sleep=slept.append)
     store.gate = threading.Event()
-    writer.call(1, store.set_status, 1, "running")  # taken by the thread, held at the gate
+    writer.call(1, store.runs.set_status, 1, "running")  # taken by the thread, held at the gate
     done = threading.Event()
 
     def produce():
@@ -141,10 +147,10 @@ def test_after_a_write_lost_for_good_only_the_runs_final_writes_are_tried(writer
     """A write after a lost one would leave a hole in the run's history: it is dropped; the
     run's end (``final``) is still tried, and ``forget`` starts the run's next training afresh."""
     writer.metrics(6, [(1, 0.0, "loss", 2.0)])
-    writer.call(6, store.delete_run, 6)  # refused for good
+    writer.call(6, store.runs.delete_run, 6)  # refused for good
     writer.metrics(6, [(2, 0.0, "loss", 1.0)])
     writer.heartbeat(6, 2)
-    writer.final(6, store.set_status, 6, "interrupted")
+    writer.final(6, store.runs.set_status, 6, "interrupted")
     writer.metrics(7, [(2, 0.0, "loss", 1.0)])  # another run goes on
     assert writer.flush(60)
     assert [(c[0], c[1][0]) for c in store.calls] == [("add_metrics", 6), ("set_status", 6), ("add_metrics", 7)]

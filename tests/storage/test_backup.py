@@ -16,9 +16,9 @@ from tests.support.postgres import _pg_bin
 def _fill(store, n, metrics=50):
     ids = []
     for i in range(n):
-        run_id = store.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny",
+        run_id = store.runs.create_run(name=f"r{i}", config={}, estimator="basis", rank=4, lam=0.0, seed=i, preset="tiny",
                                   steps=metrics)
-        store.add_metrics(run_id, [(s, float(s), "train_loss", 1.0 / (s + 1)) for s in range(metrics)])
+        store.metrics.add_metrics(run_id, [(s, float(s), "train_loss", 1.0 / (s + 1)) for s in range(metrics)])
         ids.append(run_id)
     return ids
 
@@ -57,7 +57,7 @@ def test_a_backup_of_a_wal_database_with_a_live_writer_opens_and_holds_every_run
     assert not (tmp_path / "copy.db-wal").exists()
     assert sqlite3.connect(out).execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # one self-contained file
     copy = RunStore(f"sqlite:///{out}", create=False)
-    runs = {r.id: r for r in copy.list_runs()}
+    runs = {r.id: r for r in copy.runs.list_runs()}
     assert set(before) <= set(runs) <= set(before) | set(written)  # every run, and none that never existed
     every = copy.metrics(list(runs))
     counts = every.groupby("run_id").size().to_dict()
@@ -102,8 +102,8 @@ def test_postgresql_is_backed_up_with_pg_dump_and_restores(pg_url, pg_cluster, t
     target = restored_url.replace("postgresql+psycopg://", "postgresql://")
     subprocess.run([pg_restore, "--no-owner", f"--dbname={target}", str(out)], check=True, capture_output=True)
     restored = RunStore(restored_url)
-    assert [r.id for r in restored.list_runs()] == ids and len(restored.metrics(ids)) == 5 * 50
-    assert restored.identity().ancestors == (store.identity().uid,)  # a database of its own, copied from this one
+    assert [r.id for r in restored.runs.list_runs()] == ids and len(restored.metrics(ids)) == 5 * 50
+    assert restored.identities.identity().ancestors == (store.identities.identity().uid,)  # a database of its own, copied from this one
     restored.close()
     pg_cluster.drop_database(name)
 
@@ -122,7 +122,7 @@ def test_the_dashboard_download_is_the_same_consistent_copy(tmp_path):
     assert name == "basis-lab-backup.db" and data.startswith(b"SQLite format 3\x00")
     (tmp_path / "downloaded.db").write_bytes(data)
     copy = RunStore(f"sqlite:///{tmp_path / 'downloaded.db'}", create=False)
-    assert [r.id for r in copy.list_runs()] == ids and len(copy.metrics(ids)) == 3 * 50
-    assert copy.identity().lineage == (store.identity().uid, copy.identity().uid)  # its own identity
+    assert [r.id for r in copy.runs.list_runs()] == ids and len(copy.metrics(ids)) == 3 * 50
+    assert copy.identities.identity().lineage == (store.identities.identity().uid, copy.identities.identity().uid)  # its own identity
     copy.close()
     store.close()

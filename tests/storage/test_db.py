@@ -69,8 +69,8 @@ def test_env_url_honoured_and_explicit_url_wins(tmp_path, monkeypatch):
     new_run(env_store, "from-env")
     arg_store = RunStore(arg_url)
     assert env_store.url == env_url and arg_store.url == arg_url
-    assert [r.name for r in env_store.list_runs()] == ["from-env"]
-    assert arg_store.list_runs() == []
+    assert [r.name for r in env_store.runs.list_runs()] == ["from-env"]
+    assert arg_store.runs.list_runs() == []
     assert (tmp_path / "env.db").exists() and (tmp_path / "arg.db").exists()
     env_store.close()
     arg_store.close()
@@ -128,10 +128,10 @@ def test_a_held_lock_raises_database_busy_error(db_url, monkeypatch):
     with write_engine(holder.engine).begin() as con:
         con.execute(update(Run).where(Run.id == rid).values(notes="held"))
         with pytest.raises(DatabaseBusyError, match="busy.*try again") as info:
-            st.heartbeat(rid, 5)
+            st.runs.heartbeat(rid, 5)
         assert isinstance(info.value, StorageError) and "\n" not in str(info.value)
-    st.heartbeat(rid, 5)  # the retry succeeds once the lock is gone
-    assert st.get_run(rid).steps_done == 5
+    st.runs.heartbeat(rid, 5)  # the retry succeeds once the lock is gone
+    assert st.runs.get_run(rid).steps_done == 5
     st.close()
     holder.close()
 
@@ -147,14 +147,14 @@ def test_a_postgresql_server_that_is_down_is_unreachable_and_a_refusal_is_not(pg
     pg_cluster.stop_server()
     try:
         with pytest.raises(DatabaseUnreachableError, match="cannot be reached.*try again") as info:
-            store.heartbeat(rid, 1)
+            store.runs.heartbeat(rid, 1)
         assert isinstance(info.value, DatabaseBusyError) and "\n" not in str(info.value)
         with pytest.raises(DatabaseUnreachableError):
             RunStore(pg_url)
     finally:
         pg_cluster.start_server()
-    store.heartbeat(rid, 2)  # the same store works again once the server is back
-    assert store.get_run(rid).steps_done == 2
+    store.runs.heartbeat(rid, 2)  # the same store works again once the server is back
+    assert store.runs.get_run(rid).steps_done == 2
     with pytest.raises(StorageError) as info:
         RunStore(pg_url.replace("basislab@", "nosuchrole@"))
     assert not isinstance(info.value, DatabaseBusyError)
@@ -178,7 +178,7 @@ def test_a_full_sqlite_disk_is_database_full_error_and_writes_nothing(tmp_path):
     store.engine.dispose()
     rows = [(step, 0.0, f"metric_{i}", 1.0) for step in range(50) for i in range(40)]
     with pytest.raises(DatabaseFullError, match="disk is full.*free space") as info:
-        store.add_metrics(rid, rows)
+        store.metrics.add_metrics(rid, rows)
     assert not isinstance(info.value, DatabaseBusyError) and "\n" not in str(info.value)
     assert len(store.metrics([rid])) == 0
 
@@ -197,8 +197,8 @@ def test_a_sqlite_file_that_cannot_be_opened_for_now_is_unreachable(tmp_path):
     folder.rename(tmp_path / "away")
     try:
         with pytest.raises(DatabaseUnreachableError, match="cannot be reached.*try again"):
-            store.heartbeat(rid, 1)
+            store.runs.heartbeat(rid, 1)
     finally:
         (tmp_path / "away").rename(folder)
-    store.heartbeat(rid, 1)
-    assert store.get_run(rid).steps_done == 1
+    store.runs.heartbeat(rid, 1)
+    assert store.runs.get_run(rid).steps_done == 1

@@ -14,18 +14,18 @@ def _row(**extra):
 
 def test_key_values_round_trip_and_old_rows_read_none(store):
     run = new_run(store, "r")
-    diag = store.create_diagnostic(run, 0, {})
+    diag = store.diagnostics.create_diagnostic(run, 0, {})
     values = np.arange(14, dtype=float).reshape(2, 7) / 7  # 2 batches × (1 + 2·3)
-    store.add_diagnostic_results(diag, [_row(key_values=values), _row(estimator="balanced")])
-    frame = store.diagnostic_results(diag, key_values=True)
+    store.diagnostics.add_diagnostic_results(diag, [_row(key_values=values), _row(estimator="balanced")])
+    frame = store.diagnostics.diagnostic_results(diag, key_values=True)
     np.testing.assert_array_equal(frame["key_values"][0], values)
     assert frame["key_values"][1] is None
-    assert "key_values" not in store.diagnostic_results(diag).columns  # the plain read stays as it was
+    assert "key_values" not in store.diagnostics.diagnostic_results(diag).columns  # the plain read stays as it was
 
 
 def test_key_values_that_do_not_fit_the_row_are_refused_and_nothing_is_written(store):
     run = new_run(store, "r")
-    diag = store.create_diagnostic(run, 0, {})
+    diag = store.diagnostics.create_diagnostic(run, 0, {})
     with pytest.raises(ValueError, match=r"do not fit keys 3 and batches 2: need \(batches, 1 \+ 2·keys\)"):
-        store.add_diagnostic_results(diag, [_row(), _row(key_values=np.zeros((2, 5)))])
-    assert store.diagnostic_results(diag).empty
+        store.diagnostics.add_diagnostic_results(diag, [_row(), _row(key_values=np.zeros((2, 5)))])
+    assert store.diagnostics.diagnostic_results(diag).empty

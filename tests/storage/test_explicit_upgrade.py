@@ -71,7 +71,7 @@ def test_engine_db_upgrade_backs_up_then_migrates_a_postgresql_database(pg_url, 
     revision, columns, runs = _state(pg_url)
     assert (revision, "source" in columns, runs) == (head_revision(), True, 2)
     store = RunStore(pg_url)  # now opens
-    assert sorted(r.name for r in store.list_runs()) == ["r1", "r2"]
+    assert sorted(r.name for r in store.runs.list_runs()) == ["r1", "r2"]
     store.close()
     assert main(["db", "current", "--db", pg_url]) == 0 and "current" in capsys.readouterr().out
     assert upgrade(pg_url).describe() == f"already at schema revision {head_revision()}; nothing to do"
@@ -81,7 +81,7 @@ def test_a_sqlite_file_still_migrates_itself_after_backing_up_beside_it(tmp_path
     url = sqlite_url(tmp_path)
     _database_at_0013(url)
     store = RunStore(url)
-    assert schema_revision(store.engine) == head_revision() and len(store.list_runs()) == 2
+    assert schema_revision(store.engine) == head_revision() and len(store.runs.list_runs()) == 2
     store.close()
     kept = tmp_path / f"lab.db.before-{head_revision()}.db"
     with sqlite3.connect(kept) as con:

@@ -41,7 +41,7 @@ def _exported_store(store):
                 value = float(rng.normal() * 10.0 ** int(rng.integers(-8, 8)))
                 rows.append((step, step * 0.123456789 + rid, name, value))
                 recorded[(rid, step, name)] = value
-        store.add_metrics(rid, rows)
+        store.metrics.add_metrics(rid, rows)
     return a, b, recorded
 
 
@@ -103,13 +103,13 @@ def test_exports_explain_themselves_status_sweep_tags_notes_shape_and_no_rank_fo
     exact = RunConfig(preset="tiny", estimator="exact")
     ids = []
     for config in (sketched, exact):
-        ids.append(store.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
+        ids.append(store.runs.create_run(name=config.label(), config=config.to_dict(), estimator=config.estimator,
                                     rank=None if config.is_exact else config.effective_rank, lam=config.lam,
                                     seed=config.seed, preset=config.preset, steps=config.steps,
                                     sweep_id="20261122-101500-3fa9c1", tags=["pilot", "lr sweep"]))
-        store.add_metrics(ids[-1], [(0, 0.25, "val_loss", 10.0), (10, 1.5, "val_loss", 9.0)])
-    store.set_notes(ids[0], "=too high?")
-    store.set_status(ids[0], "running")
+        store.metrics.add_metrics(ids[-1], [(0, 0.25, "val_loss", 10.0), (10, 1.5, "val_loss", 9.0)])
+    store.runs.set_notes(ids[0], "=too high?")
+    store.runs.set_status(ids[0], "running")
     for fmt in ("long", "wide"):
         path = tmp_path / f"{fmt}.csv"
         export_csv(store, path, ids, fmt=fmt, shape=shape_columns)
@@ -173,7 +173,7 @@ def test_neutralize_prefixes_text_formulas_and_leaves_numbers():
 
 def test_every_csv_shape_is_neutralised(store, tmp_path):
     rid = new_run(store, HOSTILE[0], config={"cmd": "-rm", "lr": -0.5})
-    store.add_metrics(rid, [(1, 0.1, "train_loss", -3.25), (1, 0.1, "@evil", 1.0)])
+    store.metrics.add_metrics(rid, [(1, 0.1, "train_loss", -3.25), (1, 0.1, "@evil", 1.0)])
     for fmt in ("long", "wide"):
         export_csv(store, tmp_path / f"{fmt}.csv", fmt=fmt)
         back = pd.read_csv(tmp_path / f"{fmt}.csv", keep_default_na=False)
@@ -193,7 +193,7 @@ def test_every_csv_shape_is_neutralised(store, tmp_path):
 
 def _still_whole(store, n_runs):
     reopened = RunStore(store.url)
-    assert len(reopened.list_runs()) == n_runs
+    assert len(reopened.runs.list_runs()) == n_runs
     reopened.close()
 
 

@@ -32,14 +32,14 @@ def _runs(store) -> list[int]:
                       config={"lr": 0.1 * (i + 1), "model": {"width": 8 * (i + 1)}, "note": "-x" if i else "x"})
         names = ("val_loss", "=cos", "step", "train_loss")
         rows = [(k // 4, 0.5 * k, names[k % 4], float(rng.normal()) if k % 7 else float("nan")) for k in range(n)]
-        store.add_metrics(rid, rows)
+        store.metrics.add_metrics(rid, rows)
         ids.append(rid)
     return ids
 
 
 def _reference_long(store, ids) -> pd.DataFrame:
     """The long table as it was built before exports streamed: all rows in one frame."""
-    runs = [store.get_run(i) for i in ids]
+    runs = [store.runs.get_run(i) for i in ids]
     m = store.metrics(ids).merge(_run_info(runs, None), on="run_id", how="left")
     m = m.rename(columns={"name": "metric", "wall_time": "wall_time_s"}).sort_values(["run_id", "id"], kind="stable")
     return m[LONG_COLUMNS].reset_index(drop=True)
@@ -103,8 +103,8 @@ def test_lab_sized_chunks_hold_whole_runs_and_every_row_once(store, monkeypatch)
     got = pd.concat(frames, ignore_index=True)
     pd.testing.assert_frame_equal(got, store.metrics(ids).sort_values(["run_id", "id"], ignore_index=True))
     assert list(store.metrics.chunks(ids, names=[])) == []
-    assert store.metric_names(ids[:2]) == ["=cos", "step", "train_loss", "val_loss"]
-    assert store.metric_names([ids[0]]) == []
+    assert store.metrics.metric_names(ids[:2]) == ["=cos", "step", "train_loss", "val_loss"]
+    assert store.metrics.metric_names([ids[0]]) == []
 
 
 def test_an_error_while_streaming_leaves_no_file_and_no_temporary(store, tmp_path, monkeypatch):
@@ -137,6 +137,6 @@ def test_an_incremental_read_of_many_runs_each_at_its_own_mark(store, monkeypatc
     marks = {rid: int(every.loc[every["run_id"] == rid, "id"].min()) if rid != ids[0] else 0 for rid in ids}
     want = every[every["id"] > every["run_id"].map(marks)].reset_index(drop=True)
     many = {**marks, **{10_000 + i: i for i in range(1_100)}}  # once an SQLite "expression tree is too large"
-    pd.testing.assert_frame_equal(store.metrics_after(many), want)
+    pd.testing.assert_frame_equal(store.metrics.metrics_after(many), want)
     monkeypatch.setattr("storage.metrics.MARK_BATCH", 1)  # a query per mark: still one frame, by id
-    pd.testing.assert_frame_equal(store.metrics_after(marks), want)
+    pd.testing.assert_frame_equal(store.metrics.metrics_after(marks), want)

@@ -31,7 +31,7 @@ def test_feed_sees_writers_that_commit_out_of_order_exactly_once(db_url):
     writer_b = RunStore(db_url)
 
     def write_b():
-        writer_b.add_metrics(b, rows_b)
+        writer_b.metrics.add_metrics(b, rows_b)
         b_done.set()
 
     with write_engine(store.engine).begin() as con:  # writer A, holding its transaction open
@@ -72,7 +72,7 @@ def test_feed_under_concurrent_writers_misses_nothing(db_url):
         st = RunStore(db_url)
         try:
             for start in range(0, n_rows, batch):
-                st.add_metrics(run_id, [(i, 0.5 * i, "train_loss", w * 1e6 + i) for i in range(start, start + batch)])
+                st.metrics.add_metrics(run_id, [(i, 0.5 * i, "train_loss", w * 1e6 + i) for i in range(start, start + batch)])
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
         finally:
@@ -114,15 +114,15 @@ def test_feed_under_concurrent_writers_misses_nothing(db_url):
 
 def test_feed_rereads_a_run_whose_history_was_replaced(store):
     a, b = new_run(store, "a"), new_run(store, "b")
-    store.add_metrics(a, [(s, float(s), "train_loss", 1.0 + s) for s in range(10)])
-    store.add_metrics(b, [(0, 0.0, "train_loss", 5.0)])
+    store.metrics.add_metrics(a, [(s, float(s), "train_loss", 1.0 + s) for s in range(10)])
+    store.metrics.add_metrics(b, [(0, 0.0, "train_loss", 5.0)])
     feed = MetricsFeed()
     assert len(feed.poll(store, [a, b])) == 11 and feed.replaced == frozenset()
 
-    assert store.delete_metrics_after(a, 4) == 5  # resume from the checkpoint at step 4
-    assert store.get_run(a).history_version == 1 and store.get_run(b).history_version == 0
-    store.add_metrics(a, [(s, float(s), "train_loss", 100.0 + s) for s in range(5, 8)])
-    store.add_metrics(b, [(1, 1.0, "train_loss", 6.0)])
+    assert store.metrics.delete_metrics_after(a, 4) == 5  # resume from the checkpoint at step 4
+    assert store.runs.get_run(a).history_version == 1 and store.runs.get_run(b).history_version == 0
+    store.metrics.add_metrics(a, [(s, float(s), "train_loss", 100.0 + s) for s in range(5, 8)])
+    store.metrics.add_metrics(b, [(1, 1.0, "train_loss", 6.0)])
     new = feed.poll(store, [a, b])
     assert feed.replaced == frozenset({a})
     assert sorted(new[new.run_id == a]["step"]) == list(range(8))  # the whole new history of a
@@ -133,8 +133,8 @@ def test_feed_rereads_a_run_whose_history_was_replaced(store):
     assert len(feed.frame) == 10 and feed.frame["id"].is_unique
     assert feed.poll(store, [a, b]).empty and feed.replaced == frozenset()
     # runs no longer asked for, or deleted, are forgotten
-    store.delete_run(b)
+    store.runs.delete_run(b)
     feed.poll(store, [a, b])
     assert set(feed.frame["run_id"]) == {a} and set(feed.marks()) == {a}
     with pytest.raises(RunNotFoundError):
-        store.delete_metrics_after(999, 0)
+        store.metrics.delete_metrics_after(999, 0)

@@ -38,8 +38,8 @@ def test_concurrent_writers_and_polling_reader_lose_nothing(tmp_path):
         st = RunStore(url)  # own engine and connections, like a separate process
         try:
             for start in range(0, n_rows, batch):
-                st.add_metrics(run_id, [expected(w, i) for i in range(start, start + batch)])
-                st.heartbeat(run_id, start + batch)
+                st.metrics.add_metrics(run_id, [expected(w, i) for i in range(start, start + batch)])
+                st.runs.heartbeat(run_id, start + batch)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
         finally:
@@ -86,22 +86,22 @@ def test_concurrent_writers_and_polling_reader_lose_nothing(tmp_path):
         assert len(mine) == n_rows
         rows = list(zip(mine["step"], mine["wall_time"], mine["name"], mine["value"]))
         assert rows == [expected(w, i) for i in range(n_rows)]
-    assert setup.get_run(run_ids[0]).steps_done == n_rows
+    assert setup.runs.get_run(run_ids[0]).steps_done == n_rows
     setup.close()
 
 
 def test_incremental_reads_return_exactly_the_newer_rows(store):
     a, b = new_run(store, "a"), new_run(store, "b")
-    store.add_metrics(a, [(s, float(s), "train_loss", s / 10) for s in range(5)])
-    store.add_metrics(b, [(s, float(s), "train_loss", -s) for s in range(5)])
+    store.metrics.add_metrics(a, [(s, float(s), "train_loss", s / 10) for s in range(5)])
+    store.metrics.add_metrics(b, [(s, float(s), "train_loss", -s) for s in range(5)])
     first = store.metrics([a, b])
     assert list(first.columns) == ["id", "run_id", "step", "wall_time", "name", "value"]
     assert len(first) == 10 and first["id"].is_monotonic_increasing
     last = int(first["id"].max())
     assert store.metrics([a, b], after_id=last).empty
 
-    store.add_metrics(a, [(5, 5.0, "train_loss", 0.5), (5, 5.0, "val_loss", 0.7)])
-    store.add_metrics(b, [(5, 5.0, "train_loss", -5.0)])
+    store.metrics.add_metrics(a, [(5, 5.0, "train_loss", 0.5), (5, 5.0, "val_loss", 0.7)])
+    store.metrics.add_metrics(b, [(5, 5.0, "train_loss", -5.0)])
     newer = store.metrics([a, b], after_id=last)
     assert list(zip(newer["run_id"], newer["name"], newer["value"])) == [
         (a, "train_loss", 0.5), (a, "val_loss", 0.7), (b, "train_loss", -5.0)
@@ -115,20 +115,20 @@ def test_incremental_reads_return_exactly_the_newer_rows(store):
     assert store.metrics([a], names=[]).empty
 
     # NaN (a diverged loss) is stored and read back as NaN, not an error
-    store.add_metrics(a, [(6, 6.0, "train_loss", float("nan"))])
+    store.metrics.add_metrics(a, [(6, 6.0, "train_loss", float("nan"))])
     assert math.isnan(store.metrics([a], after_id=int(newer["id"].max()))["value"].iloc[0])
 
 
 def test_metric_ids_are_never_reused_after_delete(store):
     a, b = new_run(store, "a"), new_run(store, "b")
-    store.add_metrics(a, [(0, 0.0, "x", 1.0)])
-    store.add_metrics(b, [(s, 0.0, "x", 1.0) for s in range(3)])
+    store.metrics.add_metrics(a, [(0, 0.0, "x", 1.0)])
+    store.metrics.add_metrics(b, [(s, 0.0, "x", 1.0) for s in range(3)])
     high = int(store.metrics([b])["id"].max())
-    store.delete_run(b)
+    store.runs.delete_run(b)
     assert store.metrics([b]).empty
     with store.engine.connect() as con:
         assert con.execute(select(func.count()).select_from(Metric).where(Metric.run_id == b)).scalar() == 0
-    store.add_metrics(a, [(1, 1.0, "x", 2.0)])
+    store.metrics.add_metrics(a, [(1, 1.0, "x", 2.0)])
     assert int(store.metrics([a])["id"].max()) > high
 
 
@@ -158,7 +158,7 @@ def test_polling_reads_by_index_with_50_runs_and_100k_metrics(sqlite_store):
     store = sqlite_store
     run_ids = [new_run(store, f"r{i}") for i in range(50)]
     for rid in run_ids:
-        store.add_metrics(rid, [(s // 2, float(s), ("train_loss", "val_loss")[s % 2], s * 1e-3) for s in range(2000)])
+        store.metrics.add_metrics(rid, [(s // 2, float(s), ("train_loss", "val_loss")[s % 2], s * 1e-3) for s in range(2000)])
     with store.engine.connect() as con:
         plan = " ".join(str(r[-1]) for r in con.execute(text(
             "EXPLAIN QUERY PLAN SELECT id, run_id, step, wall_time, name, value FROM metrics "
@@ -167,14 +167,14 @@ def test_polling_reads_by_index_with_50_runs_and_100k_metrics(sqlite_store):
 
     with store.engine.connect() as con:
         before = con.execute(text("SELECT max(id) FROM metrics")).scalar()
-    store.add_metrics(run_ids[-1], [(1000, 1.0, "train_loss", 0.5)])
+    store.metrics.add_metrics(run_ids[-1], [(1000, 1.0, "train_loss", 0.5)])
     frame, polls = _statements(store, lambda: store.metrics(run_ids, after_id=before))
     assert len(frame) == 1 and len([s for s in polls if "metrics" in s.lower()]) == 1, polls
 
-    frame, few = _statements(store, lambda: store.runs_frame())
+    frame, few = _statements(store, lambda: store.frames.runs_frame())
     assert len(frame) == 50 and frame.set_index("id").loc[run_ids[-1], "last_train_loss"] == 0.5
     new_run(store, "r50")
-    _, more = _statements(store, lambda: store.runs_frame())
+    _, more = _statements(store, lambda: store.frames.runs_frame())
     assert len(more) == len(few), (few, more)  # no statement per run
 
     everything, reads = _statements(store, lambda: store.metrics(run_ids))

@@ -54,13 +54,13 @@ def test_old_runs_get_no_test_split_and_keep_every_other_field(empty_db_url):
 
     st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision()
-    run = st.get_run(1)
+    run = st.runs.get_run(1)
     assert run.config == {**old, "test_tokens": 0}
     config = RunConfig.from_dict(run.config)
     assert config.test_tokens == config.effective_test_tokens == 0 and not config.test_every_eval
     assert config.replace(test_tokens=None, test_every_eval=False).to_dict() == RunConfig.from_dict(
         {**old}).to_dict()  # nothing else read differently
-    assert st.get_run(2).config == chosen and st.get_run(3).config == {"test_tokens": 0}
+    assert st.runs.get_run(2).config == chosen and st.runs.get_run(3).config == {"test_tokens": 0}
     stored = _configs(empty_db_url)
     assert stored[4] == [1, 2]
     assert stored[1] == {**old, "test_tokens": 0}  # in the database, not only on read

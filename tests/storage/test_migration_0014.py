@@ -36,13 +36,13 @@ def test_old_lines_are_kept_with_an_empty_source(empty_db_url):
     _database_at_0013(empty_db_url)
     st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
-    got = {x.id: (x.run_id, x.time, x.level, x.text, x.source) for x in st.run_logs(1) + st.run_logs(2)}
+    got = {x.id: (x.run_id, x.time, x.level, x.text, x.source) for x in st.logs.run_logs(1) + st.logs.run_logs(2)}
     assert got == {i: (r, t.replace(tzinfo=timezone.utc), level, x, "") for i, (r, t, level, x) in enumerate(OLD_LINES, 1)}
-    assert [x.text for x in st.alerts_after(0)] == ["failed: nan at step 5"]
-    st.add_run_logs(1, [(1_700_000_000.0, "warning", "slow disk", "stderr")])  # new lines after the old ones
-    last = st.run_logs(1)[-1]
+    assert [x.text for x in st.logs.alerts_after(0)] == ["failed: nan at step 5"]
+    st.logs.add_run_logs(1, [(1_700_000_000.0, "warning", "slow disk", "stderr")])  # new lines after the old ones
+    last = st.logs.run_logs(1)[-1]
     assert (last.id, last.level, last.source, last.shown) == (5, "warning", "stderr", "stderr: slow disk")
-    assert [x.text for x in st.run_logs(1, levels=["warning"])] == ["UserWarning: careful (x.py:3)", "slow disk"]
+    assert [x.text for x in st.logs.run_logs(1, levels=["warning"])] == ["UserWarning: careful (x.py:3)", "slow disk"]
     st.close()
     eng = sa.create_engine(empty_db_url)
     with eng.connect() as con:  # in the database, not only on read: NOT NULL with the default
@@ -52,25 +52,25 @@ def test_old_lines_are_kept_with_an_empty_source(empty_db_url):
 
 def test_search_level_and_tail_read_the_lines_a_reader_asks_for(store):
     a, b = new_run(store, "a"), new_run(store, "b")
-    store.add_run_logs(a, [(1.0, "info", "step 10/100: val_loss 3.2", "lab"),
+    store.logs.add_run_logs(a, [(1.0, "info", "step 10/100: val_loss 3.2", "lab"),
                            (2.0, "info", "Hello from the loop", "stdout"),
                            (3.0, "warning", "jax._src.xla_bridge: no GPU found", "jax._src.xla_bridge"),
                            (4.0, "debug", "engine.data: cache hit", "engine.data"),
                            (5.0, "error", "100% of 50% done", "stderr")])
-    store.add_run_logs(b, [(1.0, "info", "hello from b", "stdout")])
-    assert [x.text for x in store.run_logs(a, search="HELLO")] == ["Hello from the loop"]  # any case, this run's
-    assert [x.source for x in store.run_logs(a, search="stdout")] == ["stdout"]  # the source is searched too
-    assert [x.text for x in store.run_logs(a, search="xla_BRIDGE", levels=["warning", "error"])] == [
+    store.logs.add_run_logs(b, [(1.0, "info", "hello from b", "stdout")])
+    assert [x.text for x in store.logs.run_logs(a, search="HELLO")] == ["Hello from the loop"]  # any case, this run's
+    assert [x.source for x in store.logs.run_logs(a, search="stdout")] == ["stdout"]  # the source is searched too
+    assert [x.text for x in store.logs.run_logs(a, search="xla_BRIDGE", levels=["warning", "error"])] == [
         "jax._src.xla_bridge: no GPU found"]
-    assert [x.text for x in store.run_logs(a, search="0% of")] == ["100% of 50% done"]  # % and _ are literal
-    assert store.run_logs(a, search="_src_") == []
-    assert [x.level for x in store.run_logs(a, tail=2)] == ["debug", "error"]  # the newest, oldest first
-    assert [x.level for x in store.run_logs(a, levels=run_logs.LOG_LEVELS[1:])] == ["info", "info", "warning", "error"]
-    assert store.run_logs(a)[1].shown == "stdout: Hello from the loop" and store.run_logs(a)[2].shown.startswith("jax.")
+    assert [x.text for x in store.logs.run_logs(a, search="0% of")] == ["100% of 50% done"]  # % and _ are literal
+    assert store.logs.run_logs(a, search="_src_") == []
+    assert [x.level for x in store.logs.run_logs(a, tail=2)] == ["debug", "error"]  # the newest, oldest first
+    assert [x.level for x in store.logs.run_logs(a, levels=run_logs.LOG_LEVELS[1:])] == ["info", "info", "warning", "error"]
+    assert store.logs.run_logs(a)[1].shown == "stdout: Hello from the loop" and store.logs.run_logs(a)[2].shown.startswith("jax.")
 
 
 def test_a_long_source_is_cut_and_stored(store):
     a = new_run(store, "a")
-    store.add_run_logs(a, [(1.0, "info", "x", "s" * 500)])
-    [line] = store.run_logs(a)
+    store.logs.add_run_logs(a, [(1.0, "info", "x", "s" * 500)])
+    [line] = store.logs.run_logs(a)
     assert len(line.source) == run_logs.SOURCE_MAX and line.source.endswith("…")

@@ -93,7 +93,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     url = sqlite_url(tmp_path)
     s1 = RunStore(url)
     rid = new_run(s1, "keep")
-    s1.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
+    s1.metrics.add_metrics(rid, [(0, 0.0, "train_loss", 1.5)])
     s1.close()
     eng = make_engine(url)
     assert schema_revision(eng) == head_revision() == "0014"
@@ -107,7 +107,7 @@ def test_schema_revision_recorded_and_runs_survive_reopen(tmp_path):
     assert indexes["ix_metrics_run_id_id"] == ["run_id", "id"]
     assert indexes["ix_metrics_run_id_name_step"] == ["run_id", "name", "step"]
     s2 = RunStore(engine=eng)
-    assert [r.name for r in s2.list_runs()] == ["keep"]
+    assert [r.name for r in s2.runs.list_runs()] == ["keep"]
     assert s2.metrics([rid])["value"].tolist() == [1.5]
     s2.close()
 
@@ -168,7 +168,7 @@ def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
     assert "schema_version" not in inspect(st.engine).get_table_names()
     assert _nullable(st.engine) == DECLARED_NULLABLE
 
-    runs = {r.id: r for r in st.list_runs()}
+    runs = {r.id: r for r in st.runs.list_runs()}
     assert {i: (r.name, r.status) for i, r in runs.items()} == {
         1: ("finished-run", "finished"), 2: ("diverged", "failed"), 3: ("cancelled-queued", "cancelled"),
         4: ("cancelled-running", "cancelled"), 5: ("still-queued", "queued"), 6: ("interrupted-run", "interrupted")}
@@ -180,13 +180,13 @@ def test_database_written_by_main_before_alembic_is_upgraded_in_place(tmp_path):
     m = st.metrics(list(runs))
     assert len(m) == 20
     assert math.isnan(m[(m.run_id == 2) & (m.step == 1)]["value"].iloc[0])  # the diverged loss
-    assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == pytest.approx(1.6)
+    assert st.frames.runs_frame().set_index("id").loc[1, "last_train_loss"] == pytest.approx(1.6)
     # the rebuilt runs table now never reuses an id, and its children still point at it
     new = new_run(st, "after-upgrade")
     assert new == 7
-    st.delete_run(new)
+    st.runs.delete_run(new)
     assert new_run(st, "again") == 8
-    st.delete_run(1)
+    st.runs.delete_run(1)
     assert st.metrics([1]).empty and len(st.metrics(list(runs))) == 5
     st.close()
 
@@ -207,15 +207,15 @@ def test_unversioned_v0_database_is_migrated_keeping_runs(tmp_path):
     assert _nullable(eng) == _nullable(fresh) == DECLARED_NULLABLE
 
     st = RunStore(engine=eng)
-    runs = {r.id: r for r in st.list_runs()}
+    runs = {r.id: r for r in st.runs.list_runs()}
     assert sorted(runs) == [1, 7]
     assert (runs[1].name, runs[1].status, runs[1].config, runs[1].lam) == ("old-a", "finished",
                                                                            {"lr": 0.1, "test_tokens": 0}, 0.5)
     assert runs[1].created_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     assert (runs[7].name, runs[7].status, runs[7].config, runs[7].cancel_requested) == (
         "run-7", "finished", {"test_tokens": 0}, False)  # revision 0012: a run before the test split had none
-    st.add_metrics(1, [(0, 0.0, "train_loss", 2.0)])
-    assert st.runs_frame().set_index("id").loc[1, "last_train_loss"] == 2.0
+    st.metrics.add_metrics(1, [(0, 0.0, "train_loss", 2.0)])
+    assert st.frames.runs_frame().set_index("id").loc[1, "last_train_loss"] == 2.0
     new = new_run(st, "new")
     assert new > 7
     st.close()
@@ -237,7 +237,7 @@ def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     url = sqlite_url(tmp_path)
     st = RunStore(url)
     rid = new_run(st, "precious")
-    st.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
+    st.metrics.add_metrics(rid, [(0, 0.0, "train_loss", 1.0)])
     st.close()
 
     head = head_revision()
@@ -251,7 +251,7 @@ def test_failed_migration_leaves_database_unchanged(tmp_path, monkeypatch):
     assert schema_revision(eng) == head
     assert "half_done" not in _schema(eng)["runs"][0]
     st = RunStore(engine=eng)
-    assert [r.name for r in st.list_runs()] == ["precious"] and rid == 1
+    assert [r.name for r in st.runs.list_runs()] == ["precious"] and rid == 1
     assert st.metrics([rid])["value"].tolist() == [1.0]
     eng.dispose()
 
@@ -271,7 +271,7 @@ def test_migration_chain_runs_in_order_once(tmp_path, monkeypatch):
 
 def test_two_processes_opening_a_new_database_at_once_upgrade_it_once(empty_db_url):
     code = ("import sys; sys.path.insert(0, sys.argv[2]); from storage import RunStore; "
-            "s = RunStore(sys.argv[1]); print(len(s.list_runs())); s.close()")
+            "s = RunStore(sys.argv[1]); print(len(s.runs.list_runs())); s.close()")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     procs = [subprocess.Popen([sys.executable, "-c", code, empty_db_url, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(3)]
@@ -330,7 +330,7 @@ def test_v1_database_on_postgresql_is_adopted_in_place(pg_url, tmp_path):
     assert schema_revision(st.engine) == head_revision()
     assert "schema_version" not in inspect(st.engine).get_table_names()
     assert _nullable(st.engine) == DECLARED_NULLABLE
-    got = {r.id: r for r in st.list_runs()}
+    got = {r.id: r for r in st.runs.list_runs()}
     assert sorted(got) == [r["id"] for r in runs]
     for r in runs:
         rec = got[r["id"]]
@@ -390,12 +390,12 @@ def test_0006_keeps_one_row_per_metric_and_step_then_refuses_a_second(empty_db_u
     m = st.metrics([1, 2])
     assert sorted(zip(m["run_id"], m["step"], m["name"], m["value"])) == [
         (1, 0, "mem_saved_bytes", 5.5), (1, 0, "val_loss", 10.5), (1, 10, "val_loss", 9.0), (2, 0, "val_loss", 7.0)]
-    assert (st.get_run(1).history_version, st.get_run(2).history_version) == (1, 0)
+    assert (st.runs.get_run(1).history_version, st.runs.get_run(2).history_version) == (1, 0)
     assert {ix["name"]: ix["unique"] for ix in inspect(st.engine).get_indexes("metrics")}[
         "ix_metrics_run_id_name_step"]
-    me = st.identity()
+    me = st.identities.identity()
     assert len(me.uid) == 32 and me.lineage == (me.uid,) and me.ancestors == ()
-    st.add_metrics(2, [(0, 1.0, "val_loss", 99.0), (5, 1.0, "val_loss", 6.0)])  # a retried write: no error
+    st.metrics.add_metrics(2, [(0, 1.0, "val_loss", 99.0), (5, 1.0, "val_loss", 6.0)])  # a retried write: no error
     m = st.metrics([2])
     assert sorted(zip(m["step"], m["value"])) == [(0, 7.0), (5, 6.0)]
     with pytest.raises(sa_exc.IntegrityError):  # the database itself refuses a second row, whoever writes it
@@ -408,14 +408,14 @@ def test_every_database_has_its_own_identity_and_two_first_opens_agree(empty_db_
     """A database gets its identity at its upgrade; one without (a backup) makes one at its
     first use, the same for every store that asks, keeping the lineage it was copied with."""
     st = _migrated(empty_db_url)
-    original = st.identity()
+    original = st.identities.identity()
     with st.engine.begin() as con:  # what a backup holds: the original's lineage, no identity
         con.execute(text("DELETE FROM database_identity"))
     a, b = RunStore(empty_db_url), RunStore(empty_db_url)
-    first, second = a.identity(), b.identity()
+    first, second = a.identities.identity(), b.identities.identity()
     assert first == second and first.uid != original.uid
     assert first.lineage == (original.uid, first.uid) and first.ancestors == (original.uid,)
-    assert RunStore(empty_db_url).identity() == first
+    assert RunStore(empty_db_url).identities.identity() == first
     for s in (st, a, b):
         s.close()
 
@@ -446,9 +446,9 @@ def test_0008_gives_old_interrupted_runs_their_cause_from_their_error_text(empty
     eng.dispose()
     st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
-    got = st.list_runs()
+    got = st.runs.list_runs()
     assert [(r.status, r.error, r.interruption_cause) for r in got] == old
-    frame = st.runs_frame()
+    frame = st.frames.runs_frame()
     assert frame["interruption_cause"].tolist()[:6] == ["stale", "stale", "signal", "signal", "disk_full", "crash"]
     st.close()
 

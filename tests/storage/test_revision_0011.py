@@ -64,17 +64,17 @@ def test_text_stored_before_the_utf8_check_is_repaired_and_every_command_reads_i
     _old_database(empty_db_url)
     st = _migrated(empty_db_url)
     assert schema_revision(st.engine) == head_revision() == "0014"
-    bad, good = st.get_run(1), st.get_run(2)
+    bad, good = st.runs.get_run(1), st.runs.get_run(2)
     assert bad.tags == ["pilot", "t\\udcfe"] and bad.config == {"x": "c\\udcfe", "model": {"width": 16}, "test_tokens": 0}
     assert bad.notes.startswith("mine\n[upgrade 0011] text stored before the UTF-8 check was repaired (tags, config)")
     assert (good.notes, good.tags) == ("", ["clean"])  # UTF-8 text is not touched
     stored = _raw(empty_db_url, "SELECT CAST(tags AS TEXT), CAST(config AS TEXT) FROM runs WHERE id = 1")[0]
     assert [json.loads(v) for v in stored] == [bad.tags, bad.config]  # repaired in the database, not just on read
-    assert st.saved_views() == {"v": {"runs": "1", "q": "w\\udcfe"}}
-    report = st.get_report(1)
+    assert st.views.saved_views() == {"v": {"runs": "1", "q": "w\\udcfe"}}
+    report = st.reports.get_report(1)
     assert json.loads(report.content) == {"title": "t\\udcfe"} and report.selection == {"tags": ["t\\udcfe"]}
-    assert st.diagnostics_frame()["settings"].tolist() == [{"layers": "l\\udcfe"}]
-    assert st.diagnostics_frame()["notes"].iloc[0].startswith("[upgrade 0011]")
+    assert st.frames.diagnostics_frame()["settings"].tolist() == [{"layers": "l\\udcfe"}]
+    assert st.frames.diagnostics_frame()["notes"].iloc[0].startswith("[upgrade 0011]")
     st.close()
 
     for args in (["list"], ["show", "1"], ["export", "--out", str(tmp_path / "long.csv")],
@@ -106,13 +106,13 @@ def test_bytes_that_are_not_utf8_in_sqlite_text_columns_are_repaired(tmp_path, c
                     "X'6CFE')")  # a blob, not even text
     con.close()
     st = RunStore(url)
-    run = st.get_run(1)
+    run = st.runs.get_run(1)
     assert (run.name, run.tags) == ("n\\udcfe", ["pilot", "t\\udcfe"])
     assert run.notes == ("no\\udcfet\n[upgrade 0011] text stored before the UTF-8 check was repaired (name, notes, "
                          "log, tags): each character UTF-8 could not encode is now written as its escape, e.g. "
                          "\\udcfe for the byte 0xfe")
-    assert list(st.saved_views()) == ["v\\udcff"] and st.get_report(1).title == "r\\udcc3"
-    assert [line.text for line in st.run_logs(1)] == ["l\\udcfe"]
+    assert list(st.views.saved_views()) == ["v\\udcff"] and st.reports.get_report(1).title == "r\\udcc3"
+    assert [line.text for line in st.logs.run_logs(1)] == ["l\\udcfe"]
     st.close()
     assert main(["list", "--db", url]) == 0 and "n\\udcfe" in capsys.readouterr().out
 
@@ -126,11 +126,11 @@ def test_stored_json_that_escapes_a_lone_surrogate_is_read_escaped_without_the_u
         con.execute(text("INSERT INTO saved_views (name, state) VALUES ('v', '{\"q\": \"w\\udcfe\"}')"))
         con.execute(text("INSERT INTO reports (uid, title, selection, run_ids, content) VALUES "
                          "(:uid, 'r', '{}', '[]', '{\"title\": \"t\\udcfe\"}')"), {"uid": "c" * 32})
-    run = st.get_run(1)
+    run = st.runs.get_run(1)
     assert run.tags == ["pilot", "t\\udcfe"] and run.config["x"] == "c\\udcfe"
-    assert all(_encodable(v) for v in (run.tags, run.config, st.saved_views(), st.get_report(1).content))
-    assert st.runs_frame()["tags"].tolist() == [["pilot", "t\\udcfe"]]
-    assert st.saved_views() == {"v": {"q": "w\\udcfe"}} and json.loads(st.get_report(1).content) == {"title": "t\\udcfe"}
+    assert all(_encodable(v) for v in (run.tags, run.config, st.views.saved_views(), st.reports.get_report(1).content))
+    assert st.frames.runs_frame()["tags"].tolist() == [["pilot", "t\\udcfe"]]
+    assert st.views.saved_views() == {"v": {"q": "w\\udcfe"}} and json.loads(st.reports.get_report(1).content) == {"title": "t\\udcfe"}
     assert main(["export", "--db", db_url, "--format", "wide", "--out", str(tmp_path / "w.csv")]) == 0
     assert edit_tags(st, 1, remove=["t\\udcfe"]) == ["pilot"]
     st.close()
@@ -171,10 +171,10 @@ def test_a_null_the_models_forbid_refuses_the_upgrade_in_one_line_changing_nothi
         con.execute(text(message.split("delete those rows (")[1].split(")")[0]))
     eng.dispose()
     st = _migrated(empty_db_url)
-    run = st.get_run(1)
+    run = st.runs.get_run(1)
     assert (run.notes, run.tags, run.steps_done, run.history_version) == ("", [], 0, 0)
     assert _raw(empty_db_url, "SELECT notes, CAST(tags AS TEXT), steps_done FROM runs") == [("", "[]", 0)]
-    assert st.list_workers()[0].status == "stopped"
+    assert st.workers.list_workers()[0].status == "stopped"
     assert st.metrics([1])["value"].tolist() == [2.0]
     nullable = {c["name"]: c["nullable"] for c in inspect(st.engine).get_columns("metrics")}
     assert nullable == {"id": False, "run_id": False, "step": False, "wall_time": False, "name": False, "value": True}
@@ -194,8 +194,8 @@ def test_the_rebuilt_sqlite_tables_keep_their_ids_and_never_reuse_one(tmp_path):
         con.execute(text("DELETE FROM runs WHERE id = 3"))
     eng.dispose()
     st = RunStore(url)
-    assert [(r.id, r.name) for r in st.list_runs()] == [(1, "a"), (2, "b")]
-    assert st.create_run(name="new", config={}, estimator="exact", rank=None, lam=0.0, seed=0, preset="tiny",
+    assert [(r.id, r.name) for r in st.runs.list_runs()] == [(1, "a"), (2, "b")]
+    assert st.runs.create_run(name="new", config={}, estimator="exact", rank=None, lam=0.0, seed=0, preset="tiny",
                          steps=1) == 4
     with st.engine.connect() as con:
         sql = con.execute(text("SELECT sql FROM sqlite_master WHERE name = 'runs'")).scalar()

@@ -15,6 +15,7 @@ from engine.config import ConfigError, RunConfig
 from storage import RunStore, StorageError, head_revision, schema_revision
 from storage import db as storage_db
 from storage.limits import NAME_MAX, NOTES_MAX, TAG_MAX
+from tests.storage.test_migrations import _migrated
 
 BIG = 3_000_000_000  # past 2^31: what a 32-bit column cannot hold
 
@@ -22,19 +23,19 @@ BIG = 3_000_000_000  # past 2^31: what a 32-bit column cannot hold
 def _run(store, **kw):
     args = dict(name="r", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     args.update(kw)
-    return store.create_run(**args)
+    return store.runs.create_run(**args)
 
 
 def test_seeds_and_steps_past_2_31_are_stored(store):
     run_id = _run(store, seed=BIG, steps=BIG, rank=BIG)
-    store.claim(run_id, "host:1")
-    store.heartbeat(run_id, BIG - 1)
-    store.set_checkpoint_step(run_id, BIG - 1)
-    store.add_metrics(run_id, [(BIG - 1, 1.0, "train_loss", 0.5)])
-    r = store.get_run(run_id)
+    store.queue.claim(run_id, "host:1")
+    store.runs.heartbeat(run_id, BIG - 1)
+    store.runs.set_checkpoint_step(run_id, BIG - 1)
+    store.metrics.add_metrics(run_id, [(BIG - 1, 1.0, "train_loss", 0.5)])
+    r = store.runs.get_run(run_id)
     assert (r.seed, r.steps, r.rank, r.steps_done, r.checkpoint_step) == (BIG, BIG, BIG, BIG - 1, BIG - 1)
     assert store.metrics([run_id])["step"].tolist() == [BIG - 1]
-    assert store.runs_frame().set_index("id").loc[run_id, "seed"] == BIG
+    assert store.frames.runs_frame().set_index("id").loc[run_id, "seed"] == BIG
     with pytest.raises(ValueError, match=r"^seed = 9223372036854775808 does not fit the database"):
         _run(store, seed=2**63)
 
@@ -43,26 +44,26 @@ def test_text_past_its_limit_is_refused_by_the_store_naming_the_field(store):
     with pytest.raises(ValueError, match=f"^name is {NAME_MAX + 1} characters long; the most is {NAME_MAX}"):
         _run(store, name="n" * (NAME_MAX + 1))
     run_id = _run(store, name="n" * NAME_MAX)  # exactly the limit fits, on both backends
-    assert store.get_run(run_id).name == "n" * NAME_MAX
+    assert store.runs.get_run(run_id).name == "n" * NAME_MAX
     with pytest.raises(ValueError, match="^name is"):
-        store.rename_run(run_id, "x" * 10_000)
+        store.runs.rename_run(run_id, "x" * 10_000)
     with pytest.raises(ValueError, match="^notes is"):
-        store.set_notes(run_id, "x" * (NOTES_MAX + 1))
+        store.runs.set_notes(run_id, "x" * (NOTES_MAX + 1))
     with pytest.raises(ValueError, match="^tags: "):
-        store.set_tags(run_id, ["t" * (TAG_MAX + 1)])
-    store.set_notes(run_id, "y" * NOTES_MAX)
-    store.append_notes(run_id, "resumed from the checkpoint at step 7")  # a run's own notes keep their newest part
-    notes = store.get_run(run_id).notes
+        store.runs.set_tags(run_id, ["t" * (TAG_MAX + 1)])
+    store.runs.set_notes(run_id, "y" * NOTES_MAX)
+    store.runs.append_notes(run_id, "resumed from the checkpoint at step 7")  # a run's own notes keep their newest part
+    notes = store.runs.get_run(run_id).notes
     assert len(notes) == NOTES_MAX and notes.endswith("step 7") and notes.startswith("…")
-    assert [r.name for r in store.list_runs()] == ["n" * NAME_MAX]
+    assert [r.name for r in store.runs.list_runs()] == ["n" * NAME_MAX]
 
 
 def test_a_refused_sweep_queues_nothing(store, monkeypatch):
     good = dict(name="good", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     with pytest.raises(ValueError, match=r"^run 2 of 2 \('nnnn.*name is 10,000 characters long"):
-        store.create_runs([good, {**good, "name": "n" * 10_000}])
-    assert store.list_runs() == []
-    assert store.create_runs([good, {**good, "seed": BIG}]) and len(store.list_runs()) == 2
+        store.runs.create_runs([good, {**good, "name": "n" * 10_000}])
+    assert store.runs.list_runs() == []
+    assert store.runs.create_runs([good, {**good, "seed": BIG}]) and len(store.runs.list_runs()) == 2
 
 
 def test_a_value_the_database_refuses_names_its_column(store, monkeypatch):
@@ -74,15 +75,15 @@ def test_a_value_the_database_refuses_names_its_column(store, monkeypatch):
     good = dict(name="good", config={}, estimator="basis", rank=4, lam=0.0, seed=0, preset="tiny", steps=10)
     monkeypatch.setattr(storage.runs, "new_uid", lambda: "f" * 32)  # every run the same uid: UNIQUE refuses it
     with pytest.raises(StorageError) as e:
-        store.create_runs([good, good])
+        store.runs.create_runs([good, good])
     assert "runs.uid" in str(e.value) and "\n" not in str(e.value)
-    assert store.list_runs() == []
+    assert store.runs.list_runs() == []
     monkeypatch.undo()
     if store.engine.dialect.name == "postgresql":  # SQLite does not enforce VARCHAR lengths
         monkeypatch.setattr(storage.runs, "_name", lambda name: str(name))
         with pytest.raises(StorageError, match=r"refused the value of runs\.name .*fix the name"):
-            store.create_runs([good, {**good, "name": "n" * 10_000}])
-        assert store.list_runs() == []
+            store.runs.create_runs([good, {**good, "name": "n" * 10_000}])
+        assert store.runs.list_runs() == []
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -97,13 +98,13 @@ def test_the_cli_refuses_by_field_and_writes_nothing(db_url, capsys, argv, messa
     assert main([*argv, "--db", db_url]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
-    assert RunStore(db_url).list_runs() == []
+    assert RunStore(db_url).runs.list_runs() == []
 
 
 def test_the_cli_queues_a_sweep_with_a_seed_past_2_31(db_url, capsys):
     assert main(["sweep", "--db", db_url, "--preset", "tiny", "--ranks", "2", "--seeds", f"0,{BIG}",
                  "--steps", str(BIG), "--queue-only"]) == 0
-    runs = RunStore(db_url).list_runs()
+    runs = RunStore(db_url).runs.list_runs()
     assert [(r.seed, r.steps) for r in runs] == [(0, BIG), (BIG, BIG)]
 
 
@@ -139,13 +140,13 @@ def test_revision_0003_widens_a_stored_database_keeping_rows_and_ids(empty_db_ur
         conn.execute(metrics.delete().where(metrics.c.run_id == 3))
         conn.execute(runs.delete().where(runs.c.id == 3))
     engine.dispose()
-    store = RunStore(empty_db_url)
+    store = _migrated(empty_db_url)
     assert schema_revision(store.engine) == head_revision()
-    assert [(r.id, r.name, r.seed, r.epoch) for r in store.list_runs()] == [(1, "r1", 1, 0), (2, "r2", 2, 0)]
+    assert [(r.id, r.name, r.seed, r.epoch) for r in store.runs.list_runs()] == [(1, "r1", 1, 0), (2, "r2", 2, 0)]
     assert store.metrics([1, 2])["value"].tolist() == [1.0, 2.0]
     new = _run(store, seed=BIG)
-    assert new == 4 and store.get_run(new).seed == BIG  # id 3 is never handed out again
-    store.add_metrics(new, [(BIG, 0.0, "val_loss", 4.0)])
+    assert new == 4 and store.runs.get_run(new).seed == BIG  # id 3 is never handed out again
+    store.metrics.add_metrics(new, [(BIG, 0.0, "val_loss", 4.0)])
     assert store.metrics([new])["id"].tolist() == [4]
     columns = {(t, c["name"]): c["type"] for t in ("runs", "metrics", "diagnostics", "diagnostic_results")
                for c in inspect(store.engine).get_columns(t)}

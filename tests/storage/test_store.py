@@ -1,26 +1,28 @@
-"""The store's structure: one ``Database`` and repositories that each receive it, and the
-store's by-name methods, each exactly its repository's method of that name."""
+"""The store's structure: one ``Database`` and repositories that each receive it; the store
+itself answers no query (no by-name delegates)."""
 
 from __future__ import annotations
 
-import storage.store as store_module
 from storage import Database, RunStore
+from storage.database import Repository
 from storage.metrics import MetricsRepository
 from storage.queue import QueueRepository
 from storage.runs import RunsRepository
 
 
-def test_every_by_name_method_of_the_store_is_its_repositorys_method_of_that_name():
+def test_the_store_holds_the_database_and_its_repositories_and_no_query_of_its_own():
+    """No by-name delegates: each repository is handed the store's one database, and no
+    repository method is reachable on the store itself; callers name the repository."""
     store = RunStore("sqlite://")
-    delegated = {name: via for name, via in vars(RunStore).items() if isinstance(via, store_module._Via)}
-    assert len(delegated) > 50 and {"create_run", "claim_next", "add_metrics", "set_tags"} <= set(delegated)
-    for name, via in delegated.items():
-        bound = getattr(store, name)
-        assert bound.__self__ is getattr(store, via.repository) and bound.__name__ == name, name
-    assert store.metrics.read.__self__ is store.metrics  # store.metrics(ids) is the repository's read
-    rid = RunStore.create_run(store, name="via the class", config={}, estimator="basis", rank=4, lam=0.0, seed=0,
-                              preset="tiny", steps=10)  # as a test that wraps a method calls the original
-    assert RunStore.get_run(store, rid).name == "via the class"
+    repositories = {name: repo for name, repo in vars(store).items() if isinstance(repo, Repository)}
+    assert set(repositories) == {"runs", "queue", "metrics", "eval_losses", "workers", "diagnostics", "reports",
+                                 "frames", "views", "identities", "logs", "campaigns", "leases"}
+    assert all(repo.db is store.db for repo in repositories.values())
+    methods = {m for repo in repositories.values() for m in dir(type(repo)) if not m.startswith("_")}
+    assert len(methods) > 50 and {m for m in methods if hasattr(store, m)} <= set(repositories)
+    rid = store.runs.create_run(name="by its repository", config={}, estimator="basis", rank=4, lam=0.0, seed=0,
+                                preset="tiny", steps=10)
+    assert store.runs.get_run(rid).name == "by its repository" and store.metrics.read.__self__ is store.metrics
     store.close()
 
 

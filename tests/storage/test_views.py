@@ -8,15 +8,15 @@ from storage import StorageError
 
 
 def test_saved_views_round_trip_replace_and_delete(store):
-    store.save_view("R sweep, pooled", {"runs": "1,2,5", "pool": 1})
-    store.save_view("tags", {"tag": "pilot"})
-    assert store.saved_views() == {"tags": {"tag": "pilot"}, "R sweep, pooled": {"runs": "1,2,5", "pool": "1"}}
-    store.save_view("R sweep, pooled", {"runs": "1,2"})  # the same name replaces, and is now the newest
-    assert list(store.saved_views()) == ["R sweep, pooled", "tags"]
-    assert store.saved_views()["R sweep, pooled"] == {"runs": "1,2"}
+    store.views.save_view("R sweep, pooled", {"runs": "1,2,5", "pool": 1})
+    store.views.save_view("tags", {"tag": "pilot"})
+    assert store.views.saved_views() == {"tags": {"tag": "pilot"}, "R sweep, pooled": {"runs": "1,2,5", "pool": "1"}}
+    store.views.save_view("R sweep, pooled", {"runs": "1,2"})  # the same name replaces, and is now the newest
+    assert list(store.views.saved_views()) == ["R sweep, pooled", "tags"]
+    assert store.views.saved_views()["R sweep, pooled"] == {"runs": "1,2"}
     with pytest.raises(ValueError, match="view name"):
-        store.save_view("  ", {"runs": "1"})
-    store.delete_view("tags")
+        store.views.save_view("  ", {"runs": "1"})
+    store.views.delete_view("tags")
     with pytest.raises(StorageError, match="no saved view"):
-        store.delete_view("tags")
-    assert list(store.saved_views()) == ["R sweep, pooled"]
+        store.views.delete_view("tags")
+    assert list(store.views.saved_views()) == ["R sweep, pooled"]

@@ -17,25 +17,25 @@ from tests.support.runs import new_run
 
 def test_worker_registry(store):
     run = new_run(store, "r")
-    store.register_worker("hostA:11:abcd", "hostA", 11, "gpu: H100", concurrent=2)
-    store.register_worker("hostB:12:ef01", "hostB", 12, "cpu", concurrent=1)
-    t0 = {w.id: w.heartbeat_at for w in store.list_workers()}
-    store.worker_heartbeat("hostA:11:abcd", run)
-    workers = {w.id: w for w in store.list_workers()}
+    store.workers.register_worker("hostA:11:abcd", "hostA", 11, "gpu: H100", concurrent=2)
+    store.workers.register_worker("hostB:12:ef01", "hostB", 12, "cpu", concurrent=1)
+    t0 = {w.id: w.heartbeat_at for w in store.workers.list_workers()}
+    store.workers.worker_heartbeat("hostA:11:abcd", run)
+    workers = {w.id: w for w in store.workers.list_workers()}
     a = workers["hostA:11:abcd"]
     assert (a.host, a.pid, a.device, a.concurrent, a.status, a.current_run_id) == ("hostA", 11, "gpu: H100", 2, "active", run)
     assert a.heartbeat_at >= t0["hostA:11:abcd"] and a.started_at.utcoffset() == timedelta(0)
-    store.end_worker("hostB:12:ef01")
-    frame = store.workers_frame().set_index("id")
+    store.workers.end_worker("hostB:12:ef01")
+    frame = store.frames.workers_frame().set_index("id")
     assert frame.loc["hostB:12:ef01", "status"] == "stopped" and pd.isna(frame.loc["hostB:12:ef01", "current_run_id"])
     assert frame.loc["hostA:11:abcd", "current_run_id"] == run and str(frame["heartbeat_at"].dt.tz) == "UTC"
     # deleting the run a worker trains clears the worker's link, not the worker
-    store.set_status(run, "cancelled")
-    store.delete_run(run)
-    assert {w.id: w.current_run_id for w in store.list_workers()}["hostA:11:abcd"] is None
+    store.runs.set_status(run, "cancelled")
+    store.runs.delete_run(run)
+    assert {w.id: w.current_run_id for w in store.workers.list_workers()}["hostA:11:abcd"] is None
     with pytest.raises(StorageError, match="register it first"):
-        store.worker_heartbeat("nobody:1:x")
+        store.workers.worker_heartbeat("nobody:1:x")
     with pytest.raises(ValueError, match="1 to 64"):
-        store.register_worker("x" * 65, "h", 1)
-    store.register_worker("hostB:12:ef01", "hostB", 12, "cpu")  # re-registering revives it
-    assert {w.id: w.status for w in store.list_workers()}["hostB:12:ef01"] == "active"
+        store.workers.register_worker("x" * 65, "h", 1)
+    store.workers.register_worker("hostB:12:ef01", "hostB", 12, "cpu")  # re-registering revives it
+    assert {w.id: w.status for w in store.workers.list_workers()}["hostB:12:ef01"] == "active"

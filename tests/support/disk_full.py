@@ -44,9 +44,9 @@ def fill_database(full_at: int) -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from storage import RunStore
+    from storage.metrics import MetricsRepository
 
-    add = RunStore.add_metrics
+    add = MetricsRepository.add_metrics
 
     def add_metrics(self, run_id, rows, **kwargs):
         if any(step >= full_at for step, *_ in rows):
@@ -58,7 +58,7 @@ def fill_database(full_at: int) -> None:
         if FULL["full"] and statement.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
             raise sqlite3.OperationalError("database or disk is full")
 
-    RunStore.add_metrics = add_metrics
+    MetricsRepository.add_metrics = add_metrics
 
 
 if __name__ == "__main__":

@@ -28,11 +28,15 @@ class InSweep:
     def __init__(self, store, sweep_id, tags=()):
         self.store, self.sweep_id, self.tags = store, sweep_id, list(tags)
 
-    def __getattr__(self, name):
-        return getattr(self.store, name)
+    @property
+    def runs(self):
+        return self  # store.runs.create_run lands on create_run below
+
+    def __getattr__(self, name):  # the rest of the runs repository, and the other repositories
+        return getattr(self.store.runs if hasattr(self.store.runs, name) else self.store, name)
 
     def create_run(self, **kwargs):
-        return self.store.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
+        return self.store.runs.create_run(**kwargs, sweep_id=self.sweep_id, tags=self.tags)
 
 
 def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", final: float = 6.0,
@@ -42,14 +46,14 @@ def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", fi
     interval), without training: val loss decays from 10.8 towards ``final``. With
     ``system``, the system metrics at every eval: ``sys/cpu_percent`` 100 + step + 10·seed,
     ``sys/rss_mib`` 500 + step, ``sys/load1`` 1.5."""
-    run_id = store.create_run(
+    run_id = store.runs.create_run(
         name=config.label(), config=config.to_dict(), estimator="exact" if config.is_exact else config.estimator,
         rank=None if config.is_exact else config.rank, lam=config.lam, seed=config.seed, preset=config.preset,
         steps=config.steps, versions={"jax": "0.10.2"}, device="cpu: cpu",
         status="queued",
     )
     if status != "queued":
-        store.set_status(run_id, "running")
+        store.runs.set_status(run_id, "running")
     done = config.steps if steps_done is None else steps_done
     if config.is_exact:
         saved = saved_exact
@@ -71,10 +75,10 @@ def fake_run(store: RunStore, config: RunConfig, *, status: str = "finished", fi
             rows += [(step, wall, f"cos/{n}", c) for n, c in zip(LAYERS, cos)]
             rows += [(step, wall, f"rel_err/{n}", 1 - c) for n, c in zip(LAYERS, cos)]
             rows += [(step, wall, "cos_mean", float(np.mean(cos))), (step, wall, "rel_err_mean", 1 - float(np.mean(cos)))]
-    store.add_metrics(run_id, rows)
-    store.heartbeat(run_id, done)
+    store.metrics.add_metrics(run_id, rows)
+    store.runs.heartbeat(run_id, done)
     if status not in ("queued", "running"):
-        store.set_status(run_id, status, error=error)
+        store.runs.set_status(run_id, status, error=error)
     return run_id
 
 
@@ -91,7 +95,7 @@ def new_run(store: RunStore, name: str = "run", **kw) -> int:
         steps=100,
     )
     args.update(kw)
-    return store.create_run(**args)
+    return store.runs.create_run(**args)
 
 
 def dead_pid() -> int:

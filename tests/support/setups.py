@@ -1,4 +1,4 @@
-"""Many runs of distinct setups, written fast (``RunStore.create_runs``, then one
+"""Many runs of distinct setups, written fast (``RunsRepository.runs.create_runs``, then one
 ``add_metrics`` per run): what Compare over hundreds of setups reads. ``setup_config(i)``
 is run ``i``'s setup (estimators, ranks and λ in turn, a learning rate of its own, so no
 two runs share a comparable config group), ``write_setups`` writes ``count`` finished runs
@@ -48,8 +48,8 @@ def write_setups(store: RunStore, count: int, sweep_id: str = SWEEP) -> list[int
         specs = [dict(name=c.label(), config=c.to_dict(), estimator=c.estimator, rank=None if c.is_exact else c.rank,
                       lam=c.lam, seed=c.seed, preset=c.preset, steps=c.steps, status="finished", sweep_id=sweep_id)
                  for c in configs]
-        for i, (c, run_id) in enumerate(zip(configs, store.create_runs(specs)), start=first):
-            store.add_metrics(run_id, setup_rows(i, c))
-            store.heartbeat(run_id, c.steps)
+        for i, (c, run_id) in enumerate(zip(configs, store.runs.create_runs(specs)), start=first):
+            store.metrics.add_metrics(run_id, setup_rows(i, c))
+            store.runs.heartbeat(run_id, c.steps)
             ids.append(run_id)
     return ids

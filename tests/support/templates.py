@@ -24,7 +24,7 @@ def fresh(url: str) -> str:
     from storage import RunStore
 
     store = RunStore(url)
-    store.identity()
+    store.identities.identity()
     store.close()
     return url
 

@@ -21,7 +21,8 @@ The two settings need not round alike (LLVM keeps IEEE semantics at every level,
 math, but two levels may still order operations differently): a run trained at O1 in an
 engine process and resumed at O0 in pytest's differed from its twin by about 4e-8. So a test
 whose child process trains half of a twin that pytest's own process continues or compares
-bit for bit starts that child with ``twin_env()``: the settings of this process.
+bit for bit starts that child with ``twin_env()``: the settings of this process, its
+compilation cache included (a JAX setting, which the lab's ``compile_cache.enable`` keeps).
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ def twin_env(**extra: str) -> dict[str, str]:
     import jax
 
     flags = {} if "XLA_FLAGS" in os.environ else {"XLA_FLAGS": os.environ.get(VETTED, "")}  # a caller's own are inherited
-    return {**os.environ, SWITCH.upper(): "1" if jax.config.values[SWITCH] else "0", **flags, **extra}
+    cache = jax.config.values.get("jax_compilation_cache_dir")  # this process's, unbounded (tests/conftest.py)
+    shared = {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"} if cache else {}
+    return {**os.environ, SWITCH.upper(): "1" if jax.config.values[SWITCH] else "0", **flags, **shared, **extra}
 
 
 def forced_devices(devices: int) -> dict[str, str]:

@@ -19,7 +19,7 @@ def run(args) -> int:
 
     store = arguments.open_store(args.db, create=False)
     check_stale(store)
-    ids = store.resolve_runs(args.runs)
+    ids = store.runs.resolve_runs(args.runs)
     problems = delete_runs(store, ids)
     for p in problems:
         print(f"error: {p}", file=sys.stderr)

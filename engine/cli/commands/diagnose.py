@@ -51,8 +51,8 @@ def run(args) -> int:
 
 def _list(args, store) -> int:
     """Print the stored diagnoses (of ``RUN``, or all)."""
-    run_id = store.resolve_runs([args.run])[0] if args.run else None
-    frame = store.diagnostics_frame(run_id)
+    run_id = store.runs.resolve_runs([args.run])[0] if args.run else None
+    frame = store.frames.diagnostics_frame(run_id)
     if frame.empty:
         print("no diagnoses yet: run `python -m engine diagnose RUN`")
         return 0
@@ -66,7 +66,7 @@ def _list(args, store) -> int:
 
 
 def _cancel(args, store) -> int:
-    if store.request_cancel_diagnostic(args.cancel):
+    if store.diagnostics.request_cancel_diagnostic(args.cancel):
         print(f"cancel requested for diagnosis {args.cancel}: a queued one is cancelled now, a running one stops "
               "after its current step and keeps what it measured")
     else:
@@ -75,7 +75,7 @@ def _cancel(args, store) -> int:
 
 
 def _delete(args, store) -> int:
-    store.delete_diagnostic(args.delete)
+    store.diagnostics.delete_diagnostic(args.delete)
     print(f"deleted diagnosis {args.delete} and its results")
     return 0
 
@@ -86,7 +86,7 @@ def _plan(args, store):
 
     if args.rerun is not None:
         return diagnosis.replan(store, args.rerun)
-    run_id = store.resolve_runs([args.run])[0]
+    run_id = store.runs.resolve_runs([args.run])[0]
     return diagnosis.plan_diagnosis(store, run_id, step=args.step, estimators=args.estimators, ranks=args.ranks,
                                     lams=args.lams, batches=args.batches, seed=args.seed,
                                     keys=diagnosis.DEFAULT_KEYS if args.keys is None else args.keys,
@@ -99,7 +99,7 @@ def _announce(store, plan) -> None:
     from engine.runner import diagnosis
 
     where = "the initial parameters" if plan.initial else f"the checkpoint at step {plan.step}"
-    print(f"run {plan.run_id} {store.get_run(plan.run_id).name}: diagnosing {where} on the {plan.batches} training "
+    print(f"run {plan.run_id} {store.runs.get_run(plan.run_id).name}: diagnosing {where} on the {plan.batches} training "
           f"batch(es) after it, K = {plan.keys} keys", file=sys.stderr)
     eta = diagnosis.estimate_seconds(store, plan)
     print(f"cost: {plan.cost_text()}; estimated time "
@@ -127,7 +127,7 @@ def _diagnose(args, store) -> int:
     finally:
         bar.close()
     print(_table(frame))
-    status = store.diagnostics_frame().set_index("id").loc[diag_id, ["status", "error"]]
+    status = store.frames.diagnostics_frame().set_index("id").loc[diag_id, ["status", "error"]]
     if status["status"] == "cancelled":
         print(f"cancelled: {status['error']}", file=sys.stderr)
     print(f"stored as diagnosis {diag_id} of run {plan.run_id} (step {plan.step})")

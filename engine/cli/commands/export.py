@@ -37,7 +37,7 @@ def _out(args) -> str:
 def run(args) -> int:
     out = _out(args)
     store = arguments.open_store(args.db, create=False)
-    ids = arguments.where_ids(store, args.where, store.resolve_runs(args.runs) if args.runs else None)
+    ids = arguments.where_ids(store, args.where, store.runs.resolve_runs(args.runs) if args.runs else None)
     if args.format == "tensorboard":
         from engine.runner.tensorboard import export_tensorboard
 

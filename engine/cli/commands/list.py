@@ -16,7 +16,7 @@ def run(args) -> int:
     from engine.cli.listing import list_text
 
     store = arguments.open_store(args.db, create=False)
-    frame = store.runs_frame()
+    frame = store.frames.runs_frame()
     if frame.empty:
         print("no runs yet: start one with `python -m engine run` or `python -m engine sweep`")
         return 0

@@ -38,7 +38,7 @@ def _follow(store, run_id: int, after_id: int, read) -> None:
     quiet = 0
     while quiet < SETTLE_READS:
         time.sleep(FOLLOW_S)
-        ended = store.get_run(run_id).status not in ACTIVE_STATUSES  # read before the lines: none is missed
+        ended = store.runs.get_run(run_id).status not in ACTIVE_STATUSES  # read before the lines: none is missed
         lines = read(after_id)
         _print(lines)
         after_id = lines[-1].id if lines else after_id
@@ -49,11 +49,11 @@ def run(args) -> int:
     from storage import LOG_LEVELS
 
     store = arguments.open_store(args.db, create=False)
-    run_id = store.resolve_runs([args.run])[0]
+    run_id = store.runs.resolve_runs([args.run])[0]
     levels = LOG_LEVELS[LOG_LEVELS.index(args.level):]
 
     def read(after_id: int):
-        return store.run_logs(run_id, after_id=after_id, levels=levels, search=args.grep)
+        return store.logs.run_logs(run_id, after_id=after_id, levels=levels, search=args.grep)
 
     lines = read(0)
     _print(lines)

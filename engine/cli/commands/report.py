@@ -68,7 +68,7 @@ def _list(store) -> int:
     """Print the stored reports."""
     import pandas as pd
 
-    listed = store.list_reports()
+    listed = store.reports.list_reports()
     if not listed:
         print("no reports yet: build one with `python -m engine report --sweep ID --out report.html`")
         return 0
@@ -100,7 +100,7 @@ def _build(args, store, margin, checked):
 
     if args.rebuild:
         raise CliError("--rebuild needs --id (a stored report); building a selection always reads the database")
-    runs = store.resolve_runs(args.runs) if args.runs else None
+    runs = store.runs.resolve_runs(args.runs) if args.runs else None
     tags = [t for t in (args.tags or "").split(",") if t.strip()] or None
     selection = reports.selection_of(sweep=args.sweep, tags=tags, runs=runs, at_step=args.at_step, margin=margin,
                                      adjust=not args.no_adjust)

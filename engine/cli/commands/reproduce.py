@@ -69,7 +69,7 @@ def run(args) -> int:
         return ids
 
     code = train_here(store, start, args.concurrent)
-    reports = store.list_reports(sweep_id=sweep_id)
+    reports = store.reports.list_reports(sweep_id=sweep_id)
     if reports:
         print(f"report {reports[0].id} of sweep {sweep_id} stored; write it with `python -m engine report --sweep "
               f"{sweep_id} --out report.html` (or .md), or open the dashboard's Report page")

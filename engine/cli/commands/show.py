@@ -16,8 +16,8 @@ def run(args) -> int:
     from engine.cli.output import print_summary
 
     store = arguments.open_store(args.db, create=False)
-    run_id = store.resolve_runs([args.run])[0]
-    r = store.get_run(run_id)
+    run_id = store.runs.resolve_runs([args.run])[0]
+    r = store.runs.get_run(run_id)
     print(f"run {r.id}: {r.name}  [{r.status}]  steps {r.steps_done}/{r.steps}")
     print(f"created {r.created_at}  started {r.started_at}  finished {r.finished_at}")
     print(f"device {r.device}  git {r.git_commit}  worker {r.owner or '-'}")

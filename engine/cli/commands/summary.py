@@ -30,7 +30,7 @@ def run(args) -> int:
     arguments.at_least(args.at_step, "--at-step", 0)
     margin = arguments.margin(args.margin)
     store = arguments.open_store(args.db, create=False)
-    ids = arguments.where_ids(store, args.where, store.resolve_runs(args.runs) if args.runs else None)
+    ids = arguments.where_ids(store, args.where, store.runs.resolve_runs(args.runs) if args.runs else None)
     text = table3_text(run_table3(store, ids, at_step=args.at_step, margin=margin, adjust=not args.no_adjust), args.format)
     if args.out:
         write_file(store, args.out, text, force=args.force)

@@ -21,7 +21,7 @@ def run(args) -> int:
     if args.add or args.remove:
         tags = tag_runs(store, args.runs, add=args.add or (), remove=args.remove or ())
     else:
-        tags = {run_id: store.get_run(run_id).tags for run_id in store.resolve_runs(args.runs)}
+        tags = {run_id: store.runs.get_run(run_id).tags for run_id in store.runs.resolve_runs(args.runs)}
     for run_id, now in tags.items():
         print(f"run {run_id}: tags {', '.join(now) or '-'}")
     return 0

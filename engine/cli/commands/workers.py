@@ -79,7 +79,7 @@ def _submit(args, slurm) -> int:
 def _print_workers(store) -> None:
     from engine.runner.liveness import worker_states
 
-    frame = worker_states(store.workers_frame())
+    frame = worker_states(store.frames.workers_frame())
     if frame.empty:
         print("no workers yet: start one with `python -m engine worker` (or on Slurm: `--slurm N`)")
         return

@@ -7,7 +7,7 @@
 * new table ``database_identity`` (one row: this database's random ``uid``) and
   ``database_lineage`` (every identity its contents have had, oldest first); the
   upgrade gives the database its identity and starts its lineage with it.  A backup
-  leaves the identity out, so the copy makes its own (``RunStore.identity``).
+  leaves the identity out, so the copy makes its own (``IdentityRepository.identities.identity``).
 
 Revision ID: 0006
 Revises: 0005
