@@ -42,6 +42,7 @@ from engine.config.run import (
     FUSED_CHUNK,
     MIN_EVAL_TOKENS,
     SEED_END,
+    TIME_CHECKPOINT_SLACK,
     RunConfig,
     affects,
     base_type,

@@ -59,6 +59,7 @@ EVALS_PER_RUN = 10  # the default eval interval validates this many times a run 
 MIN_EVAL_TOKENS = 16_384  # the default validation set holds at least this many tokens
 MIN_INTERIM_EVAL_TOKENS = 2_048  # the default interim validation reads at least this many of them
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+TIME_CHECKPOINT_SLACK = 1.5  # off an eval step, a time checkpoint waits this many periods (engine.training.schedule)
 # Seeds are 32-bit: 0 <= seed < SEED_END. ``jax.random.key(seed)`` (with 64-bit mode off, as
 # here) keeps only the low 32 bits of a larger seed, so seed 2**32 + 5 would train exactly
 # seed 5's run while being stored (BIGINT) and shown as another seed.
@@ -167,7 +168,7 @@ class RunConfig:
         "steps between checkpoints; a run also checkpoints when it is stopped, cancelled or interrupted, and at its "
         "last step", "checkpoints", "Checkpoint interval", affects=BOOKKEEPING, unit="steps", low=1,
         none=f"at the first eval boundary {CHECKPOINT_SECONDS:.0f} s after the last checkpoint, at most "
-        f"{1.5 * CHECKPOINT_SECONDS:.0f} s"))
+        f"{TIME_CHECKPOINT_SLACK * CHECKPOINT_SECONDS:.0f} s"))
     checkpoint_keep: int = field(default=3, metadata=spec(
         "checkpoints kept per run (the last step's is always kept as well)", "checkpoints", "Checkpoints kept", affects=BOOKKEEPING,
         low=1))

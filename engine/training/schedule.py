@@ -30,9 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import CHECKPOINT_SECONDS, RunConfig
-
-TIME_CHECKPOINT_SLACK = 1.5  # off an eval step, a time checkpoint waits this many periods
+from engine.config import CHECKPOINT_SECONDS, TIME_CHECKPOINT_SLACK, RunConfig
 
 
 @dataclass(frozen=True)
