@@ -32,7 +32,7 @@ from .database import Repository
 from .errors import LeaseLostError
 from .limits import check_int
 from .models import Diagnostic, Run, Worker, utcnow
-from .records import run_not_found
+from .records import STALE_CAUSE, run_not_found
 
 
 def hold(s: Session, run_id: int, epoch: Optional[int]) -> int:
@@ -78,8 +78,10 @@ class LeasesRepository(Repository):
              current: Optional[int] = None, queued: Iterable[int] = (), diagnoses: Iterable[int] = ()) -> BeatResult:
         """Stamp, in one transaction: worker ``worker`` (training ``current``), the ``queued``
         runs ``owner`` will train, each held run ``{run_id: (epoch, steps_done)}`` (its
-        heartbeat and progress, only while ``epoch`` is still its lease; one that a sweep
-        marked ``interrupted`` while its owner was only slow is ``running`` again) and each
+        heartbeat and progress, only while ``epoch`` is still its lease and the run is ``running``;
+        one that a sweep marked ``interrupted`` as stale while its owner was only slow is
+        ``running`` again, never a run its owner ended meanwhile, in the gap between this beat's
+        copy of the held runs and its write) and each
         running ``diagnoses``; then read back what the holder must act on (``BeatResult``).
         A run whose lease moved on is left as it is: its ``Held.epoch`` says so."""
         now, held, diags = utcnow(), dict(runs), sorted({int(d) for d in diagnoses})
@@ -93,10 +95,12 @@ class LeasesRepository(Repository):
                           .values(heartbeat_at=now).execution_options(synchronize_session=False))
             for run_id, (epoch, steps) in held.items():
                 mine = (Run.id == int(run_id), Run.epoch == int(epoch))
-                s.execute(update(Run).where(*mine).values(heartbeat_at=now, steps_done=check_int("steps_done", steps))
-                          .execution_options(synchronize_session=False))
-                s.execute(update(Run).where(*mine, Run.owner == owner, Run.status == "interrupted")
+                s.execute(update(Run).where(*mine, Run.owner == owner, Run.status == "interrupted",
+                                            Run.interruption_cause == STALE_CAUSE)
                           .values(status="running", finished_at=None, error=None, interruption_cause=None)
+                          .execution_options(synchronize_session=False))
+                s.execute(update(Run).where(*mine, Run.status == "running")
+                          .values(heartbeat_at=now, steps_done=check_int("steps_done", steps))
                           .execution_options(synchronize_session=False))
             if diags:
                 s.execute(update(Diagnostic).where(Diagnostic.id.in_(diags),

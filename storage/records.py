@@ -27,6 +27,7 @@ INTERRUPTION_CAUSES = (
     "crash",  # its training thread raised past the run
     "disk_full",  # the database's or the checkpoints' disk is full
 )
+STALE_CAUSE = "stale"  # the cause a liveness sweep writes, and the only one a late heartbeat undoes
 LAST_METRICS = {"last_train_loss": "train_loss", "last_val_loss": "val_loss", "last_mean_cos": "cos_mean"}
 METRIC_COLUMNS = ("id", "run_id", "step", "wall_time", "name", "value")
 DIAGNOSTIC_RESULT_COLUMNS = ("layer", "estimator", "rank", "lam", "bias2", "bias2_se", "variance", "mse",

@@ -17,6 +17,7 @@ from .limits import NAME_MAX, NOTES_MAX, as_utf8, check_int, check_text, check_u
 from .models import EvalLosses, Metric, Run, new_uid, utcnow
 from .records import (
     ENDED_STATUSES,
+    STALE_CAUSE,
     RunRecord,
     check_cause,
     check_status,
@@ -280,7 +281,7 @@ class RunsRepository(Repository):
                     update(Run)
                     .where(Run.id == int(run_id), Run.status == "running")
                     .values(status="interrupted", finished_at=now, error=str(reason),
-                            interruption_cause="stale")
+                            interruption_cause=STALE_CAUSE)
                     .execution_options(synchronize_session=False)
                 )
                 if rowcount(res) == 1:

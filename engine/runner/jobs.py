@@ -275,12 +275,12 @@ class JobManager:
         else:
             self.interrupt()
         self._closing.set()
-        self.channel.stop()
         for _ in self._workers:
             self._queue.put(None)
         for w in self._workers:
             w.join(timeout)
         self.writer.flush(timeout)
+        self.channel.stop(timeout)  # last: runs still saving their final checkpoint keep beating until they end
         self._release()
         try:
             self.store.workers.end_worker(self.worker_id)

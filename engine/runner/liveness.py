@@ -107,11 +107,12 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """No beat starts after this returns (one in progress is waited for)."""
+    def stop(self, timeout: float | None = None) -> None:
+        """No beat starts after this returns (one in progress is waited for, up to ``timeout``
+        seconds: a beat stuck on a dead connection is left to its daemon thread)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout)
 
     def __enter__(self) -> Heartbeat:
         return self.start()
@@ -180,8 +181,8 @@ class Channel:
         self.heartbeat.start()
         return self
 
-    def stop(self) -> None:
-        self.heartbeat.stop()
+    def stop(self, timeout: float | None = None) -> None:
+        self.heartbeat.stop(timeout)
 
     def hold(self, run_id: int, epoch: int, steps_done: int = 0) -> LeaseState:
         """Beat for run ``run_id`` under lease ``epoch`` from now on; its ``LeaseState``."""

@@ -65,6 +65,22 @@ def test_a_beat_takes_back_a_run_a_sweep_marked_interrupted_while_its_owner_was_
     assert store.runs.get_run(run_id).status == "running"
 
 
+@pytest.mark.parametrize("status, cause", [("interrupted", "signal"), ("finished", None), ("failed", None)])
+def test_a_late_beat_leaves_a_run_its_owner_ended_as_it_ended(store, status, cause):
+    """The beat copies the held runs, then writes: a run that ended in between (stopped on
+    purpose, finished) keeps its end, its cause and its last progress; only a sweep's
+    ``stale`` mark is undone (above)."""
+    run_id = new_run(store)
+    epoch = store.queue.claim(run_id, "here:1")
+    store.runs.heartbeat(run_id, 10, owner="here:1", epoch=epoch)
+    store.runs.set_status(run_id, status, error="ended", epoch=epoch, cause=cause)
+    store.leases.beat({run_id: (epoch, 4)}, owner="here:1")
+    run = store.runs.get_run(run_id)
+    assert (run.status, run.interruption_cause, run.steps_done, run.finished_at is not None) == (status, cause, 10, True)
+    if status == "interrupted":
+        assert store.queue.requeue([run_id]) == [run_id]  # given back to the queue, as a Slurm job's stop does
+
+
 def test_the_channel_publishes_cancel_lost_lease_and_deletion_to_memory(store):
     cancelled, taken, deleted = (new_run(store, name=n) for n in ("c", "t", "d"))
     channel = Channel(store, "here:1")  # not started: beaten by hand
