@@ -44,7 +44,8 @@ EXPECTED_FAILURES = (BasisLabError, OSError)
 # library's failure into one line naming the fix catch these, not every ``Exception``, so a bug
 # there (a name or attribute error) still reads as one.
 LIBRARY_FAILURES = (BasisLabError, OSError, ValueError, TypeError, LookupError, ArithmeticError, RuntimeError)
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # XLA's status of a device out of memory (``XlaRuntimeError``)
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # XLA's status of a device out of memory
+RUNTIME_ERRORS = frozenset({"JaxRuntimeError", "XlaRuntimeError"})  # its class's name, as JAX versions spell it
 BUG, FAILED = "bug", "failed"  # the labels of a failure's first line
 
 
@@ -60,7 +61,8 @@ def is_bug(error: BaseException) -> bool:
         return is_bug(error.__cause__)
     if isinstance(error, EXPECTED_FAILURES):
         return False
-    return not (type(error).__name__ == "XlaRuntimeError" and RESOURCE_EXHAUSTED in str(error))
+    runtime = any(c.__name__ in RUNTIME_ERRORS for c in type(error).__mro__)
+    return not (runtime and RESOURCE_EXHAUSTED in str(error))
 
 
 def failure_text(error: BaseException) -> str:

@@ -323,9 +323,13 @@ def disk_full(run_id: int, where, detail: str) -> str:
             f"(it continues from its last checkpoint); {detail}")
 
 
-def _ended_by(failure: StorageError, run_id: int, store: RunStore) -> tuple[str, str | None, str | None]:
-    """(status, error, interruption cause) of a run whose writes the database refused for good: ``interrupted``
-    (resumable) when its disk is full, ``cancelled`` when the run was deleted, else ``failed``."""
+def _ended_by(failure: Exception, run_id: int, store: RunStore) -> tuple[str, str | None, str | None]:
+    """(status, error, interruption cause) of a run whose writes failed for good: ``interrupted``
+    (resumable) when the database's disk is full, ``cancelled`` when the run was deleted, else
+    ``failed`` (a write that raised anything but a ``StorageError`` is a bug: ``failure_text``,
+    its whole traceback kept)."""
+    if not isinstance(failure, StorageError):
+        return "failed", failure_text(failure), None
     if isinstance(failure, DatabaseFullError):
         url = store.engine.url
         where = (Path(url.database).parent if url.get_backend_name() == "sqlite" and url.database

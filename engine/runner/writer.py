@@ -69,7 +69,7 @@ class StoreWriter:
         self._sleep = sleep
         self._queue: queue.Queue[_Write] = queue.Queue(maxsize=MAX_PENDING)
         self._beats: dict[int, _Write] = {}  # run id → its heartbeat waiting in the queue
-        self._failures: dict[int, StorageError] = {}
+        self._failures: dict[int, Exception] = {}  # a StorageError, or a bug in a write (kept whole)
         self._lost: dict[int, LeaseLostError] = {}  # run id → the refusal of its newest lost lease
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -125,7 +125,7 @@ class StoreWriter:
                 self._idle.wait(remaining)
         return True
 
-    def failure(self, run_id: int) -> StorageError | None:
+    def failure(self, run_id: int) -> Exception | None:
         """The error that made a write of ``run_id`` fail for good, if any (a lost lease
         is not one: see ``lost``)."""
         with self._lock:
@@ -185,10 +185,10 @@ class StoreWriter:
                 return
             except TASK_FAILURES as e:  # the writer thread survives a write that fails
                 log.exception("%s crashed", write)
-                self._fail(write.run_id, StorageError(f"{type(e).__name__}: {e}"))
+                self._fail(write.run_id, e)
                 return
 
-    def _fail(self, run_id: int | None, error: StorageError) -> None:
+    def _fail(self, run_id: int | None, error: Exception) -> None:
         if run_id is not None:
             with self._lock:
                 self._failures.setdefault(run_id, error)

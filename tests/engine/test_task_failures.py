@@ -55,6 +55,21 @@ def test_bugs_are_told_from_expected_failures(error, bug):
     assert is_bug(error) is bug
 
 
+def test_a_real_device_out_of_memory_is_an_expected_failure_and_a_real_runtime_error_a_bug():
+    """JAX's own error class, whatever its version names it: 400 TB on the CPU is refused with
+    RESOURCE_EXHAUSTED, not a bug; the same class with another status is one."""
+    import jax.numpy as jnp
+
+    try:
+        jnp.zeros((10**7, 10**7)).block_until_ready()
+    except Exception as e:  # noqa: BLE001 - the class under test is JAX's, whatever its name
+        oom = e
+    else:
+        pytest.fail("400 TB fitted")
+    assert "RESOURCE_EXHAUSTED" in str(oom) and not is_bug(oom)
+    assert is_bug(type(oom)("INTERNAL: a compiler crash"))
+
+
 def test_a_shared_failure_is_a_bug_exactly_when_its_cause_is():
     for cause, bug in ((TypeError("x"), True), (OSError("x"), False)):
         try:
@@ -98,3 +113,17 @@ def test_a_bug_deep_in_a_run_is_recorded_whole_and_the_worker_trains_the_next_ru
     assert run.error.splitlines()[0] == "bug: TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'"
     assert _every_frame(run.error) and "Traceback (most recent call last):" in run.error
     assert store.runs.get_run(after).status == "finished"  # the same worker thread went on
+
+
+def test_a_bug_in_a_write_ends_its_run_as_a_bug_with_its_traceback():
+    """A write that raised something other than a ``StorageError`` (the writer keeps it whole)
+    ends the run ``failed`` as a bug, every frame kept, not as the database refusing it."""
+    from engine.runner.execution import _ended_by
+
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        bug = e
+    status, error, cause = _ended_by(bug, 1, None)
+    assert status == "failed" and cause is None
+    assert error.startswith("bug: ZeroDivisionError: division by zero") and "Traceback" in error and "1 / 0" in error
