@@ -53,7 +53,7 @@ def _form(store) -> None:
         partition = cols[1].text_input("Partition", value="", placeholder="the cluster's default")
         gpus = cols[2].number_input("GPUs per job", min_value=0, max_value=16, value=0, step=1)
         minutes = cols[3].number_input("Time limit (min)", min_value=1, value=60, step=10)
-        idle = cols[4].number_input("Exit after idle (s)", min_value=0, value=60, step=10)
+        idle = cols[4].number_input("Exit after idle (s)", min_value=slurm.MIN_IDLE_EXIT_S, value=60.0, step=10.0)
         if st.form_submit_button("Put workers on Slurm", icon=":material/cloud_upload:",
                                  help="Each job drains the queue of this database (PostgreSQL) and exits"):
             _submit(store, slurm.SlurmRequest(jobs=int(count), partition=partition.strip() or None, gpus=int(gpus),

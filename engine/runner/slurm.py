@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import UserError
+from engine.runner.jobs import PULL_POLL_S
 from engine.runner.paths import checked_root
 from engine.runner.slurm_jobs import FailedJobError, SlurmExecutor, SlurmWorker, write_settings
 from storage import RunStore, StorageError
@@ -45,6 +46,8 @@ JOB_PREFIX = "basis-lab-"
 SECRET_VARIABLES = ("BASIS_LAB_DB_URL", "PGPASSWORD")  # never handed to sbatch (it exports the environment)
 COMMAND_TIMEOUT_S = 60
 
+
+MIN_IDLE_EXIT_S = 5 * PULL_POLL_S  # a job waits this long at least for a first claim
 
 class SlurmError(UserError, ValueError):
     """Slurm or the request cannot put workers on the cluster; the message names the fix."""
@@ -72,8 +75,11 @@ class SlurmRequest:
         for name in ("jobs", "cpus", "time_min", "concurrent"):
             if getattr(self, name) < 1:
                 raise SlurmError(f"{name.replace('_', ' ')} must be at least 1 (got {getattr(self, name)})")
-        if self.gpus < 0 or (self.mem_gb is not None and self.mem_gb <= 0) or self.idle_exit < 0:
-            raise SlurmError("GPUs and the idle exit must be ≥ 0 and the memory > 0; fix the request")
+        if self.gpus < 0 or (self.mem_gb is not None and self.mem_gb <= 0):
+            raise SlurmError("GPUs must be ≥ 0 and the memory > 0; fix the request")
+        if self.idle_exit < MIN_IDLE_EXIT_S:
+            raise SlurmError(f"the idle exit must be at least {MIN_IDLE_EXIT_S:g} s (got {self.idle_exit:g}): a job's "
+                             "worker looks at the queue once a second, and would leave before its first look")
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,16 @@ def _without_secrets():
         os.environ.update(saved)
 
 
+def _job_url(store: RunStore) -> str:
+    """The URL the jobs connect with, for the 0600 settings file: this process's, with the
+    password that ``PGPASSWORD`` gives it here when the URL has none (the jobs never see the
+    variable; ``~/.pgpass``, read on the nodes, needs nothing)."""
+    url = store.engine.url
+    if url.password is None and url.get_backend_name() == "postgresql" and os.environ.get("PGPASSWORD"):
+        url = url.set(password=os.environ["PGPASSWORD"])
+    return url.render_as_string(hide_password=False)
+
+
 def submit(store: RunStore, request: SlurmRequest) -> list[str]:
     """Check everything, then submit ``request.jobs`` worker jobs; their Slurm job ids."""
     request.check()
@@ -195,8 +211,7 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
     check_partition(request.partition)
     check_database(store, request.partition)
     folder = lab_folder(store)
-    settings = write_settings(folder, store.engine.url.render_as_string(hide_password=False),
-                              checked_root(store, None))
+    settings = write_settings(folder, _job_url(store), checked_root(store, None))
     executor = SlurmExecutor(folder=folder / "%j", max_num_timeout=3)
     params: dict = dict(job_name=job_name(store), time=request.time_min, cpus_per_task=request.cpus,
                         additional_parameters=dict(request.options))
@@ -226,7 +241,7 @@ def lab_jobs(store: RunStore) -> list[SlurmJob]:
     known = store.identities.read()  # a read writes nothing: a database without an identity never submitted
     if known is None:
         return []
-    out = _run("squeue", "-h", "--name", _name(known.uid), "-o", "%i|%T|%N")
+    out = _run("squeue", "-h", "--me", "--name", _name(known.uid), "-o", "%i|%T|%N")  # this user's: scancel can take them
     if not out.strip():
         return []
     workers = {w.id: w for w in store.workers.list_workers()}

@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,10 @@ def write_settings(folder: Path, url: str, checkpoints: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.chmod(0o700)
     path = folder / SETTINGS
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
+    fd, fresh = tempfile.mkstemp(dir=folder, prefix=f".{SETTINGS}.")  # mode 0600; replaced whole, so a job
+    with os.fdopen(fd, "w") as f:                                    # starting meanwhile reads old or new
         json.dump({"db": url, "checkpoints": str(checkpoints)}, f)
+    os.replace(fresh, path)
     return path
 
 

@@ -1,0 +1,37 @@
+"""What ``engine workers --slurm`` decides before anything reaches Slurm (no Slurm needed): the
+URL its jobs get, and the requests it refuses."""
+
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from engine.runner import slurm
+from engine.runner.slurm_jobs import read_settings, write_settings
+
+
+def _store(url: str):
+    return SimpleNamespace(engine=SimpleNamespace(url=make_url(url)))
+
+
+def test_a_password_only_in_pgpassword_reaches_the_jobs_through_the_settings_file_alone(monkeypatch, tmp_path):
+    monkeypatch.setenv("PGPASSWORD", "s3cret")
+    url = slurm._job_url(_store("postgresql+psycopg://lab@db.example/basis"))
+    assert make_url(url).password == "s3cret"
+    monkeypatch.delenv("PGPASSWORD")  # ~/.pgpass, or a password in the URL: kept as it is
+    assert make_url(slurm._job_url(_store("postgresql+psycopg://lab@db.example/basis"))).password is None
+    assert make_url(slurm._job_url(_store("postgresql+psycopg://lab:pw@db.example/basis"))).password == "pw"
+    path = write_settings(tmp_path / "jobs", url, tmp_path / "ckpt")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    again = write_settings(tmp_path / "jobs", "postgresql+psycopg://lab@db.example/other", tmp_path / "ckpt")
+    assert again == path and read_settings(path)[0].endswith("/other")  # replaced whole
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("field, value", [("idle_exit", 0.0), ("idle_exit", 1.0), ("jobs", 0), ("gpus", -1)])
+def test_a_request_a_job_could_not_use_is_one_line(field, value):
+    with pytest.raises(slurm.SlurmError) as refused:
+        slurm.SlurmRequest(**{"jobs": 1, field: value}).check()
+    assert "\n" not in str(refused.value)
