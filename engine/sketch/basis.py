@@ -63,6 +63,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from engine.core.estimators import Estimator, lookup
+from engine.core.estimators.spec import projection_width
 from engine.core.presets import validate_method
 from engine.sketch.draws import Sketch, draw_sketch
 from engine.sketch.draws import hashings_agree as hashings_agree  # re-exported
@@ -300,9 +301,6 @@ def weighted_rows(x: jax.Array, sample: RowSample, shrink: float) -> jax.Array:
     """x̃ = (1 − λ)² · diag(w) · X[index] (R × N, float32): the sampled estimator's X̂."""
     return x[sample.index].astype(jnp.float32) * (sample.weight * shrink**2)[:, None]
 
-def projection_width(rows: int, features: int, rank: int) -> int:
-    """k = ⌈R·N/B⌉: the width at which X P (B × k) holds R·N floats."""
-    return -(-rank * features // rows)
 
 def projection(key: jax.Array, features: int, width: int) -> jax.Array:
     """P ∈ R^{N×k} with entries N(0, 1/k), so E[P Pᵀ] = I_N.

@@ -10,7 +10,7 @@ itself (exact up to c²) when k ≥ N.
 
 from __future__ import annotations
 
-from engine.core.estimators.spec import Estimator
+from engine.core.estimators.spec import Estimator, projection_width
 
 KEY_BYTES = 8
 
@@ -28,7 +28,7 @@ def _rows(b: int, n: int, r: int) -> int:
 
 
 def _projected(b: int, n: int, r: int) -> int:
-    k = -(-min(r, b) * n // b)
+    k = projection_width(b, n, min(r, b))
     return 4 * b * k + KEY_BYTES if k < n else 4 * b * n
 
 

@@ -94,3 +94,9 @@ class Estimator:
         """Its d̂W is a product of two R-row factors, which devices can all-gather instead
         of summing each one's dW (hash and Gaussian sketches, sampled rows)."""
         return self.draws is not None or self.samples_rows
+
+
+def projection_width(rows: int, features: int, rank: int) -> int:
+    """k = ⌈R·N/B⌉: the width at which B = ``rows`` rows of k floats hold what R = ``rank``
+    rows of N = ``features`` floats do (equal memory at rank R)."""
+    return -(-rank * features // rows)

@@ -14,7 +14,7 @@ diagnosis replay a step from its inputs alone) and no key is drawn.
 With Π = I_g ⊗ v vᵀ (the orthogonal projector onto span(v) in every sub-token),
 X̂ = X Π and d̂W = c² Π dW: the exact gradient with each block of s rows projected onto
 v. Deterministic and biased: the bias is −(I − Π) dW (at c = 1), zero exactly when every
-sub-token lies on span(v), and ‖d̂W‖_F ≤ c² ‖dW‖_F. Rank R sets g, at equal memory with
+block of s rows of dW lies on span(v) (so whenever every sub-token of X does), and ‖d̂W‖_F ≤ c² ‖dW‖_F. Rank R sets g, at equal memory with
 the row sketches (R·N floats): the largest divisor of N with g ≤ ⌈R·N/B⌉, so the kept
 coefficients are B·g scalars (plus v, s floats). At R ≥ B, g = N and s = 1: exact up to c².
 """
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.core.estimators.spec import Estimator
+from engine.core.estimators.spec import Estimator, projection_width
 
 
 def groups(rows: int, features: int, rank: int) -> int:
     """g: the largest divisor of N = ``features`` not above ⌈R·N/B⌉ (at least 1)."""
-    target = min(features, max(1, -(-rank * features // rows)))
+    target = min(features, max(1, projection_width(rows, features, rank)))
     return max(d for d in range(1, target + 1) if features % d == 0)
 
 
