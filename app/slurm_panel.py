@@ -2,16 +2,17 @@
 run it trains) and a form that submits worker jobs or cancels them, through the functions
 ``python -m engine workers --slurm / --cancel`` call (``engine.runner.slurm``). A refused
 request (no Slurm here, SQLite, an unknown partition, a database the jobs cannot reach) is
-one error line (``app.state.guarded``) and submits nothing."""
+one error line, kept on the page until the next request, and submits nothing."""
 
 from __future__ import annotations
 
 import shutil
+from typing import NoReturn
 
-import pandas as pd
 import streamlit as st
 
 from app import display, state
+from engine.errors import UserError
 from engine.runner import slurm
 
 KEY = "runs.slurm."
@@ -27,6 +28,7 @@ def section(store) -> None:
         st.caption("Workers on a Slurm cluster: run the dashboard (or `python -m engine workers --slurm N`) on a "
                    "login node of the cluster; this machine has no `sbatch`.")
         return
+    _last_said()
     _jobs(store)
     _form(store)
 
@@ -37,13 +39,13 @@ def _jobs(store) -> None:
     if not jobs:
         st.caption("No Slurm job of this lab is queued or running.")
         return
-    frame = pd.DataFrame([dict(job=j.job_id, state=j.state, node=j.node, worker=j.worker, run=j.run_id) for j in jobs])
-    st.dataframe(frame, hide_index=True, width="stretch", placeholder="—", key=KEY + "jobs",
+    st.dataframe(slurm.jobs_frame(jobs), hide_index=True, width="stretch", placeholder="—", key=KEY + "jobs",
                  column_config={"run": st.column_config.NumberColumn("training run", format="%d")})
     if st.button("Cancel these Slurm jobs", key=KEY + "cancel", icon=":material/cancel:",
                  help="scancel: each job's runs checkpoint and go back to the queue (resumable)"):
         cancelled = slurm.cancel(store)
-        st.toast(display.plain(f"Cancelled Slurm job(s) {', '.join(cancelled)}"))
+        _said(f"Cancelled Slurm job(s) {', '.join(cancelled) or '(none left)'}: their runs checkpoint and go back "
+              "to the queue")
 
 
 def _form(store) -> None:
@@ -60,7 +62,26 @@ def _form(store) -> None:
                                               time_min=int(minutes), idle_exit=float(idle)))
 
 
-@state.guarded
 def _submit(store, request: slurm.SlurmRequest) -> None:
-    ids = slurm.submit(store, request)
-    st.success(display.plain(f"Submitted Slurm job(s) {', '.join(ids)}"), icon=":material/check:")
+    try:
+        ids = slurm.submit(store, request)
+    except UserError as e:  # refused before anything was submitted: one line, kept like a success
+        _said((str(e).strip().splitlines() or [type(e).__name__])[0], refused=True)
+    _said(f"Submitted Slurm job(s) {', '.join(ids)}")
+
+
+def _said(text: str, refused: bool = False) -> NoReturn:
+    """Keep ``text`` for the section's next draws (the page refreshes itself every few
+    seconds, which would wipe a message drawn once) and draw again, so the jobs table already
+    holds what was just done."""
+    st.session_state[KEY + "said"] = (text, refused)
+    st.rerun()
+
+
+def _last_said() -> None:
+    if (said := st.session_state.get(KEY + "said")) is not None:
+        text, refused = said
+        if refused:
+            st.error(display.plain(text), icon=":material/error:")
+        else:
+            st.success(display.plain(text), icon=":material/check:")

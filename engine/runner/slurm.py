@@ -259,6 +259,17 @@ def lab_jobs(store: RunStore) -> list[SlurmJob]:
     return sorted(jobs, key=lambda j: [int(p) if p.isdigit() else 0 for p in j.job_id.split("_")])
 
 
+def jobs_frame(jobs: list[SlurmJob]):
+    """The jobs as the CLI prints them and the workers view shows them: job, state, node,
+    worker and run, missing values as NA (a pending job has no node, worker or run yet)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"job": [j.job_id for j in jobs], "state": [j.state.lower() for j in jobs],
+                          "node": [None if j.node == "-" else j.node for j in jobs],
+                          "worker": [j.worker for j in jobs]}, dtype="string")
+    return frame.assign(run=pd.array([j.run_id for j in jobs], dtype="Int64"))
+
+
 def cancel(store: RunStore, job_ids: list[str] | None = None) -> list[str]:
     """``scancel`` the lab's jobs (``job_ids`` of them; None: all); the ids cancelled. Each
     running worker gets SIGTERM: its runs checkpoint, end interrupted and go back to the queue."""

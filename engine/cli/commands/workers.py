@@ -90,8 +90,7 @@ def _print_workers(store) -> None:
 def _print_jobs(jobs) -> None:
     if not jobs:
         return
-    import pandas as pd
+    from engine.runner.slurm import jobs_frame
 
-    frame = pd.DataFrame([dict(job=j.job_id, state=j.state, node=j.node, worker=j.worker, run=j.run_id) for j in jobs])
     print("\nSlurm jobs of this lab:")
-    print(frame.to_string(index=False, na_rep="-"))
+    print(jobs_frame(jobs).to_string(index=False, na_rep="-"))
