@@ -13,11 +13,5 @@ if [ "${1:-}" = "--background" ]; then
 fi
 source "$(dirname "$0")/apt_lock.sh"
 installed && exit 0
-if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_browser: not root or no apt-get; the browser tests will skip" >&2
-  exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null 9>&- && apt-get install -y -qq chromium >/dev/null 9>&- \
-  || echo "install_browser: apt-get install chromium failed; the browser tests will skip" >&2
+apt_install install_browser "the browser tests will skip" chromium
 exit 0
