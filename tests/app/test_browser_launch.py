@@ -8,6 +8,7 @@ the sweep once (5)."""
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app import form
 from storage import RunStore
@@ -32,6 +33,18 @@ def _enter(page, label: str, value: str) -> None:
     box.press("Enter")
 
 
+def _buttons_once_drawn(page, name: str) -> int:
+    """How many ``name`` buttons the page shows once its rerun has drawn it: Streamlit draws a
+    refusal before it removes the previous run's elements, so a button still there is given up
+    to 10 s to go before it is counted (one that stays is counted)."""
+    button = page.get_by_role("button", name=name)
+    try:
+        button.first.wait_for(state="detached", timeout=10_000)
+    except PlaywrightTimeout:
+        pass
+    return button.count()
+
+
 @pytest.mark.browser
 def test_the_launch_form_launches_what_it_shows_once_and_says_so_in_view(tmp_path, token_cache):
     url = f"sqlite:///{tmp_path / 'launch.db'}"
@@ -44,14 +57,14 @@ def test_the_launch_form_launches_what_it_shows_once_and_says_so_in_view(tmp_pat
 
             _enter(page, "Steps", "99999999999999999999")  # past 2⁵³: a browser integer field keeps its old value
             page.get_by_text(f"Steps must be an integer in [1, {INT_MAX + 1})").first.wait_for()
-            seen[f"launch buttons, steps too many, {width}"] = page.get_by_role("button", name=LAUNCH).count()
+            seen[f"launch buttons, steps too many, {width}"] = _buttons_once_drawn(page, LAUNCH)
             _enter(page, "Steps", "200")
             page.get_by_text(f"{RUNS} runs to launch", exact=True).wait_for()
 
             _enter(page, "Name", "n" * 250)  # a paste past the limit: kept in the field, and named
             page.get_by_text(f"Name is 250 characters long; the most is {NAME_MAX}: shorten it").first.wait_for()
             seen[f"name kept, {width}"] = len(page.get_by_label("Name", exact=True).input_value())
-            seen[f"launch buttons, name too long, {width}"] = page.get_by_role("button", name=LAUNCH).count()
+            seen[f"launch buttons, name too long, {width}"] = _buttons_once_drawn(page, LAUNCH)
             _enter(page, "Name", "")
             page.get_by_text(f"{RUNS} runs to launch", exact=True).wait_for()
 
