@@ -5,7 +5,7 @@ The repository ``store.queue`` of :class:`storage.store.RunStore`, over its :cla
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, NamedTuple, Optional, Union
+from typing import Any, Iterable, NamedTuple, Optional, Union
 
 from sqlalchemy import select, update
 
@@ -22,24 +22,71 @@ class Lease(NamedTuple):
     epoch: int
 
 
+_CLAIMABLE = (Run.status == "queued", Run.cancel_requested.is_not(True))  # what a claim may take
+
+
+def _running(owner: str, worker_id: Optional[str], now: Optional[datetime] = None) -> dict[str, Any]:
+    """The values a claim writes: running under a new lease (epoch + 1) of ``owner``, started
+    and alive now, and nothing left of an earlier end (finish time, error, interruption cause)."""
+    now = now or utcnow()
+    return dict(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
+                finished_at=None, error=None, interruption_cause=None, epoch=Run.epoch + 1)
+
+
 class QueueRepository(Repository):
     """The queue of runs: claims (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), requeue, queued-run ownership."""
 
     def claim(self, run_id: int, owner: str, worker_id: Optional[str] = None) -> Optional[int]:
         """Atomically move a queued run to running under a new lease; the lease's epoch, or
-        None if the run is no longer queued."""
-        now = utcnow()
+        None if the run is no longer queued (or a cancel was requested).
+
+        Unlike :meth:`claim_many` it waits for a row another transaction holds (a liveness
+        beat stamping it, a concurrent claim) and then decides: its None means "not to be
+        trained here", never "busy right now"."""
         with self.db.session(write=True) as s:
             res = s.execute(
                 update(Run)
-                .where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_not(True))
-                .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
-                        epoch=Run.epoch + 1)
+                .where(Run.id == run_id, *_CLAIMABLE)
+                .values(**_running(owner, worker_id))
                 .execution_options(synchronize_session=False)
             )
             if rowcount(res) != 1:
                 return None
             return int(s.execute(select(Run.epoch).where(Run.id == run_id)).scalar_one())
+
+    def claim_many(self, run_ids: Iterable[int], owner: str, worker_id: Optional[str] = None, *,
+                   lead: Optional[int] = None) -> dict[int, int]:
+        """Claim several runs in ONE transaction, each as :meth:`claim` does (running under a
+        new lease: epoch + 1, ``owner``, ``worker_id``, started and heartbeat now, no finish
+        time, error or interruption cause); ``{run_id: its new epoch}`` of those claimed.
+
+        A run is claimed when it is still ``queued`` and no cancel was requested; any other
+        (running, ended, cancelled, unknown) is absent from the result, and so is one that
+        another open transaction holds on PostgreSQL: the candidates are locked first with
+        ``SELECT … FOR UPDATE SKIP LOCKED``, so a concurrent claimer never makes this one
+        wait (SQLite: ``BEGIN IMMEDIATE`` makes the transaction one step).  With ``lead`` (one
+        of ``run_ids``) it is all or nothing on that run: when ``lead`` is not claimable,
+        nothing is claimed and the result is empty.  The epochs are read back in the same
+        transaction; nothing is written when nothing is claimed."""
+        ids = as_ids(run_ids)
+        if not ids:
+            return {}
+        with self.db.session(write=True) as s:
+            taken = s.execute(
+                select(Run.id).where(Run.id.in_(ids), *_CLAIMABLE).order_by(Run.id).with_for_update(skip_locked=True)
+            ).scalars().all()
+            if not taken or (lead is not None and int(lead) not in taken):
+                return {}
+            s.execute(
+                update(Run)
+                .where(Run.id.in_(taken), *_CLAIMABLE)
+                .values(**_running(owner, worker_id))
+                .execution_options(synchronize_session=False)
+            )
+            rows = s.execute(
+                select(Run.id, Run.epoch).where(Run.id.in_(taken), Run.status == "running", Run.owner == owner)
+            ).all()
+        return {int(i): int(e) for i, e in rows}
 
     def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[Lease]:
         """Atomically take the oldest queued, non-cancelled run that no process owns and mark
@@ -65,8 +112,7 @@ class QueueRepository(Repository):
                 res = s.execute(
                     update(Run)
                     .where(Run.id == run_id, Run.status == "queued")
-                    .values(status="running", started_at=now, heartbeat_at=now, owner=owner, worker_id=worker_id,
-                            finished_at=None, error=None, interruption_cause=None, epoch=Run.epoch + 1)
+                    .values(**_running(owner, worker_id, now))
                     .execution_options(synchronize_session=False)
                 )
                 if rowcount(res) == 1:

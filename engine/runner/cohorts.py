@@ -6,9 +6,11 @@ Whether a ``JobManager`` forms cohorts is its ``cohorts`` setting (``$BASIS_LAB_
 When a worker thread of a manager that forms them takes a run (claimed by ``_next``, or one of
 its own queue), ``Cohorts.run`` looks for the queued runs of the same sweep and the same
 ``RunConfig.cohort()`` that this manager may train (unowned ones when it pulls, its own queued
-ones otherwise) and claims them with ``QueueRepository.claim``, one by one, before any trains: every
-claim takes a new lease as a single run's does, so exactly-once holds per member; a run claimed
-elsewhere in between is simply not a member. Up to ``MAX_MEMBERS`` members train together.
+ones otherwise) and claims them together, with that run too unless ``_next`` claimed it already,
+in one transaction (``QueueRepository.claim_many``) before any trains: every member takes a new
+lease as a single run's does, so exactly-once holds per member, and a cohort whose lead could not
+be claimed claims nothing; a run claimed elsewhere (or, on PostgreSQL, held by another
+transaction at that moment) is simply not a member. Up to ``MAX_MEMBERS`` members train together.
 
 Each member runs through ``JobManager._run`` on a thread of its own, exactly as a single run:
 its ``RunExecution`` (lease, the manager's liveness channel, fenced writes, checkpoints in its own folders, pruning,
@@ -209,8 +211,11 @@ class Cohorts:
     # ------------------------------------------------------------------ claims
 
     def gather(self, run_id: int, epoch: int | None) -> list[tuple[int, int]] | None:
-        """``[(run, lease)]``: ``run_id`` and the siblings claimed with it, all under new leases;
-        None when it has none (or is not to be trained here now): the caller trains it alone."""
+        """``[(run, lease)]``: ``run_id`` and the siblings claimed with it, all under new leases
+        taken in one transaction (``QueueRepository.claim_many``; ``run_id`` too unless the caller
+        claimed it under ``epoch``); None when it has none, when ``run_id`` could not be claimed
+        with them, or when the claim failed: then no sibling was taken and the caller trains
+        ``run_id`` alone (claiming it first when ``epoch`` is None)."""
         manager, store = self.manager, self.manager.store
         if manager._interrupt.is_set():
             return None
@@ -222,13 +227,20 @@ class Cohorts:
             return None
         if not siblings:
             return None
-        if epoch is None and (epoch := self.claim(run_id, local=True, lead=True)) is None:
+        lead = epoch is None
+        marked = self.mark(run_id if lead else None, siblings)
+        ids = ([run_id] if lead else []) + [rid for rid, _ in marked]
+        try:
+            leases = store.queue.claim_many(ids, manager.owner, manager.worker_id, lead=run_id if lead else None)
+        except StorageError as e:
+            log.warning("runs %s not claimed for a cohort: %s", ", ".join(map(str, ids)), e)
+            leases = None
+        epoch = leases.get(run_id) if lead and leases is not None else epoch
+        if leases is None or epoch is None:
+            self._unclaimed(run_id if lead else None, marked)
             return None
-        members = [(run_id, epoch)]
-        for sibling in siblings:
-            lease = self.claim(sibling.id, local=sibling.owner is not None, lead=False)
-            if lease is not None:
-                members.append((sibling.id, lease))
+        members = [(run_id, epoch)] + [(rid, leases[rid]) for rid, _ in marked if rid in leases]
+        self._unclaimed(None, [(rid, local) for rid, local in marked if rid not in leases])
         return members
 
     def siblings(self, row: RunRecord, config: RunConfig) -> list[RunRecord]:
@@ -252,38 +264,47 @@ class Cohorts:
                 continue
         return out[:MAX_MEMBERS - 1]
 
-    def claim(self, run_id: int, *, local: bool, lead: bool) -> int | None:
-        """A new lease on queued ``run_id`` (``QueueRepository.claim``), or None. As ``JobManager._run``
-        counts a claim: toward ``max_runs`` when the manager pulls. A run of this manager's own
-        queue (``local``) other than the ``lead`` is ``taken`` first: no worker thread trains it."""
-        manager = self.manager
+    def mark(self, lead: int | None, siblings: list[RunRecord]) -> list[tuple[int, bool]]:
+        """Count the claims to come as ``JobManager._run`` counts one, before any is made; the
+        ``(sibling, local)`` to claim with ``lead`` (the worker thread's run when it claims it
+        too, else None). A claim counts toward ``max_runs`` when the manager pulls (a sibling it
+        pulls is left out once ``max_runs`` are counted); each sibling is ``_pending`` here, and
+        one of this manager's own queue (``local``) is ``taken`` first: no worker thread trains it."""
+        manager, marked = self.manager, []
         with manager._lock:
-            if not (local or lead) and manager.max_runs is not None and manager.started_runs >= manager.max_runs:
-                return None
-            manager.started_runs += int(manager.pull)
-            manager._pending.add(run_id)
-            manager._events.setdefault(run_id, threading.Event())
-            if local and not lead:
-                self.taken.add(run_id)
-        try:
-            lease = manager.store.queue.claim(run_id, manager.owner, manager.worker_id)
-        except StorageError as e:
-            log.warning("run %s not claimed for a cohort: %s", run_id, e)
-            lease = None
-        if lease is None and not lead:
-            self._unclaimed(run_id, local)
-        elif lease is None:
-            with manager._lock:
-                manager.started_runs -= int(manager.pull)
-        return lease
+            if lead is not None:
+                manager.started_runs += int(manager.pull)
+                manager._pending.add(lead)
+                manager._events.setdefault(lead, threading.Event())
+            for sibling in siblings:
+                local = sibling.owner is not None
+                if not local and manager.max_runs is not None and manager.started_runs >= manager.max_runs:
+                    continue
+                manager.started_runs += int(manager.pull)
+                manager._pending.add(sibling.id)
+                manager._events.setdefault(sibling.id, threading.Event())
+                if local:
+                    self.taken.add(sibling.id)
+                marked.append((sibling.id, local))
+        return marked
 
-    def _unclaimed(self, run_id: int, local: bool) -> None:
-        """Undo ``claim``'s marks of a sibling it could not claim: a run of the queue is left to
-        its worker thread (unless that thread skipped it already), a pulled one forgotten."""
-        manager = self.manager
+    def _unclaimed(self, lead: int | None, siblings: list[tuple[int, bool]]) -> None:
+        """Undo ``mark``'s marks of the runs not claimed: the ``lead``'s count (its worker thread
+        goes on with it); a sibling of the queue is left to its worker thread, a pulled one
+        forgotten. One whose worker thread skipped it already is handed back to the queue (a
+        single claim decides: ``claim_many`` skips a row another transaction holds for a moment,
+        a beat stamping it, where ``claim`` waits), or forgotten once the manager is interrupted."""
+        manager, forget, back = self.manager, [], []
+        stopping = manager._interrupt.is_set() or manager._closing.is_set()
         with manager._lock:
-            manager.started_runs -= int(manager.pull)
-            waiting = local and run_id in self.taken
-            self.taken.discard(run_id)
-        if not waiting:
+            manager.started_runs -= int(manager.pull) * (len(siblings) + (lead is not None))
+            for run_id, local in siblings:
+                if local and run_id not in self.taken and not stopping:
+                    back.append(run_id)
+                elif not (local and run_id in self.taken):
+                    forget.append(run_id)
+                self.taken.discard(run_id)
+        for run_id in forget:
             manager._done(None, run_id)
+        for run_id in back:
+            manager._queue.put(run_id)

@@ -1,24 +1,30 @@
 """Cohorts through the real worker path (``engine.runner.cohorts``), forced on the CPU.
 
-A worker that forms cohorts claims a sweep's seeds of one setup together, each under its own
-lease, and trains them as one program; each stays a run of its own (its row, metrics, status,
-checkpoints), a cancelled member stops alone and resumes (alone or in a cohort) from its own
-checkpoints, and every member's results are its single run's.
+A worker that forms cohorts claims a sweep's seeds of one setup together, in one transaction,
+each under its own lease (a seed claimed elsewhere meanwhile is no member), and trains them as
+one program; each stays a run of its own (its row, metrics, status, checkpoints), a cancelled
+member stops alone and resumes (alone or in a cohort) from its own checkpoints, and every
+member's results are its single run's.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from sqlalchemy import event
 
 import engine.runner.cohorts as cohorts_mod
 from engine.config import ConfigError, RunConfig
+from engine.runner import liveness
 from engine.runner.jobs import JobManager
 from engine.runner.paths import run_folders
 from engine.runner.queueing import queue_runs
 from engine.training.cohort import cohorts_pay
 from engine.training.loop import train
+from storage import StorageError
+from tests.support.runs import wait_for
 
 RUN = RunConfig(preset="tiny", estimator="basis", steps=6, eval_interval=2, probe_interval=2, val_batches=2,
                 val_tokens=4096, interim_val_batches=1, rank=4)
@@ -184,3 +190,115 @@ def test_a_cohort_whose_training_fails_fails_each_member_and_the_worker_goes_on(
         manager.shutdown()
     for run in map(store.runs.get_run, ids):
         assert run.status == "failed" and "the cohort that trained this run failed: no device for it" in run.error
+
+
+def _claims(store, monkeypatch, take_elsewhere=(), skipped_by=None):
+    """Record each ``claim_many`` (its ids, and the commits its own thread made during it) and
+    each single ``claim``; before the first ``claim_many`` runs, claim ``take_elsewhere`` for
+    another process (and have ``skipped_by``, a ``Cohorts``, skip them as a worker thread would)."""
+    many: list[tuple[list[int], int]] = []
+    singles: list[int] = []
+    commits: dict[int, int] = {}
+    event.listen(store.engine, "commit",
+                 lambda conn: commits.__setitem__(threading.get_ident(), commits.get(threading.get_ident(), 0) + 1))
+    real_many, real_one = store.queue.claim_many, store.queue.claim
+
+    def claim_many(run_ids, owner, worker_id=None, **kwargs):
+        run_ids = list(run_ids)
+        if not many:
+            for run_id in take_elsewhere:
+                assert real_one(run_id, "elsewhere:1") == 1
+                if skipped_by is not None:
+                    assert skipped_by.skip(run_id)
+        before = commits.get(threading.get_ident(), 0)
+        leases = real_many(run_ids, owner, worker_id, **kwargs)
+        many.append((run_ids, commits.get(threading.get_ident(), 0) - before))
+        return leases
+
+    def claim(run_id, owner, worker_id=None):
+        singles.append(run_id)
+        return real_one(run_id, owner, worker_id)
+
+    monkeypatch.setattr(store.queue, "claim_many", claim_many)
+    monkeypatch.setattr(store.queue, "claim", claim)
+    return many, singles
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_cohort_is_claimed_in_one_transaction_and_a_seed_claimed_elsewhere_meanwhile_is_no_member(
+        store, tmp_path, formed, monkeypatch):
+    ids = queue_runs(store, [RUN.replace(seed=s) for s in (0, 1, 2, 3)], sweep_id="s4")
+    many, singles = _claims(store, monkeypatch, take_elsewhere=[ids[2]])
+    manager = JobManager(store, pull=True, cohorts="on", checkpoints=tmp_path / "ckpt")
+    try:
+        _wait_ended(store, [ids[0], ids[1], ids[3]])
+        assert manager.wait([ids[0], ids[1], ids[3]], timeout=60)
+    finally:
+        manager.shutdown()
+    # the lead by claim_next, its three siblings together: one call, one commit, no single claim
+    assert many == [([ids[1], ids[2], ids[3]], 1)] and singles == []
+    assert formed == [3]
+    for run_id, seed in ((ids[0], 0), (ids[1], 1), (ids[3], 3)):
+        run = store.runs.get_run(run_id)
+        assert (run.status, run.epoch, run.worker_id) == ("finished", 1, manager.worker_id)
+        assert _final_val_loss(store, run_id) == pytest.approx(_single_val_loss(seed), rel=1e-5)
+    taken = store.runs.get_run(ids[2])  # trained by no one here: still the other process's
+    assert (taken.status, taken.owner, taken.epoch, taken.steps_done) == ("running", "elsewhere:1", 1, 0)
+    assert manager.started_runs == 3 and ids[2] not in manager.pending()
+
+
+def _idle_manager(store, tmp_path, ids):
+    """A manager (no pull) whose own queue holds ``ids`` as ``_enqueue`` would mark them, none
+    handed to its worker thread yet: ``Cohorts.gather`` is called by the test itself."""
+    manager = JobManager(store, cohorts="on", checkpoints=tmp_path / "ckpt")
+    with manager._lock:
+        for run_id in ids:
+            manager._pending.add(run_id)
+            manager._events.setdefault(run_id, threading.Event())
+    return manager
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_lead_and_its_siblings_are_claimed_together_and_what_was_not_is_left_to_its_worker(
+        store, tmp_path, monkeypatch):
+    ids = queue_runs(store, [RUN.replace(seed=s) for s in (0, 1, 2, 3)], sweep_id="s5",
+                     owner=liveness.current_owner())
+    manager = _idle_manager(store, tmp_path, ids)
+    many, singles = _claims(store, monkeypatch, take_elsewhere=[ids[2]], skipped_by=manager.cohorts)
+    try:
+        members = manager.cohorts.gather(ids[0], None)
+        assert members == [(ids[0], 1), (ids[1], 1), (ids[3], 1)]
+        assert many == [(ids, 1)] and singles == []
+        assert manager.cohorts.taken == {ids[1], ids[3]}  # their worker thread skips them: they train here
+        # the sibling its worker thread had skipped, handed back, is tried alone: claimed elsewhere,
+        # it ends here untrained; a member reaching its worker thread is skipped (its cohort trains it)
+        manager._queue.put(ids[1])
+        assert manager.wait([ids[2]], timeout=60) and singles == [ids[2]]
+        wait_for(lambda: manager.cohorts.taken == {ids[3]}, timeout=60, what="the member skipped")
+        assert [store.runs.get_run(i).owner for i in ids] == [manager.owner] * 2 + ["elsewhere:1", manager.owner]
+    finally:
+        manager.shutdown()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_lead_not_claimed_claims_no_sibling_and_a_failed_claim_undoes_every_mark(store, tmp_path, monkeypatch):
+    ids = queue_runs(store, [RUN.replace(seed=s) for s in (0, 1, 2)], sweep_id="s6", owner=liveness.current_owner())
+    manager = _idle_manager(store, tmp_path, ids)
+    many, _ = _claims(store, monkeypatch, take_elsewhere=[ids[0]])
+    try:
+        assert manager.cohorts.gather(ids[0], None) is None  # the lead was taken: no member is
+        assert many == [(ids, 1)] and manager.cohorts.taken == set()
+        assert [store.runs.get_run(i).status for i in ids[1:]] == ["queued", "queued"]
+
+        def broken(*args, **kwargs):
+            raise StorageError("database is locked")
+
+        monkeypatch.setattr(store.queue, "claim_many", broken)
+        with manager._lock:
+            before = (manager.started_runs, set(manager._pending))
+        assert manager.cohorts.gather(ids[1], 7) is None  # the caller trains ids[1] alone, under its lease
+        assert manager.cohorts.taken == set()
+        with manager._lock:
+            assert (manager.started_runs, set(manager._pending)) == before
+    finally:
+        manager.shutdown()
