@@ -50,6 +50,7 @@ from engine.training.loop import (
     Record,
     _Window,
     block_limit,
+    held_out_chunks,
     memory_figures,
     restore,
     validation,
@@ -181,10 +182,8 @@ class Cohort:
         self.example = np.zeros((config.effective_batch_size, config.effective_seq_len + 1), np.int32)
         interim = config.effective_interim_val_batches
         self.eval_fn = devices.eval_step(cfg)
-        self.val, self.val_interim = jnp.asarray(val), jnp.asarray(val[:interim])
-        self.test = self.test_interim = None
-        if test is not None:
-            self.test, self.test_interim = jnp.asarray(test), jnp.asarray(test[:interim])
+        self.val = held_out_chunks(devices.put_val, val, interim)
+        self.test = None if test is None else held_out_chunks(devices.put_val, test, interim)
         key0 = sketch_key(self.members[0].sketch_root, 0)
         step = devices.train_step(cfg, optimizer, self.members[0].state, config.dw_comm)
         # a member's memory figures are its run's: those of the run's own compiled step
@@ -280,11 +279,15 @@ class Cohort:
 
     # ------------------------------------------------------------------ start
 
+    def interim(self) -> tuple[list[jax.Array], list[jax.Array] | None]:
+        """The chunks an interim validation reads: the first of each split."""
+        return self.val[:1], self.test and self.test[:1]
+
     def initial_record(self, m: _Member) -> Record:
         """Step 0 of member ``m``, as its run records it (``_Training.initial_record``)."""
         c, schedule = m.config, self.schedule
         with self.phases.timed("eval"):
-            val, test = (self.val, self.test) if schedule.whole(0) else (self.val_interim, self.test_interim)
+            val, test = (self.val, self.test) if schedule.whole(0) else self.interim()
             values, losses = validation(self.eval_fn, m.state.params, val, test if schedule.tests(0) else None)
         with self.phases.timed("compile"):
             key0 = sketch_key(m.sketch_root, 0)
@@ -410,7 +413,7 @@ class Cohort:
     def evaluate(self, m: _Member, step: int) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """Member ``m``'s eval values at ``step`` and per-batch losses (``_Training.evaluate``)."""
         final = self.schedule.whole(step)
-        val, test = (self.val, self.test) if final else (self.val_interim, self.test_interim)
+        val, test = (self.val, self.test) if final else self.interim()
         checked = m.window.checked
         with self.phases.timed("eval"):
             values, losses = validation(self.eval_fn, self.state_of(m).params, val,

@@ -30,7 +30,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -86,13 +86,27 @@ def val_summary(losses: np.ndarray, name: str = "val_loss") -> dict[str, float]:
     return {name: float(x.mean()), f"{name}_se": se}
 
 
-def validation(eval_fn: Callable, params, val, test) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(``val_summary`` of the batches ``val`` and, unless ``test`` is None, of ``test`` as
-    ``test_loss``; their per-batch losses by split) of ``params``, evaluated by ``eval_fn``."""
-    losses = np.asarray(jax.device_get(eval_fn(params, val)), dtype=np.float32)
+def held_out_chunks(put: Callable[[np.ndarray], jax.Array], batches: np.ndarray, size: int) -> list[jax.Array]:
+    """``batches`` placed by ``put`` in chunks of ``size`` batches (the last may hold fewer).
+    With ``size`` the interim validation's batches, the interim validation is the first chunk
+    and every eval, interim or whole, runs one compiled program (of one chunk's shape)."""
+    return [put(batches[i:i + size]) for i in range(0, len(batches), size)]
+
+
+def _losses(eval_fn: Callable, params, chunks: Sequence[jax.Array]) -> np.ndarray:
+    """The per-batch losses of every chunk, in order: all dispatched, then one transfer."""
+    return np.concatenate([np.asarray(x, dtype=np.float32) for x in jax.device_get([eval_fn(params, c) for c in chunks])])
+
+
+def validation(eval_fn: Callable, params, val: Sequence[jax.Array],
+               test: Sequence[jax.Array] | None) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(``val_summary`` of the batches in the chunks ``val`` and, unless ``test`` is None, of
+    those in ``test`` as ``test_loss``; their per-batch losses by split) of ``params``,
+    evaluated by ``eval_fn`` (``held_out_chunks``)."""
+    losses = _losses(eval_fn, params, val)
     values, batch_losses = val_summary(losses), {"val": losses}
     if test is not None:
-        batch_losses["test"] = losses = np.asarray(jax.device_get(eval_fn(params, test)), dtype=np.float32)
+        batch_losses["test"] = losses = _losses(eval_fn, params, test)
         values.update(val_summary(losses, "test_loss"))
     return values, batch_losses
 
@@ -272,10 +286,8 @@ class _Training:
         self.key0 = sketch_key(self.sketch_root, 0)
         interim = config.effective_interim_val_batches
         self.eval_fn = devices.eval_step(cfg)
-        self.val, self.val_interim = devices.put_val(val), devices.put_val(val[:interim])
-        self.test = self.test_interim = None
-        if test is not None:
-            self.test, self.test_interim = devices.put_val(test), devices.put_val(test[:interim])
+        self.val = held_out_chunks(devices.put_val, val, interim)
+        self.test = None if test is None else held_out_chunks(devices.put_val, test, interim)
         self.batch_losses: dict[str, np.ndarray] = {}
         self.state = devices.put_state(state)
         step = devices.train_step(cfg, optimizer, self.state, config.dw_comm)
@@ -389,7 +401,7 @@ class _Training:
         same of the test batches; their per-batch losses become ``batch_losses["val"]`` (and
         ``["test"]``), for the record that carries them. ``whole``: every validation (and test)
         batch, as at the last step; else the interim ones (``effective_interim_val_batches``)."""
-        val, held_out = (self.val, self.test) if whole else (self.val_interim, self.test_interim)
+        val, held_out = (self.val, self.test) if whole else (self.val[:1], self.test and self.test[:1])
         with self.phases.timed("eval"):
             values, self.batch_losses = validation(self.eval_fn, self.state.params, val, held_out if test else None)
         return values

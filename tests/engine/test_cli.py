@@ -118,8 +118,9 @@ def test_cli_and_form_share_the_schemas_eval_interval_default():
 
     assert RunConfig().eval_interval is None and form.DEFAULT_SWEEP.base.eval_interval is None
     assert RunConfig(steps=2000).effective_eval_interval == 2000 // EVALS_PER_RUN
-    assert form.DEFAULT_SWEEP.base.effective_eval_interval == form.DEFAULT_SWEEP.base.steps // EVALS_PER_RUN
-    assert RunConfig(steps=5).effective_eval_interval == 1 and RunConfig(eval_interval=7).effective_eval_interval == 7
+    base = form.DEFAULT_SWEEP.base
+    assert base.effective_eval_interval == RunConfig(preset=base.preset, steps=base.steps).effective_eval_interval
+    assert RunConfig(steps=5).effective_eval_interval == 5 and RunConfig(eval_interval=7).effective_eval_interval == 7
 
 
 BAD_BYTE = b"x\xfe"  # not UTF-8: Python decodes it as the lone surrogate '\udcfe' (surrogateescape)
