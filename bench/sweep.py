@@ -22,7 +22,7 @@ run wall``: process start, imports, waiting for a claim), the training share of 
 and runs per hour. ``--cache`` picks the persistent compilation cache the workers use
 (``engine.training.compile_cache``): ``default`` (the machine's, warm from earlier runs),
 ``fresh`` (an empty one) or ``off``; run ``off`` and ``default`` back to back for a before and
-after. ``--cohorts on|off`` makes the workers train a setup's seeds as one program or each
+after. ``--cohorts on|off`` makes the workers train a setup's seeds (and a campaign's trials of one method) as one program or each
 alone (``engine.runner.cohorts``; default ``auto``: on a GPU only); run both for the side-by-side
 table (with cohorts a slot trains several runs at once, so the slot time outside runs can read
 negative). The 1-minute load average is printed at the start and the end: on a shared machine the
@@ -197,7 +197,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cache", choices=("default", "fresh", "off"), default="default",
                     help="the workers' persistent compilation cache (default: the machine's)")
     ap.add_argument("--cohorts", choices=SETTINGS, default="auto",
-                    help="train a setup's seeds as one program: on, off, or auto (on a GPU only; default)")
+                    help="train a setup's seeds (and learning rates) as one program: on, off, or auto (on a GPU only; default)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 50 steps")
     args = ap.parse_args(argv)
     args.ranks = [r.strip() for r in args.ranks.split(",") if r.strip()]

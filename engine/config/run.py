@@ -63,6 +63,7 @@ MIN_INTERIM_EVAL_TOKENS = 2_048  # the default interim validation reads at least
 # train step on as many tokens, so at 3 interim validation costs under a tenth of training.
 TRAIN_TOKENS_PER_INTERIM_TOKEN = 3
 CHECKPOINT_SECONDS = 60.0  # default checkpoint period: at most this much training is lost
+COHORT_DATA = ("seed", "name", "lr")  # what the members of one cohort may differ in (RunConfig.cohort)
 TIME_CHECKPOINT_SLACK = 1.5  # off an eval step, a time checkpoint waits this many periods (engine.training.schedule)
 # Seeds are 32-bit: 0 <= seed < SEED_END. ``jax.random.key(seed)`` (with 64-bit mode off, as
 # here) keeps only the low 32 bits of a larger seed, so seed 2**32 + 5 would train exactly
@@ -291,9 +292,10 @@ class RunConfig:
         return self.replace(**_BOOKKEEPING_DEFAULTS, seed=0)
 
     def cohort(self) -> "RunConfig":
-        """Runs with equal cohorts differ only by seed and name: they may train as one program,
-        step for step on one schedule (``engine.training.cohort``)."""
-        return self.replace(seed=0, name=None)
+        """Runs with equal cohorts differ only in ``COHORT_DATA`` (seed, name, learning rate):
+        they may train as one program, step for step on one schedule, each member's seed and
+        learning rate data of it (``engine.training.cohort``)."""
+        return self.replace(**{name: DEFAULTS[name] for name in COHORT_DATA})
 
     def method(self) -> str:
         """``exact``, ``basis R=8``, ``basis R=8 λ=0.01``."""

@@ -1,5 +1,5 @@
-"""Cohorts in the runner: queued runs of one sweep that differ only by seed, claimed together and
-trained as one program (``engine.training.cohort``), each still a run of its own.
+"""Cohorts in the runner: queued runs of one sweep that differ only by seed and learning rate (a
+setup's seeds, a campaign's trials of one method), claimed together and trained as one program (``engine.training.cohort``), each still a run of its own.
 
 Whether a ``JobManager`` forms cohorts is its ``cohorts`` setting (``$BASIS_LAB_COHORTS``):
 ``on``, ``off`` or ``auto`` (the default: on where they pay, ``cohorts_pay``: a GPU, not a CPU).

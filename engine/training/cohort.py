@@ -1,13 +1,16 @@
-"""Cohorts: runs that differ only by seed, trained as one compiled program over a leading axis.
+"""Cohorts: runs that differ only by seed and learning rate, trained as one compiled program
+over a leading axis.
 
-``train_cohort(configs)`` trains runs whose configs are equal but for seed and name
-(``RunConfig.cohort()``) together: their ``TrainState``s stacked, each step (or compiled block
-of steps, ``engine.training.loop.block_limit``) one ``jax.vmap`` of a run's own block over the
-members' states, batches and sketch roots. A member computes what its run alone computes
+``train_cohort(configs)`` trains runs whose configs are equal but for seed, name and learning
+rate (``RunConfig.cohort()``: the seeds of a setup, a tuning campaign's trials of one method)
+together: their ``TrainState``s stacked, each step (or compiled block of steps,
+``engine.training.loop.block_limit``) one ``jax.vmap`` of a run's own block over the members'
+states, batches, sketch roots and learning rates (the optimizer takes its learning rate as
+data: ``engine.training.steps.lr_train_block``). A member computes what its run alone computes
 (``engine.training.loop.train``): the same initial parameters (``run_keys(seed)``), the same
 batches (its own ``BatchSampler`` of its seed), the same sketch keys (``sketch_key(root, step)``),
-so its losses and parameters equal its single run's to rounding (the batched program may order
-float operations otherwise). Its records are its run's, the same steps and values (memory
+the same update at its learning rate, so its losses and parameters equal its single run's to
+rounding (the batched program may order float operations otherwise). Its records are its run's, the same steps and values (memory
 figures of the run's own compiled step; ``tokens_per_s``: its tokens over the cohort's step time).
 
 It yields ``(member, Record)`` as ``train`` yields a run's records, and one ``(member, Ended)``
@@ -57,7 +60,7 @@ from engine.training.loop import (
 )
 from engine.training.phases import Phases
 from engine.training.schedule import Schedule
-from engine.training.steps import init_state, make_train_block
+from engine.training.steps import init_state, lr_train_block
 from engine.training.system import SystemSampler
 
 FINISHED, STOPPED, FAILED, DROPPED = "finished", "stopped", "failed", "dropped"
@@ -111,23 +114,26 @@ class _Member:
 
 def check_cohort(configs: Sequence[RunConfig]) -> None:
     """``ConfigError`` unless ``configs`` can train as one cohort: one or more runs on one device
-    each, equal but for seed and name (``RunConfig.cohort()``), of distinct seeds."""
+    each, equal but for seed, name and learning rate (``RunConfig.cohort()``), no two of the
+    same seed and learning rate."""
     if not configs:
         raise ConfigError("a cohort needs at least one run")
     if any(c.cohort() != configs[0].cohort() for c in configs):
-        raise ConfigError("the runs of a cohort differ only by seed and name; group them by RunConfig.cohort()")
+        raise ConfigError("the runs of a cohort differ only by seed, name and learning rate; group them by "
+                          "RunConfig.cohort()")
     if configs[0].devices != 1:
         raise ConfigError(f"a cohort trains runs on one device each (devices is {configs[0].devices})")
-    if len({c.seed for c in configs}) != len(configs):
-        raise ConfigError("the runs of a cohort have distinct seeds")
+    if len({(c.seed, c.lr) for c in configs}) != len(configs):
+        raise ConfigError("the runs of a cohort differ in seed or learning rate")
 
 
 @functools.lru_cache(maxsize=16)
-def _cohort_block(cfg, optimizer) -> Callable:
-    """``block(states[M], batches[M, n, B, T+1], sketch_roots[M], first) -> (states, losses[M, n])``:
-    ``make_train_block`` over a leading member axis (``jax.vmap``), jitted, state donated;
-    recompiled per cohort size and block length."""
-    return jax.jit(jax.vmap(make_train_block(cfg, optimizer), in_axes=(0, 0, 0, None)), donate_argnums=0)
+def _cohort_block(cfg, optimizer: str, momentum: float, weight_decay: float) -> Callable:
+    """``block(states[M], batches[M, n, B, T+1], sketch_roots[M], first, lrs[M]) -> (states, losses[M, n])``:
+    ``lr_train_block`` over a leading member axis (``jax.vmap``), each member at its own
+    learning rate, jitted, state donated; recompiled per cohort size and block length."""
+    block = lr_train_block(cfg, optimizer, momentum=momentum, weight_decay=weight_decay)
+    return jax.jit(jax.vmap(block, in_axes=(0, 0, 0, None, 0)), donate_argnums=0)
 
 
 def _stack(trees: list) -> Any:
@@ -188,7 +194,7 @@ class Cohort:
         step = devices.train_step(cfg, optimizer, self.members[0].state, config.dw_comm)
         # a member's memory figures are its run's: those of the run's own compiled step
         self.step_fn = step.lower(self.members[0].state, jnp.asarray(self.example), key0).compile()
-        self.block_fn = _cohort_block(cfg, optimizer)
+        self.block_fn = _cohort_block(cfg, config.optimizer, config.momentum, config.weight_decay)
         # its members' configs differ only by seed and name: one schedule is every member's
         self.schedule = Schedule.of(config, max_block if max_block is not None else block_limit(jax.default_backend()))
         self.stacked: Any = None
@@ -200,7 +206,7 @@ class Cohort:
     def _member(self, i, config, train_tokens, should_stop, on_step, checkpoints) -> _Member:
         param_key, sketch_root = run_keys(config.seed)
         sampler = data.BatchSampler(train_tokens, config.effective_batch_size, config.effective_seq_len, config.seed)
-        state = init_state(init_params(self.cfg, param_key), self.optimizer)
+        state = init_state(init_params(self.cfg, param_key), optimizer_for(config))
         return _Member(i, config, sampler, sketch_root, state, checkpoints, should_stop, on_step)
 
     def drop(self, index: int) -> None:
@@ -360,7 +366,8 @@ class Cohort:
     def step(self, group: list[_Member], first: int, last: int, batches: np.ndarray) -> None:
         """Steps ``first..last`` of every member of ``group``, as one program; losses stay on the device."""
         roots = jnp.stack([m.sketch_root for m in group])
-        self.stacked, losses = self.block_fn(self.stacked, jnp.asarray(batches), roots, jnp.int32(first))
+        lrs = jnp.asarray([m.config.lr for m in group], jnp.float32)
+        self.stacked, losses = self.block_fn(self.stacked, jnp.asarray(batches), roots, jnp.int32(first), lrs)
         self.pending.append((first, group, losses))
         for m in group:
             m.done = last

@@ -11,7 +11,7 @@ import optax
 
 from engine.core.choices import OPTIMIZERS
 from engine.core.presets import GPTConfig
-from engine.model.gpt import loss_fn
+from engine.model.gpt import DTYPES, loss_fn
 
 
 class TrainState(NamedTuple):
@@ -20,16 +20,24 @@ class TrainState(NamedTuple):
     step: jax.Array
 
 
-@functools.lru_cache(maxsize=16)
-def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay: float = 0.0):
-    """``sgd``: SGD with (heavy-ball) momentum, as in the paper; ``adamw``: AdamW. One
-    object per setting in a process (optax's are pure functions), so what is compiled
-    for an optimizer can be kept for the next run of the same setting."""
+def optimizer_of(name: str, lr, *, momentum: float = 0.9, weight_decay: float = 0.0) -> optax.GradientTransformation:
+    """``sgd``: SGD with (heavy-ball) momentum, as in the paper; ``adamw``: AdamW. ``lr`` is a
+    number or, inside a trace, a scalar array: the learning rate as data. Neither optimizer's
+    state holds it (each scales its update by −lr last: ``optax.scale_by_learning_rate``), so
+    the state is one pytree whatever the learning rate."""
     if name == "sgd":
         return optax.sgd(lr, momentum=momentum or None)
     if name == "adamw":
         return optax.adamw(lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+@functools.lru_cache(maxsize=16)
+def make_optimizer(name: str, lr: float, *, momentum: float = 0.9, weight_decay: float = 0.0):
+    """``optimizer_of`` with the learning rate a constant of the program. One object per
+    setting in a process (optax's are pure functions), so what is compiled for an optimizer
+    can be kept for the next run of the same setting."""
+    return optimizer_of(name, lr, momentum=momentum, weight_decay=weight_decay)
 
 
 def floor_optimizer(cfg: GPTConfig, optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -68,8 +76,10 @@ def make_train_block(cfg: GPTConfig, optimizer: optax.GradientTransformation) ->
     ``fold_in(sketch_root, first + i)``, the key the step-by-step loop gives step
     ``first + i`` (``engine.training.build.sketch_key``), so the block computes what n
     calls of ``make_train_step`` compute."""
-    step = _train_step(cfg, optimizer)
+    return jax.jit(_scan(_train_step(cfg, optimizer)), donate_argnums=0)
 
+
+def _scan(step: Callable) -> Callable:
     def block(state: TrainState, batches: jax.Array, sketch_root: jax.Array, first: jax.Array):
         def body(state, xs):
             batch, i = xs
@@ -78,7 +88,22 @@ def make_train_block(cfg: GPTConfig, optimizer: optax.GradientTransformation) ->
         index = jnp.arange(batches.shape[0], dtype=jnp.int32)
         return jax.lax.scan(body, state, (batches, index))
 
-    return jax.jit(block, donate_argnums=0)
+    return block
+
+
+def lr_train_block(cfg: GPTConfig, optimizer: str, *, momentum: float, weight_decay: float) -> Callable:
+    """``block(state, batches[n, B, T+1], sketch_root, first, lr) -> (state, losses[n])``:
+    ``make_train_block``'s block (not jitted) with the learning rate as data: the optimizer
+    (``optimizer_of``) is built in the trace around ``lr``, cast to the parameters' dtype as
+    a number would be, so one program trains every learning rate, each as its run with that
+    rate as a constant does (to rounding), on a state of the same pytree."""
+    dtype = DTYPES[cfg.dtype]
+
+    def block(state: TrainState, batches: jax.Array, sketch_root: jax.Array, first: jax.Array, lr: jax.Array):
+        rule = optimizer_of(optimizer, lr.astype(dtype), momentum=momentum, weight_decay=weight_decay)
+        return _scan(_train_step(cfg, rule))(state, batches, sketch_root, first)
+
+    return block
 
 
 def make_eval_step(cfg: GPTConfig) -> Callable:

@@ -1,4 +1,4 @@
-"""Cohorts (issue 41): runs that differ only by seed, trained as one vmapped program.
+"""Cohorts (issue 41): runs that differ only by seed and learning rate, trained as one vmapped program.
 
 A member computes what its run alone computes (``engine.training.loop.train``): the same
 records (validation, train and test losses, probes, memory figures) and the same checkpointed
@@ -20,7 +20,7 @@ from engine.training.build import initial_params, optimizer_for
 from engine.training.checkpoints import RunCheckpoints
 from engine.training.cohort import Cohort, Ended, check_cohort, train_cohort
 from engine.training.loop import Record, TrainingDiverged, train
-from engine.training.steps import init_state
+from engine.training.steps import init_state, optimizer_of
 from engine.training.system import is_system
 
 RUN = RunConfig(preset="tiny", steps=4, eval_interval=2, probe_interval=2, val_batches=2, val_tokens=4096,
@@ -151,9 +151,37 @@ def test_a_cohort_resumes_from_its_members_checkpoints_at_different_steps(tmp_pa
         np.testing.assert_allclose(leaves[i], leaf, rtol=1e-5, atol=1e-6)
 
 
-def test_only_runs_that_differ_by_seed_and_name_form_a_cohort():
+def test_only_runs_that_differ_by_seed_name_and_learning_rate_form_a_cohort():
     check_cohort([RUN.replace(seed=0, name="a"), RUN.replace(seed=1)])
-    assert RUN.replace(seed=3, name="x").cohort() == RUN.cohort()
-    for others in ([RUN, RUN.replace(seed=1, rank=8)], [RUN, RUN.replace(seed=1, steps=5)], [RUN, RUN], []):
+    check_cohort([RUN, RUN.replace(lr=0.05), RUN.replace(seed=1, lr=0.05)])  # a campaign's trials of one method
+    assert RUN.replace(seed=3, name="x", lr=0.3).cohort() == RUN.cohort()
+    for others in ([RUN, RUN.replace(seed=1, rank=8)], [RUN, RUN.replace(seed=1, steps=5)], [RUN, RUN],
+                   [RUN.replace(lr=0.05), RUN.replace(lr=0.05, name="again")], [RUN, RUN.replace(seed=1, momentum=0.5)],
+                   [RUN, RUN.replace(seed=1, optimizer="adamw")], []):
         with pytest.raises(ConfigError):
             check_cohort(others)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_learning_rate_is_data_of_one_program_and_each_trial_computes_its_run_alone(optimizer, tmp_path):
+    """Three trials of one method (seed 1 at two learning rates, seed 0 at a third) as one
+    cohort: each member's records and parameters equal its single run's at its learning rate,
+    and the optimizer state is the pytree a run with the rate as a constant keeps."""
+    lrs = (0.03, 0.002, 0.01) if optimizer == "sgd" else (0.003, 0.0002, 0.001)
+    configs = [RUN.replace(estimator="basis", optimizer=optimizer, seed=s, lr=lr) for s, lr in zip((1, 1, 0), lrs)]
+    ckpts = [RunCheckpoints(tmp_path / f"member-{i}", keep=2) for i in range(3)]
+    with ckpts[0], ckpts[1], ckpts[2]:
+        records, ends = _split(train_cohort(configs, checkpoints_each=ckpts))
+        leaves = [_leaf(c, config) for c, config in zip(ckpts, configs)]
+    assert ends == {i: Ended(4, "finished") for i in range(3)}
+    for i, config in enumerate(configs):
+        with RunCheckpoints(tmp_path / f"single-{i}", keep=2) as ckpt:
+            single = {r.step: r for r in train(config, checkpoints=ckpt)}
+            leaf = _leaf(ckpt, config)
+        _assert_member_equals_single(records[i], single)
+        np.testing.assert_allclose(leaves[i], leaf, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(leaves[0], leaves[1])  # one seed, two learning rates: two trajectories
+    params = initial_params(configs[0])
+    fixed = init_state(params, optimizer_for(configs[0]))
+    as_data = init_state(params, optimizer_of(optimizer, jax.numpy.float32(0.01)))
+    assert jax.tree.structure(fixed) == jax.tree.structure(as_data)

@@ -2,7 +2,8 @@
 
 A worker that forms cohorts claims a sweep's seeds of one setup together, in one transaction,
 each under its own lease (a seed claimed elsewhere meanwhile is no member), and trains them as
-one program; each stays a run of its own (its row, metrics, status, checkpoints), a cancelled
+one program (a tuning campaign's trials of one method too: they differ by learning rate); each
+stays a run of its own (its row, metrics, status, checkpoints), a cancelled
 member stops alone and resumes (alone or in a cohort) from its own checkpoints, and every
 member's results are its single run's.
 """
@@ -302,3 +303,27 @@ def test_a_lead_not_claimed_claims_no_sibling_and_a_failed_claim_undoes_every_ma
             assert (manager.started_runs, set(manager._pending)) == before
     finally:
         manager.shutdown()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_campaigns_trials_of_one_method_train_as_one_cohort_each_at_its_learning_rate(store, tmp_path, formed):
+    """[fair]'s trials differ by learning rate: the optimizer takes it as data, so a method's
+    trials (3 points × 1 tuning seed) are one cohort; each ends with its single run's loss."""
+    from engine.config.sweep import Sweep
+    from engine.config.tuning import Range, TuneSpec
+    from engine.runner import campaigns
+
+    spec = TuneSpec(Sweep(RUN, estimators=("basis",), ranks=(4,)), (Range("lr", 0.002, 0.05),), 3, (0,), (1,))
+    _, ids = campaigns.start(store, spec)
+    manager = JobManager(store, pull=True, cohorts="on", checkpoints=tmp_path / "ckpt", max_runs=3)
+    try:
+        _wait_ended(store, ids)
+    finally:
+        manager.shutdown()
+    runs = [store.runs.get_run(i) for i in ids]
+    assert [r.status for r in runs] == ["finished"] * 3 and formed[0] == 3
+    configs = [RunConfig.from_dict(r.config) for r in runs]
+    assert len({c.lr for c in configs}) == 3 and len({c.cohort() for c in configs}) == 1
+    for run, config in zip(runs, configs):
+        single = [r for r in train(config)][-1].values["val_loss"]
+        assert _final_val_loss(store, run.id) == pytest.approx(single, rel=1e-5)

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-runs", type=int, help="exit after this many runs")
     p.add_argument("--idle-exit", type=float, metavar="S", help="exit after S seconds with nothing to train")
     p.add_argument("--cohorts", choices=COHORT_SETTINGS, default=None,
-                   help="train queued runs of a sweep that differ only by seed as one program: on, off, or auto "
+                   help="train queued runs of a sweep that differ only by seed and learning rate as one program: on, off, or auto "
                         "(on a GPU only; default: $BASIS_LAB_COHORTS, else auto)")
 
 
