@@ -43,6 +43,8 @@ from engine.config import (
     sweep_from_flat,
     to_flat,
 )
+from engine.core.estimators import REGISTRY
+from engine.core.text import plain
 
 KEY = "launch."  # widget keys; the Launch page keeps their values for the session (persist_state)
 
@@ -86,7 +88,7 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
         if s.swept:
             plural, _ = SWEEP_AXES[f.name]
             if f.name == "estimator" and allowed is not None:
-                out.append(Widget(plural, s.group, "multiselect", "Estimators", s.help, options=allowed))
+                out.append(Widget(plural, s.group, "multiselect", "Estimators", estimators_help(), options=allowed))
             else:
                 example = {"rank": "1, 8, 32", "lam": "0, 0.01", "seed": "0, 1, 2 or 0-4"}[f.name]
                 extra = " Add 'exact' for exact backprop once per seed." if f.name == "rank" else ""
@@ -104,6 +106,26 @@ def widgets(cls: type = RunConfig) -> list[Widget]:
         else:
             w = Widget(f.name, s.group, "text", s.label, s.help, placeholder=s.none, max_chars=s.max_len)
         out.append(w)
+    return out
+
+
+def estimators_help() -> str:
+    """The Estimators field's help, read from the estimator registry: a markdown list, one
+    line per estimator, ``name — what it keeps (biased or unbiased)``; no lead line, so the
+    list fits a help tooltip (300 px high) at 1,400 px."""
+    return "\n".join(f"- **{plain(e.name)}** — {plain(e.label)}" + ("" if e.exact else f" ({e.bias})")
+                     for e in REGISTRY.values())
+
+
+def rows(ws: Sequence[Widget], per_row: int = 3) -> list[list[Widget]]:
+    """``ws`` in rows, in order: a multiselect alone (its chips wrap across the form's width),
+    the other fields ``per_row`` to a row."""
+    out: list[list[Widget]] = []
+    for w in ws:
+        if not out or w.kind == "multiselect" or out[-1][0].kind == "multiselect" or len(out[-1]) == per_row:
+            out.append([w])
+        else:
+            out[-1].append(w)
     return out
 
 

@@ -2,10 +2,13 @@
 run it trains) and a form that submits worker jobs or cancels them, through the functions
 ``python -m engine workers --slurm / --cancel`` call (``engine.runner.slurm``). A refused
 request (no Slurm here, SQLite, an unknown partition, a database the jobs cannot reach) is
-one error line, kept on the page until the next request, and submits nothing."""
+one error line, kept on the page until the next request, and submits nothing: the engine's
+line, shared with the CLI, with the CLI's flags named as this panel's fields (``panel_text``).
+Job states are shown as Slurm writes them (RUNNING, PENDING, ...)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from typing import NoReturn
 
@@ -16,6 +19,27 @@ from engine.errors import UserError
 from engine.runner import slurm
 
 KEY = "runs.slurm."
+# The CLI's words in the engine's refusals (``engine workers --slurm``) → this panel's; the
+# dashboard's database is the one BASIS_LAB_DB_URL named when it started.
+CLI_WORDS = (
+    (re.compile(r"use one of (.+) \(--partition\)"), r"enter one of \1 in Partition (empty: the cluster's default)"),
+    (re.compile(r"`--cancel` takes them back"), "the button “Cancel these Slurm jobs” takes them back"),
+    (re.compile(r"--db (?=\S+://)"), "BASIS_LAB_DB_URL="),
+    (re.compile(r"--db\b"), "BASIS_LAB_DB_URL"),
+)
+
+
+def panel_text(line: str) -> str:
+    """The engine's one-line refusal as this panel says it: the CLI's flags named as the
+    panel's fields (``CLI_WORDS``), the first letter a capital."""
+    for cli, panel in CLI_WORDS:
+        line = cli.sub(panel, line)
+    return line[:1].upper() + line[1:]
+
+
+def jobs_table(jobs: list[slurm.SlurmJob]):
+    """``slurm.jobs_frame`` (shared with the CLI) with each job's state as Slurm writes it."""
+    return slurm.jobs_frame(jobs).assign(state=[j.state for j in jobs])
 
 
 def section(store) -> None:
@@ -39,7 +63,7 @@ def _jobs(store) -> None:
     if not jobs:
         st.caption("No Slurm job of this lab is queued or running.")
         return
-    st.dataframe(slurm.jobs_frame(jobs), hide_index=True, width="stretch", placeholder="—", key=KEY + "jobs",
+    st.dataframe(jobs_table(jobs), hide_index=True, width="stretch", placeholder="—", key=KEY + "jobs",
                  column_config={"run": st.column_config.NumberColumn("training run", format="%d")})
     if st.button("Cancel these Slurm jobs", key=KEY + "cancel", icon=":material/cancel:",
                  help="scancel: each job's runs checkpoint and go back to the queue (resumable)"):
@@ -66,7 +90,7 @@ def _submit(store, request: slurm.SlurmRequest) -> None:
     try:
         ids = slurm.submit(store, request)
     except UserError as e:  # refused before anything was submitted: one line, kept like a success
-        _said((str(e).strip().splitlines() or [type(e).__name__])[0], refused=True)
+        _said(panel_text((str(e).strip().splitlines() or [type(e).__name__])[0]), refused=True)
     _said(f"Submitted Slurm job(s) {', '.join(ids)}")
 
 

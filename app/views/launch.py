@@ -46,7 +46,7 @@ def _draw(w: form.Widget, column) -> None:
         fmt = (lambda p: f"{p} — {PRESETS[p].description}") if w.name == "preset" else str
         column.selectbox(w.label, w.options, format_func=fmt, **common)
     elif w.kind == "multiselect":
-        column.multiselect(w.label, w.options, **common)
+        column.multiselect(w.label, w.options, wrap=True, **common)  # every chip shown whole, on more lines
     elif w.kind == "toggle":
         column.toggle(w.label, **common)
     elif w.kind == "number":
@@ -360,13 +360,13 @@ with form_col:
         shown = [w for w in ws if (not w.sources or dataset in w.sources) and not (tune and w.name == "seeds")]
         flagged = any(w.name in notes for w in shown)
         with st.expander(GROUPS[group], expanded=flagged or group in ("method", "model", "training", "data")):
-            for i, w in enumerate(shown):
-                if i % 3 == 0:  # a row of columns per three fields: a narrow screen stacks them in reading order
-                    columns = st.columns(3)
-                _draw(w, columns[i % 3])
-                for kind, text in notes.get(w.name, []):  # the field's own error or warning, under it
-                    getattr(columns[i % 3], kind)(plain(text), icon=":material/error:" if kind == "error" else
-                                                  ":material/warning:")
+            for row in form.rows(shown):  # three fields to a row of columns: a narrow screen stacks them in order
+                columns = [st.container()] if row[0].kind == "multiselect" else st.columns(3)
+                for w, column in zip(row, columns):
+                    _draw(w, column)
+                    for kind, text in notes.get(w.name, []):  # the field's own error or warning, under it
+                        getattr(column, kind)(plain(text), icon=":material/error:" if kind == "error" else
+                                              ":material/warning:")
 
 with preview_col:
     if problems:

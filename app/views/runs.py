@@ -371,7 +371,7 @@ def _table(has_active: bool) -> None:
         with box:
             _resume_all(frame)
     head = st.container(horizontal=True, vertical_alignment="center")
-    head.caption(tables.count_text(view, len(frame)) + (f" — the queued and running runs: {_eta()}" if has_active else ""))
+    head.caption(tables.count_text(view, len(frame)) + (f" — for the queued and running runs, {_eta()}" if has_active else ""))
     with head:
         if not notice:
             _resume_all(frame)

@@ -13,6 +13,8 @@ from app import form, tables
 from engine.analysis import charts, frames
 from engine.analysis.summary import MIB, display_frame, paper_note
 from engine.config import ConfigError, RunConfig, parse_ranks, parse_seeds
+from engine.core.estimators import REGISTRY
+from engine.core.text import plain
 from engine.core.units import format_seconds
 from engine.reads import estimates
 from engine.reads.queries import run_summary, run_table3
@@ -101,6 +103,24 @@ def test_paper_settings_are_the_papers_run():
                and c.momentum == 0.9 and c.steps == 50_000 and c.eval_interval == 1000 for c in sketched)
     assert [(c.lam, c.seed) for c in configs if c.is_exact] == [(0.0, 0), (0.0, 1), (0.0, 2)]
     assert form.to_sweep(form.values_of(form.PAPER_SWEEP)) == form.PAPER_SWEEP
+
+
+def test_a_multiselect_has_a_row_of_its_own_and_the_other_fields_three_to_a_row():
+    method = form.grouped(form.widgets())["method"]
+    assert [[w.name for w in row] for row in form.rows(method)] == [
+        ["estimators"], ["ranks", "lams", "seeds"], ["sketched_layers"]]
+    kinds = [form.Widget(str(i), "g", kind, str(i), "") for i, kind in enumerate(["text", "multiselect"] + ["text"] * 4)]
+    assert [[w.name for w in row] for row in form.rows(kinds)] == [["0"], ["1"], ["2", "3", "4"], ["5"]]
+
+
+def test_the_estimators_help_is_one_line_per_registry_entry_with_its_bias():
+    listed = form.estimators_help().splitlines()
+    assert len(listed) == len(REGISTRY) and all(line.startswith("- ") for line in listed)
+    for line, entry in zip(listed, REGISTRY.values()):
+        assert line.startswith(f"- **{plain(entry.name)}** — {plain(entry.label)}")
+        assert line.endswith(plain(entry.label) if entry.exact else f"{plain(entry.label)} ({entry.bias})")
+    assert f"- **basis** — {plain('BASIS: balanced hash sketch of X and dY with invariant scalars')} (biased)" in listed
+    assert f"- **countsketch** — {plain('CountSketch: uniform hash sketch of X and dY')} (unbiased)" in listed
 
 
 # ----------------------------------------------------------------------------- runs table

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import state
+from app import form, state
 from app.text import plain
 from engine.config import RunConfig
+from engine.core.estimators import ESTIMATORS
 from engine.reads.queries import run_summary
 from storage import long_frame, wide_frame
 from storage.metrics import MetricsRepository
@@ -162,6 +163,17 @@ def test_runs_buttons_open_compare_and_detail_and_the_picker_can_be_emptied(url,
 
 def _group(at, label):
     return next(e for e in at.expander if e.label == label)
+
+
+def test_the_estimators_field_wraps_its_chips_and_lists_each_estimator_in_its_help(url, store):
+    """The Estimators multiselect has the Method group's width to itself and wraps its chips
+    (a column a third wide clipped the second chip at 1,400 px); its help is the registry's
+    list, one line per estimator."""
+    at = page(app().run(), "launch")
+    estimators = at.multiselect(key="launch.estimators")
+    assert estimators.proto.wrap
+    assert estimators.help == form.estimators_help()
+    assert sum(line.startswith("- **") for line in estimators.help.splitlines()) == len(ESTIMATORS)
 
 
 def test_bad_form_values_show_the_config_message_under_the_fields_label_beside_it(url, store):

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 
+import pandas as pd
 import pytest
 
 from app import display, form, state, tables
@@ -251,6 +252,30 @@ def test_workers_panel_shows_active_stopped_and_gone(url, store):
     assert states[f"here:{pid}:cc"] == "⚠ gone"
     assert states[mine] == "▶ active"  # this dashboard's own job manager
     assert any(e.label.startswith("Workers ·") and "1 gone" in e.label and "1 stopped" in e.label for e in at.expander)
+
+
+def test_an_idle_workers_run_is_an_empty_cell_drawn_as_the_placeholder(url, store):
+    """An idle worker's training run is a missing number (the grid draws the table's
+    placeholder, as every table of the dashboard does), never the text ``<NA>``."""
+    run_id = fake_run(store, TINY, status="running", steps_done=0)
+    store.workers.register_worker("gpu-box:41:aa", "gpu-box", 41, device="gpu: H100")
+    store.workers.worker_heartbeat("gpu-box:41:aa", run_id)
+    store.workers.register_worker("gpu-box:42:bb", "gpu-box", 42, device="gpu: H100")  # idle
+    at = app().run()
+    table = next(d for d in at.dataframe if "heartbeat_age_s" in d.value.columns)
+    runs = dict(zip(table.value["id"], table.value["current_run"]))
+    assert runs["gpu-box:41:aa"] == run_id and runs["gpu-box:42:bb"] is pd.NA
+    assert table.proto.placeholder == "—"
+
+
+def test_the_count_says_the_time_left_of_the_active_runs_with_one_colon(url, store):
+    """The caption above the table, while a run is running and its time left is not known yet."""
+    fake_run(store, TINY, status="running", steps_done=0)
+    at = app().run()
+    [count] = [c.value for c in at.caption if c.value.startswith("1 running")]
+    assert count == ("1 running · 1 in all — for the queued and running runs, time left: known after the first "
+                     "validations of a running run")
+    assert count.count(":") == 1
 
 
 # ----------------------------------------------------------------------------- plain text, detail
