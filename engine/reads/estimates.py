@@ -22,6 +22,8 @@ from engine.training import timing
 from engine.training.timing import StepTiming, timing_key
 from storage import RunStore
 
+MISSING_NAMED = 4  # an unknown estimate names this many models without a step time, then counts the rest
+
 Finished = list[tuple[RunConfig, int]]  # the lab's finished runs that read as RunConfigs, with their ids
 
 
@@ -140,9 +142,11 @@ class GridEstimate:
 
     def missing_text(self) -> str:
         """Why the estimate is unknown: ``no finished run of basis R=16, nor of its model at another
-        rank, and no step time measured``."""
-        one = len(self.missing) <= 1
-        named = ", ".join(self.missing) or "this model"
+        rank, and no step time measured`` (the first ``MISSING_NAMED`` models, then how many more)."""
+        one, shown = len(self.missing) <= 1, list(self.missing[:MISSING_NAMED])
+        if len(self.missing) > MISSING_NAMED:
+            shown.append(f"{len(self.missing) - MISSING_NAMED} more")
+        named = ", ".join(shown) or "this model"
         return (f"no finished run of {named}, nor of {'its model' if one else 'their models'} at another rank, "
                 "and no step time measured")
 

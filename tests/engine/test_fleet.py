@@ -162,3 +162,4 @@ def test_orphaned_queued_runs_are_released_and_workers_listed(db_url, capsys):
     out = capsys.readouterr().out
     line = {l.split()[0]: l for l in out.splitlines()[1:]}
     assert line["w-gone"].split()[1] == "gone" and line["w-live"].split()[1] == "active"
+    assert "<NA>" not in out and line["w-gone"].split()[-5] == "-"  # an idle worker's run (before two timestamps)

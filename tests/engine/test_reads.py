@@ -377,3 +377,13 @@ def test_holm_is_statsmodels_holm_without_its_garbage_collection():
     out = holm(with_nan)
     assert np.isnan(out[1]) and np.allclose(out[[0, 2, 3]], multipletests(with_nan[[0, 2, 3]], method="holm")[1])
     assert (holm(np.ones(5)) == 1).all() and holm(np.array([])).size == 0
+
+
+def test_an_unknown_estimate_names_four_models_then_counts_the_rest():
+    from engine.reads.estimates import MISSING_NAMED, GridEstimate
+
+    labels = tuple(f"basis R={r}" for r in (1, 2, 4, 8, 16, 32))
+    text = GridEstimate(None, {}, missing=labels).missing_text()
+    assert text.startswith("no finished run of basis R=1, basis R=2, basis R=4, basis R=8, 2 more, nor of their models")
+    assert MISSING_NAMED == 4 and "R=16" not in text
+    assert GridEstimate(None, {}, missing=("exact",)).missing_text().startswith("no finished run of exact, nor of its model")
