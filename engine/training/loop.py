@@ -42,7 +42,7 @@ from engine.core.choices import DIVERGED_ERROR
 from engine.errors import BasisLabError
 from engine.model.gpt import init_params
 from engine.model.memory import make_dw_probe, memory_breakdown
-from engine.training import compile_cache
+from engine.training import breakdown_cache, compile_cache
 from engine.training.build import model_config, optimizer_for, run_keys, sketch_key
 from engine.training.compiled import compiled_stats
 from engine.training.devices import DeviceLayout, device_layout
@@ -144,11 +144,17 @@ _BREAKDOWNS: dict[tuple, tuple[dict[str, int], dict[str, int]]] = {}
 
 def _breakdowns(cfg, params, batch, key) -> tuple[dict[str, int], dict[str, int]]:
     """(this model's, exact backprop's) ``memory_breakdown``. The saved residuals are
-    listed by shape alone, so they are listed once per process for a model and batch shape."""
+    listed by shape alone, so they are listed once per process for a model and batch shape,
+    and once per machine while the code is unchanged (``breakdown_cache``)."""
     memo = (cfg, batch.shape, str(batch.dtype), key is None)
     if memo not in _BREAKDOWNS:
-        _BREAKDOWNS[memo] = (memory_breakdown(cfg, params, batch, key),
-                             memory_breakdown(cfg.replace(estimator="exact"), params, batch, None))
+        exact = cfg.replace(estimator="exact")
+        shape = f"{batch.shape} {batch.dtype}"
+        _BREAKDOWNS[memo] = (
+            breakdown_cache.cached(f"{cfg!r} {shape} keyed={key is not None}",
+                                   lambda: memory_breakdown(cfg, params, batch, key)),
+            breakdown_cache.cached(f"{exact!r} {shape} keyed=False",
+                                   lambda: memory_breakdown(exact, params, batch, None)))
     return _BREAKDOWNS[memo]
 
 
