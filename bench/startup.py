@@ -2,9 +2,10 @@
 
 Runs ``python -m engine run --preset P --steps N`` (default: the paper preset, 10 steps, BASIS
 at R = 32, every other field at its default) ``--runs`` times one after the other, each in a
-fresh process on one fresh SQLite file, all with the machine's persistent compilation cache
+fresh process, all on one lab (a SQLite file the first run creates, as a user's first run
+does, and one checkpoints folder) and with the machine's persistent compilation cache
 (``engine.training.compile_cache``): the first may compile, the later ones find every program
-of the shape compiled. For each it prints
+of the shape compiled and the database made. For each it prints
 
 - ``wall`` and ``cpu``: the process's wall time and CPU seconds (user + system, its children
   included), from its start to its exit;
@@ -48,7 +49,7 @@ def one_run(url: str, args, seed: int) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     store = RunStore(url, create=False)
     try:
-        run = store.runs.list_runs()[0]
+        run = max(store.runs.list_runs(), key=lambda r: r.id)
         claimed = run.started_at.replace(tzinfo=run.started_at.tzinfo or timezone.utc).timestamp()
         rows = store.metrics([run.id])
         step0 = float(rows[rows["step"] == 0]["wall_time"].max())
@@ -69,13 +70,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.runs} × `engine run --preset {args.preset} --steps {args.steps} --rank {args.rank}`, one process "
           f"each; load {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print(f"{'run':<5}{'wall':>7}{'cpu':>7}{'first step':>12}" + "".join(f"{p:>10}" for p in PHASES) + "   (seconds)")
-    for i in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="basis-startup-") as d:
-            os.environ["BASIS_LAB_CHECKPOINTS"] = str(Path(d) / "checkpoints")
-            row = one_run(f"sqlite:///{Path(d) / 'lab.db'}", args, seed=i)
-        print(f"#{i + 1:<4}{row['wall']:7.1f}{row['cpu']:7.1f}{row['first']:12.1f}"
-              + "".join(f"{row[p]:10.2f}" for p in PHASES))
+    with tempfile.TemporaryDirectory(prefix="basis-startup-") as d:
+        os.environ["BASIS_LAB_CHECKPOINTS"] = str(Path(d) / "checkpoints")
+        for i in range(args.runs):
+            _print(i, one_run(f"sqlite:///{Path(d) / 'lab.db'}", args, seed=i))
     print(f"load {os.getloadavg()[0]:.2f} at the end")
+
+
+def _print(i: int, row: dict) -> None:
+    print(f"#{i + 1:<4}{row['wall']:7.1f}{row['cpu']:7.1f}{row['first']:12.1f}"
+          + "".join(f"{row[p]:10.2f}" for p in PHASES))
 
 
 if __name__ == "__main__":
