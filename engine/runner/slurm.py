@@ -16,8 +16,8 @@ Contract:
 - Secrets reach the jobs only through a file: the database URL and the checkpoint root are
   written to ``<folder>/settings.json`` with mode 0600 in the lab's Slurm folder (``folder``:
   ``slurm-jobs/<database uid>`` beside the checkpoint root, which the nodes must share), and
-  a job gets that file's path. ``sbatch`` is started without ``BASIS_LAB_DB_URL`` or
-  ``PGPASSWORD`` in its environment, so no job's environment holds them.
+  a job gets that file's path. ``sbatch`` exports every variable with ``BASIS_LAB_DB_URL``
+  and ``PGPASSWORD`` set empty (``exported``), so no job's environment holds them.
 - A lab's jobs are named ``basis-lab-<first 12 digits of the database uid>``; ``lab_jobs``
   lists those ``squeue`` knows (job id, state, node) with the worker each job registered
   (``<folder>/workers/<job id>``: a line per start of the job, the last one now) and the
@@ -43,7 +43,7 @@ from engine.runner.slurm_jobs import FailedJobError, SlurmExecutor, SlurmWorker,
 from storage import RunStore, StorageError
 
 JOB_PREFIX = "basis-lab-"
-SECRET_VARIABLES = ("BASIS_LAB_DB_URL", "PGPASSWORD")  # never handed to sbatch (it exports the environment)
+SECRET_VARIABLES = ("BASIS_LAB_DB_URL", "PGPASSWORD")  # never exported to a job (``exported``)
 COMMAND_TIMEOUT_S = 60
 
 
@@ -77,6 +77,9 @@ class SlurmRequest:
                 raise SlurmError(f"{name.replace('_', ' ')} must be at least 1 (got {getattr(self, name)})")
         if self.gpus < 0 or (self.mem_gb is not None and self.mem_gb <= 0):
             raise SlurmError("GPUs must be ≥ 0 and the memory > 0; fix the request")
+        if "export" in self.options:
+            raise SlurmError("the lab sets sbatch's --export itself (the environment without the database's password); "
+                             "drop export from the Slurm options")
         if self.idle_exit < MIN_IDLE_EXIT_S:
             raise SlurmError(f"the idle exit must be at least {MIN_IDLE_EXIT_S:g} s (got {self.idle_exit:g}): a job's "
                              "worker looks at the queue once a second, and would leave before its first look")
@@ -184,14 +187,13 @@ def check_database(store: RunStore, partition: str | None) -> None:
         raise SlurmError(f"the database does not answer from here ({first}); start it or fix --db") from None
 
 
-@contextlib.contextmanager
-def _without_secrets():
-    """This process's environment without the variables that may hold a password, while sbatch starts."""
-    saved = {name: os.environ.pop(name) for name in SECRET_VARIABLES if name in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
+def exported() -> str:
+    """sbatch's ``--export``: every variable of the submitter's environment (``ALL``, as sbatch
+    does by default) but the ``SECRET_VARIABLES``, set empty, so no job's environment holds
+    them (an empty ``PGPASSWORD`` is no password to libpq: a node's ``~/.pgpass`` still
+    serves). Named here rather than taken out of ``os.environ`` while sbatch starts: the
+    dashboard's other threads read that environment meanwhile."""
+    return ",".join(["ALL", *(f"{name}=" for name in SECRET_VARIABLES)])
 
 
 def _job_url(store: RunStore) -> str:
@@ -214,7 +216,7 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
     settings = write_settings(folder, _job_url(store), checked_root(store, None))
     executor = SlurmExecutor(folder=folder / "%j", max_num_timeout=3)
     params: dict = dict(job_name=job_name(store), time=request.time_min, cpus_per_task=request.cpus,
-                        additional_parameters=dict(request.options))
+                        additional_parameters=dict(request.options, export=exported()))
     if request.partition:
         params["partition"] = request.partition
     if request.gpus:
@@ -224,7 +226,7 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
     executor.update_parameters(**params)
     worker = SlurmWorker(str(settings), str(folder), concurrent=request.concurrent, idle_exit=request.idle_exit)
     ids: list[str] = []
-    with _without_secrets(), contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal too
+    with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal too
         try:
             for _ in range(request.jobs):
                 ids.append(executor.submit(worker).job_id)

@@ -165,13 +165,23 @@ def test_a_sweep_on_slurm_trained_once_through_a_cancel_and_a_preemption(on_slur
     assert len(starts) == 2 and claims[-1].split()[2] == starts[-1].rsplit(":", 1)[0]  # the requeued job finished it
 
 
-def test_the_jobs_environment_holds_no_database_url(tmp_path, monkeypatch):
+def test_the_jobs_environment_holds_no_database_url(on_slurm, tmp_path, monkeypatch):
+    """A job submitted as the lab submits (``--export``) sees every variable of the submitter
+    but the two that may hold the password, which it sees empty; the submitter's own
+    environment is never changed (the dashboard's threads read it)."""
     monkeypatch.setenv("BASIS_LAB_DB_URL", "postgresql+psycopg://u:secret@h/db")
     monkeypatch.setenv("PGPASSWORD", "secret")
-    with slurm._without_secrets():
-        seen = subprocess.run(["env"], capture_output=True, text=True).stdout
-    assert "secret" not in seen
+    monkeypatch.setenv("BASIS_LAB_PROBE", "kept")
+    out = tmp_path / "job.out"
+    subprocess.run(["sbatch", f"--export={slurm.exported()}", "-p", PARTITION, "-o", str(out), "--wrap",
+                    "env; srun env | grep -c BASIS_LAB_PROBE"], check=True, capture_output=True)  # as submitit: os.environ
+    wait_for(lambda: out.exists() and out.read_text().strip().endswith("1"), timeout=60, what="the job's environment")
+    seen = out.read_text()
+    assert "secret" not in seen and "BASIS_LAB_PROBE=kept" in seen
+    assert "PGPASSWORD=\n" in seen and "BASIS_LAB_DB_URL=\n" in seen
     assert os.environ["PGPASSWORD"] == "secret"
+    with pytest.raises(slurm.SlurmError, match="drop export"):
+        slurm.SlurmRequest(jobs=1, options={"export": "ALL"}).check()
 
 
 def test_the_workers_panel_lists_and_submits_through_the_same_checks(on_slurm, url):
