@@ -11,8 +11,9 @@ from sqlalchemy import select, update
 
 from .database import Repository
 from .db import rowcount
+from .limits import as_utf8
 from .models import Run, utcnow
-from .records import RESUMABLE_STATUSES, as_ids, run_not_found
+from .records import RESUMABLE_STATUSES, as_ids, check_cause, run_not_found
 
 
 class Lease(NamedTuple):
@@ -87,6 +88,20 @@ class QueueRepository(Repository):
                 select(Run.id, Run.epoch).where(Run.id.in_(taken), Run.status == "running", Run.owner == owner)
             ).all()
         return {int(i): int(e) for i, e in rows}
+
+    def interrupt_queued(self, run_id: int, error: str, cause: str) -> bool:
+        """Mark run ``run_id`` ``interrupted`` (its ``error`` and ``cause``), as a process that
+        stops before claiming it does, only while it is still ``queued``: a run cancelled,
+        deleted or claimed elsewhere meanwhile keeps what it is. Whether it was marked."""
+        with self.db.session(write=True) as s:
+            res = s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status == "queued")
+                .values(status="interrupted", error=as_utf8(error), interruption_cause=check_cause(cause),
+                        finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(res) == 1
 
     def claim_next(self, owner: str, worker_id: Optional[str] = None) -> Optional[Lease]:
         """Atomically take the oldest queued, non-cancelled run that no process owns and mark

@@ -107,13 +107,13 @@ class RunExecution:
     def claim(self, worker_id: str) -> bool:
         """Take a new lease on the run unless one was handed over; False when it is not to
         be trained: this process was interrupted before it started (then it is marked
-        ``interrupted``, resumable), it was cancelled, deleted or claimed elsewhere while
+        ``interrupted``, resumable, if it is still queued), it was cancelled, deleted or claimed elsewhere while
         queued, or the database's disk is full (it stays queued, said in one line)."""
         if self.epoch is not None:
             return True
         if self.interrupted.is_set():
-            self.writer.call(self.run_id, self.store.runs.set_status, self.run_id, "interrupted",
-                             error="interrupted before it started; resume it to train it", cause="signal")
+            self.writer.call(self.run_id, self.store.queue.interrupt_queued, self.run_id,
+                             "interrupted before it started; resume it to train it", "signal")
             self.writer.flush()
             return False
         try:

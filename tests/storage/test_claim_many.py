@@ -138,3 +138,19 @@ def test_a_row_another_transaction_holds_is_skipped_without_waiting(store):
         assert store.queue.claim_many([a, held, c], "host:2") == {held: 1}  # released: claimable again
     finally:
         other.close()
+
+
+def test_a_run_interrupted_before_its_claim_is_marked_only_while_it_is_still_queued(store):
+    """A process stopping before it claims a run of its queue marks it interrupted, resumable;
+    one cancelled or claimed elsewhere meanwhile keeps its status (no overwrite of another's end)."""
+    queued, cancelled, taken = (new_run(store, name) for name in ("queued", "cancelled", "taken"))
+    store.runs.set_status(cancelled, "cancelled")
+    store.queue.claim(taken, "elsewhere:1")
+    said = "interrupted before it started; resume it to train it"
+    assert store.queue.interrupt_queued(queued, said, "signal")
+    assert not store.queue.interrupt_queued(cancelled, said, "signal")
+    assert not store.queue.interrupt_queued(taken, said, "signal")
+    run = store.runs.get_run(queued)
+    assert (run.status, run.error, run.interruption_cause) == ("interrupted", said, "signal")
+    assert run.finished_at is not None
+    assert store.runs.get_run(cancelled).status == "cancelled" and store.runs.get_run(taken).status == "running"
