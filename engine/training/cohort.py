@@ -53,6 +53,7 @@ from engine.training.loop import (
     Record,
     _Window,
     block_limit,
+    held_out,
     held_out_chunks,
     memory_figures,
     restore,
@@ -176,7 +177,7 @@ class Cohort:
         self.config = config = configs[0]
         self.cfg = cfg = model_config(config)
         train_tokens, val, test = load_data(config)
-        self.optimizer = optimizer = optimizer_for(config)
+        optimizer = optimizer_for(config)  # the runs' own step, for their memory figures
         self.probe_names, self.probe_fn = make_dw_probe(cfg)
         stops = should_stop_each or [lambda: False] * n
         steps_cb, saves = on_step_each or [None] * n, checkpoints_each or [None] * n
@@ -285,15 +286,11 @@ class Cohort:
 
     # ------------------------------------------------------------------ start
 
-    def interim(self) -> tuple[list[jax.Array], list[jax.Array] | None]:
-        """The chunks an interim validation reads: the first of each split."""
-        return self.val[:1], self.test and self.test[:1]
-
     def initial_record(self, m: _Member) -> Record:
         """Step 0 of member ``m``, as its run records it (``_Training.initial_record``)."""
         c, schedule = m.config, self.schedule
         with self.phases.timed("eval"):
-            val, test = (self.val, self.test) if schedule.whole(0) else self.interim()
+            val, test = held_out(self.val, self.test, schedule.whole(0))
             values, losses = validation(self.eval_fn, m.state.params, val, test if schedule.tests(0) else None)
         with self.phases.timed("compile"):
             key0 = sketch_key(m.sketch_root, 0)
@@ -420,7 +417,7 @@ class Cohort:
     def evaluate(self, m: _Member, step: int) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """Member ``m``'s eval values at ``step`` and per-batch losses (``_Training.evaluate``)."""
         final = self.schedule.whole(step)
-        val, test = (self.val, self.test) if final else self.interim()
+        val, test = held_out(self.val, self.test, final)
         checked = m.window.checked
         with self.phases.timed("eval"):
             values, losses = validation(self.eval_fn, self.state_of(m).params, val,

@@ -93,6 +93,13 @@ def held_out_chunks(put: Callable[[np.ndarray], jax.Array], batches: np.ndarray,
     return [put(batches[i:i + size]) for i in range(0, len(batches), size)]
 
 
+def held_out(val: list[jax.Array], test: list[jax.Array] | None,
+             whole: bool) -> tuple[list[jax.Array], list[jax.Array] | None]:
+    """The chunks (``held_out_chunks``) an eval reads: every one of each split when ``whole``,
+    else the interim validation's, the first of each."""
+    return (val, test) if whole else (val[:1], test and test[:1])
+
+
 def _losses(eval_fn: Callable, params, chunks: Sequence[jax.Array]) -> np.ndarray:
     """The per-batch losses of every chunk, in order: all dispatched, then one transfer."""
     return np.concatenate([np.asarray(x, dtype=np.float32) for x in jax.device_get([eval_fn(params, c) for c in chunks])])
@@ -407,9 +414,9 @@ class _Training:
         same of the test batches; their per-batch losses become ``batch_losses["val"]`` (and
         ``["test"]``), for the record that carries them. ``whole``: every validation (and test)
         batch, as at the last step; else the interim ones (``effective_interim_val_batches``)."""
-        val, held_out = (self.val, self.test) if whole else (self.val[:1], self.test and self.test[:1])
+        val, tested = held_out(self.val, self.test, whole)
         with self.phases.timed("eval"):
-            values, self.batch_losses = validation(self.eval_fn, self.state.params, val, held_out if test else None)
+            values, self.batch_losses = validation(self.eval_fn, self.state.params, val, tested if test else None)
         return values
 
     # ------------------------------------------------------------------ time and checkpoints
