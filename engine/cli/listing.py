@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from engine.cli.output import table_text
+
 WIDTH = 100  # characters: a terminal split in two still shows a whole line
 GAP = 2  # spaces between columns
 NAME_MIN = 12  # a name is never cut shorter than this
@@ -51,7 +53,7 @@ def list_text(frame: pd.DataFrame, *, wide: bool = False, width: int = WIDTH) ->
         shown = frame.sort_values("id", ascending=False)
         shown = shown[[c for c in WIDE_COLUMNS if c in shown.columns]].assign(
             tags=[", ".join(t) if isinstance(t, (list, tuple)) else t for t in shown["tags"]])
-        return shown.to_string(index=False, na_rep="-")
+        return table_text(shown)
     shown = narrow_frame(frame, width)
     widths = {c: max(len(c), int(shown[c].str.len().max())) for c in shown}
     right = {"id", "steps", "val"}  # numbers line up on the right

@@ -256,3 +256,15 @@ def test_a_bug_exits_1_with_its_traceback_and_bad_input_exits_2_in_one_line(db):
                           text=True, cwd=root, env=env, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("error: no run with id or name 'nope'") and len(done.stderr.splitlines()) == 1
+
+
+def test_every_printed_table_shows_a_missing_cell_as_a_dash_whatever_its_dtype():
+    import pandas as pd
+
+    from engine.cli.output import table_text
+
+    frame = pd.DataFrame({"run": pd.array([1, None], dtype="Int64"), "node": pd.array(["n1", None], dtype="string"),
+                          "val": [10.58421, float("nan")]})
+    lines = table_text(frame).splitlines()
+    assert "<NA>" not in "\n".join(lines) and lines[2].split() == ["-", "-", "-"]
+    assert lines[1].split() == ["1", "n1", "10.58421"]  # numbers keep their own formatting

@@ -7,6 +7,7 @@ import sys
 
 from engine.cli import arguments
 from engine.cli.arguments import CliError
+from engine.cli.output import table_text
 
 
 def register(subparsers) -> None:
@@ -60,8 +61,8 @@ def _list(args, store) -> int:
                                   if k not in ("step", "notes", "chunk"))
                          for s in frame["settings"]]
     frame["error"] = [e.splitlines()[0] if isinstance(e, str) and e else "-" for e in frame["error"]]
-    print(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
-          .rename(columns={"run_id": "run"}).to_string(index=False, na_rep="-"))
+    print(table_text(frame[["id", "run_id", "step", "status", "created_at", "settings", "error"]]
+          .rename(columns={"run_id": "run"})))
     return 0
 
 

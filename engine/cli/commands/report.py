@@ -6,6 +6,7 @@ import sys
 
 from engine.cli import arguments
 from engine.cli.arguments import CliError
+from engine.cli.output import table_text
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 
 
@@ -75,7 +76,7 @@ def _list(store) -> int:
     frame = pd.DataFrame([{"id": r.id, "title": r.title, "runs": len(r.run_ids), "at step": "latest" if r.at_step is None else str(int(r.at_step)),
                            "built (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else None}
                           for r in listed])
-    print(frame.to_string(index=False, na_rep="-"))
+    print(table_text(frame))
     return 0
 
 

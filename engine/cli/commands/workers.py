@@ -8,6 +8,7 @@ import shutil
 import sys
 
 from engine.cli import arguments
+from engine.cli.output import table_text
 
 
 def register(subparsers) -> None:
@@ -84,7 +85,7 @@ def _print_workers(store) -> None:
         print("no workers yet: start one with `python -m engine worker` (or on Slurm: `--slurm N`)")
         return
     cols = ["id", "state", "host", "pid", "device", "concurrent", "current_run_id", "started_at", "heartbeat_at"]
-    print(_dashed(frame[cols].rename(columns={"current_run_id": "run"})).to_string(index=False))
+    print(table_text(frame[cols].rename(columns={"current_run_id": "run"})))
 
 
 def _print_jobs(jobs) -> None:
@@ -93,10 +94,5 @@ def _print_jobs(jobs) -> None:
     from engine.runner.slurm import jobs_frame
 
     print("\nSlurm jobs of this lab:")
-    print(_dashed(jobs_frame(jobs)).to_string(index=False))
+    print(table_text(jobs_frame(jobs)))
 
-
-def _dashed(frame):
-    """``frame`` with its missing cells as ``-``: pandas 3 prints a nullable column's NA as ``<NA>``
-    whatever ``na_rep`` says."""
-    return frame.astype(object).fillna("-")
