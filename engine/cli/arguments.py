@@ -121,11 +121,27 @@ def parse_tags(text: str | Iterable[str] | None, flag: str = "--tags") -> tuple[
     return found
 
 
+# the stores the running command opened (``open_store``), closed when it returns (``close_stores``)
+_OPENED: list = []
+
+
 def open_store(url, *, create: bool = True):
-    """The ``RunStore`` at ``--db`` (``create=False``: a missing SQLite file is a StorageError)."""
+    """The ``RunStore`` at ``--db`` (``create=False``: a missing SQLite file is a StorageError),
+    closed by ``close_stores`` once the command returns."""
     from storage import RunStore
 
-    return RunStore(url, create=create)
+    store = RunStore(url, create=create)
+    _OPENED.append(store)
+    return store
+
+
+def close_stores() -> None:
+    """Close every store the command opened (``engine.cli.main.main``, when it returns): their
+    pooled connections end, and SQLite, at the close of a file's last connection, writes its
+    write-ahead log into the file and removes it, so a copy of the ``.db`` file alone holds
+    every run (with the log left beside it, the file held none of a new lab's rows)."""
+    while _OPENED:
+        _OPENED.pop().close()
 
 
 def where_ids(store, where: str | None, runs=None) -> list[int] | None:

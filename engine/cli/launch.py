@@ -93,7 +93,7 @@ def total_time(db, configs: list[RunConfig]) -> str:
     from storage import RunStore, StorageError
 
     try:
-        store = db if isinstance(db, RunStore) else open_store(db, create=False)
+        store = db if isinstance(db, RunStore) else RunStore(db, create=False)  # closed here, not by main
     except (StorageError, OSError):
         return "unknown"
     try:

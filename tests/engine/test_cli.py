@@ -268,3 +268,44 @@ def test_every_printed_table_shows_a_missing_cell_as_a_dash_whatever_its_dtype()
     lines = table_text(frame).splitlines()
     assert "<NA>" not in "\n".join(lines) and lines[2].split() == ["-", "-", "-"]
     assert lines[1].split() == ["1", "n1", "10.58421"]  # numbers keep their own formatting
+
+
+def test_a_command_closes_its_database_so_the_file_alone_holds_what_it_wrote(sqlite_template, tmp_path):
+    """Once ``main`` returns, SQLite has written its log into the file and removed it: the
+    ``.db`` copied alone holds the queued runs. Called in-process (as tests and a host
+    program do), ``main`` leaves the collector as it was (only ``main_exit`` freezes)."""
+    import gc
+    import shutil
+
+    db = sqlite_template.copy(tmp_path / "lab.db")
+    frozen = gc.get_freeze_count()
+    for seed in ("0", "1"):
+        assert main(["run", "--db", db, "--preset", "tiny", "--steps", "2", "--seed", seed, "--queue-only"]) == 0
+    assert gc.get_freeze_count() <= frozen  # frozen objects may be freed; none were added
+    assert not (tmp_path / "lab.db-wal").exists()
+    shutil.copyfile(tmp_path / "lab.db", tmp_path / "alone.db")
+    store = RunStore(f"sqlite:///{tmp_path / 'alone.db'}", create=False)
+    try:
+        assert sorted(r.seed for r in store.runs.list_runs()) == [0, 1]
+    finally:
+        store.close()
+
+
+def test_the_process_entry_freezes_what_is_alive_before_it_exits(sqlite_template, tmp_path):
+    """``python -m engine``'s process ``gc.freeze``s its objects before the interpreter's
+    finalization (whose collections would traverse them all), after the command's output."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    db = sqlite_template.copy(tmp_path / "lab.db")
+    entry = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count(), flush=True))\n"
+             "from engine.cli.main import main_exit; main_exit()")
+    done = subprocess.run([sys.executable, "-c", entry, "list", "--db", db], capture_output=True, text=True,
+                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+    assert done.returncode == 0, done.stderr
+    word, frozen = done.stdout.splitlines()[-1].split()  # printed after the command's own output
+    assert word == "frozen" and int(frozen) > 10_000, done.stdout
