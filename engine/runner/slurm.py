@@ -33,8 +33,11 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from engine.errors import UserError
 from engine.runner.jobs import PULL_POLL_S
@@ -226,7 +229,7 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
     executor.update_parameters(**params)
     worker = SlurmWorker(str(settings), str(folder), concurrent=request.concurrent, idle_exit=request.idle_exit)
     ids: list[str] = []
-    with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal too
+    with own_stderr_kept():  # submitit prints sbatch's refusal too, which the SlurmError says in one line
         try:
             for _ in range(request.jobs):
                 ids.append(executor.submit(worker).job_id)
@@ -235,6 +238,39 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
             more = f"; jobs {', '.join(ids)} went in before it (`--cancel` takes them back)" if ids else ""
             raise SlurmError(f"sbatch refused the job ({first}): fix the Slurm flags{more}") from None
     return ids
+
+
+class _ThreadStderr:
+    """``sys.stderr`` while one thread's output to it is kept back (``own_stderr_kept``): that
+    thread's writes go to ``kept``, every other thread's to the stream it stands in for, which
+    answers everything else (``flush``, ``isatty``, ``encoding``, ``fileno``)."""
+
+    def __init__(self, stream, thread: int):
+        self.stream, self.thread, self.kept = stream, thread, io.StringIO()
+
+    def write(self, text: str) -> int:
+        return (self.kept if threading.get_ident() == self.thread else self.stream).write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+_STDERR_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def own_stderr_kept() -> Iterator[io.StringIO]:
+    """Keep what this thread writes to ``sys.stderr`` in the block (yielded) out of the real
+    stream, while the other threads' writes (the dashboard's, a foreground run's) still reach
+    it: ``contextlib.redirect_stderr`` would swallow theirs too. Blocks of two threads take
+    turns, so the stream put back is always the real one."""
+    with _STDERR_SWAP:
+        proxy = _ThreadStderr(sys.stderr, threading.get_ident())
+        sys.stderr = proxy
+        try:
+            yield proxy.kept
+        finally:
+            sys.stderr = proxy.stream
 
 
 def lab_jobs(store: RunStore) -> list[SlurmJob]:

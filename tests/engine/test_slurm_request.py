@@ -35,3 +35,48 @@ def test_a_request_a_job_could_not_use_is_one_line(field, value):
     with pytest.raises(slurm.SlurmError) as refused:
         slurm.SlurmRequest(**{"jobs": 1, field: value}).check()
     assert "\n" not in str(refused.value)
+
+
+def test_what_submitit_prints_is_kept_back_but_no_other_threads_output():
+    """``own_stderr_kept`` (around sbatch, whose refusal submitit also prints): the block's own
+    thread's stderr is kept back; another thread writing meanwhile (the dashboard's) loses
+    nothing; two threads' blocks take turns and the real stream is put back."""
+    import io
+    import sys
+    import threading
+
+    real = sys.stderr
+    sys.stderr = seen = io.StringIO()
+    inside, written = threading.Event(), threading.Event()
+
+    def other() -> None:
+        inside.wait(10)
+        print("theirs", file=sys.stderr)
+        written.set()
+
+    try:
+        thread = threading.Thread(target=other)
+        thread.start()
+        with slurm.own_stderr_kept() as kept:
+            print("sbatch: error: invalid partition", file=sys.stderr)
+            inside.set()
+            assert written.wait(10)
+        thread.join()
+        kepts: dict[int, str] = {}
+
+        def submitter(i: int) -> None:
+            with slurm.own_stderr_kept() as own:
+                print(f"refusal {i}", file=sys.stderr)
+            kepts[i] = own.getvalue()
+
+        submitters = [threading.Thread(target=submitter, args=(i,)) for i in range(8)]
+        for t in submitters:
+            t.start()
+        for t in submitters:
+            t.join()
+        assert sys.stderr is seen
+    finally:
+        sys.stderr = real
+    assert kept.getvalue() == "sbatch: error: invalid partition\n"
+    assert seen.getvalue() == "theirs\n"
+    assert kepts == {i: f"refusal {i}\n" for i in range(8)}
