@@ -19,11 +19,14 @@ from engine.errors import UserError
 from engine.runner import slurm
 
 KEY = "runs.slurm."
+PARTITION, GPUS, TIME = "Partition", "GPUs per job", "Time limit (min)"  # the form's fields a refusal names
 # The CLI's words in the engine's refusals (``engine workers --slurm``) → this panel's; the
 # dashboard's database is the one BASIS_LAB_DB_URL named when it started.
 CLI_WORDS = (
-    (re.compile(r"use one of (.+) \(--partition\)"), r"enter one of \1 in Partition (empty: the cluster's default)"),
+    (re.compile(r"use one of (.+) \(--partition\)"), rf"enter one of \1 in {PARTITION} (empty: the cluster's default)"),
     (re.compile(r"`--cancel` takes them back"), "the button “Cancel these Slurm jobs” takes them back"),
+    (re.compile(r"fix the Slurm flags"), f"fix {PARTITION}, {GPUS} or {TIME} above, or for an sbatch option "
+     "this form lacks (an account, memory) run `python -m engine workers --slurm N --slurm-option KEY=VALUE`"),
     (re.compile(r"--db (?=\S+://)"), "BASIS_LAB_DB_URL="),
     (re.compile(r"--db\b"), "BASIS_LAB_DB_URL"),
 )
@@ -76,9 +79,9 @@ def _form(store) -> None:
     with st.form(KEY + "form", border=False):
         cols = st.columns(5)
         count = cols[0].number_input("Slurm jobs", min_value=1, max_value=256, value=2, step=1)
-        partition = cols[1].text_input("Partition", value="", placeholder="the cluster's default")
-        gpus = cols[2].number_input("GPUs per job", min_value=0, max_value=16, value=0, step=1)
-        minutes = cols[3].number_input("Time limit (min)", min_value=1, value=60, step=10)
+        partition = cols[1].text_input(PARTITION, value="", placeholder="the cluster's default")
+        gpus = cols[2].number_input(GPUS, min_value=0, max_value=16, value=0, step=1)
+        minutes = cols[3].number_input(TIME, min_value=1, value=60, step=10)
         idle = cols[4].number_input("Exit after idle (s)", min_value=slurm.MIN_IDLE_EXIT_S, value=60.0, step=10.0)
         if st.form_submit_button("Put workers on Slurm", icon=":material/cloud_upload:",
                                  help="Each job drains the queue of this database (PostgreSQL) and exits"):

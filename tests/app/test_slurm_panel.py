@@ -43,6 +43,7 @@ def test_the_engines_refusals_name_the_panels_fields_not_the_clis_flags(cluster)
     said = slurm_panel.panel_text("sbatch refused the job (no account): fix the Slurm flags; jobs 5 went in before it "
                                   "(`--cancel` takes them back)")
     assert said.endswith("(the button “Cancel these Slurm jobs” takes them back)")
+    assert "flags" not in said and "fix Partition, GPUs per job or Time limit (min) above" in said
 
 
 def test_the_panel_shows_slurms_states_and_refuses_a_partition_by_its_field(cluster, url):  # noqa: F811
