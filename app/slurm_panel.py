@@ -26,7 +26,7 @@ CLI_WORDS = (
     (re.compile(r"use one of (.+) \(--partition\)"), rf"enter one of \1 in {PARTITION} (empty: the cluster's default)"),
     (re.compile(r"`--cancel` takes them back"), "the button “Cancel these Slurm jobs” takes them back"),
     (re.compile(r"fix the Slurm flags"), f"fix {PARTITION}, {GPUS} or {TIME} above, or for an sbatch option "
-     "this form lacks (an account, memory) run `python -m engine workers --slurm N --slurm-option KEY=VALUE`"),
+     "this form lacks (an account, memory) run “python -m engine workers --slurm N --slurm-option KEY=VALUE”"),
     (re.compile(r"--db (?=\S+://)"), "BASIS_LAB_DB_URL="),
     (re.compile(r"--db\b"), "BASIS_LAB_DB_URL"),
 )

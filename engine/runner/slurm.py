@@ -236,7 +236,7 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
         except FailedJobError as e:  # sbatch refused a job: an option, a limit, the account
             first = (str(e).strip().splitlines() or ["no reason given"])[0][:200]
             more = f"; jobs {', '.join(ids)} went in before it (`--cancel` takes them back)" if ids else ""
-            raise SlurmError(f"sbatch refused the job ({first}): fix the Slurm flags{more}") from None
+            raise SlurmError(f"Slurm's sbatch refused the job ({first}): fix the Slurm flags{more}") from None
     return ids
 
 

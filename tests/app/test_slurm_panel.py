@@ -40,10 +40,12 @@ def test_the_engines_refusals_name_the_panels_fields_not_the_clis_flags(cluster)
     assert "--" not in said and "(BASIS_LAB_DB_URL=postgresql+psycopg://user@host/db," in said
     said = slurm_panel.panel_text("the database does not answer from here (refused); start it or fix --db")
     assert said == "The database does not answer from here (refused); start it or fix BASIS_LAB_DB_URL"
-    said = slurm_panel.panel_text("sbatch refused the job (no account): fix the Slurm flags; jobs 5 went in before it "
+    said = slurm_panel.panel_text("Slurm's sbatch refused the job (no account): fix the Slurm flags; jobs 5 went in before it "
                                   "(`--cancel` takes them back)")
     assert said.endswith("(the button “Cancel these Slurm jobs” takes them back)")
-    assert "flags" not in said and "fix Partition, GPUs per job or Time limit (min) above" in said
+    assert said.startswith("Slurm's sbatch refused the job (no account): fix Partition, GPUs per job or Time limit (min) "
+                           "above, or for an sbatch option this form lacks (an account, memory) run “python -m engine "
+                           "workers --slurm N --slurm-option KEY=VALUE”; jobs 5 went in"), said
 
 
 def test_the_panel_shows_slurms_states_and_refuses_a_partition_by_its_field(cluster, url):  # noqa: F811
