@@ -10,6 +10,7 @@ transient one as :class:`storage.errors.DatabaseBusyError`, which the caller may
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
@@ -34,7 +35,10 @@ class Database:
     def __init__(self, url: Optional[str] = None, engine: Optional[Engine] = None, *, create: bool = True):
         if engine is None:
             engine = make_engine(url, create=create)
-        else:
+            # closed as the process exits (or when this is freed) if nobody closed it: SQLite
+            # writes its log back into the file only when the file's last connection closes
+            weakref.finalize(self, engine.dispose)
+        else:  # an adopted engine is its owner's to dispose
             try:
                 ensure_schema(engine)
             except exc.SQLAlchemyError as e:
@@ -67,7 +71,10 @@ class Database:
         return (postgresql if self.is_postgresql else sqlite).insert(table)
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (and so, for a SQLite file whose last connection this
+        was, write its log back into the file). A database left open is closed as its process
+        exits (one opened from a URL: an adopted engine is its owner's): a script's ``RunStore``
+        or ``Lab`` leaves its file whole too."""
         self.engine.dispose()
 
 

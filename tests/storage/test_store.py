@@ -38,3 +38,32 @@ def test_repositories_work_on_a_database_they_are_handed():
     metrics.add_metrics(rid, [(0, 0.0, "val_loss", 2.5)], epoch=lease.epoch)
     assert metrics(rid)["value"].tolist() == [2.5] and db.dialect == "sqlite" and not db.is_postgresql
     db.close()
+
+
+def test_a_store_its_process_never_closed_leaves_the_sqlite_file_whole(tmp_path):
+    """A script that writes through a ``RunStore`` (or a ``Lab``) and exits without closing it,
+    while a thread still holds it (a ``StoreWriter``, as a launch leaves one): the database is
+    closed as the process exits, so SQLite has written its log back and the file copied
+    alone holds the run. Before, the log was left beside a file holding none of the rows."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = ("import sys\n"
+              "from storage import RunStore\n"
+              "from engine.runner.writer import StoreWriter\n"
+              "store = RunStore(sys.argv[1])\n"
+              "writer = StoreWriter(store)\n"
+              "writer.call(None, store.runs.create_run, name='left open', config={}, estimator='exact', rank=1,\n"
+              "            lam=0.0, seed=0, preset='tiny', steps=10)\n"
+              "assert writer.flush(60)\n")
+    done = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / 'lab.db'}"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "lab.db-wal").exists()
+    shutil.copyfile(tmp_path / "lab.db", tmp_path / "alone.db")
+    alone = RunStore(f"sqlite:///{tmp_path / 'alone.db'}", create=False)
+    assert [r.name for r in alone.runs.list_runs()] == ["left open"]
+    alone.close()
