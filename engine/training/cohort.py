@@ -200,6 +200,7 @@ class Cohort:
         self.schedule = Schedule.of(config, max_block if max_block is not None else block_limit(jax.default_backend()))
         self.stacked: Any = None
         self.stacked_members: list[_Member] = []
+        self.stacked_data: tuple[jax.Array, jax.Array] | None = None  # the stack's sketch roots and learning rates
         self.pending: list[tuple[int, list[_Member], jax.Array]] = []  # (first step, members, losses[M, n])
         self.segment = self.start
         phases.close("setup")
@@ -343,6 +344,8 @@ class Cohort:
         for m in group:
             m.state = None
         self.stacked, self.stacked_members = _stack(states), group
+        self.stacked_data = (jnp.stack([m.sketch_root for m in group]),
+                             jnp.asarray([m.config.lr for m in group], jnp.float32))
 
     def state_of(self, m: _Member):
         """Member ``m``'s ``TrainState``: its own, or its slice of the stacked state."""
@@ -362,8 +365,8 @@ class Cohort:
 
     def step(self, group: list[_Member], first: int, last: int, batches: np.ndarray) -> None:
         """Steps ``first..last`` of every member of ``group``, as one program; losses stay on the device."""
-        roots = jnp.stack([m.sketch_root for m in group])
-        lrs = jnp.asarray([m.config.lr for m in group], jnp.float32)
+        assert group == self.stacked_members and self.stacked_data is not None
+        roots, lrs = self.stacked_data  # made once per stack (``restack``), not once per block
         self.stacked, losses = self.block_fn(self.stacked, jnp.asarray(batches), roots, jnp.int32(first), lrs)
         self.pending.append((first, group, losses))
         for m in group:
