@@ -8,12 +8,17 @@ anything: one line, ``error: --concurrent must be >= 1 (got 0)``, exit status 2.
 from __future__ import annotations
 
 import argparse
-from typing import Iterable
+import contextlib
+import logging
+from contextvars import ContextVar
+from typing import Iterable, Iterator
 
 from engine.config import LARGE_LAUNCH
 from engine.core.choices import EQUIVALENCE_MARGIN as MARGIN
 from engine.errors import UserError
 from storage.outputs import FORCE_FLAG
+
+log = logging.getLogger(__name__)
 
 EXIT_BAD_INPUT = 2
 
@@ -121,27 +126,41 @@ def parse_tags(text: str | Iterable[str] | None, flag: str = "--tags") -> tuple[
     return found
 
 
-# the stores the running command opened (``open_store``), closed when it returns (``close_stores``)
-_OPENED: list = []
+# the stores the running ``main`` call's command opened (``open_store``), closed when it returns
+_OPENED: ContextVar[list | None] = ContextVar("basis_lab_cli_stores", default=None)
 
 
 def open_store(url, *, create: bool = True):
     """The ``RunStore`` at ``--db`` (``create=False``: a missing SQLite file is a StorageError),
-    closed by ``close_stores`` once the command returns."""
+    closed once the command returns (``closing_stores``)."""
     from storage import RunStore
 
     store = RunStore(url, create=create)
-    _OPENED.append(store)
+    opened = _OPENED.get()
+    if opened is not None:
+        opened.append(store)
     return store
 
 
-def close_stores() -> None:
-    """Close every store the command opened (``engine.cli.main.main``, when it returns): their
-    pooled connections end, and SQLite, at the close of a file's last connection, writes its
-    write-ahead log into the file and removes it, so a copy of the ``.db`` file alone holds
-    every run (with the log left beside it, the file held none of a new lab's rows)."""
-    while _OPENED:
-        _OPENED.pop().close()
+@contextlib.contextmanager
+def closing_stores() -> Iterator[None]:
+    """Close every store the command run in the block opens (``engine.cli.main.main``), each
+    on its own, when it ends: their pooled connections end, and SQLite, at the close of a
+    file's last connection, writes its write-ahead log back into the file and removes it, so
+    that, with no other process holding the file open, a copy of the ``.db`` alone holds
+    every run (``python -m engine backup`` copies a lab in use). Each call of ``main`` (a
+    thread's, a nested one's) closes its own stores only."""
+    opened: list = []
+    token = _OPENED.set(opened)
+    try:
+        yield
+    finally:
+        _OPENED.reset(token)
+        for store in reversed(opened):
+            try:
+                store.close()
+            except Exception:  # closing must not replace the command's exit status
+                log.warning("could not close %r", store, exc_info=True)
 
 
 def where_ids(store, where: str | None, runs=None) -> list[int] | None:

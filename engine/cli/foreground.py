@@ -107,8 +107,10 @@ def train_here(store, start_runs, concurrent: int = 1, then=None) -> int:
     given, is asked for the runs to wait for next each time those waited for have ended (a
     campaign's next stage; [] ends the wait). Exit 0 when every run finished, 1 when one did
     not, 128 + N after signal N."""
+    from engine.cli.process import training_starts
     from engine.runner.jobs import JobManager
 
+    training_starts()
     bars = _Bars()
     manager = JobManager(store, max_concurrent=concurrent, on_step=bars.on_step, on_resume=bars.on_resume)
     if manager.interrupted:

@@ -21,8 +21,9 @@ import os
 import sys
 from typing import NoReturn
 
-from engine.cli.arguments import EXIT_BAD_INPUT, CliError, close_stores
+from engine.cli.arguments import EXIT_BAD_INPUT, CliError, closing_stores
 from engine.cli.commands import COMMANDS
+from engine.cli.process import freeze_when_training
 from engine.errors import UserError
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process a SIGPIPE ended (`cmd | head`)
@@ -73,45 +74,32 @@ def main(argv=None, *, process: bool = False) -> int:
     ``process``: this call is the whole process (``main_exit``), whose malloc a command that
     trains here sets first (``engine.training.allocator.for_training``)."""
     args = build_parser().parse_args(argv)
-    try:
-        queued = getattr(args, "queue_only", False)
-        if process and args.command in _TRAINS_HERE and not queued:
-            from engine.training.allocator import for_training
+    with closing_stores():
+        try:
+            queued = getattr(args, "queue_only", False)
+            if process and args.command in _TRAINS_HERE and not queued:
+                from engine.training.allocator import for_training
 
-            for_training()
-            _freeze_training_stack()
-        if args.command in _TRAINING and not queued:
-            return _on_hosts(args)
-        return COMMANDS[args.command].run(args)
-    except UserError as e:
-        from storage import RunNotFoundError
+                for_training()
+                freeze_when_training()
+            if args.command in _TRAINING and not queued:
+                return _on_hosts(args)
+            return COMMANDS[args.command].run(args)
+        except UserError as e:
+            from storage import RunNotFoundError
 
-        text = str(e)
-        if isinstance(e, RunNotFoundError):  # "no run …; list the runs …": name the command that lists them
-            text = text.split(";")[0] + "; `python -m engine list` shows the ids and names"
-        print(f"error: {text}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:  # the reader went away (`engine show 1 | head`): not an error of ours
-        return _quiet_broken_pipe()
-    except OSError as e:
-        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        print(f"error: {e.strerror or e}{where}; check that the disk has space and the path is writable, "
-              "or point BASIS_LAB_DB_URL / BASIS_LAB_CHECKPOINTS elsewhere", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    finally:
-        close_stores()
-
-
-def _freeze_training_stack() -> None:
-    """Import what a training process runs (JAX, Flax, optax, orbax, the runner: ~2,000
-    modules, 230,000 objects that live as long as the process) and ``gc.freeze`` them, so
-    that the cyclic collector's full passes, frequent while JAX traces a step, no longer
-    traverse them (0.2–0.3 CPU s of a 10-step paper-preset run; ``bench/startup.py``).
-    Only in a process that is the CLI command: a frozen object is never collected, which a
-    long-lived server's own objects (the dashboard's, its sessions') must be."""
-    import engine.runner.jobs  # noqa: F401  (the command imports it moments later)
-
-    gc.freeze()
+            text = str(e)
+            if isinstance(e, RunNotFoundError):  # "no run …; list the runs …": name the command that lists them
+                text = text.split(";")[0] + "; `python -m engine list` shows the ids and names"
+            print(f"error: {text}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except BrokenPipeError:  # the reader went away (`engine show 1 | head`): not an error of ours
+            return _quiet_broken_pipe()
+        except OSError as e:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            print(f"error: {e.strerror or e}{where}; check that the disk has space and the path is writable, "
+                  "or point BASIS_LAB_DB_URL / BASIS_LAB_CHECKPOINTS elsewhere", file=sys.stderr)
+            return EXIT_BAD_INPUT
 
 
 def _quiet_broken_pipe() -> int:

@@ -309,3 +309,21 @@ def test_the_process_entry_freezes_what_is_alive_before_it_exits(sqlite_template
     assert done.returncode == 0, done.stderr
     word, frozen = done.stdout.splitlines()[-1].split()  # printed after the command's own output
     assert word == "frozen" and int(frozen) > 10_000, done.stdout
+
+
+def test_a_command_freezes_the_collector_as_it_starts_training_only_in_its_own_process(monkeypatch):
+    """``training_starts`` (``train_here``, ``worker``) freezes what is alive only where ``main``
+    ran as the process and the command trains here (``freeze_when_training``): never in the
+    dashboard's or a Python caller's process, whose objects must stay collectable."""
+    import gc
+
+    from engine.cli import process
+
+    alive = [[] for _ in range(5_000)]  # containers the collector tracks
+    before = gc.get_freeze_count()
+    process.training_starts()
+    assert gc.get_freeze_count() <= before
+    monkeypatch.setattr(process, "_when_training", False)
+    process.freeze_when_training()
+    process.training_starts()
+    assert gc.get_freeze_count() >= before + len(alive)

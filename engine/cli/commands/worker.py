@@ -24,6 +24,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from engine.cli.foreground import Signals
+    from engine.cli.process import training_starts
     from engine.runner import campaigns
     from engine.runner.jobs import JobManager
 
@@ -31,6 +32,7 @@ def run(args) -> int:
     arguments.at_least(args.max_runs, "--max-runs", 1)
     arguments.at_least(args.idle_exit, "--idle-exit", 0, " seconds")
     store = arguments.open_store(args.db)
+    training_starts()
     manager = JobManager(store, max_concurrent=args.concurrent, pull=True, max_runs=args.max_runs, on_step=None,
                          cohorts=args.cohorts)
     campaigns.advance_all(store)  # a campaign whose last trial ended while no process could queue its comparison
