@@ -241,15 +241,22 @@ def submit(store: RunStore, request: SlurmRequest) -> list[str]:
 
 
 class _ThreadStderr:
-    """``sys.stderr`` while one thread's output to it is kept back (``own_stderr_kept``): that
-    thread's writes go to ``kept``, every other thread's to the stream it stands in for, which
-    answers everything else (``flush``, ``isatty``, ``encoding``, ``fileno``)."""
+    """``sys.stderr`` while one thread's output to it is kept back (``own_stderr_kept``): while
+    ``active``, that thread's writes go to ``kept``; every other write goes on to the stream it
+    stands in for, which answers everything else (``flush``, ``isatty``, ``encoding``,
+    ``fileno``). Once inactive it only passes writes through, so a reference kept meanwhile
+    (a handler made during the block, a wrapper installed over it) loses nothing later."""
 
     def __init__(self, stream, thread: int):
-        self.stream, self.thread, self.kept = stream, thread, io.StringIO()
+        self.stream, self.thread, self.kept, self.active = stream, thread, io.StringIO(), True
 
     def write(self, text: str) -> int:
-        return (self.kept if threading.get_ident() == self.thread else self.stream).write(text)
+        keep = self.active and threading.get_ident() == self.thread
+        return (self.kept if keep else self.stream).write(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -263,14 +270,21 @@ def own_stderr_kept() -> Iterator[io.StringIO]:
     """Keep what this thread writes to ``sys.stderr`` in the block (yielded) out of the real
     stream, while the other threads' writes (the dashboard's, a foreground run's) still reach
     it: ``contextlib.redirect_stderr`` would swallow theirs too. Blocks of two threads take
-    turns, so the stream put back is always the real one."""
+    turns. The stream is put back only if it is still this block's stand-in: one installed
+    over it meanwhile (a run's console, ``engine.runner.console``) stays, and the stand-in
+    beneath it then passes everything through."""
+    if sys.stderr is None:  # no stream (pythonw): nothing to keep back, nothing to swap
+        yield io.StringIO()
+        return
     with _STDERR_SWAP:
         proxy = _ThreadStderr(sys.stderr, threading.get_ident())
         sys.stderr = proxy
         try:
             yield proxy.kept
         finally:
-            sys.stderr = proxy.stream
+            proxy.active = False
+            if sys.stderr is proxy:
+                sys.stderr = proxy.stream
 
 
 def lab_jobs(store: RunStore) -> list[SlurmJob]:

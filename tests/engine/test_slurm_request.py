@@ -80,3 +80,33 @@ def test_what_submitit_prints_is_kept_back_but_no_other_threads_output():
     assert kept.getvalue() == "sbatch: error: invalid partition\n"
     assert seen.getvalue() == "theirs\n"
     assert kepts == {i: f"refusal {i}\n" for i in range(8)}
+
+
+def test_a_stream_installed_over_the_stand_in_stays_and_the_stand_in_then_passes_everything_on():
+    """A run's console installed over ``sys.stderr`` during a submission (its wrapper holds the
+    stand-in) stays installed after it, and what reaches the stand-in afterwards, from any
+    thread, goes on to the real stream."""
+    import io
+    import sys
+
+    real = sys.stderr
+    sys.stderr = seen = io.StringIO()
+
+    class Wrapper:  # as engine.runner.console.ThreadConsole wraps the stream it finds
+        def __init__(self, inner):
+            self.inner = inner
+
+        def write(self, text):
+            return self.inner.write(text)
+
+    try:
+        with slurm.own_stderr_kept() as kept:
+            held = sys.stderr  # a handler made during the block keeps the stand-in
+            sys.stderr = wrapper = Wrapper(sys.stderr)
+            print("submitit's copy", file=sys.stderr)
+        assert sys.stderr is wrapper
+        print("after", file=sys.stderr)
+        held.write("held\n")
+    finally:
+        sys.stderr = real
+    assert kept.getvalue() == "submitit's copy\n" and seen.getvalue() == "after\nheld\n"
