@@ -25,8 +25,9 @@ PARTITION, GPUS, TIME = "Partition", "GPUs per job", "Time limit (min)"  # the f
 CLI_WORDS = (
     (re.compile(r"use one of (.+) \(--partition\)"), rf"enter one of \1 in {PARTITION} (empty: the cluster's default)"),
     (re.compile(r"`--cancel` takes them back"), "the button “Cancel these Slurm jobs” takes them back"),
-    (re.compile(r"fix the Slurm flags"), f"fix {PARTITION}, {GPUS} or {TIME} above, or for an sbatch option "
-     "this form lacks (an account, memory) run “python -m engine workers --slurm N --slurm-option KEY=VALUE”"),
+    (re.compile(r"fix the Slurm flags"), f"fix {PARTITION}, {GPUS} or {TIME} below, or for what this form lacks "
+     "submit from a terminal on the same database (BASIS_LAB_DB_URL): “python -m engine workers --slurm N "
+     "--partition P --gpus G --time MIN --mem GB --slurm-option account=NAME”"),
     (re.compile(r"--db (?=\S+://)"), "BASIS_LAB_DB_URL="),
     (re.compile(r"--db\b"), "BASIS_LAB_DB_URL"),
 )

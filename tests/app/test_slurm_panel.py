@@ -44,8 +44,9 @@ def test_the_engines_refusals_name_the_panels_fields_not_the_clis_flags(cluster)
                                   "(`--cancel` takes them back)")
     assert said.endswith("(the button “Cancel these Slurm jobs” takes them back)")
     assert said.startswith("Slurm's sbatch refused the job (no account): fix Partition, GPUs per job or Time limit (min) "
-                           "above, or for an sbatch option this form lacks (an account, memory) run “python -m engine "
-                           "workers --slurm N --slurm-option KEY=VALUE”; jobs 5 went in"), said
+                           "below, or for what this form lacks submit from a terminal on the same database "
+                           "(BASIS_LAB_DB_URL): “python -m engine workers --slurm N --partition P --gpus G --time MIN "
+                           "--mem GB --slurm-option account=NAME”; jobs 5 went in"), said
 
 
 def test_the_panel_shows_slurms_states_and_refuses_a_partition_by_its_field(cluster, url):  # noqa: F811
