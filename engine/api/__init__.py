@@ -23,7 +23,7 @@ Launching and changing runs, as ``python -m engine run/sweep/tag/cancel/resume``
     lab.tag(ids, add="baseline", remove="pilot")
     lab.note(run_id, "the first tiny run")
     lab.cancel(ids[-1]); lab.resume(ids[-1], run="queue")
-    lab.close()                                    # or ``with Lab() as lab:`` (else as the process exits)
+    lab.close()                                    # or ``with Lab(create=True) as lab:`` (else at exit)
 
 Every method goes through the functions the CLI's commands call (``engine.reads.queries`` to
 read; ``engine.cli.launch``, ``engine.runner.control`` and ``engine.runner.tags`` to write), so

@@ -343,9 +343,8 @@ class Cohort:
         states = [self.state_of(m) for m in group]
         for m in group:
             m.state = None
-        self.stacked, self.stacked_members = _stack(states), group
-        self.stacked_data = (jnp.stack([m.sketch_root for m in group]),
-                             jnp.asarray([m.config.lr for m in group], jnp.float32))
+        data = (jnp.stack([m.sketch_root for m in group]), jnp.asarray([m.config.lr for m in group], jnp.float32))
+        self.stacked, self.stacked_members, self.stacked_data = _stack(states), group, data
 
     def state_of(self, m: _Member):
         """Member ``m``'s ``TrainState``: its own, or its slice of the stacked state."""
