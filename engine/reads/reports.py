@@ -27,6 +27,7 @@ from engine.analysis import report as rep
 from engine.analysis.claims import DIAGNOSIS_COLUMNS
 from engine.config import REPRODUCE_TAG
 from engine.config.tuning import TUNE_TAG
+from engine.core.files import atomic_write_text
 from engine.core.loggers import held_below
 from engine.core.stats import check_margin
 from engine.errors import LIBRARY_FAILURES, UserError
@@ -296,11 +297,11 @@ def write(report: rep.Report, path: str | Path, *, force: bool = False) -> list[
     path = Path(path).expanduser()
     check_output(report, path, force=force)
     if format_of(path) == "html":
-        _atomic_write(path, rep.to_html(report))
+        atomic_write_text(path, rep.to_html(report))
         return [path]
     folder = path.parent / figure_dir_name(path)
     figures = _write_figures(report, folder, force)
-    _atomic_write(path, rep.to_markdown(report, figure_dir_name(path)))
+    atomic_write_text(path, rep.to_markdown(report, figure_dir_name(path)))
     return [path, *figures]
 
 
@@ -338,20 +339,6 @@ def _write_figures(report: rep.Report, folder: Path, force: bool) -> list[Path]:
     finally:
         os.close(fd)
         shutil.rmtree(drawn_in, ignore_errors=True)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.absolute().parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # a file as open() makes it, not mkstemp's private 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 __all__ = ["AUTO_REPORT_TAGS", "ReportError", "StorageError", "build", "campaign_data", "check_output", "diagnoses_of", "figure_dir_name",

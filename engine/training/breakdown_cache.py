@@ -21,11 +21,10 @@ import functools
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
+from engine.core.files import atomic_write_text
 from engine.training import compile_cache
 
 log = logging.getLogger(__name__)
@@ -82,14 +81,8 @@ def cached(memo: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
 
 def _write(path: Path, value: dict) -> None:
     """Write ``value`` to ``path`` as JSON, atomically; a failure costs only the next read."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f)
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(value))
     except OSError as e:
         log.warning("memory figures not kept: %s (%s)", path, e)
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
